@@ -1,0 +1,308 @@
+"""Typed run configuration: one dataclass tree, TOML presets in ``configs/``, ``key=value`` overrides.
+
+A preset is a TOML file whose tables mirror the dataclasses below (``[model]``, ``[train]``, ...). A preset
+may start from another with ``extends = "bert_base"``. Any field can be overridden on the command line as
+``section.field=value``; values are parsed as Python literals (``ast.literal_eval``, never ``eval``) and
+checked against the field's annotated type. A misspelt key is an error that names the closest valid keys.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import os
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ptm_jax.errors import ConfigError
+
+
+@dataclass
+class ModelConfig:
+    """Architecture. Defaults are BERT-base (Devlin et al. 2019, Sec. 3; google-research/bert modeling.py)."""
+
+    family: Literal["bert"] = "bert"
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    hidden_act: Literal["gelu", "gelu_tanh", "relu"] = "gelu"
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Compute dtype; parameters and optimizer state stay float32."""
+    attention_impl: Literal["auto", "xla", "cudnn"] = "auto"
+    """Implementation passed to ``jax.nn.dot_product_attention`` when attention dropout is off."""
+    remat: Literal["none", "full", "save_dots"] = "none"
+    scan_layers: bool = False
+
+
+@dataclass
+class TokenizerConfig:
+    kind: Literal["wordpiece", "sentencepiece_unigram", "sentencepiece_bpe"] = "wordpiece"
+    vocab_file: str = ""
+    """A BERT vocab.txt or a SentencePiece .model. Empty: train one on the corpus into the output dir."""
+    vocab_size: int = 8000
+    """Size of a vocabulary trained on the corpus (ignored when vocab_file is set)."""
+    lower_case: bool = True
+
+
+@dataclass
+class DataConfig:
+    """Pretraining corpus and example construction (google-research/bert create_pretraining_data.py)."""
+
+    corpus: str = "embedded"
+    """'embedded' (Python's own docs), comma-separated paths/globs, or 'tfds:NAME[:SPLIT]'."""
+    format: Literal["auto", "lines", "paragraphs"] = "auto"
+    """lines: one sentence per line, blank line between documents. paragraphs: prose, split into sentences."""
+    doc_max_sentences: int = 256
+    """paragraphs format: a document is cut at a paragraph end once it reaches this many sentences."""
+    max_line_bytes: int = 1_000_000
+    cache_dir: str = ""
+    """Tokenized-corpus cache. Empty: <output_dir>/cache."""
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    whole_word_masking: bool = False
+    eval_documents: int = 4
+    """Documents held out (by index, from the end of the corpus) for periodic evaluation."""
+    seed: int = 12345
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and loop. AdamW as in google-research/bert optimization.py."""
+
+    batch_size: int = 32
+    """Global batch size (all hosts, all microbatches)."""
+    steps: int = 1000
+    learning_rate: float = 1e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    adam_b1: float = 0.9
+    adam_b2: float = 0.999
+    adam_eps: float = 1e-6
+    clip_norm: float = 1.0
+    grad_accum_steps: int = 1
+    log_every: int = 10
+    eval_every: int = 200
+    eval_batches: int = 8
+    checkpoint_every: int = 200
+    keep_checkpoints: int = 3
+    async_checkpoints: bool = True
+    seed: int = 0
+    progress_bar: bool = True
+
+
+@dataclass
+class MeshConfig:
+    """Device mesh over the logical parallelism axes; -1 on one axis takes the remaining devices."""
+
+    data: int = -1
+    fsdp: int = 1
+    tensor: int = 1
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    output_dir: str = "runs/default"
+    objective: Literal["mlm_nsp", "mlm"] = "mlm_nsp"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    mesh: MeshConfig = field(default_factory=MeshConfig)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Presets and overrides
+
+
+def configs_dir() -> Path:
+    """The presets folder: $PTM_CONFIGS, else ``configs/`` beside the package (editable installs)."""
+    env = os.environ.get("PTM_CONFIGS")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "configs"
+
+
+def list_presets() -> list[str]:
+    return sorted(p.stem for p in configs_dir().glob("*.toml"))
+
+
+def _preset_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix == ".toml" and p.exists():
+        return p
+    candidate = configs_dir() / f"{name_or_path}.toml"
+    if candidate.exists():
+        return candidate
+    close = difflib.get_close_matches(name_or_path, list_presets(), n=3)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise ConfigError(
+        f"unknown preset '{name_or_path}': no file {p} and no {candidate}.{hint} "
+        f"Available presets: {', '.join(list_presets()) or '(none)'}."
+    )
+
+
+def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    if path in seen:
+        raise ConfigError(f"{path}: 'extends' forms a cycle: {' -> '.join(map(str, seen + (path,)))}")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    merged = _read_toml(_preset_path(base), seen + (path,))
+    _deep_update(merged, data)
+    return merged
+
+
+def _deep_update(dst: dict, src: dict) -> None:
+    for k, v in src.items():
+        if isinstance(v, dict) and isinstance(dst.get(k), dict):
+            _deep_update(dst[k], v)
+        else:
+            dst[k] = v
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Checks ``value`` against annotation ``tp``; ints are accepted for floats, nothing else is coerced."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        if value in typing.get_args(tp):
+            return value
+        close = difflib.get_close_matches(str(value), [str(a) for a in typing.get_args(tp)], n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"{where}: {value!r} is not allowed; expected {_type_name(tp)}.{hint}")
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{where}: {value!r} does not match {tp}")
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is bool and not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true/false, got {value!r} ({type(value).__name__})")
+    if tp is int and isinstance(value, bool):
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _unknown_key(key: str, valid: list[str], where: str) -> ConfigError:
+    close = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
+    hint = (f" Did you mean: {', '.join(where + c for c in close)}?" if close
+            else f" Valid keys under '{where or '(top level)'}': {', '.join(valid)}.")
+    return ConfigError(f"unknown config key '{where}{key}'.{hint}")
+
+
+def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """Builds dataclass ``cls`` from a nested dict, checking every key and type."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise _unknown_key(key, list(fields), prefix)
+        tp = hints[key]
+        where = f"{prefix}{key}"
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: expected a table of {tp.__name__} fields, got {value!r}")
+            kwargs[key] = from_dict(tp, value, prefix=f"{where}.")
+        else:
+            kwargs[key] = _coerce(value, tp, where)
+    return cls(**kwargs)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def _parse_literal(text: str) -> Any:
+    """Parses an override value as a Python/TOML literal; bare words are strings. Never evaluates code."""
+    lowered = text.strip()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return ast.literal_eval(lowered)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Applies ``a.b=value`` strings to a nested dict (keys are validated later by ``from_dict``)."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not of the form section.key=value (e.g. train.steps=100)")
+        key, _, raw = item.partition("=")
+        parts = key.strip().split(".")
+        node = data
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override '{item}': '{p}' is a value, not a section")
+        node[parts[-1]] = _parse_literal(raw)
+    return data
+
+
+def load_config(preset: str | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Preset (name in configs/ or path to a .toml) + overrides -> validated RunConfig."""
+    data: dict[str, Any] = _read_toml(_preset_path(preset)) if preset else {}
+    apply_overrides(data, list(overrides or []))
+    cfg = from_dict(RunConfig, data)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: RunConfig) -> None:
+    """Cross-field checks that types alone cannot express."""
+    m, d, t = cfg.model, cfg.data, cfg.train
+    checks = [
+        (m.hidden_size % m.num_heads == 0, "model.hidden_size must be divisible by model.num_heads "
+         f"(got {m.hidden_size} and {m.num_heads})"),
+        (d.max_seq_length <= m.max_position_embeddings, f"data.max_seq_length={d.max_seq_length} exceeds "
+         f"model.max_position_embeddings={m.max_position_embeddings}"),
+        (d.max_seq_length >= 8, f"data.max_seq_length={d.max_seq_length} is too short (minimum 8)"),
+        (0.0 < d.masked_lm_prob < 1.0, f"data.masked_lm_prob={d.masked_lm_prob} must be in (0, 1)"),
+        (0.0 <= d.short_seq_prob <= 1.0, f"data.short_seq_prob={d.short_seq_prob} must be in [0, 1]"),
+        (0 < d.max_predictions_per_seq <= d.max_seq_length, "data.max_predictions_per_seq must be in "
+         f"(0, max_seq_length], got {d.max_predictions_per_seq}"),
+        (t.batch_size > 0, f"train.batch_size must be positive, got {t.batch_size}"),
+        (t.steps >= 0, f"train.steps must be >= 0, got {t.steps}"),
+        (t.grad_accum_steps >= 1 and t.batch_size % t.grad_accum_steps == 0,
+         f"train.batch_size={t.batch_size} must be a multiple of train.grad_accum_steps={t.grad_accum_steps}"),
+        (t.learning_rate > 0, f"train.learning_rate must be positive, got {t.learning_rate}"),
+        (0 <= t.warmup_steps, f"train.warmup_steps must be >= 0, got {t.warmup_steps}"),
+        (0.0 <= m.hidden_dropout < 1.0 and 0.0 <= m.attention_dropout < 1.0, "dropout rates must be in [0, 1)"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ConfigError(msg)
+    for name in ("data", "fsdp", "tensor"):
+        v = getattr(cfg.mesh, name)
+        if v == 0 or v < -1:
+            raise ConfigError(f"mesh.{name}={v}: use a positive size, or -1 for 'the remaining devices'")

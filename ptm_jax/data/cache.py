@@ -1,0 +1,367 @@
+"""Tokenize a corpus once into flat memory-mapped arrays and reuse it across runs and hosts.
+
+One shard directory holds
+  tokens.int32.bin             all token ids, sentence after sentence
+  sentence_offsets.int64.bin   [num_sentences + 1] token offset of each sentence (first 0, last num_tokens)
+  doc_offsets.int64.bin        [num_docs + 1] sentence offset of each document (first 0, last num_sentences)
+  doc_keys.int64.bin           [num_docs] the document's source key (``corpus.iter_keyed_documents``)
+  meta.json                    counts, tokenizer, sources (paths, sizes, mtimes), format settings
+  COMPLETE                     written last
+A shard is built in a temporary sibling directory and ``os.replace``d into place, so an interrupted build
+never leaves a directory that opens. Sentences that tokenize to nothing and documents left without
+sentences are dropped and counted in meta.json.
+
+``build_or_load_cache`` keys the cache directory by a hash of the tokenizer fingerprint, the sources (with
+sizes and mtimes) and the format settings, so a changed input or tokenizer rebuilds. Each of N processes
+tokenizes its share (``corpus.host_share`` of the files; document index % N for 'embedded' and TFDS) into
+``shard-{i:05d}-of-{N:05d}``; after the barrier every process opens all N shards as one corpus. Its global
+document order sorts documents by source key (file order, then position in the file; or record index), so
+it is the same for any number of processes: a run resumed on another host count, and the held-out
+documents taken from the end, see the same corpus. Sources are keyed by size and mtime:
+hosts with separate copies of the files must keep those equal (copy with ``cp -p``/``rsync -t``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ptm_jax.config import DataConfig
+from ptm_jax.data.corpus import (READER_VERSION, Document, check_file, check_process, iter_keyed_documents,
+                                 resolve_files)
+from ptm_jax.data.tokenizers import Tokenizer
+from ptm_jax.errors import DataError
+
+FORMAT_VERSION = 2
+TOKENS, SENTENCES, DOCS = "tokens.int32.bin", "sentence_offsets.int64.bin", "doc_offsets.int64.bin"
+KEYS = "doc_keys.int64.bin"
+_SHARD_NAME = re.compile(r"shard-\d{5}-of-(\d{5})")
+META, COMPLETE = "meta.json", "COMPLETE"
+
+
+def _map(path: Path, dtype, count: int) -> np.ndarray:
+    expected = count * np.dtype(dtype).itemsize
+    size = path.stat().st_size if path.is_file() else -1
+    if size != expected:
+        raise DataError(f"{path}: {size} bytes where meta.json implies {expected}; the cache is corrupt: "
+                        f"delete {path.parent} and it will be rebuilt")
+    return np.memmap(path, dtype=dtype, mode="r", shape=(count,)) if count else np.zeros(0, dtype)
+
+
+class _Shard:
+    """One built shard directory, memory-mapped and checked against its meta.json."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        if not (directory / COMPLETE).is_file():
+            raise DataError(f"{directory}: token cache is incomplete (no {COMPLETE} marker: an interrupted "
+                            "build); delete it and it will be rebuilt")
+        try:
+            self.meta = json.loads((directory / META).read_text(encoding="utf-8"))
+            n_doc, n_sent, n_tok = (int(self.meta[k]) for k in ("num_docs", "num_sentences", "num_tokens"))
+            version = self.meta["format_version"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise DataError(f"{directory / META}: unreadable cache metadata ({e}); delete {directory}") from None
+        if version != FORMAT_VERSION:
+            raise DataError(f"{directory}: cache format {version}, this code reads {FORMAT_VERSION}; delete it")
+        self.tokens = _map(directory / TOKENS, np.int32, n_tok)
+        self.sentence_offsets = _map(directory / SENTENCES, np.int64, n_sent + 1)
+        self.doc_offsets = _map(directory / DOCS, np.int64, n_doc + 1)
+        self.doc_keys = _map(directory / KEYS, np.int64, n_doc)
+        ends = (self.sentence_offsets[0], self.sentence_offsets[-1], self.doc_offsets[0], self.doc_offsets[-1])
+        if tuple(int(e) for e in ends) != (0, n_tok, 0, n_sent):
+            raise DataError(f"{directory}: offsets do not match meta.json counts; the cache is corrupt: "
+                            "delete it and it will be rebuilt")
+        self.num_docs, self.num_sentences, self.num_tokens = n_doc, n_sent, n_tok
+
+
+class TokenCache:
+    """One or more shards presented as a single corpus of documents of sentences of token ids, in
+    source-key order (shard order where keys are already sorted, e.g. a single shard)."""
+
+    def __init__(self, shards: list[_Shard], directory: Path):
+        self.directory = directory
+        self._shards = shards
+        counts = np.array([s.num_docs for s in shards], dtype=np.int64)
+        self._doc_base = np.concatenate([[0], np.cumsum(counts)])
+        self.num_docs = int(self._doc_base[-1])
+        keys = np.concatenate([np.asarray(s.doc_keys) for s in shards]) if shards else np.zeros(0, np.int64)
+        self._order = None  # global doc -> shard-order doc; None: identity
+        if keys.size and not np.all(keys[1:] > keys[:-1]):
+            self._order = np.argsort(keys, kind="stable")
+            ordered = keys[self._order]
+            if np.any(ordered[1:] == ordered[:-1]):
+                raise DataError(f"{directory}: shards hold documents with the same source key; the shards "
+                                "come from different builds: delete the directory to rebuild")
+        self.num_sentences = sum(s.num_sentences for s in shards)
+        self.num_tokens = sum(s.num_tokens for s in shards)
+        first = shards[0].meta
+        self.meta = {"fingerprint": first.get("fingerprint"), "tokenizer": first.get("tokenizer"),
+                     "num_docs": self.num_docs, "num_sentences": self.num_sentences,
+                     "num_tokens": self.num_tokens, "shards": [s.meta for s in shards]}
+
+    @classmethod
+    def open(cls, directory, num_shards: int | None = None, fingerprint: str | None = None) -> "TokenCache":
+        """A shard directory, or a directory of ``shard-*-of-N`` (``num_shards`` picks N when several)."""
+        directory = Path(directory)
+        if (directory / META).exists() or (directory / COMPLETE).exists():
+            shards = [_Shard(directory)]
+        else:
+            names = (_SHARD_NAME.fullmatch(p.name) for p in directory.glob("shard-*-of-*"))
+            totals = sorted({int(m.group(1)) for m in names if m})
+            if num_shards is None and len(totals) > 1:
+                raise DataError(f"{directory}: holds shards for {totals} processes; pass num_shards")
+            n = num_shards if num_shards is not None else (totals[0] if totals else 0)
+            if not n:
+                raise DataError(f"{directory}: no token cache here (no {META} and no shard-*-of-* folders)")
+            paths = [directory / f"shard-{i:05d}-of-{n:05d}" for i in range(n)]
+            missing = [p.name for p in paths if not p.is_dir()]
+            if missing:
+                raise DataError(f"{directory}: missing shard(s) {', '.join(missing[:4])}: every process must "
+                                "build its shard before the cache is opened (shared output directory?)")
+            shards = [_Shard(p) for p in paths]
+        if fingerprint is not None:
+            for s in shards:
+                if s.meta.get("fingerprint") != fingerprint:
+                    raise DataError(f"{s.directory}: built for other inputs or tokenizer; delete it to rebuild")
+        return cls(shards, directory)
+
+    def _locate(self, d: int) -> tuple[_Shard, int]:
+        if not 0 <= d < self.num_docs:
+            raise IndexError(f"document {d} out of range [0, {self.num_docs})")
+        if self._order is not None:
+            d = int(self._order[d])
+        s = int(np.searchsorted(self._doc_base, d, side="right")) - 1
+        return self._shards[s], d - int(self._doc_base[s])
+
+    def _sentence_range(self, d: int) -> tuple[_Shard, int, int]:
+        shard, local = self._locate(int(d))
+        return shard, int(shard.doc_offsets[local]), int(shard.doc_offsets[local + 1])
+
+    def doc_sentence_lengths(self, d: int) -> np.ndarray:
+        """int32 [num sentences of document d]: token count of each sentence."""
+        shard, a, b = self._sentence_range(d)
+        return np.diff(shard.sentence_offsets[a: b + 1]).astype(np.int32)
+
+    def doc_tokens(self, d: int, first_sentence: int = 0, last_sentence: int | None = None) -> np.ndarray:
+        """int32 tokens of sentences [first, last) of document d, concatenated (a view of the memmap)."""
+        shard, a, b = self._sentence_range(d)
+        last = b - a if last_sentence is None else last_sentence
+        if not 0 <= first_sentence <= last <= b - a:
+            raise IndexError(f"sentences [{first_sentence}, {last}) out of range for document {d} of {b - a}")
+        lo, hi = shard.sentence_offsets[a + first_sentence], shard.sentence_offsets[a + last]
+        return np.asarray(shard.tokens[lo:hi])
+
+    def document(self, d: int) -> list[np.ndarray]:
+        """The sentences of document d as int32 arrays."""
+        shard, a, b = self._sentence_range(d)
+        offsets = shard.sentence_offsets[a: b + 1]
+        tokens = np.asarray(shard.tokens[offsets[0]: offsets[-1]])
+        return np.split(tokens, (offsets[1:-1] - offsets[0]).astype(np.int64))
+
+    def doc_num_sentences(self) -> np.ndarray:
+        """int64 [num_docs]: sentences per document, in global order."""
+        counts = np.concatenate([np.diff(s.doc_offsets) for s in self._shards]).astype(np.int64)
+        return counts if self._order is None else counts[self._order]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Building
+
+
+class _ShardWriter:
+    """Appends tokenized batches to the three flat files; holds one batch in memory at a time."""
+
+    def __init__(self, directory: Path):
+        self._files = {n: open(directory / n, "wb", buffering=1 << 20) for n in (TOKENS, SENTENCES, DOCS, KEYS)}
+        self._files[SENTENCES].write(np.zeros(1, np.int64).tobytes())
+        self.num_docs = self.num_sentences = self.num_tokens = self.dropped_sentences = 0
+        self._last_doc = -1
+
+    def add(self, flat: np.ndarray, lengths: np.ndarray, doc_ids: np.ndarray, doc_keys: np.ndarray) -> None:
+        keep = lengths > 0
+        self.dropped_sentences += int((~keep).sum())
+        lengths, doc_ids, doc_keys = lengths[keep], doc_ids[keep], doc_keys[keep]
+        if not len(lengths):
+            return
+        self._files[TOKENS].write(np.ascontiguousarray(flat, np.int32).tobytes())
+        self._files[SENTENCES].write((self.num_tokens + np.cumsum(lengths)).astype(np.int64).tobytes())
+        previous = np.concatenate([[self._last_doc], doc_ids[:-1]])
+        starts = np.flatnonzero(doc_ids != previous)
+        self._files[DOCS].write((self.num_sentences + starts).astype(np.int64).tobytes())
+        self._files[KEYS].write(doc_keys[starts].astype(np.int64).tobytes())
+        self.num_docs += len(starts)
+        self._last_doc = int(doc_ids[-1])
+        self.num_sentences += len(lengths)
+        self.num_tokens += int(lengths.sum())
+
+    def close(self) -> None:
+        self._files[DOCS].write(np.array([self.num_sentences], np.int64).tobytes())
+        for f in self._files.values():
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+
+
+def _sentence_batches(documents: Iterable, keyed: bool, batch_sentences: int,
+                      counts: dict) -> Iterator[tuple[list[str], np.ndarray, np.ndarray]]:
+    """(sentences, running document index of each, document key of each) in batches of about
+    ``batch_sentences`` sentences; a document may span batches."""
+    texts: list[str] = []
+    doc_ids: list[int] = []
+    keys: list[int] = []
+    for d, item in enumerate(documents):
+        key, doc = item if keyed else (d, item)
+        counts["input_docs"] = d + 1
+        texts.extend(doc)
+        doc_ids.extend([d] * len(doc))
+        keys.extend([key] * len(doc))
+        if len(texts) >= batch_sentences:
+            yield texts, np.asarray(doc_ids, np.int64), np.asarray(keys, np.int64)
+            texts, doc_ids, keys = [], [], []
+    if texts:
+        yield texts, np.asarray(doc_ids, np.int64), np.asarray(keys, np.int64)
+
+
+class _Failure:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def _background(items: Iterable, depth: int = 4) -> Iterator:
+    """Runs the iterator in a thread (reading and sentence splitting overlap the GIL-free tokenizer)."""
+    q: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+    done = object()
+
+    def put(x) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(x, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def run() -> None:
+        try:
+            for x in items:
+                if not put(x):
+                    return
+            put(done)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
+            put(_Failure(e))
+
+    thread = threading.Thread(target=run, daemon=True, name="token-cache-reader")
+    thread.start()
+    try:
+        while (x := q.get()) is not done:
+            if isinstance(x, _Failure):
+                raise x.exc
+            yield x
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def build_cache(documents: Callable[[], Iterable[Document]] | Iterable[Document], tokenizer: Tokenizer,
+                directory, *, fingerprint: str, meta: dict | None = None, keyed: bool = False,
+                batch_sentences: int = 4096, background: bool = True) -> TokenCache:
+    """Tokenizes ``documents`` into the shard directory ``directory`` (atomically) and opens it.
+    ``keyed``: the iterable yields (int64 source key, document) pairs (``corpus.iter_keyed_documents``);
+    otherwise a document's key is its position in the stream."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    counts = {"input_docs": 0}
+    start = time.perf_counter()
+    try:
+        docs = documents() if callable(documents) else documents
+        batches = _sentence_batches(docs, keyed, batch_sentences, counts)
+        writer = _ShardWriter(tmp)
+        for texts, doc_ids, keys in (_background(batches) if background else batches):
+            flat, lengths = tokenizer.encode_batch_flat(texts)
+            writer.add(flat, lengths, doc_ids, keys)
+        writer.close()
+        info = {"format_version": FORMAT_VERSION, "fingerprint": fingerprint, "num_docs": writer.num_docs,
+                "num_sentences": writer.num_sentences, "num_tokens": writer.num_tokens,
+                "dropped_sentences": writer.dropped_sentences,
+                "dropped_docs": counts["input_docs"] - writer.num_docs,
+                "tokenizer": {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size,
+                              "fingerprint": tokenizer.fingerprint(), "pad_id": tokenizer.pad_id,
+                              "unk_id": tokenizer.unk_id, "cls_id": tokenizer.cls_id,
+                              "sep_id": tokenizer.sep_id, "mask_id": tokenizer.mask_id},
+                "build_seconds": round(time.perf_counter() - start, 3), **(meta or {})}
+        (tmp / META).write_text(json.dumps(info, indent=1), encoding="utf-8")
+        (tmp / COMPLETE).write_text("ok\n")
+        if directory.exists():  # a stale or corrupt shard: move it aside, then swap in the new one
+            trash = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-", dir=directory.parent))
+            os.replace(directory, trash / "old")
+            shutil.rmtree(trash, ignore_errors=True)
+        os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return TokenCache.open(directory, fingerprint=fingerprint)
+
+
+def corpus_sources(cfg: DataConfig) -> list[dict]:
+    """What the cache key depends on besides the tokenizer and format settings."""
+    spec = cfg.corpus.strip()
+    if spec == "embedded":
+        return [{"embedded": sys.version, "stdlib": str(Path(os.__file__).parent)}]
+    if spec.startswith("tfds:"):
+        return [{"tfds": spec}]
+    out = []
+    for p in resolve_files(spec):
+        check_file(p)
+        st = p.stat()
+        out.append({"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    return out
+
+
+def build_shard(cfg: DataConfig, tokenizer: Tokenizer, directory, process_index: int = 0,
+                process_count: int = 1) -> tuple[Path, str]:
+    """Builds this process's shard unless a complete one with the same key exists; returns (cache root,
+    key). Files are validated (exist, non-empty, not binary) before anything is written."""
+    check_process(process_index, process_count)
+    sources = corpus_sources(cfg)
+    settings = {"corpus": cfg.corpus.strip(), "format": cfg.format, "doc_max_sentences": cfg.doc_max_sentences,
+                "max_line_bytes": cfg.max_line_bytes, "format_version": FORMAT_VERSION,
+                "reader_version": READER_VERSION}
+    blob = json.dumps({"tokenizer": tokenizer.fingerprint(), "sources": sources, "settings": settings},
+                      sort_keys=True)
+    key = hashlib.sha256(blob.encode()).hexdigest()[:20]
+    root = Path(directory) / f"{tokenizer.kind}-{key}"
+    shard_dir = root / f"shard-{process_index:05d}-of-{process_count:05d}"
+    try:
+        reuse = _Shard(shard_dir).meta.get("fingerprint") == key
+    except DataError:
+        reuse = False
+    if not reuse:
+        mine = sources[process_index::process_count] if "path" in sources[0] else sources
+        build_cache(lambda: iter_keyed_documents(cfg, process_index, process_count), tokenizer, shard_dir,
+                    fingerprint=key, keyed=True, meta={"sources": mine, "settings": settings,
+                                                       "process_index": process_index,
+                                                       "process_count": process_count})
+    return root, key
+
+
+def build_or_load_cache(cfg: DataConfig, tokenizer: Tokenizer, directory, process_index: int = 0,
+                        process_count: int = 1, barrier: Callable[[], None] = lambda: None) -> TokenCache:
+    """``build_shard`` for this process, then ``barrier()``, then all ``process_count`` shards opened as
+    one corpus. Reopening with unchanged inputs reads nothing but meta.json and maps the arrays."""
+    root, key = build_shard(cfg, tokenizer, directory, process_index, process_count)
+    barrier()
+    return TokenCache.open(root, num_shards=process_count, fingerprint=key)

@@ -1,0 +1,185 @@
+"""BERT MLM+NSP examples streamed through tf.data: deterministic, stateless, independent of the host count.
+
+Pipeline (google-research/bert create_pretraining_data.py, made streaming):
+
+1. ``nsp.iter_plan`` walks the global example stream (pass 0, pass 1, ...) on sentence lengths only.
+2. A Python generator keeps this process's rows of every global batch (global batch ``b`` = examples
+   ``[b*G, (b+1)*G)``; process ``p`` of ``P`` takes rows ``[p*G/P, (p+1)*G/P)`` of each) and yields them as one
+   local batch: the untruncated A and B token runs, flat (numpy slices of the source, no per-token Python).
+3. ``build_features`` (TensorFlow, batched, parallel ``map``) truncates the pair, lays out
+   ``[CLS] A [SEP] B [SEP]``, sets segment ids (0 through the first [SEP], 1 after), masks and pads.
+
+Every random choice is keyed on (seed, global example index) -- the index also fixes the pass -- through
+counter-based stateless Philox (see ``masking``), so the union over processes of their local batches equals the
+single-process batch, and resuming at ``start_index`` gives exactly the tail of a run from 0.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+
+import numpy as np
+import tensorflow as tf
+
+from ptm_jax.config import DataConfig
+from ptm_jax.data.pretraining import masking, nsp
+from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds
+from ptm_jax.errors import ConfigError, DataError
+
+FEATURE_DTYPES = {
+    "input_ids": np.int32, "input_mask": np.int32, "segment_ids": np.int32,
+    "masked_lm_positions": np.int32, "masked_lm_ids": np.int32, "masked_lm_weights": np.float32,
+    "next_sentence_labels": np.int32, "example_id": np.int64,
+}
+
+
+def _generator_signature(rows: int) -> dict[str, tf.TensorSpec]:
+    return {
+        "a_ids": tf.TensorSpec([None], tf.int32), "a_len": tf.TensorSpec([rows], tf.int32),
+        "b_ids": tf.TensorSpec([None], tf.int32), "b_len": tf.TensorSpec([rows], tf.int32),
+        "index": tf.TensorSpec([rows], tf.int64),
+        "is_random_next": tf.TensorSpec([rows], tf.int32),
+    }
+
+
+def _pack(a: list[np.ndarray], b: list[np.ndarray], meta: list[tuple[int, int]],
+          vocab_size: int) -> dict[str, np.ndarray]:
+    a_ids = np.concatenate(a).astype(np.int32, copy=False)
+    b_ids = np.concatenate(b).astype(np.int32, copy=False)
+    meta_arr = np.asarray(meta, dtype=np.int64)
+    for name, flat in (("A", a_ids), ("B", b_ids)):
+        if flat.size and (flat.max() >= vocab_size or flat.min() < 0):
+            bad = int(flat.max() if flat.max() >= vocab_size else flat.min())
+            raise DataError(f"token id {bad} in segment {name} of examples {meta_arr[0, 0]}..{meta_arr[-1, 0]} "
+                            f"is outside the vocabulary [0, {vocab_size}): the token cache was built with a "
+                            "different vocabulary; rebuild it (delete data.cache_dir)")
+    return {
+        "a_ids": a_ids, "a_len": np.fromiter((x.size for x in a), np.int32, len(a)),
+        "b_ids": b_ids, "b_len": np.fromiter((x.size for x in b), np.int32, len(b)),
+        "index": meta_arr[:, 0], "is_random_next": meta_arr[:, 1].astype(np.int32),
+    }
+
+
+def local_batches(source: DocumentSource, cfg: DataConfig, *, seed: int, start_index: int, global_batch: int,
+                  process_index: int, process_count: int, vocab_size: int,
+                  epochs: int | None) -> Iterator[dict[str, np.ndarray]]:
+    """This process's rows of every complete global batch, as flat untruncated A/B token runs.
+
+    A local batch is released only once its whole global batch exists in the plan, so with ``epochs`` set the
+    final partial global batch is dropped on every process alike.
+    """
+    rows = global_batch // process_count
+    lo, hi = process_index * rows, (process_index + 1) * rows
+    a: list[np.ndarray] = []
+    b: list[np.ndarray] = []
+    meta: list[tuple[int, int]] = []   # (global index, is_random_next)
+    ready: deque[tuple[int, dict[str, np.ndarray]]] = deque()   # (last global index needed, local batch)
+    for rec in nsp.iter_plan(source, cfg, seed, start_index, epochs=epochs):
+        if not len(rec):
+            continue
+        r = rec["index"] % global_batch
+        for (index, _epoch, doc, a_first, a_last, b_doc, b_first, b_last, is_random, *_) in \
+                rec[(r >= lo) & (r < hi)].tolist():
+            a.append(source.doc_tokens(doc, a_first, a_last))
+            b.append(source.doc_tokens(b_doc, b_first, b_last))
+            meta.append((index, is_random))
+            if len(meta) == rows:
+                if index >= masking.MAX_INDEX:
+                    raise ConfigError(f"example {index} is beyond the supported stream (index < 2^40)")
+                last_needed = (index // global_batch + 1) * global_batch - 1
+                ready.append((last_needed, _pack(a, b, meta, vocab_size)))
+                a, b, meta = [], [], []
+        seen = int(rec["index"][-1])
+        while ready and ready[0][0] <= seen:
+            yield ready.popleft()[1]
+
+
+def build_features(batch: dict[str, tf.Tensor], special: SpecialIds, cfg: DataConfig, *,
+                   seed: int) -> dict[str, tf.Tensor]:
+    """Truncate, lay out, segment, mask and pad a local batch (all TensorFlow ops, no Python per example)."""
+    length = cfg.max_seq_length
+    a_len, b_len = batch["a_len"], batch["b_len"]
+    pops_a, pops_b = masking.truncation_pops(a_len, b_len, length - 3)
+    front_a, front_b = masking.truncation_fronts(seed, batch["index"], pops_a, pops_b)
+    uniforms = masking.mask_uniforms(seed, batch["index"], length)
+    keep_a, keep_b = a_len - pops_a, b_len - pops_b
+    a_start = tf.cumsum(a_len, exclusive=True) + front_a
+    b_start = tf.cumsum(b_len, exclusive=True) + front_b
+    pos = tf.range(length)[None, :]
+    first_sep = keep_a + 1
+    seq_len = keep_a + keep_b + 3
+    in_a = (pos >= 1) & (pos <= keep_a[:, None])
+    in_b = (pos > first_sep[:, None]) & (pos < seq_len[:, None] - 1)
+    a_tok = tf.gather(batch["a_ids"], tf.clip_by_value(a_start[:, None] + pos - 1, 0,
+                                                       tf.maximum(tf.size(batch["a_ids"]) - 1, 0)))
+    b_tok = tf.gather(batch["b_ids"], tf.clip_by_value(b_start[:, None] + pos - first_sep[:, None] - 1, 0,
+                                                       tf.maximum(tf.size(batch["b_ids"]) - 1, 0)))
+    ids = tf.where(in_a, a_tok, tf.where(in_b, b_tok, special.pad))
+    is_sep = tf.equal(pos, first_sep[:, None]) | tf.equal(pos, seq_len[:, None] - 1)
+    ids = tf.where(is_sep, special.sep, tf.where(tf.equal(pos, 0), special.cls, ids))
+    input_mask = pos < seq_len[:, None]
+    segment_ids = (pos > first_sep[:, None]) & input_mask
+    masked = masking.mask_tokens(ids, seq_len, first_sep, uniforms, special,
+                                 masked_lm_prob=cfg.masked_lm_prob, max_predictions=cfg.max_predictions_per_seq,
+                                 whole_word=cfg.whole_word_masking)
+    return {
+        "input_ids": masked["input_ids"],
+        "input_mask": tf.cast(input_mask, tf.int32),
+        "segment_ids": tf.cast(segment_ids, tf.int32),
+        "masked_lm_positions": masked["masked_lm_positions"],
+        "masked_lm_ids": masked["masked_lm_ids"],
+        "masked_lm_weights": masked["masked_lm_weights"],
+        "next_sentence_labels": batch["is_random_next"],
+        "example_id": batch["index"],
+    }
+
+
+def _check_args(source: DocumentSource, special: SpecialIds, cfg: DataConfig, seed: int, start_index: int,
+                global_batch: int, process_index: int, process_count: int) -> None:
+    nsp.check_seed(seed)
+    if process_count < 1 or not 0 <= process_index < process_count:
+        raise ConfigError(f"process_index={process_index} must be in [0, process_count={process_count})")
+    if global_batch < 1 or global_batch % process_count:
+        raise ConfigError(f"global batch {global_batch} must be a positive multiple of the process count "
+                          f"{process_count}")
+    if start_index < 0 or start_index % global_batch:
+        raise ConfigError(f"start_index={start_index} must be a non-negative multiple of the global batch "
+                          f"{global_batch} (the data cursor is step * global_batch)")
+    if not 0 < cfg.max_predictions_per_seq <= cfg.max_seq_length:
+        raise ConfigError(f"data.max_predictions_per_seq={cfg.max_predictions_per_seq} must be in "
+                          f"(0, max_seq_length={cfg.max_seq_length}]")
+    if cfg.whole_word_masking and special.continuation is None:
+        raise ConfigError("data.whole_word_masking=true needs a tokenizer that marks word-continuation pieces "
+                          "(SpecialIds.continuation is missing)")
+    if source.num_docs < 1:
+        raise DataError("the pretraining corpus has no documents; check data.corpus and data.eval_documents")
+    max_id = getattr(source, "max_token_id", None)  # sources that know it are checked up front, others per batch
+    if max_id is not None and max_id >= special.vocab_size:
+        raise DataError(f"the corpus holds token id {max_id}, outside the vocabulary [0, {special.vocab_size}): "
+                        "it was tokenized with a different vocabulary; rebuild the token cache "
+                        "(delete data.cache_dir)")
+
+
+def mlm_nsp_dataset(source: DocumentSource, special: SpecialIds, cfg: DataConfig, *, seed: int, start_index: int,
+                    global_batch: int, process_index: int = 0, process_count: int = 1,
+                    repeat: bool = True) -> tf.data.Dataset:
+    """This process's batches of BERT MLM+NSP features, from global example ``start_index`` on.
+
+    Features ([rows] leading dim, rows = global_batch / process_count): input_ids, input_mask, segment_ids
+    [rows, L] int32; masked_lm_positions, masked_lm_ids [rows, P] int32; masked_lm_weights [rows, P] float32;
+    next_sentence_labels [rows] int32 (1 = random next); example_id [rows] int64. ``repeat=False`` stops after
+    pass 0 (evaluation), dropping its final partial global batch.
+    """
+    _check_args(source, special, cfg, seed, start_index, global_batch, process_index, process_count)
+    rows = global_batch // process_count
+
+    def gen() -> Iterator[dict[str, np.ndarray]]:
+        yield from local_batches(source, cfg, seed=seed, start_index=start_index, global_batch=global_batch,
+                                 process_index=process_index, process_count=process_count,
+                                 vocab_size=special.vocab_size, epochs=None if repeat else 1)
+
+    ds = tf.data.Dataset.from_generator(gen, output_signature=_generator_signature(rows))
+    # Plain TF code (explicit while_loop), so autograph conversion is skipped: it only slows tracing.
+    build = tf.autograph.experimental.do_not_convert(lambda batch: build_features(batch, special, cfg, seed=seed))
+    ds = ds.map(build, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,331 @@
+"""`ptm import-hf | export | embed | predict`: command handlers and the batched inference they share.
+
+The lead registers them in ``ptm_jax/cli.py`` with ``register(subparsers)``; each handler returns an exit
+code and raises ``PtmError`` subclasses for user errors. Inference runs one jitted forward over fixed-size
+batches: texts are sorted by length, each batch is padded to the smallest of a few bucket lengths, and the
+last batch is padded with empty rows, so a whole file compiles at most ``len(BUCKETS)`` times. Inputs are
+``[CLS] a [SEP] (b [SEP])`` with BERT's pair truncation (google-research/bert run_classifier.py
+``_truncate_seq_pair``: drop from the end of the longer segment, the second one on ties).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ptm_jax.config import ModelConfig, to_dict
+from ptm_jax.errors import ConfigError, DataError
+
+BUCKETS = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+_COMPILED: dict[tuple, Callable] = {}  # jitted forwards by (kind, model config, options): compiled once
+
+
+# ----------------------------------------------------------------------------------------------------
+# Text input
+
+
+def read_lines(source: str) -> list[str]:
+    """Lines of a UTF-8 file, or of stdin for '-'; every line is kept (an empty line is an empty text)."""
+    if source == "-":
+        data, name = sys.stdin.buffer.read(), "<stdin>"
+    else:
+        p = Path(source)
+        if not p.is_file():
+            raise DataError(f"{p}: input file not found; pass a text file with one example per line, or '-'")
+        data, name = p.read_bytes(), str(p)
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    for lineno, line in enumerate(lines, 1):
+        try:
+            out.append(line.rstrip(b"\r").decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise DataError(f"{name}:{lineno}: not UTF-8 ({e.reason} at byte {e.start}); re-encode the file "
+                            "as UTF-8") from None
+    return out
+
+
+def truncate_pair(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
+    """Lengths after popping tokens from the longer segment (the second on ties) until a + b <= budget."""
+    excess = len_a + len_b - budget
+    if excess <= 0:
+        return len_a, len_b
+    if len_a > len_b and excess <= len_a - len_b:
+        return len_a - excess, len_b
+    if len_b >= len_a and excess <= len_b - len_a:
+        return len_a, len_b - excess
+    return (budget + 1) // 2, budget // 2
+
+
+def encode_inputs(tokenizer, texts: Sequence[str], pairs: Sequence[str] | None, max_length: int
+                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Token ids with [CLS]/[SEP] and segment ids per example, truncated to ``max_length``."""
+    if max_length < 3 + (pairs is not None):
+        raise ConfigError(f"--max-length={max_length} is too short")
+    a_ids = tokenizer.encode_batch(list(texts))
+    b_ids = tokenizer.encode_batch(list(pairs)) if pairs is not None else None
+    cls, sep = np.array([tokenizer.cls_id], np.int32), np.array([tokenizer.sep_id], np.int32)
+    ids, segs = [], []
+    for i, a in enumerate(a_ids):
+        if b_ids is None:
+            x = np.concatenate([cls, np.asarray(a[: max_length - 2], np.int32), sep])
+            ids.append(x)
+            segs.append(np.zeros(len(x), np.int32))
+            continue
+        la, lb = truncate_pair(len(a), len(b_ids[i]), max_length - 3)
+        first = np.concatenate([cls, np.asarray(a[:la], np.int32), sep])
+        second = np.concatenate([np.asarray(b_ids[i][:lb], np.int32), sep])
+        ids.append(np.concatenate([first, second]))
+        segs.append(np.concatenate([np.zeros(len(first), np.int32), np.ones(len(second), np.int32)]))
+    return ids, segs
+
+
+# ----------------------------------------------------------------------------------------------------
+# Batched jitted forward
+
+
+def _bucket(n: int, max_length: int) -> int:
+    return min([b for b in BUCKETS if b >= n] + [max(n, max_length)])
+
+
+def run_batched(fn: Callable, params: Any, ids: list[np.ndarray], segs: list[np.ndarray], max_length: int,
+                batch_size: int) -> np.ndarray:
+    """Applies ``fn(params, input_ids, input_mask, segment_ids) -> [B, ...]`` over fixed-size batches in
+    length order; returns the rows in input order."""
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size={batch_size} must be at least 1")
+    n = len(ids)
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=n)
+    order = np.argsort(lengths, kind="stable")
+    out: np.ndarray | None = None
+    for start in range(0, n, batch_size):
+        rows = order[start:start + batch_size]
+        width = _bucket(int(lengths[rows].max()), max_length)
+        x = np.zeros((3, batch_size, width), np.int32)
+        for j, r in enumerate(rows):
+            x[0, j, : lengths[r]] = ids[r]
+            x[1, j, : lengths[r]] = 1
+            x[2, j, : lengths[r]] = segs[r]
+        y = np.asarray(fn(params, x[0], x[1], x[2]))[: len(rows)]
+        if out is None:
+            out = np.zeros((n,) + y.shape[1:], y.dtype)
+        out[rows] = y
+    return out if out is not None else np.zeros((0,), np.float32)
+
+
+def _inference_cfg(cfg: ModelConfig) -> ModelConfig:
+    import dataclasses
+
+    return dataclasses.replace(cfg, remat="none", hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def embed_texts(params: dict, cfg: ModelConfig, tokenizer, texts: Sequence[str], *, pooling: str = "mean",
+                max_length: int = 128, batch_size: int = 64, normalize: bool = False) -> np.ndarray:
+    """float32 [N, H] sentence vectors: the attention-mask mean (or the [CLS] state) of the last layer."""
+    import jax
+    import jax.numpy as jnp
+
+    from ptm_jax.models.bert import BertModel
+
+    if pooling not in ("mean", "cls"):
+        raise ConfigError(f"--pooling={pooling!r}: expected 'mean' or 'cls'")
+    max_length = min(max_length, cfg.max_position_embeddings)
+    key = ("embed", json.dumps(to_dict(cfg), sort_keys=True), pooling, normalize)
+    if key not in _COMPILED:
+        model = BertModel(_inference_cfg(cfg), add_pooler=False)
+
+        def fn(p, input_ids, input_mask, segment_ids):
+            h, _ = model.apply({"params": p}, input_ids, input_mask, segment_ids)
+            h = h.astype(jnp.float32)
+            if pooling == "cls":
+                v = h[:, 0]
+            else:
+                m = input_mask[..., None].astype(jnp.float32)
+                v = jnp.sum(h * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1e-9)
+            if normalize:
+                v = v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
+            return v
+
+        _COMPILED[key] = jax.jit(fn)
+    ids, segs = encode_inputs(tokenizer, texts, None, max_length)
+    out = run_batched(_COMPILED[key], jax.device_put(params["bert"]), ids, segs, max_length, batch_size)
+    return out.reshape(len(texts), cfg.hidden_size).astype(np.float32)
+
+
+def classify_texts(params: dict, cfg: ModelConfig, num_labels: int, tokenizer, texts: Sequence[str],
+                   pairs: Sequence[str] | None = None, *, max_length: int = 128, batch_size: int = 64
+                   ) -> np.ndarray:
+    """float32 [N, num_labels] logits of a sequence classifier."""
+    import jax
+
+    from ptm_jax.models.task_heads import BertForSequenceClassification
+
+    max_length = min(max_length, cfg.max_position_embeddings)
+    key = ("classify", json.dumps(to_dict(cfg), sort_keys=True), num_labels)
+    if key not in _COMPILED:
+        model = BertForSequenceClassification(_inference_cfg(cfg), num_labels)
+        _COMPILED[key] = jax.jit(lambda p, i, m, s: model.apply({"params": p}, i, m, s))
+    ids, segs = encode_inputs(tokenizer, texts, pairs, max_length)
+    out = run_batched(_COMPILED[key], jax.device_put(params), ids, segs, max_length, batch_size)
+    return out.reshape(len(texts), num_labels).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Handlers
+
+
+def _load(model: str):
+    from ptm_jax.export.params import load_params, load_tokenizer
+
+    params, cfg, info, tok_dir = load_params(model)
+    return params, cfg, info, load_tokenizer(info, tok_dir)
+
+
+def cmd_import_hf(args: argparse.Namespace) -> int:
+    from ptm_jax.export.hf_bert import import_hf_to_params_dir
+    from ptm_jax.export.params import load_params
+
+    out = import_hf_to_params_dir(args.dir, args.out, head=args.head, overwrite=args.force)
+    _, cfg, info, _ = load_params(out)
+    print(f"imported {args.dir} -> {out}: head {info['head']}, {cfg.num_layers} layers, hidden "
+          f"{cfg.hidden_size}, vocab {cfg.vocab_size}" + (f"; dropped {', '.join(info['dropped'])}"
+                                                         if info.get("dropped") else ""))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ptm_jax.export import params as params_lib
+
+    if args.format == "hf":
+        from ptm_jax.export.hf_bert import export_hf
+
+        report = export_hf(args.src, args.out, overwrite=args.force)
+        print(f"exported {args.src} -> {args.out} ({report['architecture']}, {report['tensors']} tensors"
+              + (f"; left out {', '.join(report['left_out'])}" if report["left_out"] else "") + ")")
+        return 0
+    params, cfg, info, tok_dir = params_lib.load_params(args.src)
+    head = info.pop("head")
+    if args.format == "npz":
+        params_lib.save_npz(args.out, params, cfg, head, info)
+    else:
+        files = [tok_dir / f for f in (info.get("tokenizer") or {}).get("files", [])] if tok_dir else []
+        params_lib.save_params(args.out, params, cfg, head, info, files, overwrite=args.force)
+    print(f"exported {args.src} -> {args.out} ({args.format}, head {head})")
+    return 0
+
+
+def _write_embeddings(vectors: np.ndarray, texts: list[str], out: str | None) -> None:
+    if out and out.endswith(".npy"):
+        np.save(out, vectors)
+        return
+    if out and not out.endswith(".jsonl"):
+        raise ConfigError(f"--out {out}: use a .npy or .jsonl file name (or omit it for JSON lines on stdout)")
+    f = open(out, "w", encoding="utf-8") if out else sys.stdout
+    try:
+        for t, v in zip(texts, vectors):
+            f.write(json.dumps({"text": t, "embedding": [round(float(x), 7) for x in v]}) + "\n")
+    finally:
+        if out:
+            f.close()
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    params, cfg, info, tok = _load(args.model)
+    st = info.get("sentence_transformers") or {}
+    texts = read_lines(args.input)
+    vectors = embed_texts(params, cfg, tok, texts, pooling=args.pooling or st.get("pooling", "mean"),
+                          max_length=args.max_length or st.get("max_seq_length", 128),
+                          batch_size=args.batch_size,
+                          normalize=st.get("normalize", False) if args.normalize is None else args.normalize)
+    _write_embeddings(vectors, texts, args.out)
+    if args.out:
+        print(f"{len(texts)} embeddings of size {vectors.shape[1] if vectors.ndim == 2 else 0} -> {args.out}",
+              file=sys.stderr)
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    params, cfg, info, tok = _load(args.model)
+    if info["head"] != "sequence_classification":
+        raise ConfigError(f"{args.model}: is a {info['head']} model; predict needs a finetuned sequence "
+                          "classifier (head sequence_classification)")
+    n = int(info["num_labels"])
+    names = [str(x) for x in info.get("label_names") or range(n)]
+    lines = read_lines(args.input)
+    pairs = None
+    if args.pairs:
+        split = [line.split("\t", 1) for line in lines]
+        bad = [i + 1 for i, s in enumerate(split) if len(s) != 2]
+        if bad:
+            raise DataError(f"{args.input}:{bad[0]}: --pairs expects 'first<TAB>second' on every line "
+                            f"({len(bad)} line(s) lack a tab)")
+        lines, pairs = [s[0] for s in split], [s[1] for s in split]
+    logits = classify_texts(params, cfg, n, tok, lines, pairs, max_length=args.max_length,
+                            batch_size=args.batch_size)
+    if n == 1:
+        rows = [(f"{x[0]:.6g}", []) for x in logits]
+        header = ["index", "score"]
+    else:
+        z = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs = z / z.sum(axis=1, keepdims=True)
+        rows = [(names[int(np.argmax(p))], [f"{q:.6f}" for q in p]) for p in probs]
+        header = ["index", "prediction"] + [f"p_{x}" for x in names]
+    if args.out is None:
+        sys.stdout.write("".join(f"{label}\n" for label, _ in rows))
+        return 0
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write("\t".join(header) + "\n")
+        for i, (label, ps) in enumerate(rows):
+            f.write("\t".join([str(i), label] + ps) + "\n")
+    print(f"{len(rows)} predictions -> {args.out}", file=sys.stderr)
+    return 0
+
+
+HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "import-hf": cmd_import_hf, "export": cmd_export, "embed": cmd_embed, "predict": cmd_predict}
+
+
+def register(subparsers) -> None:
+    """Adds the subcommands; each parser gets ``handler=`` (call it with the parsed args)."""
+    from ptm_jax.export.params import HEADS
+
+    p = subparsers.add_parser("import-hf", help="convert a local Hugging Face BERT folder to a params directory",
+                              description="Reads config.json, model.safetensors (or pytorch_model.bin, "
+                              "weights only) and vocab.txt; writes a ptm_jax params directory.")
+    p.add_argument("dir", help="Hugging Face model folder (or a sentence-transformers folder)")
+    p.add_argument("--out", required=True, help="params directory to write")
+    p.add_argument("--head", choices=HEADS, default=None, help="override the head detected from the tensors")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.set_defaults(handler=cmd_import_hf)
+
+    p = subparsers.add_parser("export", help="export a run or params directory (hf | params | npz)")
+    p.add_argument("src", metavar="RUN_OR_PARAMS", help="params directory, run output dir, stage dir or "
+                   "checkpoints dir (latest step)")
+    p.add_argument("--format", choices=("hf", "params", "npz"), default="hf")
+    p.add_argument("--out", required=True, help="output folder (hf, params) or .npz file")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.set_defaults(handler=cmd_export)
+
+    for name, text in (("embed", "sentence embeddings of each input line"),
+                       ("predict", "labels of a finetuned sequence classifier for each input line")):
+        p = subparsers.add_parser(name, help=text, description=text)
+        p.add_argument("model", help="params directory, run directory or Hugging Face folder")
+        p.add_argument("input", nargs="?", default="-", help="text file, one example per line; '-' = stdin")
+        p.add_argument("--out", default=None, help=".npy or .jsonl (embed), .tsv (predict); default stdout"
+                       if name == "embed" else "TSV of index, label, probabilities; default: labels on stdout")
+        p.add_argument("--batch-size", type=int, default=64)
+        p.add_argument("--max-length", type=int, default=None if name == "embed" else 128,
+                       help="tokens per example incl. [CLS]/[SEP]")
+        if name == "embed":
+            p.add_argument("--pooling", choices=("mean", "cls"), default=None,
+                           help="default: the model's sentence-transformers pooling, else mean")
+            p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                           help="L2-normalise (default: as the sentence-transformers model does, else off)")
+        else:
+            p.add_argument("--pairs", action="store_true", help="each line is 'first<TAB>second'")
+        p.set_defaults(handler=HANDLERS[name])

@@ -1,0 +1,471 @@
+"""Hugging Face BERT checkpoints <-> ptm_jax parameter trees (both directions, strict).
+
+Tensor names and layouts follow transformers' ``models/bert/modeling_bert.py`` (``BertModel`` and the
+``BertFor*`` heads, ``bert.`` prefix on the encoder inside a head model); torch ``nn.Linear`` stores
+``[out, in]`` where Flax stores ``[in, out]``, and our attention projections keep the head axis separate
+(``[H, heads, head_dim]`` / ``[heads, head_dim, H]``). Every conversion is a transpose or a reshape, so
+import(export(x)) == x bit for bit.
+
+Import is strict: a missing tensor, an unexpected tensor or a shape mismatch is a ``CheckpointError`` that
+names the tensors. The only tolerated extras are the ones transformers itself ignores, by name: the
+``embeddings.position_ids`` buffer and the tied decoder copies (``cls.predictions.decoder.*``, which must
+equal the word embeddings / output bias they are tied to). A pooler in a checkpoint whose head has none in
+our model (token tagging, span QA) is dropped and reported in ``info['dropped']``, as transformers does.
+Weights are read from safetensors, or from ``pytorch_model.bin`` with ``torch.load(weights_only=True)`` only.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ptm_jax.config import ModelConfig
+from ptm_jax.errors import CheckpointError
+from ptm_jax.export import params as params_lib
+
+log = logging.getLogger(__name__)
+
+ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
+ARCHITECTURES = {  # our head -> transformers class
+    "encoder": "BertModel", "pretraining": "BertForPreTraining", "masked_lm": "BertForMaskedLM",
+    "sequence_classification": "BertForSequenceClassification", "token_classification": "BertForTokenClassification",
+    "question_answering": "BertForQuestionAnswering", "multiple_choice": "BertForMultipleChoice"}
+HEAD_OF_ARCH = {v: k for k, v in ARCHITECTURES.items()}
+POOLER_REQUIRED = {"pretraining", "sequence_classification", "multiple_choice"}
+NO_POOLER = {"token_classification", "question_answering"}  # our (and HF's) models have none
+IGNORED_BY_HF = ("embeddings.position_ids",)  # a non-persistent buffer in old checkpoints
+TIED = {"cls.predictions.decoder.weight": ("bert", "embeddings", "word_embeddings", "embedding"),
+        "cls.predictions.decoder.bias": ("mlm", "output_bias")}
+SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+                  "mask_token": "[MASK]"}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Name/layout rules
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One tensor: its HF name and shape, its path and shape in our tree. ``in_axes`` = k means our leading
+    k axes are torch's input axis, i.e. HF [out, in] = ours.reshape(prod(shape[:k]), -1).T; None: a reshape."""
+
+    hf: str
+    path: tuple[str, ...]
+    shape: tuple[int, ...]
+    hf_shape: tuple[int, ...]
+    in_axes: int | None = None
+
+    def to_ours(self, x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x.T if self.in_axes else x).reshape(self.shape)
+
+    def to_hf(self, x: np.ndarray) -> np.ndarray:
+        if self.in_axes:
+            x = x.reshape(int(np.prod(self.shape[: self.in_axes])), -1).T
+        return np.ascontiguousarray(x).reshape(self.hf_shape)
+
+
+def _linear(hf: str, path: tuple[str, ...], shape: tuple[int, ...], in_axes: int) -> Rule:
+    n_in = int(np.prod(shape[:in_axes]))
+    return Rule(hf, path, shape, (int(np.prod(shape)) // n_in, n_in), in_axes)
+
+
+def _dense(hf: str, path: tuple[str, ...], n_in: int, n_out: int) -> list[Rule]:
+    return [_linear(f"{hf}.weight", path + ("dense", "kernel"), (n_in, n_out), 1),
+            Rule(f"{hf}.bias", path + ("dense", "bias"), (n_out,), (n_out,))]
+
+
+def _norm(hf: str, path: tuple[str, ...], h: int) -> list[Rule]:
+    return [Rule(f"{hf}.weight", path + ("norm", "scale"), (h,), (h,)),
+            Rule(f"{hf}.bias", path + ("norm", "bias"), (h,), (h,))]
+
+
+def encoder_rules(cfg: ModelConfig, prefix: str, has_pooler: bool) -> list[Rule]:
+    """Rules of BertModel; ``prefix`` is '' (a bare BertModel checkpoint) or 'bert.'. Paths are loop layout."""
+    h, n, f = cfg.hidden_size, cfg.num_heads, cfg.intermediate_size
+    d = h // n
+    e = ("bert", "embeddings")
+    rules = [Rule(f"{prefix}embeddings.{name}.weight", e + (name, "embedding"), (rows, h), (rows, h))
+             for name, rows in (("word_embeddings", cfg.vocab_size), ("position_embeddings",
+                                cfg.max_position_embeddings), ("token_type_embeddings", cfg.type_vocab_size))]
+    rules += _norm(f"{prefix}embeddings.LayerNorm", e + ("norm",), h)
+    for i in range(cfg.num_layers):
+        hf, p = f"{prefix}encoder.layer.{i}", ("bert", "encoder", f"layers_{i}")
+        for name in ("query", "key", "value"):
+            rules += [_linear(f"{hf}.attention.self.{name}.weight", p + ("attention", name, "kernel"), (h, n, d), 1),
+                      Rule(f"{hf}.attention.self.{name}.bias", p + ("attention", name, "bias"), (n, d), (h,))]
+        rules += [_linear(f"{hf}.attention.output.dense.weight", p + ("attention", "output", "kernel"), (n, d, h), 2),
+                  Rule(f"{hf}.attention.output.dense.bias", p + ("attention", "output", "bias"), (h,), (h,))]
+        rules += _norm(f"{hf}.attention.output.LayerNorm", p + ("attention_norm",), h)
+        rules += _dense(f"{hf}.intermediate.dense", p + ("intermediate",), h, f)
+        rules += _dense(f"{hf}.output.dense", p + ("output",), f, h)
+        rules += _norm(f"{hf}.output.LayerNorm", p + ("output_norm",), h)
+    if has_pooler:
+        rules += _dense(f"{prefix}pooler.dense", ("bert", "pooler"), h, h)
+    return rules
+
+
+def head_rules(cfg: ModelConfig, head: str, num_labels: int) -> list[Rule]:
+    h = cfg.hidden_size
+    rules: list[Rule] = []
+    if head in ("pretraining", "masked_lm"):
+        rules += _dense("cls.predictions.transform.dense", ("mlm", "transform"), h, h)
+        rules += _norm("cls.predictions.transform.LayerNorm", ("mlm", "transform_norm"), h)
+        rules.append(Rule("cls.predictions.bias", ("mlm", "output_bias"), (cfg.vocab_size,), (cfg.vocab_size,)))
+    if head == "pretraining":
+        rules += _dense("cls.seq_relationship", ("nsp",), h, 2)
+    if head in ("sequence_classification", "token_classification", "multiple_choice"):
+        rules += _dense("classifier", ("classifier",), h, 1 if head == "multiple_choice" else num_labels)
+    if head == "question_answering":
+        rules += _dense("qa_outputs", ("qa_outputs",), h, 2)
+    return rules
+
+
+def all_rules(cfg: ModelConfig, head: str, num_labels: int, has_pooler: bool, prefix: str | None = None
+              ) -> list[Rule]:
+    if prefix is None:
+        prefix = "" if head == "encoder" else "bert."
+    return encoder_rules(cfg, prefix, has_pooler) + head_rules(cfg, head, num_labels)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Config
+
+
+def model_config_from_hf(hf: dict[str, Any], where: Path) -> ModelConfig:
+    """transformers BertConfig dict -> ModelConfig; refuses what our BERT cannot represent."""
+    if hf.get("model_type", "bert") != "bert":
+        raise CheckpointError(f"{where}: model_type={hf.get('model_type')!r}; only 'bert' checkpoints import here")
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise CheckpointError(f"{where}: position_embedding_type={hf['position_embedding_type']!r} is not "
+                              "supported (only 'absolute')")
+    if hf.get("is_decoder") or hf.get("add_cross_attention"):
+        raise CheckpointError(f"{where}: decoder / cross-attention BERT variants are not supported")
+    act = hf.get("hidden_act", "gelu")
+    if act not in ACT_FROM_HF:
+        raise CheckpointError(f"{where}: hidden_act={act!r} is not supported; expected one of "
+                              f"{', '.join(ACT_FROM_HF)}")
+    try:
+        cfg = ModelConfig(
+            vocab_size=int(hf["vocab_size"]), hidden_size=int(hf["hidden_size"]),
+            num_layers=int(hf["num_hidden_layers"]), num_heads=int(hf["num_attention_heads"]),
+            intermediate_size=int(hf["intermediate_size"]),
+            max_position_embeddings=int(hf.get("max_position_embeddings", 512)),
+            type_vocab_size=int(hf.get("type_vocab_size", 2)), hidden_act=ACT_FROM_HF[act],
+            hidden_dropout=float(hf.get("hidden_dropout_prob", 0.1)),
+            attention_dropout=float(hf.get("attention_probs_dropout_prob", 0.1)),
+            layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
+            initializer_range=float(hf.get("initializer_range", 0.02)))
+    except KeyError as e:
+        raise CheckpointError(f"{where}: lacks the BERT config field {e.args[0]!r}") from None
+    if cfg.hidden_size % cfg.num_heads:
+        raise CheckpointError(f"{where}: hidden_size={cfg.hidden_size} is not divisible by "
+                              f"num_attention_heads={cfg.num_heads}")
+    return cfg
+
+
+def hf_config(cfg: ModelConfig, head: str, info: dict[str, Any]) -> dict[str, Any]:
+    """ModelConfig (+ head, labels) -> a transformers BertConfig dict."""
+    out: dict[str, Any] = {
+        "architectures": [ARCHITECTURES[head]], "model_type": "bert", "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
+        "intermediate_size": cfg.intermediate_size, "hidden_act": ACT_TO_HF[cfg.hidden_act],
+        "hidden_dropout_prob": cfg.hidden_dropout, "attention_probs_dropout_prob": cfg.attention_dropout,
+        "max_position_embeddings": cfg.max_position_embeddings, "type_vocab_size": cfg.type_vocab_size,
+        "initializer_range": cfg.initializer_range, "layer_norm_eps": cfg.layer_norm_eps,
+        "pad_token_id": int(info.get("pad_token_id", 0)), "position_embedding_type": "absolute",
+        "tie_word_embeddings": True}
+    if head in ("sequence_classification", "token_classification"):
+        n = int(info["num_labels"])
+        names = info.get("label_names") or [f"LABEL_{i}" for i in range(n)]
+        out["id2label"] = {str(i): str(x) for i, x in enumerate(names)}
+        out["label2id"] = {str(x): i for i, x in enumerate(names)}
+        if head == "sequence_classification" and n == 1:
+            out["problem_type"] = "regression"
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# Reading a Hugging Face directory
+
+
+def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            return {k: f.get_tensor(k) for k in f.keys()}
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+    except TypeError:  # bfloat16 has no numpy dtype: read through JAX, widen to float32
+        from safetensors.flax import load_file
+
+        return {k: np.asarray(v.astype("float32") if v.dtype.name == "bfloat16" else v)
+                for k, v in load_file(str(path)).items()}
+
+
+def _read_torch_bin(path: Path) -> dict[str, np.ndarray]:
+    """``torch.load(weights_only=True)``: tensors and plain containers only, never arbitrary objects."""
+    try:
+        import torch
+    except ImportError:
+        raise CheckpointError(f"{path}: reading pytorch_model.bin needs torch; install it or convert the "
+                              "checkpoint to model.safetensors") from None
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises UnpicklingError, RuntimeError, EOFError ...
+        raise CheckpointError(f"{path}: refused: not a weights-only PyTorch checkpoint ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}). Only tensors are loaded from .bin "
+                              "files; convert it to safetensors") from None
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: holds a {type(state).__name__}, not a name -> tensor mapping")
+    out = {}
+    for k, v in state.items():
+        if not isinstance(v, torch.Tensor):
+            raise CheckpointError(f"{path}: entry {k!r} is a {type(v).__name__}, not a tensor")
+        out[k] = v.detach().float().numpy() if v.is_floating_point() else v.numpy()
+    return out
+
+
+def _weight_files(d: Path) -> list[Path]:
+    for single, index in (("model.safetensors", "model.safetensors.index.json"),
+                          ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        if (d / single).is_file():
+            return [d / single]
+        if (d / index).is_file():
+            try:
+                shards = sorted(set(json.loads((d / index).read_text())["weight_map"].values()))
+            except (ValueError, KeyError) as e:
+                raise CheckpointError(f"{d / index}: not a valid shard index ({e})") from None
+            return [d / s for s in shards]
+    raise CheckpointError(f"{d}: no model.safetensors or pytorch_model.bin (nor a sharded index); "
+                          "is this a Hugging Face model directory?")
+
+
+def model_directory(path: Path) -> Path:
+    """The folder holding config.json: ``path`` itself, or the Transformer module of a sentence-transformers
+    layout (modules.json naming a sub-folder)."""
+    if (path / "config.json").is_file():
+        return path
+    modules = path / "modules.json"
+    if modules.is_file():
+        for m in json.loads(modules.read_text()):
+            if str(m.get("type", "")).endswith("Transformer") and (path / m.get("path", "") / "config.json").is_file():
+                return path / m.get("path", "")
+    raise CheckpointError(f"{path}: no config.json (nor a sentence-transformers modules.json pointing to one)")
+
+
+def sentence_transformers_info(path: Path) -> dict[str, Any] | None:
+    """Pooling / normalisation / max length of a sentence-transformers folder (modules.json), if any."""
+    modules = path / "modules.json"
+    if not modules.is_file():
+        return None
+    out: dict[str, Any] = {"normalize": False}
+    for m in json.loads(modules.read_text()):
+        kind = str(m.get("type", ""))
+        if kind.endswith("Pooling") and (path / m["path"] / "config.json").is_file():
+            pc = json.loads((path / m["path"] / "config.json").read_text())
+            out["pooling"] = "cls" if pc.get("pooling_mode_cls_token") else "mean"
+        elif kind.endswith("Normalize"):
+            out["normalize"] = True
+    sb = path / "sentence_bert_config.json"
+    if sb.is_file():
+        out["max_seq_length"] = int(json.loads(sb.read_text()).get("max_seq_length", 512))
+    return out
+
+
+def read_hf_dir(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray], Path]:
+    """(config.json dict, name -> numpy tensor, the folder they came from)."""
+    d = model_directory(Path(path))
+    try:
+        hf = json.loads((d / "config.json").read_text())
+    except ValueError as e:
+        raise CheckpointError(f"{d / 'config.json'}: not valid JSON ({e})") from None
+    tensors: dict[str, np.ndarray] = {}
+    for f in _weight_files(d):
+        tensors.update(_read_safetensors(f) if f.suffix == ".safetensors" else _read_torch_bin(f))
+    return hf, tensors, d
+
+
+# ----------------------------------------------------------------------------------------------------
+# Conversion
+
+
+def _rename_legacy(name: str) -> str:
+    """TF-converted checkpoints name LayerNorm parameters gamma/beta (transformers renames them too)."""
+    return re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))
+
+
+def detect_head(names: set[str], hf: dict[str, Any]) -> str:
+    archs = [a for a in hf.get("architectures") or [] if a in HEAD_OF_ARCH]
+    has_mlm = any(n.startswith("cls.predictions.") for n in names)
+    has_nsp = any(n.startswith("cls.seq_relationship.") for n in names)
+    if has_mlm or has_nsp:
+        return "pretraining" if has_nsp else "masked_lm"
+    if any(n.startswith("qa_outputs.") for n in names):
+        return "question_answering"
+    if any(n.startswith("classifier.") for n in names):
+        if archs and HEAD_OF_ARCH[archs[0]] in ("sequence_classification", "token_classification",
+                                                "multiple_choice"):
+            return HEAD_OF_ARCH[archs[0]]
+        return "sequence_classification" if any("pooler." in n for n in names) else "token_classification"
+    return "encoder"
+
+
+def _fmt(names, limit: int = 12) -> str:
+    names = sorted(names)
+    more = f" ... and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def _get(tree: dict, path: tuple[str, ...]) -> Any:
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, hf: dict[str, Any], where: Path,
+                 head: str | None = None) -> tuple[dict, dict[str, Any]]:
+    """HF name -> tensor to our params (loop layout, float32) and info (head, num_labels, dropped, ...).
+    An explicit ``head`` (e.g. 'encoder' for a pretraining checkpoint) drops the other heads' tensors, by name."""
+    tensors = {_rename_legacy(k): v for k, v in tensors.items()}
+    names = set(tensors)
+    explicit, head = head is not None, head or detect_head(names, hf)
+    prefix = "bert." if any(n.startswith("bert.") for n in names) else ""
+    has_pooler = head in POOLER_REQUIRED or (head not in NO_POOLER and f"{prefix}pooler.dense.weight" in names)
+    clf = tensors.get("classifier.weight")
+    num_labels = int(clf.shape[0]) if clf is not None else 2
+    rules = all_rules(cfg, head, num_labels, has_pooler, prefix)
+    expected = {r.hf for r in rules}
+    encoder = tuple(f"{prefix}{m}." for m in ("embeddings", "encoder", "pooler"))
+    dropped = sorted(n for n in names - expected if (n.startswith(f"{prefix}pooler.") and head in NO_POOLER)
+                     or (explicit and not n.startswith(encoder) and n not in TIED))
+    unexpected = names - expected - {prefix + n for n in IGNORED_BY_HF} - set(TIED) - set(dropped)
+    if head not in ("pretraining", "masked_lm"):
+        unexpected |= names & set(TIED) - set(dropped)
+    bad = [f"{r.hf} (checkpoint {tuple(tensors[r.hf].shape)}, expected {r.hf_shape})"
+           for r in rules if r.hf in names and tuple(tensors[r.hf].shape) != r.hf_shape]
+    problems = [f"{what}: {_fmt(items)}" for what, items in (("missing tensors", expected - names),
+                ("unexpected tensors", unexpected), ("shape mismatches", bad)) if items]
+    if problems:
+        raise CheckpointError(f"{where}: does not match a {ARCHITECTURES[head]} with the shapes of its "
+                              f"config.json (hidden {cfg.hidden_size}, layers {cfg.num_layers}, heads "
+                              f"{cfg.num_heads}, vocab {cfg.vocab_size}): " + "; ".join(problems))
+    params: dict = {}
+    for r in rules:
+        node = params
+        for key in r.path[:-1]:
+            node = node.setdefault(key, {})
+        node[r.path[-1]] = r.to_ours(np.asarray(tensors[r.hf], dtype=np.float32))
+    for name in names & set(TIED) - set(dropped):
+        if not np.array_equal(np.asarray(tensors[name], np.float32), _get(params, TIED[name])):
+            raise CheckpointError(f"{where}: {name} differs from the tensor it is tied to ({'/'.join(TIED[name])}); "
+                                  "our MLM head ties the decoder, untied decoders are not supported")
+    if dropped:
+        log.warning("%s: not imported (no place in a %s): %s", where, ARCHITECTURES[head], _fmt(dropped))
+    info: dict[str, Any] = {"head": head, "has_pooler": has_pooler, "dropped": dropped}
+    if head in ("sequence_classification", "token_classification"):
+        info["num_labels"] = num_labels
+        id2label = {str(k): str(v) for k, v in (hf.get("id2label") or {}).items()}
+        labels = [id2label.get(str(i), f"LABEL_{i}") for i in range(num_labels)]
+        if labels != [f"LABEL_{i}" for i in range(num_labels)]:
+            info["label_names"] = labels
+    return params, info
+
+
+def params_to_hf(params: dict, cfg: ModelConfig, head: str) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Our params (either layout) -> HF name -> contiguous float32 array, and the paths left out (a pooler
+    the HF head class has no place for: token tagging, span QA, masked LM)."""
+    params = params_lib.unstack_layers(params)
+    has_pooler = "pooler" in params["bert"] and head not in NO_POOLER | {"masked_lm"}
+    left_out = ["bert/pooler"] if "pooler" in params["bert"] and not has_pooler else []
+    num_labels = int(np.shape(params["classifier"]["dense"]["kernel"])[-1]) if "classifier" in params else 2
+    out = {}
+    for r in all_rules(cfg, head, num_labels, has_pooler):
+        try:
+            x = _get(params, r.path)
+        except KeyError:
+            raise CheckpointError(f"the {head} parameters lack {'/'.join(r.path)} (needed for {r.hf})") from None
+        if tuple(np.shape(x)) != r.shape:
+            raise CheckpointError(f"{'/'.join(r.path)} has shape {tuple(np.shape(x))}; the model config implies "
+                                  f"{r.shape}")
+        out[r.hf] = r.to_hf(np.asarray(x, dtype=np.float32))
+    return out, left_out
+
+
+# ----------------------------------------------------------------------------------------------------
+# Directory-level entry points
+
+
+def tokenizer_settings(d: Path) -> dict[str, Any]:
+    """vocab.txt and do_lower_case of an HF folder (tokenizer_config.json; BERT's default is uncased)."""
+    if not (d / "vocab.txt").is_file():
+        raise CheckpointError(f"{d}: no vocab.txt; a BERT checkpoint needs its WordPiece vocabulary")
+    tc = json.loads((d / "tokenizer_config.json").read_text()) if (d / "tokenizer_config.json").is_file() else {}
+    lower = bool(tc.get("do_lower_case", True))
+    if tc.get("strip_accents") is not None and bool(tc["strip_accents"]) != lower:
+        log.warning("%s: strip_accents=%s differs from do_lower_case=%s; our WordPiece strips accents exactly "
+                    "when it lower-cases", d, tc["strip_accents"], lower)
+    return {"kind": "wordpiece", "lower_case": lower, "files": ["vocab.txt"]}
+
+
+def import_hf(path: str | Path, head: str | None = None) -> tuple[dict, ModelConfig, dict[str, Any], Path]:
+    """A local HF BERT folder -> (params, model config, info, tokenizer folder)."""
+    root = Path(path)
+    hf, tensors, d = read_hf_dir(root)
+    cfg = model_config_from_hf(hf, d / "config.json")
+    params, info = hf_to_params(tensors, cfg, hf, d, head)
+    info.update(source=str(root.resolve()), pad_token_id=int(hf.get("pad_token_id") or 0),
+                tokenizer=tokenizer_settings(d))
+    st = sentence_transformers_info(root)
+    if st:
+        info["sentence_transformers"] = st
+    return params, cfg, info, d
+
+
+def import_hf_to_params_dir(path: str | Path, out: str | Path, head: str | None = None,
+                            overwrite: bool = False) -> Path:
+    params, cfg, info, tok_dir = import_hf(path, head)
+    head = info.pop("head")
+    return params_lib.save_params(out, params, cfg, head, info, [tok_dir / f for f in info["tokenizer"]["files"]],
+                                  overwrite=overwrite)
+
+
+def export_hf(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
+    """A params directory or a training run -> an HF folder (config.json, model.safetensors, tokenizer)."""
+    from safetensors.numpy import save_file
+
+    params, cfg, info, tok_dir = params_lib.load_params(src)
+    head, tok = info["head"], info.get("tokenizer") or {}
+    vocab = tok_dir / tok["files"][0] if tok_dir is not None and tok.get("files") else None
+    if tok.get("kind", "wordpiece") != "wordpiece" or vocab is None or not vocab.is_file():
+        raise CheckpointError(f"{src}: export to Hugging Face BERT needs a WordPiece vocab.txt; found "
+                              f"tokenizer {tok or 'none'} in {tok_dir}")
+    tensors, left_out = params_to_hf(params, cfg, head)
+    if "classifier" in params:
+        info = {**info, "num_labels": int(np.shape(params["classifier"]["dense"]["kernel"])[-1])}
+    out = Path(out_dir)
+    stage = params_lib.staging_dir(out, overwrite)
+    try:
+        save_file(tensors, str(stage / "model.safetensors"), metadata={"format": "pt"})
+        (stage / "config.json").write_text(json.dumps(hf_config(cfg, head, info), indent=2) + "\n")
+        shutil.copyfile(vocab, stage / "vocab.txt")
+        (stage / "tokenizer_config.json").write_text(json.dumps(
+            {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(tok.get("lower_case", True)),
+             "strip_accents": None, "tokenize_chinese_chars": True,
+             "model_max_length": cfg.max_position_embeddings, **SPECIAL_TOKENS}, indent=2) + "\n")
+        (stage / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS, indent=2) + "\n")
+        params_lib.commit_dir(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return {"out": str(out), "head": head, "architecture": ARCHITECTURES[head], "tensors": len(tensors),
+            "left_out": left_out}

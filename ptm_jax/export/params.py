@@ -1,0 +1,363 @@
+"""The ptm_jax params directory: the one way later stages (finetune, eval, embed, predict) load weights.
+
+A params directory holds ``params/`` (an orbax PyTree checkpoint of the plain parameter tree, numpy
+leaves), ``ptm.json`` (model config, head, labels, tokenizer settings, source) and the tokenizer files
+(``vocab.txt`` or ``spm.model``). It is written into a staging folder and renamed into place, so a crash
+never leaves a half-written directory that loads.
+
+``load_params`` also accepts a training run (its output dir, a stage dir or a ``checkpoints`` dir written
+by ``ptm_jax.train.checkpoint.Checkpointer``: the latest step's ``state['params']`` is read alone, as numpy,
+whatever mesh wrote it) and a Hugging Face BERT folder (converted on the fly by ``hf_bert``).
+
+Tree convention: ``params['bert']`` is always the encoder (BertModel's variables), whatever the head;
+heads sit beside it ('mlm', 'nsp', 'classifier', 'qa_outputs'). Apply a model with ``{'params': params}``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+from ptm_jax.config import ModelConfig, from_dict, to_dict
+from ptm_jax.errors import CheckpointError, ConfigError
+
+log = logging.getLogger(__name__)
+
+FORMAT = "ptm_jax.params"
+VERSION = 1
+HEADS = ("encoder", "pretraining", "masked_lm", "sequence_classification", "token_classification",
+         "question_answering", "multiple_choice")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tree helpers
+
+
+def plain_tree(params: Any) -> dict:
+    """Unboxed (no LogicallyPartitioned), without a top-level 'params' collection, numpy leaves on host."""
+    import flax.linen as nn
+
+    params = nn.meta.unbox(params)
+    if isinstance(params, dict) and set(params) == {"params"}:
+        params = params["params"]
+    params = jax.tree.map(lambda x: np.asarray(jax.device_get(x)), params)
+    if not isinstance(params, dict) or "bert" not in params:
+        raise CheckpointError("a parameter tree must have the encoder under 'bert' (params['bert']['encoder'] "
+                              f"...); got top-level keys {sorted(params) if isinstance(params, dict) else params}")
+    return _to_dict(params)
+
+
+def _to_dict(tree: Any) -> Any:
+    if isinstance(tree, dict) or hasattr(tree, "items"):
+        return {str(k): _to_dict(v) for k, v in tree.items()}
+    return tree
+
+
+def stack_layers(params: dict) -> dict:
+    """Loop layout (encoder/layers_0..N-1) -> scan layout (encoder/layers/layer, leading layer axis)."""
+    enc = params["bert"]["encoder"]
+    if "layers" in enc:
+        return params
+    n = len([k for k in enc if k.startswith("layers_")])
+    layers = [enc[f"layers_{i}"] for i in range(n)]
+    stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *layers)
+    return {**params, "bert": {**params["bert"], "encoder": {"layers": {"layer": stacked}}}}
+
+
+def unstack_layers(params: dict) -> dict:
+    """Scan layout -> loop layout (views into the stacked arrays)."""
+    enc = params["bert"]["encoder"]
+    if "layers" not in enc:
+        return params
+    stacked = enc["layers"]["layer"]
+    n = int(np.shape(jax.tree.leaves(stacked)[0])[0])
+    layers = {f"layers_{i}": jax.tree.map(lambda x, i=i: np.asarray(x)[i], stacked) for i in range(n)}
+    return {**params, "bert": {**params["bert"], "encoder": layers}}
+
+
+def to_layout(params: dict, scan: bool) -> dict:
+    return stack_layers(params) if scan else unstack_layers(params)
+
+
+def flatten(params: dict) -> dict[str, np.ndarray]:
+    """{'bert': {'pooler': {'dense': {'kernel': x}}}} -> {'bert/pooler/dense/kernel': x}."""
+    out: dict[str, np.ndarray] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}/{k}" if prefix else k)
+        else:
+            out[prefix] = np.asarray(node)
+
+    walk(params, "")
+    return out
+
+
+def unflatten(flat: dict[str, np.ndarray]) -> dict:
+    out: dict = {}
+    for name, x in flat.items():
+        node = out
+        *parents, leaf = name.split("/")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = x
+    return out
+
+
+def infer_head(params: dict, hint: str | None = None) -> str:
+    """Head of a parameter tree; ``hint`` (a checkpoint's meta['head']) wins when given."""
+    if hint:
+        if hint not in HEADS:
+            raise CheckpointError(f"unknown head {hint!r}; expected one of {', '.join(HEADS)}")
+        return hint
+    if "mlm" in params:
+        return "pretraining" if "nsp" in params else "masked_lm"
+    if "qa_outputs" in params:
+        return "question_answering"
+    if "classifier" in params:
+        return "sequence_classification" if "pooler" in params["bert"] else "token_classification"
+    return "encoder"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Atomic directory writes
+
+
+def staging_dir(out: Path, overwrite: bool) -> Path:
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+        raise ConfigError(f"{out} already exists and is not empty; choose another output path or remove it")
+    stage = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
+    return stage
+
+
+def commit_dir(stage: Path, out: Path) -> None:
+    """Renames the finished staging folder into place (the old ``out``, if any, is removed first)."""
+    out = Path(out)
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.replace(out, old)
+        os.replace(stage, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(stage, out)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Save / load
+
+
+def save_params(directory: str | Path, params: Any, model_cfg: ModelConfig, head: str,
+                extra: dict[str, Any] | None = None, tokenizer_files: Sequence[str | Path] = (), *,
+                overwrite: bool = False) -> Path:
+    """Writes a params directory; the tree is stored in the layout ``model_cfg.scan_layers`` names."""
+    import orbax.checkpoint as ocp
+
+    if head not in HEADS:
+        raise ConfigError(f"head={head!r} is not one of {', '.join(HEADS)}")
+    out = Path(directory)
+    tree = to_layout(plain_tree(params), model_cfg.scan_layers)
+    extra = dict(extra or {})
+    files = [Path(f) for f in tokenizer_files]
+    for f in files:
+        if not f.is_file():
+            raise ConfigError(f"tokenizer file {f} does not exist")
+    if files and "tokenizer" not in extra:
+        kind = "wordpiece" if files[0].suffix == ".txt" else "sentencepiece"
+        extra["tokenizer"] = {"kind": kind, "lower_case": True, "files": [f.name for f in files]}
+    elif files:
+        extra["tokenizer"] = {**extra["tokenizer"], "files": [f.name for f in files]}
+    stage = staging_dir(out, overwrite)
+    try:
+        ckptr = ocp.PyTreeCheckpointer()
+        ckptr.save((stage / "params").absolute(), tree)
+        for f in files:
+            shutil.copyfile(f, stage / f.name)
+        meta = {"format": FORMAT, "version": VERSION, "head": head, "model": to_dict(model_cfg), **extra}
+        (stage / "ptm.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        commit_dir(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return out
+
+
+def _no_step_metadata_warning(record: logging.LogRecord) -> bool:
+    """A CheckpointManager item has no per-item _CHECKPOINT_METADATA; orbax warns about it on every read."""
+    return not str(record.msg).startswith("Metadata file does not exist")
+
+
+def _restore_numpy(path: Path, subtree: str | None = None) -> Any:
+    """Reads an orbax PyTree checkpoint (or one top-level entry of it) into numpy arrays on this host."""
+    import orbax.checkpoint as ocp
+
+    absl_log = logging.getLogger("absl")
+    absl_log.addFilter(_no_step_metadata_warning)
+    try:
+        return _restore(ocp, path, subtree)
+    finally:
+        absl_log.removeFilter(_no_step_metadata_warning)
+
+
+def _restore(ocp: Any, path: Path, subtree: str | None) -> Any:
+    ckptr = ocp.PyTreeCheckpointer()
+    try:
+        tree = ckptr.metadata(path.absolute()).item_metadata
+    except (FileNotFoundError, ValueError, OSError) as e:
+        raise CheckpointError(f"{path}: not a readable orbax checkpoint ({e})") from None
+    if subtree is not None:
+        if subtree not in tree:
+            raise CheckpointError(f"{path}: has no '{subtree}' entry (entries: {', '.join(map(str, tree))})")
+        tree = {subtree: tree[subtree]}
+    restore_args = jax.tree.map(lambda m: ocp.RestoreArgs(restore_type=np.ndarray), _to_dict(tree))
+    item = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), _to_dict(tree))
+    out = ckptr.restore(path.absolute(), args=ocp.args.PyTreeRestore(
+        item=item, restore_args=restore_args, partial_restore=subtree is not None))
+    out = _to_dict(out)
+    return out[subtree] if subtree is not None else out
+
+
+def _is_checkpoints_dir(p: Path) -> bool:
+    return p.is_dir() and any(c.name.isdigit() and (c / "state").is_dir() for c in p.iterdir())
+
+
+def find_checkpoints(path: Path) -> Path | None:
+    """A ``checkpoints`` folder at ``path``, under it, or under exactly one stage folder of a run."""
+    if _is_checkpoints_dir(path):
+        return path
+    if _is_checkpoints_dir(path / "checkpoints"):
+        return path / "checkpoints"
+    found = [c for c in sorted(path.glob("*/checkpoints")) if _is_checkpoints_dir(c)]
+    if len(found) > 1:
+        raise CheckpointError(f"{path}: holds several training stages ({', '.join(str(c.parent) for c in found)}); "
+                              "pass the stage folder you want")
+    return found[0] if found else None
+
+
+def _run_tokenizer(out_dir: Path, run_cfg: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
+    tc = run_cfg.get("tokenizer", {})
+    kind = tc.get("kind", "wordpiece")
+    info = {"kind": "wordpiece" if kind == "wordpiece" else "sentencepiece", "lower_case": tc.get("lower_case", True)}
+    if tc.get("vocab_file"):
+        f = Path(tc["vocab_file"])
+        if f.is_file():
+            return {**info, "files": [f.name]}, f.parent
+    name = "vocab.txt" if kind == "wordpiece" else "spm.model"
+    if (out_dir / "tokenizer" / name).is_file():
+        return {**info, "files": [name]}, out_dir / "tokenizer"
+    log.warning("%s: the run's tokenizer (%s) was not found", out_dir, tc.get("vocab_file") or out_dir / "tokenizer")
+    return info, None
+
+
+def _load_run(ckpt_dir: Path) -> tuple[dict, ModelConfig, dict[str, Any], Path | None]:
+    from ptm_jax.train.checkpoint import Checkpointer
+
+    mngr = Checkpointer(ckpt_dir, async_save=False)
+    try:
+        step = mngr.latest_step()
+        if step is None:
+            raise CheckpointError(f"{ckpt_dir}: no complete checkpoint")
+        meta = mngr.restore_meta(step)
+    finally:
+        mngr.close()
+    out_dir = ckpt_dir.parent.parent
+    run_cfg = meta.get("config")
+    if run_cfg is None and (out_dir / "config.json").is_file():
+        run_cfg = json.loads((out_dir / "config.json").read_text())
+    if not run_cfg or "model" not in run_cfg:
+        raise CheckpointError(f"{ckpt_dir}/{step}: the checkpoint's meta has no 'config' and there is no "
+                              f"{out_dir / 'config.json'}; cannot tell the model's shape")
+    try:
+        cfg = from_dict(ModelConfig, run_cfg["model"], prefix="model.")
+    except ConfigError as e:
+        raise CheckpointError(f"{ckpt_dir}/{step}: its model config does not load: {e}") from None
+    params = plain_tree(_restore_numpy(ckpt_dir / str(step) / "state", "params"))
+    head = infer_head(params, meta.get("head"))
+    tok_info, tok_dir = _run_tokenizer(out_dir, run_cfg)
+    info: dict[str, Any] = {"head": head, "source": str(ckpt_dir / str(step)), "step": int(step),
+                            "tokenizer": tok_info, "objective": run_cfg.get("objective")}
+    for key in ("num_labels", "label_names", "task"):
+        if key in meta:
+            info[key] = meta[key]
+    if "classifier" in params and "num_labels" not in info:
+        info["num_labels"] = int(np.shape(params["classifier"]["dense"]["kernel"])[-1])
+    return to_layout(params, cfg.scan_layers), cfg, info, tok_dir
+
+
+def load_params(path: str | Path) -> tuple[dict, ModelConfig, dict[str, Any], Path | None]:
+    """(params with numpy leaves, model config, info, tokenizer folder) from a params directory, a training
+    run (output dir, stage dir or checkpoints dir), a Hugging Face BERT folder or a params .npz (no tokenizer). ``info`` has at least
+    'head' and 'tokenizer' ({'kind', 'lower_case', 'files'}); classifiers add 'num_labels' (and
+    'label_names' when known). The tree's layout matches ``model_cfg.scan_layers``."""
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"{p}: does not exist; pass a params directory, a run directory or a Hugging "
+                              "Face model folder")
+    if (p / "ptm.json").is_file():
+        try:
+            meta = json.loads((p / "ptm.json").read_text())
+        except ValueError as e:
+            raise CheckpointError(f"{p / 'ptm.json'}: not valid JSON ({e})") from None
+        if meta.get("format") != FORMAT or int(meta.get("version", 0)) > VERSION:
+            raise CheckpointError(f"{p / 'ptm.json'}: not a {FORMAT} v{VERSION} params directory")
+        try:
+            cfg = from_dict(ModelConfig, meta.pop("model"), prefix="model.")
+        except ConfigError as e:
+            raise CheckpointError(f"{p / 'ptm.json'}: {e}") from None
+        params = to_layout(plain_tree(_restore_numpy(p / "params")), cfg.scan_layers)
+        return params, cfg, meta, p
+    if p.is_file() and p.suffix == ".npz":
+        params, cfg, meta = load_npz(p)
+        return to_layout(params, cfg.scan_layers), cfg, meta, None
+    ckpt = find_checkpoints(p)
+    if ckpt is not None:
+        return _load_run(ckpt)
+    if (p / "config.json").is_file() or (p / "modules.json").is_file():
+        from ptm_jax.export.hf_bert import import_hf
+
+        return import_hf(p)
+    raise CheckpointError(f"{p}: is neither a params directory (ptm.json), a training run (checkpoints/) nor a "
+                          "Hugging Face model folder (config.json)")
+
+
+def load_tokenizer(info: dict[str, Any], tokenizer_dir: Path | None):
+    """The tokenizer named by ``info['tokenizer']`` from ``tokenizer_dir``."""
+    from ptm_jax.data.tokenizers import SentencePieceTokenizer, WordPieceTokenizer
+
+    tok = info.get("tokenizer") or {}
+    if tokenizer_dir is None or not tok.get("files"):
+        raise CheckpointError(f"{info.get('source', 'this model')}: has no tokenizer files; it cannot encode text")
+    f = tokenizer_dir / tok["files"][0]
+    if tok.get("kind", "wordpiece") == "wordpiece":
+        return WordPieceTokenizer(f, lower_case=bool(tok.get("lower_case", True)))
+    return SentencePieceTokenizer(f)
+
+
+def save_npz(path: str | Path, params: Any, model_cfg: ModelConfig, head: str,
+             extra: dict[str, Any] | None = None) -> Path:
+    """Params only, as one .npz of flat 'a/b/c' -> array, plus the ptm.json text under the key 'ptm.json'."""
+    out = Path(path)
+    flat = flatten(to_layout(plain_tree(params), model_cfg.scan_layers))
+    meta = {"format": FORMAT, "version": VERSION, "head": head, "model": to_dict(model_cfg), **(extra or {})}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}.npz")
+    np.savez(tmp, **flat, **{"ptm.json": np.array(json.dumps(meta, default=str))})
+    os.replace(tmp, out)
+    return out
+
+
+def load_npz(path: str | Path) -> tuple[dict, ModelConfig, dict[str, Any]]:
+    with np.load(Path(path), allow_pickle=False) as z:
+        meta = json.loads(str(z["ptm.json"]))
+        flat = {k: z[k] for k in z.files if k != "ptm.json"}
+    cfg = from_dict(ModelConfig, meta.pop("model"), prefix="model.")
+    return unflatten(flat), cfg, meta

@@ -1,0 +1,1 @@
+"""ptm_jax.models."""

@@ -1,0 +1,54 @@
+"""Pretraining heads on a BERT encoder (google-research/bert run_pretraining.py).
+
+The MLM head gathers the masked positions first, so the [.., V] logits exist only for the P predictions
+per sequence, not for all S tokens (the fast path BERT itself used): dense(H, gelu) -> LayerNorm -> h E^T + b
+with E the tied word-embedding table. The NSP head is a [H, 2] classifier on the pooled output.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from ptm_jax.config import ModelConfig
+from ptm_jax.models.bert import BertModel
+from ptm_jax.models.layers import ACTIVATIONS, Dense, LayerNorm, constrain, dtype_of, partitioned
+
+
+def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
+    """[B, S, H] x [B, P] -> [B, P, H]."""
+    return jnp.take_along_axis(sequence, positions[..., None].astype(jnp.int32), axis=1)
+
+
+class MlmHead(nn.Module):
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, h: jax.Array, embedding_table: jax.Array) -> jax.Array:
+        c, dt = self.cfg, dtype_of(self.cfg.dtype)
+        h = constrain(h, ("batch", "predictions", "act_embed"))
+        h = Dense(c.hidden_size, ("embed", "embed_out"), c.initializer_range, dtype=dt, name="transform")(h)
+        h = LayerNorm(c.layer_norm_eps, dtype=dt, name="transform_norm")(ACTIVATIONS[c.hidden_act](h))
+        bias = self.param("output_bias", partitioned(nn.initializers.zeros, ("vocab",)), (c.vocab_size,),
+                          jnp.float32)
+        logits = jnp.einsum("bph,vh->bpv", h, embedding_table.astype(dt)).astype(jnp.float32) + bias
+        return constrain(logits, ("batch", "predictions", "act_vocab"))
+
+
+class BertForPreTraining(nn.Module):
+    """BERT + MLM head (tied) + NSP head. Returns (mlm_logits [B,P,V], nsp_logits [B,2] or None)."""
+
+    cfg: ModelConfig
+    with_nsp: bool = True
+
+    def setup(self) -> None:
+        self.bert = BertModel(self.cfg)
+        self.mlm = MlmHead(self.cfg)
+        if self.with_nsp:
+            self.nsp = Dense(2, ("embed", "classes"), self.cfg.initializer_range, name="nsp")
+
+    def __call__(self, input_ids, input_mask, segment_ids, masked_lm_positions, *, deterministic: bool = True):
+        seq, pooled = self.bert(input_ids, input_mask, segment_ids, deterministic=deterministic)
+        mlm_logits = self.mlm(gather_positions(seq, masked_lm_positions), self.bert.word_embedding_table())
+        nsp_logits = self.nsp(pooled).astype(jnp.float32) if self.with_nsp else None
+        return mlm_logits, nsp_logits

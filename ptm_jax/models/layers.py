@@ -1,0 +1,72 @@
+"""Shared building blocks with logical axis names on every parameter (BERT modeling.py conventions)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Dtype = Any
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),  # released BERT weights use erf GELU
+    "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),  # GPT
+    "relu": jax.nn.relu,
+}
+
+
+def dtype_of(name: str) -> Dtype:
+    return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[name]
+
+
+def truncated_normal(stddev: float) -> Callable:
+    """BERT's truncated normal (cut at 2 sigma), as tf.truncated_normal_initializer."""
+    return nn.initializers.truncated_normal(stddev=stddev)
+
+
+def partitioned(init: Callable, names: Sequence[str | None]) -> Callable:
+    return nn.with_logical_partitioning(init, tuple(names))
+
+
+def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
+    """Activation sharding hint by logical names (a no-op outside a mesh/rules context)."""
+    return nn.with_logical_constraint(x, tuple(names))
+
+
+class LayerNorm(nn.Module):
+    eps: float = 1e-12
+    dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return nn.LayerNorm(
+            epsilon=self.eps,
+            dtype=self.dtype,
+            param_dtype=jnp.float32,
+            scale_init=partitioned(nn.initializers.ones, ("embed",)),
+            bias_init=partitioned(nn.initializers.zeros, ("embed",)),
+            name="norm",
+        )(x)
+
+
+class Dense(nn.Module):
+    """Dense layer [.., in] -> [.., features] with named kernel/bias axes."""
+
+    features: int
+    axes: tuple[str, str]
+    init_std: float = 0.02
+    use_bias: bool = True
+    dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return nn.Dense(
+            self.features,
+            use_bias=self.use_bias,
+            dtype=self.dtype,
+            param_dtype=jnp.float32,
+            kernel_init=partitioned(truncated_normal(self.init_std), self.axes),
+            bias_init=partitioned(nn.initializers.zeros, (self.axes[1],)),
+            name="dense",
+        )(x)

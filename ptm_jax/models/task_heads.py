@@ -1,0 +1,80 @@
+"""Finetuning heads on one BERT encoder (Devlin et al. 2019, Sec. 4; google-research/bert run_classifier.py,
+run_squad.py). Each reads the same encoder; names mirror the Hugging Face heads for checkpoint interop.
+
+- sequence classification / regression: pooled [CLS] -> dropout -> [H, num_labels] ('classifier');
+- token tagging: every token state -> dropout -> [H, num_labels] ('classifier');
+- span extraction: every token state -> [H, 2] start/end logits ('qa_outputs'); SQuAD v2's null answer is
+  the span (0, 0) at [CLS];
+- multiple choice: one sequence per option, pooled -> dropout -> [H, 1], softmax over the options.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from ptm_jax.config import ModelConfig
+from ptm_jax.models.bert import BertModel
+from ptm_jax.models.layers import Dense
+
+
+def _classifier(cfg: ModelConfig, n: int, name: str) -> Dense:
+    return Dense(n, ("embed", "classes"), cfg.initializer_range, name=name)
+
+
+class BertForSequenceClassification(nn.Module):
+    """[B, num_labels] logits (num_labels = 1: a regression score, STS-B)."""
+
+    cfg: ModelConfig
+    num_labels: int
+    classifier_dropout: float = 0.1
+
+    @nn.compact
+    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True) -> jax.Array:
+        _, pooled = BertModel(self.cfg, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic)
+        pooled = nn.Dropout(self.classifier_dropout)(pooled, deterministic=deterministic)
+        return _classifier(self.cfg, self.num_labels, "classifier")(pooled).astype(jnp.float32)
+
+
+class BertForTokenClassification(nn.Module):
+    """[B, S, num_labels] logits; the loss reads the first sub-word of each word only."""
+
+    cfg: ModelConfig
+    num_labels: int
+    classifier_dropout: float = 0.1
+
+    @nn.compact
+    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True) -> jax.Array:
+        seq, _ = BertModel(self.cfg, add_pooler=False, name="bert")(input_ids, input_mask, segment_ids,
+                                                                     deterministic=deterministic)
+        seq = nn.Dropout(self.classifier_dropout)(seq, deterministic=deterministic)
+        return _classifier(self.cfg, self.num_labels, "classifier")(seq).astype(jnp.float32)
+
+
+class BertForQuestionAnswering(nn.Module):
+    """(start_logits [B, S], end_logits [B, S])."""
+
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True):
+        seq, _ = BertModel(self.cfg, add_pooler=False, name="bert")(input_ids, input_mask, segment_ids,
+                                                                     deterministic=deterministic)
+        logits = _classifier(self.cfg, 2, "qa_outputs")(seq).astype(jnp.float32)
+        return logits[..., 0], logits[..., 1]
+
+
+class BertForMultipleChoice(nn.Module):
+    """Inputs [B, C, S] (C options) -> [B, C] logits."""
+
+    cfg: ModelConfig
+    classifier_dropout: float = 0.1
+
+    @nn.compact
+    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True) -> jax.Array:
+        b, c, s = input_ids.shape
+        flat = lambda x: x.reshape(b * c, s)  # noqa: E731
+        _, pooled = BertModel(self.cfg, name="bert")(flat(input_ids), flat(input_mask), flat(segment_ids),
+                                                     deterministic=deterministic)
+        pooled = nn.Dropout(self.classifier_dropout)(pooled, deterministic=deterministic)
+        return _classifier(self.cfg, 1, "classifier")(pooled).astype(jnp.float32).reshape(b, c)

@@ -1,0 +1,60 @@
+"""What the loop needs from an objective: the plug-in point for BERT, GPT, XLNet, ELMo, word2vec, ...
+
+An ``Objective`` binds a model, its loss and its data streams. The loop only calls the methods below, so a
+new family plugs in by adding one class and one registry entry (``ptm_jax.objectives.registry``).
+
+Loss terms are ``name -> (numerator, denominator)``. ``normalizers(batch)`` returns the denominators of the
+loss terms computed from the global batch alone, so a step with gradient accumulation computes exactly the
+loss of the whole batch (sum of microbatch numerators / global denominator).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Protocol
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+Batch = dict[str, Any]
+Terms = dict[str, tuple[jax.Array, jax.Array]]
+
+
+class Objective(Protocol):
+    name: str
+    model: nn.Module
+    primary_metric: str
+    """Eval metric used to pick the best checkpoint (higher is better unless it ends with 'loss')."""
+
+    def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
+        """Zeros with the shapes and dtypes of one global batch (init, ahead-of-time compile)."""
+
+    def init(self, rng: jax.Array, batch: Batch) -> Any:
+        """Boxed parameters (``nn.LogicallyPartitioned`` leaves)."""
+
+    def normalizers(self, batch: Batch) -> dict[str, jax.Array]:
+        """Denominators of the loss terms from the global batch alone."""
+
+    def loss(self, params: Any, batch: Batch, rng: jax.Array | None, normalizers: dict[str, jax.Array],
+             train: bool) -> tuple[jax.Array, Terms]:
+        """Scalar loss (already divided by the global normalizers) and metric terms."""
+
+    def train_batches(self, start_example: int, global_batch: int, process_index: int,
+                      process_count: int) -> Iterator[dict[str, np.ndarray]]:
+        """This process's rows of successive global batches, starting at global example ``start_example``."""
+
+    def eval_batches(self, global_batch: int, process_index: int, process_count: int
+                     ) -> Iterator[dict[str, np.ndarray]]:
+        """Held-out batches (finite)."""
+
+    def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Derived figures for the final report (e.g. perplexity, majority baseline)."""
+
+
+def is_decayed(path: tuple[Any, ...], _leaf: Any) -> bool:
+    """BERT's AdamW decay mask: every weight matrix and embedding, never LayerNorm parameters or biases."""
+    name = str(getattr(path[-1], "key", path[-1]))
+    return name in ("kernel", "embedding")
+
+
+def decay_mask(params: Any) -> Any:
+    return jax.tree_util.tree_map_with_path(is_decayed, params)

@@ -1,0 +1,25 @@
+"""objective name -> builder. A new family plugs in here; the loop never changes."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ptm_jax.config import RunConfig
+from ptm_jax.errors import ConfigError
+
+
+def _mlm_nsp(cfg: RunConfig, corpus: Any):
+    from ptm_jax.objectives.mlm_nsp import MlmNspObjective
+
+    return MlmNspObjective(cfg, corpus.train, corpus.eval, corpus.special)
+
+
+OBJECTIVES: dict[str, Callable[[RunConfig, Any], Any]] = {
+    "mlm_nsp": _mlm_nsp,
+    "mlm": _mlm_nsp,
+}
+
+
+def build_objective(cfg: RunConfig, corpus: Any):
+    if cfg.objective not in OBJECTIVES:
+        raise ConfigError(f"objective={cfg.objective!r} is not one of {', '.join(OBJECTIVES)}")
+    return OBJECTIVES[cfg.objective](cfg, corpus)

@@ -1,0 +1,70 @@
+"""Host batches -> global jax.Arrays on the mesh, with host-to-device prefetch on a background thread.
+
+Each process passes only its own rows; ``jax.make_array_from_process_local_data`` assembles the global
+array without gathering anything to one host.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Iterator
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from ptm_jax.parallel.rules import batch_sharding
+
+
+def to_global(batch: dict[str, np.ndarray], mesh: Mesh, keys: list[str] | None = None) -> dict[str, jax.Array]:
+    keys = keys or list(batch)
+    out = {}
+    for k in keys:
+        local = np.asarray(batch[k])
+        sharding = batch_sharding(mesh, local.ndim)
+        global_shape = (local.shape[0] * jax.process_count(),) + local.shape[1:]
+        out[k] = jax.make_array_from_process_local_data(sharding, local, global_shape)
+    return out
+
+
+class Prefetcher:
+    """Iterates (host_batch, global_batch) pairs, ``depth`` batches ahead of the consumer."""
+
+    _END = object()
+
+    def __init__(self, batches: Iterator[dict[str, np.ndarray]], mesh: Mesh, keys: list[str], depth: int = 2):
+        self._q: queue.Queue = queue.Queue(maxsize=max(depth, 1))
+        self._stop = threading.Event()
+
+        def work():
+            try:
+                for b in batches:
+                    item = (b, to_global(b, mesh, keys))
+                    while not self._stop.is_set():
+                        try:
+                            self._q.put(item, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if self._stop.is_set():
+                        return
+                self._q.put(self._END)
+            except BaseException as e:  # surfaced in the consumer thread
+                self._q.put(e)
+
+        self._thread = threading.Thread(target=work, daemon=True, name="ptm-prefetch")
+        self._thread.start()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        item = self._q.get()
+        if item is self._END:
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()

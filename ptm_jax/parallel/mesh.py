@@ -1,0 +1,36 @@
+"""Device mesh from config over the axes (data, fsdp, tensor); the shape is config, never code."""
+from __future__ import annotations
+
+import math
+
+import jax
+from jax.sharding import AxisType, Mesh
+
+from ptm_jax.config import MeshConfig
+from ptm_jax.errors import ConfigError
+from ptm_jax.parallel.rules import MESH_AXES
+
+
+def mesh_shape(cfg: MeshConfig, num_devices: int) -> tuple[int, int, int]:
+    """Resolves -1 (at most one axis) to the remaining devices and checks the product."""
+    sizes = [cfg.data, cfg.fsdp, cfg.tensor]
+    free = [i for i, s in enumerate(sizes) if s == -1]
+    if len(free) > 1:
+        raise ConfigError("mesh: at most one of mesh.data/mesh.fsdp/mesh.tensor may be -1")
+    known = math.prod(s for s in sizes if s != -1)
+    if free:
+        if num_devices % known:
+            raise ConfigError(f"mesh: {num_devices} devices are not divisible by the fixed axes ({known}); "
+                              f"set mesh.data/fsdp/tensor so their product is {num_devices}")
+        sizes[free[0]] = num_devices // known
+    if math.prod(sizes) != num_devices:
+        raise ConfigError(f"mesh: data*fsdp*tensor = {'*'.join(map(str, sizes))} = {math.prod(sizes)} but "
+                          f"{num_devices} devices are available; make the product equal the device count")
+    return tuple(sizes)  # type: ignore[return-value]
+
+
+def make_mesh(cfg: MeshConfig, devices: list | None = None) -> Mesh:
+    devices = list(devices if devices is not None else jax.devices())
+    shape = mesh_shape(cfg, len(devices))
+    # Auto axes: GSPMD propagation from the in/out shardings and the logical constraints.
+    return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=devices)

@@ -1,0 +1,74 @@
+"""The one checkpoint path: an orbax CheckpointManager holding the train state and the run's metadata.
+
+Each step directory holds ``state`` (sharded arrays, written by every process for its own shards; nothing is
+gathered to one host) and ``meta`` (JSON: the data cursor, i.e. the next global example index, and the
+config). Saves are asynchronous; orbax writes into a temporary directory and renames it on completion, so a
+crash never leaves a step that ``latest_step`` would pick. Restores go into abstract targets that carry the
+*current* shardings, so a checkpoint written on one mesh or process count loads on another.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+from ptm_jax.errors import CheckpointError
+
+
+class Checkpointer:
+    def __init__(self, directory: str | Path, keep: int = 3, async_save: bool = True,
+                 best_metric: str | None = None, best_mode: str = "max"):
+        self.directory = Path(directory).absolute()
+        best_fn = None
+        if best_metric is not None:
+            best_fn = lambda meta_metrics: float(meta_metrics[best_metric])  # noqa: E731
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep, enable_async_checkpointing=async_save, create=True,
+            best_fn=best_fn, best_mode=best_mode, keep_checkpoints_without_metrics=best_fn is None)
+        self._mngr = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+
+    def latest_step(self) -> int | None:
+        return self._mngr.latest_step()
+
+    def best_step(self) -> int | None:
+        return self._mngr.best_step()
+
+    def all_steps(self) -> list[int]:
+        return list(self._mngr.all_steps())
+
+    def save(self, step: int, state: Any, meta: dict[str, Any], metrics: dict[str, float] | None = None,
+             force: bool = True) -> bool:
+        return self._mngr.save(
+            step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+            metrics=metrics, force=force)
+
+    def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
+        """Restores ``step`` (default latest) into ``abstract_state`` (ShapeDtypeStructs with shardings)."""
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise CheckpointError(f"no complete checkpoint in {self.directory}")
+        try:
+            out = self._mngr.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        except (ValueError, KeyError, FileNotFoundError) as e:
+            raise CheckpointError(f"checkpoint {self.directory}/{step} does not match this model/config: {e}") from e
+        return out.state, dict(out.meta)
+
+    def restore_meta(self, step: int | None = None) -> dict[str, Any]:
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise CheckpointError(f"no complete checkpoint in {self.directory}")
+        return dict(self._mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
+
+    def wait(self) -> None:
+        self._mngr.wait_until_finished()
+
+    def close(self) -> None:
+        self._mngr.wait_until_finished()
+        self._mngr.close()
+
+
+def abstract_with_shardings(shapes: Any, shardings: Any) -> Any:
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)

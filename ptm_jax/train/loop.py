@@ -1,0 +1,214 @@
+"""The one training loop, shared by every stage (pretrain, finetune) and every objective.
+
+fit(): build shardings from the model's logical axes -> restore the latest checkpoint or initialise ->
+jit the pure train step with in/out shardings and a donated state -> stream this process's rows of each
+global batch from the data cursor -> log metrics one step late -> evaluate and checkpoint periodically ->
+on SIGTERM, checkpoint at the next step boundary and return (the caller exits 0).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from ptm_jax.config import TrainConfig
+from ptm_jax.objectives.base import Objective
+from ptm_jax.parallel.feed import Prefetcher, to_global
+from ptm_jax.parallel.rules import LOGICAL_RULES, batch_sharding, replicated, state_shardings
+from ptm_jax.train.checkpoint import Checkpointer, abstract_with_shardings
+from ptm_jax.train.metrics import MetricsWriter, reduce_terms
+from ptm_jax.train.optim import make_optimizer
+from ptm_jax.train.state import TrainState
+from ptm_jax.train.step import make_eval_step, make_train_step
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class FitResult:
+    state: TrainState
+    step: int
+    train_metrics: dict[str, float]
+    eval_metrics: dict[str, float]
+    preempted: bool
+    stage_dir: Path
+
+
+class _Preemption:
+    """SIGTERM -> a flag the loop checks at each step boundary (a sync point on every process)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._old = None
+
+    def __enter__(self) -> "_Preemption":
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+
+
+@dataclasses.dataclass
+class Compiled:
+    """Everything fit() needs about a (objective, train config, mesh) triple; also used by `ptm bench`."""
+
+    tx: Any
+    schedule: Callable
+    state_shardings: Any
+    abstract_state: Any
+    init_fn: Callable[[jax.Array], TrainState]
+    train_step: Callable
+    eval_step: Callable
+    batch_keys: list[str]
+
+
+def compile_objective(objective: Objective, tcfg: TrainConfig, mesh: Mesh,
+                      lr_scale: Callable | None = None) -> Compiled:
+    example = objective.example_batch(tcfg.batch_size)
+    tx, schedule = make_optimizer(tcfg, lr_scale)
+
+    def init_boxed(rng):
+        return TrainState.create(objective.init(rng, example), tx)
+
+    with nn.logical_axis_rules(LOGICAL_RULES):
+        abstract_boxed = jax.eval_shape(init_boxed, jax.random.key(0))
+    shardings = state_shardings(abstract_boxed, mesh)
+    abstract = abstract_with_shardings(nn.meta.unbox(abstract_boxed), shardings)
+
+    def init_fn(rng):
+        return nn.meta.unbox(init_boxed(rng))
+
+    batch_sh = {k: batch_sharding(mesh, v.ndim) for k, v in example.items()}
+    step = make_train_step(objective, tx, schedule, tcfg.grad_accum_steps,
+                           shardings.params if tcfg.grad_accum_steps > 1 else None)
+
+    def ruled(fn):
+        def wrapped(*args):
+            with nn.logical_axis_rules(LOGICAL_RULES):
+                return fn(*args)
+        return wrapped
+
+    train_step = jax.jit(ruled(step), in_shardings=(shardings, batch_sh, replicated(mesh)),
+                         out_shardings=(shardings, replicated(mesh)), donate_argnums=0)
+    eval_step = jax.jit(ruled(make_eval_step(objective)), in_shardings=(shardings.params, batch_sh),
+                        out_shardings=replicated(mesh))
+    init_jit = jax.jit(ruled(init_fn), out_shardings=shardings)
+    return Compiled(tx, schedule, shardings, abstract, init_jit, train_step, eval_step, list(example))
+
+
+def evaluate(objective: Objective, compiled: Compiled, params: Any, mesh: Mesh, global_batch: int,
+             max_batches: int | None = None) -> dict[str, float]:
+    totals: dict[str, list[float]] = {}
+    for i, host_batch in enumerate(objective.eval_batches(global_batch, jax.process_index(), jax.process_count())):
+        if max_batches is not None and i >= max_batches:
+            break
+        terms = jax.device_get(compiled.eval_step(params, to_global(host_batch, mesh, compiled.batch_keys)))
+        for k, (num, den) in terms.items():
+            acc = totals.setdefault(k, [0.0, 0.0])
+            acc[0] += float(num)
+            acc[1] += float(den)
+    return {k: (n / d if d else float("nan")) for k, (n, d) in totals.items()}
+
+
+def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Path, *,
+        init_params: Any = None, lr_scale: Callable | None = None, meta: dict[str, Any] | None = None,
+        stop_after: int | None = None) -> FitResult:
+    """Trains ``objective`` for ``tcfg.steps`` steps, resuming from ``stage_dir/checkpoints`` if present.
+
+    ``init_params``: parameters to start from when there is no checkpoint yet (finetuning from a pretrained
+    encoder); a callable ``(fresh_params) -> params`` that merges pretrained weights into a fresh init.
+    ``stop_after``: stop (with a checkpoint) after this many steps in this call — used by tests and benchmarks.
+    """
+    stage_dir = Path(stage_dir)
+    compiled = compile_objective(objective, tcfg, mesh, lr_scale)
+    best_metric = getattr(objective, "primary_metric", None) if tcfg.eval_every > 0 else None
+    ckpt = Checkpointer(stage_dir / "checkpoints", keep=tcfg.keep_checkpoints, async_save=tcfg.async_checkpoints)
+    rng = jax.random.key(tcfg.seed)
+    if ckpt.latest_step() is not None:
+        state, saved = ckpt.restore(compiled.abstract_state)
+        cursor = int(saved["cursor"])
+        start = int(saved["step"])
+    else:
+        state = compiled.init_fn(jax.random.fold_in(rng, 1))
+        if init_params is not None:
+            params = init_params(state.params)
+            state = jax.jit(lambda p: TrainState.create(p, compiled.tx),
+                            out_shardings=compiled.state_shardings)(params)
+        cursor, start = 0, 0
+
+    global_batch = tcfg.batch_size
+    example = objective.example_batch(global_batch)
+    tokens_per_step = int(np.prod(example[compiled.batch_keys[0]].shape))
+    writer = MetricsWriter(stage_dir, tcfg.steps, tcfg.progress_bar, initial_step=start)
+    if start >= tcfg.steps:
+        writer.log(f"{stage_dir.name}: already at step {start} of {tcfg.steps}")
+    host_batches = objective.train_batches(cursor, global_batch, jax.process_index(), jax.process_count())
+    feed = Prefetcher(host_batches, mesh, compiled.batch_keys)
+    pending: tuple[int, Any] | None = None
+    last_train: dict[str, float] = {}
+    last_eval: dict[str, float] = {}
+    t_last, step_last = time.time(), start
+    preempted = False
+    step = start
+
+    def flush(pending_item):
+        nonlocal t_last, step_last, last_train
+        s, metrics = pending_item
+        scalars = reduce_terms(jax.device_get(metrics))
+        now = time.time()
+        scalars["tokens_per_sec"] = tokens_per_step * (s - step_last) / max(now - t_last, 1e-9)
+        t_last, step_last = now, s
+        last_train = scalars
+        writer.write(s, "train", scalars)
+
+    def save(s: int) -> None:
+        info = {"step": s, "cursor": s * global_batch, "objective": objective.name, **(meta or {})}
+        metrics = {k: float(v) for k, v in last_eval.items()} if best_metric and last_eval else None
+        ckpt.save(s, state, info, metrics=metrics)
+
+    with _Preemption() as preemption:
+        try:
+            while step < tcfg.steps:
+                _, batch = next(feed)
+                state, metrics = compiled.train_step(state, batch, rng)
+                step += 1
+                if pending is not None:
+                    flush(pending)  # metrics of the previous logged step: fetched one step late
+                    pending = None
+                if step % tcfg.log_every == 0 or step == tcfg.steps:
+                    pending = (step, metrics)
+                if tcfg.eval_every > 0 and (step % tcfg.eval_every == 0 or step == tcfg.steps):
+                    last_eval = evaluate(objective, compiled, state.params, mesh, global_batch, tcfg.eval_batches)
+                    writer.write(step, "eval", last_eval)
+                    writer.log(f"step {step}: eval " + ", ".join(f"{k}={v:.4f}" for k, v in last_eval.items()))
+                stop_now = preemption.requested or (stop_after is not None and step - start >= stop_after)
+                if step % tcfg.checkpoint_every == 0 or step == tcfg.steps or stop_now:
+                    save(step)
+                if stop_now:
+                    preempted = preemption.requested
+                    writer.log(f"stopping at step {step} ({'SIGTERM' if preempted else 'stop_after'}); "
+                               f"checkpoint saved, resume by running the same command")
+                    break
+            if pending is not None:
+                flush(pending)
+        finally:
+            feed.close()
+            ckpt.close()
+            writer.close()
+    return FitResult(state, step, last_train, last_eval, preempted, stage_dir)

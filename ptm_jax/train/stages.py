@@ -1,0 +1,102 @@
+"""Stages of a run: corpus -> tokenizer -> cache -> pretrain -> (finetune -> evaluate).
+
+``ptm run`` calls the stages in order in one process; ``ptm pretrain`` / ``ptm data`` call one each. Every
+stage writes under ``output_dir`` and is resumable: the tokenizer and cache are reused, and the training
+stages resume from their latest checkpoint.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from ptm_jax import config as config_lib
+from ptm_jax.config import RunConfig
+from ptm_jax.data.cache import TokenCache, build_or_load_cache
+from ptm_jax.data.corpus import iter_documents
+from ptm_jax.data.pretraining.source import SpecialIds, SubsetSource
+from ptm_jax.data.tokenizers import Tokenizer, load_tokenizer
+from ptm_jax.errors import ConfigError
+from ptm_jax.parallel.distributed import barrier
+from ptm_jax.parallel.mesh import make_mesh
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Corpus:
+    tokenizer: Tokenizer
+    cache: TokenCache
+    train: SubsetSource
+    eval: SubsetSource | None
+    special: SpecialIds
+
+
+def _sentences(cfg: RunConfig) -> Callable[[], Any]:
+    def texts():
+        for doc in iter_documents(cfg.data):
+            yield from doc
+    return texts
+
+
+def prepare_corpus(cfg: RunConfig) -> Corpus:
+    """Tokenizer (loaded, or trained on the corpus once) and the tokenized cache, split by documents."""
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = load_tokenizer(cfg.tokenizer, _sentences(cfg), out)
+    if tok.vocab_size > cfg.model.vocab_size:
+        raise ConfigError(f"the tokenizer has {tok.vocab_size} ids but model.vocab_size={cfg.model.vocab_size}; "
+                          f"set model.vocab_size={tok.vocab_size} (or larger)")
+    cache_dir = Path(cfg.data.cache_dir) if cfg.data.cache_dir else out / "cache"
+    cache = build_or_load_cache(cfg.data, tok, cache_dir, jax.process_index(), jax.process_count(), barrier)
+    n_eval = min(cfg.data.eval_documents, cache.num_docs // 2)
+    if cache.num_docs - n_eval < 2:
+        raise ConfigError(f"the corpus {cfg.data.corpus!r} has {cache.num_docs} documents after tokenization; "
+                          "NSP needs at least 2 training documents: add text or lower data.eval_documents")
+    train = SubsetSource(cache, np.arange(cache.num_docs - n_eval))
+    held = SubsetSource(cache, np.arange(cache.num_docs - n_eval, cache.num_docs)) if n_eval else None
+    special = SpecialIds(pad=tok.pad_id, cls=tok.cls_id, sep=tok.sep_id, mask=tok.mask_id,
+                         vocab_size=tok.vocab_size, continuation=tok.continuation_mask())
+    return Corpus(tok, cache, train, held, special)
+
+
+def write_config(cfg: RunConfig) -> None:
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if jax.process_index() == 0:
+        (out / "config.json").write_text(json.dumps(config_lib.to_dict(cfg), indent=2))
+
+
+def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | None = None) -> dict[str, Any]:
+    """Pretrains cfg.model with cfg.objective; returns the final train/eval figures and the baseline."""
+    from ptm_jax.objectives.registry import build_objective
+    from ptm_jax.train.loop import fit
+
+    write_config(cfg)
+    corpus = corpus or prepare_corpus(cfg)
+    objective = build_objective(cfg, corpus)
+    mesh = make_mesh(cfg.mesh)
+    result = fit(objective, cfg.train, mesh, Path(cfg.output_dir) / "pretrain", stop_after=stop_after,
+                 meta={"config": config_lib.to_dict(cfg)})
+    summary: dict[str, Any] = {"stage": "pretrain", "step": result.step, "preempted": result.preempted,
+                               "train": result.train_metrics, "eval": result.eval_metrics,
+                               "corpus": {"documents": corpus.cache.num_docs, "tokens": corpus.cache.num_tokens,
+                                          "vocab_size": corpus.tokenizer.vocab_size}}
+    if hasattr(objective, "baseline") and not result.preempted:
+        summary["baseline"] = objective.baseline(cfg.train.batch_size)
+    if jax.process_index() == 0:
+        (Path(cfg.output_dir) / "pretrain" / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def run(cfg: RunConfig) -> dict[str, Any]:
+    """The main job: pretrain, then the finetuning/evaluation stages when configured."""
+    summary = {"pretrain": pretrain(cfg)}
+    if jax.process_index() == 0:
+        (Path(cfg.output_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -1,0 +1,208 @@
+"""Corpus reading: file resolution, host shares, lines/paragraphs/auto formats, sentence splitting, bad-input
+errors (file + line in the message), TFDS record conversion (in-memory tf.data) and the embedded corpus."""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from ptm_jax.config import DataConfig
+from ptm_jax.data.corpus import (detect_format, host_share, iter_documents, parse_tfds_spec, read_documents,
+                                 record_to_document, resolve_files, split_sentences, dataset_documents)
+from ptm_jax.data.embedded import embedded_corpus_stats, embedded_documents
+from ptm_jax.errors import ConfigError, DataError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
+    return path
+
+
+def test_resolve_files_dirs_globs_commas_sorted_deduped(tmp_path):
+    for name in ("b.txt", "a.txt", "sub/c.txt", "sub/d.md"):
+        write(tmp_path / name, "x\n")
+    got = resolve_files(f"{tmp_path}/sub/c.txt, {tmp_path}, {tmp_path}/*.txt")
+    assert got == [tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "sub/c.txt"]
+    assert resolve_files(f"{tmp_path}/**/*.md") == [tmp_path / "sub/d.md"]
+    with pytest.raises(DataError, match=r"corpus '.*/nope\*\.txt': no such file"):
+        resolve_files(f"{tmp_path}/a.txt,{tmp_path}/nope*.txt")
+    with pytest.raises(DataError, match="missing.txt"):
+        resolve_files(str(tmp_path / "missing.txt"))
+
+
+def test_host_share_partitions_files_exactly(shared_data):
+    files = resolve_files(str(shared_data / "corpus/gutenberg"))
+    assert len(files) == 13
+    for count in (1, 2, 3, 5, 13, 16):
+        shares = [host_share(files, i, count) for i in range(count)]
+        flat = [f for s in shares for f in s]
+        assert sorted(flat) == files and len(set(flat)) == len(files)
+        assert max(map(len, shares)) - min(map(len, shares)) <= 1
+    assert host_share(files, 1, 3) == files[1::3]
+    with pytest.raises(ConfigError, match="process_index=2"):
+        host_share(files, 2, 2)
+
+
+def test_lines_format_blank_lines_separate_documents(tmp_path):
+    f = write(tmp_path / "bert.txt", "\ufeffFirst sentence.\r\nSecond one.\r\n\r\n\r\n  \nThird.\n\t\n\nFourth.\nFifth")
+    docs = list(read_documents(f, "lines"))
+    assert docs == [["First sentence.", "Second one."], ["Third."], ["Fourth.", "Fifth"]]
+    assert detect_format(f) == "lines"
+
+
+def test_paragraphs_format_joins_lines_and_cuts_documents_at_paragraphs(tmp_path):
+    para = "Mr. Holmes sat down. He lit\na pipe, slowly. Then he\nspoke: \"Come, Watson!\"\n"
+    f = write(tmp_path / "prose.txt", "\n".join([para] * 5))
+    assert detect_format(f) == "paragraphs"
+    docs = list(read_documents(f, "paragraphs", doc_max_sentences=5))
+    assert [len(d) for d in docs] == [6, 6, 3]
+    assert docs[0][:3] == ["Mr. Holmes sat down.", "He lit a pipe, slowly.", 'Then he spoke: "Come, Watson!"']
+
+
+def test_gutenberg_header_and_footer_are_stripped(tmp_path):
+    text = ("The Project Gutenberg eBook of Tests\n\nThis eBook is for the use of anyone.\n\n"
+            "*** START OF THE PROJECT GUTENBERG EBOOK TESTS ***\n\nCHAPTER I.\n\nIt was a dark night. The end.\n\n"
+            "*** END OF THE PROJECT GUTENBERG EBOOK TESTS ***\n\nSection 1. General Terms of Use.\n")
+    f = write(tmp_path / "pg.txt", text)
+    assert detect_format(f) == "paragraphs"
+    assert list(read_documents(f)) == [["CHAPTER I.", "It was a dark night.", "The end."]]
+
+
+def test_auto_format_on_real_files(shared_data, tmp_path):
+    gut = shared_data / "corpus/gutenberg"
+    assert detect_format(gut / "2701-0.txt") == "paragraphs"  # has a START marker
+    assert detect_format(gut / "1342-0.txt") == "paragraphs"  # wrapped prose, no marker
+    assert detect_format(shared_data / "corpus/wikitext-2-tokenized/valid.txt") == "paragraphs"
+    lines = [ln.split("\t")[0] for ln in (shared_data / "glue/SST-2/dev.tsv").read_text().splitlines()[1:200]]
+    sst = write(tmp_path / "sst.txt", "\n".join(s.strip() for s in lines) + "\n")
+    assert detect_format(sst) == "lines"
+    docs = list(read_documents(gut / "2701-0.txt", "auto", doc_max_sentences=256))
+    first, last = docs[0], docs[-1]
+    assert "MOBY-DICK;" in first[0] and not any("Gutenberg" in s for s in last[-3:])
+    assert sum(map(len, docs)) > 8000 and all(len(d) >= 256 for d in docs[:-1])
+
+
+def test_split_sentences_handles_abbreviations_decimals_quotes():
+    text = ('Mr. Smith paid $3.50 to Dr. J. R. Watson, e.g. for tea. "Stop!" he cried. "Why?" she asked; '
+            'it was No. 5 on p. 12 of the U.S. list... Really? Yes. (See Fig. 3.) Done')
+    assert split_sentences(text) == [
+        "Mr. Smith paid $3.50 to Dr. J. R. Watson, e.g. for tea.", '"Stop!" he cried.',
+        '"Why?" she asked; it was No. 5 on p. 12 of the U.S. list...', "Really?", "Yes.", "(See Fig. 3.)", "Done"]
+    assert split_sentences("  ") == [] and split_sentences("One\n two.  Three") == ["One two.", "Three"]
+    assert split_sentences("Pi is 3.14. It is irrational.") == ["Pi is 3.14.", "It is irrational."]
+
+
+@pytest.mark.parametrize("fmt", ["lines", "paragraphs", "auto"])
+def test_non_utf8_names_file_line_and_byte(tmp_path, fmt):
+    f = write(tmp_path / "latin.txt", b"Fine line.\nAlso fine.\nCaf\xe9 au lait.\nMore.\n")
+    with pytest.raises(DataError) as e:
+        list(read_documents(f, fmt))
+    msg = str(e.value)
+    assert "latin.txt:3: not valid UTF-8" in msg and "byte 0xe9 at byte 3 of the line" in msg
+    assert "file offset 25" in msg and "iconv -f latin1 -t utf-8" in msg
+
+
+@pytest.mark.parametrize("content,expected", [
+    (b"", "empty.txt: file is empty"),
+    (b" \n\n\t\n", "empty.txt: file is empty"),
+    (b"text\n\x00\x01\x02binary", "empty.txt:2: binary file (NUL byte at offset 5)"),
+])
+def test_empty_and_binary_files(tmp_path, content, expected):
+    f = write(tmp_path / "empty.txt", content)
+    with pytest.raises(DataError, match=re.escape(expected)):
+        list(read_documents(f))
+
+
+def test_large_whitespace_file_fails_after_reading(tmp_path):
+    f = write(tmp_path / "blank.txt", b"\n" * 20000)
+    with pytest.raises(DataError, match="blank.txt: file has no text"):
+        list(read_documents(f))
+
+
+def test_ten_megabyte_single_line_fails_fast(tmp_path):
+    f = write(tmp_path / "oneline.txt", b"word " * (2 * 1024 * 1024))
+    start = time.perf_counter()
+    with pytest.raises(DataError) as e:
+        list(read_documents(f, "auto", max_line_bytes=1_000_000))
+    assert time.perf_counter() - start < 1.0
+    assert "oneline.txt:1: line is longer than data.max_line_bytes=1000000" in str(e.value)
+    f2 = write(tmp_path / "third.txt", b"a.\nb.\n" + b"x" * 101 + b"\n")
+    with pytest.raises(DataError, match="third.txt:3: line is longer"):
+        list(read_documents(f2, "lines", max_line_bytes=100))
+    assert list(read_documents(write(tmp_path / "ok.txt", b"x" * 100 + b"\n"), "lines", max_line_bytes=100))
+
+
+def test_missing_path_is_named(tmp_path):
+    with pytest.raises(DataError, match="absent.txt: no such file"):
+        list(read_documents(tmp_path / "absent.txt"))
+    with pytest.raises(DataError, match="absent"):
+        list(iter_documents(DataConfig(corpus=str(tmp_path / "absent*.txt"))))
+
+
+def test_iter_documents_over_files_splits_by_host(tmp_path):
+    for i in range(5):
+        write(tmp_path / f"f{i}.txt", f"Doc {i} a.\nDoc {i} b.\n\nDoc {i} c.\n")
+    cfg = DataConfig(corpus=str(tmp_path), format="lines")
+    everything = list(iter_documents(cfg))
+    assert len(everything) == 10 and everything[0] == ["Doc 0 a.", "Doc 0 b."]
+    shares = [list(iter_documents(cfg, i, 2)) for i in range(2)]
+    assert shares[0][0] == ["Doc 0 a.", "Doc 0 b."] and shares[1][0] == ["Doc 1 a.", "Doc 1 b."]
+    assert sorted(map(tuple, shares[0] + shares[1])) == sorted(map(tuple, everything))
+
+
+def test_tfds_spec_parsing():
+    assert parse_tfds_spec("tfds:wikipedia/20230601.en") == ("wikipedia/20230601.en", "train")
+    assert parse_tfds_spec("tfds:c4/en:validation[:1%]") == ("c4/en", "validation[:1%]")
+    with pytest.raises(ConfigError, match="missing dataset name"):
+        parse_tfds_spec("tfds::train")
+
+
+def test_tfds_records_to_documents_by_host():
+    texts = [f"Title {i}\n\nFirst sentence of record {i}. Second one,\nwrapped.\n\nNew paragraph {i}." for i in range(7)]
+    ds = tf.data.Dataset.from_tensor_slices({"text": texts, "title": [f"t{i}" for i in range(7)]})
+    docs = list(dataset_documents(ds))
+    assert len(docs) == 7
+    assert docs[3] == ["Title 3", "First sentence of record 3.", "Second one, wrapped.", "New paragraph 3."]
+    assert record_to_document(texts[3].encode()) == docs[3]
+    shares = [list(dataset_documents(ds, None, i, 3)) for i in range(3)]
+    assert [len(s) for s in shares] == [3, 2, 2] and shares[1][0] == docs[1] and shares[2][1] == docs[5]
+    two_strings = tf.data.Dataset.from_tensor_slices({"body": texts, "title": texts})
+    with pytest.raises(DataError, match="features: body, title"):
+        list(dataset_documents(two_strings))
+    assert list(dataset_documents(two_strings, "body")) == docs
+
+
+def test_embedded_corpus_size_determinism_and_no_imports(capsys):
+    """The same text in this process and in a fresh one (other hash seed), built concurrently."""
+    code = "import json; from ptm_jax.data.embedded import embedded_corpus_stats as s; print(json.dumps(s()))"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": "12345"}
+    other = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    assert "this" not in sys.modules and "antigravity" not in sys.modules
+    start = time.perf_counter()
+    stats = embedded_corpus_stats()
+    seconds = time.perf_counter() - start
+    assert stats["documents"] > 50 and stats["sentences"] > 2000 and stats["characters"] > 1_000_000
+    assert stats["parse_failures"] == 0 and seconds < 20
+    assert "this" not in sys.modules and "antigravity" not in sys.modules
+    assert capsys.readouterr() == ("", "")
+    out, _ = other.communicate(timeout=120)
+    assert other.returncode == 0 and json.loads(out) == stats
+
+
+def test_embedded_documents_shard_by_index():
+    first = list(itertools.islice(embedded_documents(), 120))
+    assert first[0][0].startswith("The \"assert\" statement")
+    cfg = DataConfig(corpus="embedded")
+    shares = [list(itertools.islice(iter_documents(cfg, i, 3), 40)) for i in range(3)]
+    assert [shares[d % 3][d // 3] for d in range(120)] == first
