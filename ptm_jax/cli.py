@@ -1,6 +1,9 @@
 """`ptm`: the command line. Every subcommand takes a preset (-c) and ``section.key=value`` overrides.
 
-  ptm run                          pretrain (then finetune, evaluate) on the embedded offline corpus
+  ptm run                          pretrain -> finetune -> evaluate on the embedded offline corpus and task
+  ptm run --glue-dir ../shared/data/glue --task sst2      ... finetuning on real GLUE data
+  ptm finetune --init runs/x --task mrpc --glue-dir ../shared/data/glue output_dir=runs/x
+  ptm eval --model runs/x/finetune-mrpc/best --task mrpc --glue-dir ../shared/data/glue --split test
   ptm pretrain -c bert_small data.corpus='../shared/data/corpus/gutenberg/*.txt' train.steps=2000
   ptm data -c bert_small           build the tokenizer and tokenized cache only, print corpus figures
   ptm config -c bert_base train.batch_size=256    print the resolved config
@@ -23,7 +26,8 @@ from typing import Any, Callable
 
 from ptm_jax.errors import PtmError
 
-DEFAULT_PRESET = {"run": "bert_small", "pretrain": "bert_small", "data": "bert_small", "config": "bert_small"}
+DEFAULT_PRESET = {"run": "bert_small", "pretrain": "bert_small", "data": "bert_small", "config": "bert_small",
+                  "finetune": "bert_small", "eval": "bert_small"}
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -105,20 +109,67 @@ def cmd_pretrain(args) -> int:
     return 0
 
 
+def _report_finetune(summary: dict[str, Any]) -> None:
+    print(f"finetune [{summary['task']}]: {summary['description']}")
+    best = summary.get("best", {})
+    if best.get("metrics"):
+        figures = ", ".join(f"{k}={v:.4f}" for k, v in best["metrics"].items() if isinstance(v, float))
+        print(f"  best dev ({summary['primary_metric']}) at step {best['step']}: {figures}")
+
+
+def _task_overrides(args) -> list[str]:
+    extra = []
+    if getattr(args, "task", None):
+        extra.append(f"finetune.task={args.task!r}")
+    if getattr(args, "glue_dir", None):
+        extra.append(f"finetune.data_dir={args.glue_dir!r}")
+    if getattr(args, "data_dir", None):
+        extra.append(f"finetune.data_dir={args.data_dir!r}")
+    if getattr(args, "init", None):
+        extra.append(f"finetune.init={args.init!r}")
+    return extra
+
+
 def cmd_run(args) -> int:
+    args.overrides = list(args.overrides) + _task_overrides(args)
     cfg = _load(args)
     _start(args)
     from ptm_jax.train.stages import run
 
     summary = run(cfg)
     _report_pretrain(summary["pretrain"])
-    print(f"outputs in {cfg.output_dir} (summary.json, pretrain/metrics.jsonl, pretrain/curves.png, tb/)")
+    if "finetune" in summary:
+        _report_finetune(summary["finetune"])
+    print(f"outputs in {cfg.output_dir} (summary.json, */metrics.jsonl, */curves.png, */tb/)")
+    return 0
+
+
+def cmd_finetune(args) -> int:
+    args.overrides = list(args.overrides) + _task_overrides(args)
+    cfg = _load(args)
+    _start(args)
+    from ptm_jax.train.finetune import finetune
+
+    _report_finetune(finetune(cfg, stop_after=args.stop_after))
+    return 0
+
+
+def cmd_eval(args) -> int:
+    args.overrides = list(args.overrides) + _task_overrides(args)
+    cfg = _load(args)
+    _start(args)
+    from ptm_jax.train.evaluation import evaluate_task
+
+    result = evaluate_task(cfg, args.model, split=args.split, out_dir=args.predictions)
+    print(json.dumps(result, indent=2))
     return 0
 
 
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "run": (cmd_run, "the main job: pretrain -> finetune -> evaluate (embedded offline corpus by default)"),
     "pretrain": (cmd_pretrain, "pretrain a model; resumes from the latest checkpoint in output_dir"),
+    "finetune": (cmd_finetune, "finetune a pretrained/imported model on a task (GLUE, SQuAD, CoNLL, embedded)"),
+    "eval": (cmd_eval, "evaluate a finetuned model on a task split and write prediction files"),
     "data": (cmd_data, "train/load the tokenizer and build the tokenized corpus cache"),
     "config": (cmd_config, "print the resolved config"),
     "presets": (cmd_presets, "list the presets"),
@@ -133,9 +184,20 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name != "presets":
             _add_common(p)
-        if name == "pretrain":
+        if name in ("pretrain", "finetune"):
             p.add_argument("--stop-after", type=int, default=None,
                            help="stop (with a checkpoint) after this many steps of this invocation")
+        if name in ("run", "finetune", "eval"):
+            p.add_argument("--task", default=None, help="finetune.task: embedded | sst2 | cola | mrpc | stsb | "
+                           "qqp | mnli | qnli | rte | wnli | squad | squad_v2 | conll2003")
+            p.add_argument("--glue-dir", default=None, help="finetune.data_dir for GLUE tasks")
+            p.add_argument("--data-dir", default=None, help="finetune.data_dir (SQuAD/CoNLL folder, or 'tfds')")
+        if name in ("finetune", "eval"):
+            p.add_argument("--init", default=None, help="finetune.init: a run dir, params dir or HF folder")
+        if name == "eval":
+            p.add_argument("--model", required=True, help="a finetuned model: <run>/finetune-TASK/best or a run")
+            p.add_argument("--split", default="dev", choices=["dev", "test"])
+            p.add_argument("--predictions", default=None, help="folder for prediction files")
     from ptm_jax.export.commands import register as register_export
 
     register_export(sub)  # import-hf, export, embed, predict

@@ -114,6 +114,40 @@ class MeshConfig:
 
 
 @dataclass
+class FinetuneConfig:
+    """Task finetuning (google-research/bert run_classifier.py / run_squad.py defaults)."""
+
+    task: str = "embedded"
+    """'embedded' (derived from the embedded corpus), a GLUE task (sst2, cola, mrpc, stsb, qqp, mnli, qnli,
+    rte, wnli), 'squad', 'squad_v2' or 'conll2003'; empty: no finetuning stage in `ptm run`."""
+    data_dir: str = ""
+    """GLUE directory (holding SST-2/, CoLA/, ...), SQuAD JSON folder or CoNLL-2003 folder; or 'tfds'."""
+    init: str = ""
+    """Pretrained weights: a run output dir, params dir or Hugging Face folder. Empty: this run's pretraining."""
+    max_seq_length: int = 128
+    batch_size: int = 32
+    epochs: float = 3.0
+    learning_rate: float = 5e-5
+    warmup_proportion: float = 0.1
+    weight_decay: float = 0.01
+    clip_norm: float = 1.0
+    layerwise_lr_decay: float = 1.0
+    """lr of layer l = lr * decay**(num_layers - l); embeddings get decay**(num_layers + 1). 1.0 = off."""
+    classifier_dropout: float = 0.1
+    train_subset: int = 0
+    """Keep the first N training examples after random.Random(subset_seed).shuffle (0 = all)."""
+    subset_seed: int = 0
+    eval_every: int = 0
+    """Evaluate (and keep the best checkpoint by the task metric) every N steps; 0 = once per epoch."""
+    seed: int = 0
+    doc_stride: int = 128
+    max_query_length: int = 64
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    null_score_threshold: float = 0.0
+
+
+@dataclass
 class RunConfig:
     name: str = "run"
     output_dir: str = "runs/default"
@@ -123,6 +157,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ptm_jax.config import ModelConfig, to_dict
+from ptm_jax.data.tasks.features import encode_inputs, truncate_pair  # noqa: F401
 from ptm_jax.errors import ConfigError, DataError
 
 BUCKETS = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
@@ -48,41 +49,6 @@ def read_lines(source: str) -> list[str]:
             raise DataError(f"{name}:{lineno}: not UTF-8 ({e.reason} at byte {e.start}); re-encode the file "
                             "as UTF-8") from None
     return out
-
-
-def truncate_pair(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
-    """Lengths after popping tokens from the longer segment (the second on ties) until a + b <= budget."""
-    excess = len_a + len_b - budget
-    if excess <= 0:
-        return len_a, len_b
-    if len_a > len_b and excess <= len_a - len_b:
-        return len_a - excess, len_b
-    if len_b >= len_a and excess <= len_b - len_a:
-        return len_a, len_b - excess
-    return (budget + 1) // 2, budget // 2
-
-
-def encode_inputs(tokenizer, texts: Sequence[str], pairs: Sequence[str] | None, max_length: int
-                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Token ids with [CLS]/[SEP] and segment ids per example, truncated to ``max_length``."""
-    if max_length < 3 + (pairs is not None):
-        raise ConfigError(f"--max-length={max_length} is too short")
-    a_ids = tokenizer.encode_batch(list(texts))
-    b_ids = tokenizer.encode_batch(list(pairs)) if pairs is not None else None
-    cls, sep = np.array([tokenizer.cls_id], np.int32), np.array([tokenizer.sep_id], np.int32)
-    ids, segs = [], []
-    for i, a in enumerate(a_ids):
-        if b_ids is None:
-            x = np.concatenate([cls, np.asarray(a[: max_length - 2], np.int32), sep])
-            ids.append(x)
-            segs.append(np.zeros(len(x), np.int32))
-            continue
-        la, lb = truncate_pair(len(a), len(b_ids[i]), max_length - 3)
-        first = np.concatenate([cls, np.asarray(a[:la], np.int32), sep])
-        second = np.concatenate([np.asarray(b_ids[i][:lb], np.int32), sep])
-        ids.append(np.concatenate([first, second]))
-        segs.append(np.concatenate([np.zeros(len(first), np.int32), np.ones(len(second), np.int32)]))
-    return ids, segs
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -27,6 +27,29 @@ def to_global(batch: dict[str, np.ndarray], mesh: Mesh, keys: list[str] | None =
     return out
 
 
+def host_value(x: Any) -> Any:
+    """A replicated (or fully addressable) jax.Array -> numpy, on every process; pytrees map leafwise."""
+
+    def one(a):
+        if isinstance(a, jax.Array) and not a.is_fully_addressable:
+            return np.asarray(a.addressable_data(0))
+        return np.asarray(jax.device_get(a))
+
+    return jax.tree.map(one, x)
+
+
+def gather_rows(x: Any) -> Any:
+    """A batch-sharded global jax.Array -> the full numpy array on every process (for eval predictions)."""
+    from jax.experimental import multihost_utils
+
+    def one(a):
+        if isinstance(a, jax.Array) and not a.is_fully_addressable:
+            return np.asarray(multihost_utils.process_allgather(a, tiled=True))
+        return np.asarray(jax.device_get(a))
+
+    return jax.tree.map(one, x)
+
+
 class Prefetcher:
     """Iterates (host_batch, global_batch) pairs, ``depth`` batches ahead of the consumer."""
 

@@ -23,7 +23,7 @@ from jax.sharding import Mesh
 
 from ptm_jax.config import TrainConfig
 from ptm_jax.objectives.base import Objective
-from ptm_jax.parallel.feed import Prefetcher, to_global
+from ptm_jax.parallel.feed import Prefetcher, gather_rows, host_value, to_global
 from ptm_jax.parallel.rules import LOGICAL_RULES, batch_sharding, replicated, state_shardings
 from ptm_jax.train.checkpoint import Checkpointer, abstract_with_shardings
 from ptm_jax.train.metrics import MetricsWriter, reduce_terms
@@ -75,6 +75,7 @@ class Compiled:
     init_fn: Callable[[jax.Array], TrainState]
     train_step: Callable
     eval_step: Callable
+    predict_step: Callable | None
     batch_keys: list[str]
 
 
@@ -109,35 +110,51 @@ def compile_objective(objective: Objective, tcfg: TrainConfig, mesh: Mesh,
     eval_step = jax.jit(ruled(make_eval_step(objective)), in_shardings=(shardings.params, batch_sh),
                         out_shardings=replicated(mesh))
     init_jit = jax.jit(ruled(init_fn), out_shardings=shardings)
-    return Compiled(tx, schedule, shardings, abstract, init_jit, train_step, eval_step, list(example))
+    predict_step = None
+    if hasattr(objective, "predict"):
+        predict_step = jax.jit(ruled(objective.predict), in_shardings=(shardings.params, batch_sh))
+    return Compiled(tx, schedule, shardings, abstract, init_jit, train_step, eval_step, predict_step,
+                    list(example))
 
 
 def evaluate(objective: Objective, compiled: Compiled, params: Any, mesh: Mesh, global_batch: int,
-             max_batches: int | None = None) -> dict[str, float]:
+             max_batches: int | None = None, return_outputs: bool = False):
+    """Loss terms over the held-out batches; objectives with ``predict``/``score`` (finetuning tasks) predict
+    every held-out example and add the task metrics. ``return_outputs`` also returns the predictions."""
     totals: dict[str, list[float]] = {}
+    outputs: dict[str, list[np.ndarray]] = {}
     for i, host_batch in enumerate(objective.eval_batches(global_batch, jax.process_index(), jax.process_count())):
-        if max_batches is not None and i >= max_batches:
+        if max_batches is not None and compiled.predict_step is None and i >= max_batches:
             break
-        terms = jax.device_get(compiled.eval_step(params, to_global(host_batch, mesh, compiled.batch_keys)))
+        batch = to_global(host_batch, mesh, compiled.batch_keys)
+        terms = host_value(compiled.eval_step(params, batch))
         for k, (num, den) in terms.items():
             acc = totals.setdefault(k, [0.0, 0.0])
             acc[0] += float(num)
             acc[1] += float(den)
-    return {k: (n / d if d else float("nan")) for k, (n, d) in totals.items()}
+        if compiled.predict_step is not None:
+            for k, v in gather_rows(compiled.predict_step(params, batch)).items():
+                outputs.setdefault(k, []).append(v)
+    metrics = {k: (n / d if d else float("nan")) for k, (n, d) in totals.items()}
+    joined = {k: np.concatenate(v) for k, v in outputs.items()}
+    if compiled.predict_step is not None and joined:
+        metrics.update(objective.score(joined))
+    return (metrics, joined) if return_outputs else metrics
 
 
 def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Path, *,
         init_params: Any = None, lr_scale: Callable | None = None, meta: dict[str, Any] | None = None,
-        stop_after: int | None = None) -> FitResult:
+        stop_after: int | None = None, on_eval: Callable[[int, dict, TrainState], None] | None = None
+        ) -> FitResult:
     """Trains ``objective`` for ``tcfg.steps`` steps, resuming from ``stage_dir/checkpoints`` if present.
 
     ``init_params``: parameters to start from when there is no checkpoint yet (finetuning from a pretrained
     encoder); a callable ``(fresh_params) -> params`` that merges pretrained weights into a fresh init.
     ``stop_after``: stop (with a checkpoint) after this many steps in this call — used by tests and benchmarks.
+    ``on_eval(step, metrics, state)``: called after each periodic evaluation (e.g. keep the best model).
     """
     stage_dir = Path(stage_dir)
     compiled = compile_objective(objective, tcfg, mesh, lr_scale)
-    best_metric = getattr(objective, "primary_metric", None) if tcfg.eval_every > 0 else None
     ckpt = Checkpointer(stage_dir / "checkpoints", keep=tcfg.keep_checkpoints, async_save=tcfg.async_checkpoints)
     rng = jax.random.key(tcfg.seed)
     if ckpt.latest_step() is not None:
@@ -170,7 +187,7 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
     def flush(pending_item):
         nonlocal t_last, step_last, last_train
         s, metrics = pending_item
-        scalars = reduce_terms(jax.device_get(metrics))
+        scalars = reduce_terms(host_value(metrics))
         now = time.time()
         scalars["tokens_per_sec"] = tokens_per_step * (s - step_last) / max(now - t_last, 1e-9)
         t_last, step_last = now, s
@@ -179,8 +196,7 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
 
     def save(s: int) -> None:
         info = {"step": s, "cursor": s * global_batch, "objective": objective.name, **(meta or {})}
-        metrics = {k: float(v) for k, v in last_eval.items()} if best_metric and last_eval else None
-        ckpt.save(s, state, info, metrics=metrics)
+        ckpt.save(s, state, info)
 
     with _Preemption() as preemption:
         try:
@@ -197,6 +213,8 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
                     last_eval = evaluate(objective, compiled, state.params, mesh, global_batch, tcfg.eval_batches)
                     writer.write(step, "eval", last_eval)
                     writer.log(f"step {step}: eval " + ", ".join(f"{k}={v:.4f}" for k, v in last_eval.items()))
+                    if on_eval is not None:
+                        on_eval(step, last_eval, state)
                 stop_now = preemption.requested or (stop_after is not None and step - start >= stop_after)
                 if step % tcfg.checkpoint_every == 0 or step == tcfg.steps or stop_now:
                     save(step)

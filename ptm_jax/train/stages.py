@@ -97,6 +97,10 @@ def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | 
 def run(cfg: RunConfig) -> dict[str, Any]:
     """The main job: pretrain, then the finetuning/evaluation stages when configured."""
     summary = {"pretrain": pretrain(cfg)}
+    if cfg.finetune.task and not summary["pretrain"]["preempted"]:
+        from ptm_jax.train.finetune import finetune
+
+        summary["finetune"] = finetune(cfg)
     if jax.process_index() == 0:
         (Path(cfg.output_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

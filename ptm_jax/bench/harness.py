@@ -1,0 +1,361 @@
+"""`ptm bench`: time the real jitted train step on synthetic batches, and the tf.data pipeline on real text.
+
+Train mode builds the configured objective (``ptm_jax.objectives.registry``) over a two-document dummy source,
+fills batches of the exact training shapes with random token ids and BERT-like masking (google-research/bert
+create_pretraining_data.py: ~15% of the real tokens, at most ``max_predictions_per_seq``, sorted positions,
+weight 1 on real predictions), places them on the mesh once, compiles the step through
+``ptm_jax.train.loop.compile_objective`` (the step ``fit`` runs: same shardings, same donation) and times
+``steps`` calls after ``warmup``, blocking on each. Figures: compile time, step-time median / p10 / p90 / std,
+tokens/s and examples/s, model FLOPs (``flops.py``), XLA's FLOPs, MFU against the device's bf16 peak, per-device
+memory from ``memory_analysis()`` and the parameter count.
+
+Data mode times what feeds the step: raw text -> tokenizer -> token cache (``stages.prepare_corpus``), then the
+MLM+NSP tf.data stream from the cache, in examples/s and per CPU core.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ptm_jax.bench import flops as flops_lib
+from ptm_jax.config import MeshConfig, RunConfig
+from ptm_jax.errors import ConfigError
+
+# ----------------------------------------------------------------------------------------------------
+# Objective over synthetic data
+
+
+def _dummy_corpus(cfg: RunConfig) -> Any:
+    from ptm_jax.data.pretraining.source import ArraySource, SpecialIds
+
+    v = cfg.model.vocab_size
+    docs = [[np.arange(5, 9) % v], [np.arange(9, 12) % v]]
+    special = SpecialIds(pad=0, cls=1, sep=2, mask=3, vocab_size=v)
+    return types.SimpleNamespace(train=ArraySource(docs), eval=None, special=special)
+
+
+class DenseMlmHead:
+    """Benchmark-only variant: the MLM head evaluated at *all* S positions ([B, S, V] logits), then the P
+    masked positions picked for the loss -- what an implementation without BERT's gather pays."""
+
+    def __init__(self, objective: Any):
+        self._inner = objective
+        self.name, self.model = objective.name, objective.model
+        self.primary_metric = objective.primary_metric
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self._inner, item)
+
+    def loss(self, params, batch, rng, normalizers, train: bool):
+        from ptm_jax.objectives.mlm import mlm_loss, mlm_terms
+        from ptm_jax.objectives.nsp import nsp_terms
+
+        b, s = batch["input_ids"].shape
+        every = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
+        rngs = {"dropout": rng} if train and rng is not None else None
+        logits_BxSxV, nsp_logits = self.model.apply(params, batch["input_ids"], batch["input_mask"],
+                                                    batch["segment_ids"], every, deterministic=not train, rngs=rngs)
+        picked = jnp.take_along_axis(logits_BxSxV, batch["masked_lm_positions"][..., None].astype(jnp.int32), 1)
+        terms = mlm_terms(picked, batch["masked_lm_ids"], batch["masked_lm_weights"])
+        loss = mlm_loss(terms["mlm_loss"][0], normalizers["mlm"])
+        if nsp_logits is not None:
+            nsp = nsp_terms(nsp_logits, batch["next_sentence_labels"])
+            loss = loss + nsp["nsp_loss"][0] / normalizers["nsp"]
+            terms.update(nsp)
+        return loss, terms
+
+
+def build_bench_objective(cfg: RunConfig, mlm_head: str = "sparse") -> Any:
+    from ptm_jax.objectives.registry import build_objective
+
+    objective = build_objective(cfg, _dummy_corpus(cfg))
+    if mlm_head == "dense":
+        return DenseMlmHead(objective)
+    if mlm_head != "sparse":
+        raise ConfigError(f"--mlm-head={mlm_head!r}: expected sparse or dense")
+    return objective
+
+
+def synthetic_batch(example: dict[str, np.ndarray], cfg: RunConfig, rng: np.random.Generator
+                    ) -> dict[str, np.ndarray]:
+    """Random ids and BERT-like masking in the shapes and dtypes of ``example`` (one global batch)."""
+    out = {k: np.array(v) for k, v in example.items()}
+    v = cfg.model.vocab_size
+    if "input_ids" not in out:
+        return out
+    b, s = out["input_ids"].shape
+    lengths = np.where(rng.random(b) < cfg.data.short_seq_prob, rng.integers(8, s + 1, b), s)
+    real = np.arange(s)[None, :] < lengths[:, None]
+    out["input_ids"] = np.where(real, rng.integers(5, max(v, 6), (b, s)), 0).astype(np.int32)
+    out["input_ids"][:, 0] = 1  # [CLS]
+    if "input_mask" in out:
+        out["input_mask"] = real.astype(np.int32)
+    if "segment_ids" in out:
+        split = (lengths * rng.uniform(0.2, 0.8, b)).astype(np.int64)
+        out["segment_ids"] = ((np.arange(s)[None, :] > split[:, None]) & real).astype(np.int32)
+    if "masked_lm_positions" in out:
+        p = out["masked_lm_positions"].shape[1]
+        pos = np.zeros((b, p), np.int32)
+        w = np.zeros((b, p), np.float32)
+        for i in range(b):  # once per synthetic batch, outside the timed loop
+            n = min(p, max(1, int(round(lengths[i] * cfg.data.masked_lm_prob))))
+            pos[i, :n] = np.sort(rng.choice(np.arange(1, lengths[i]), size=n, replace=False))
+            w[i, :n] = 1.0
+        out["masked_lm_positions"] = pos
+        out["masked_lm_weights"] = w
+        out["masked_lm_ids"] = np.where(w > 0, rng.integers(5, max(v, 6), (b, p)), 0).astype(np.int32)
+    if "next_sentence_labels" in out:
+        out["next_sentence_labels"] = rng.integers(0, 2, out["next_sentence_labels"].shape).astype(np.int32)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# Figures shared by `bench` and `compile`
+
+
+def memory_figures(compiled: Any) -> dict[str, int]:
+    """Per-device bytes of a compiled executable (XLA's buffer assignment)."""
+    try:
+        m = compiled.memory_analysis()
+    except Exception:
+        m = None
+    if m is None:
+        return {}
+    arg, out, temp = int(m.argument_size_in_bytes), int(m.output_size_in_bytes), int(m.temp_size_in_bytes)
+    alias = int(getattr(m, "alias_size_in_bytes", 0))
+    return {"argument_bytes": arg, "output_bytes": out, "temp_bytes": temp, "alias_bytes": alias,
+            "total_bytes": arg + out + temp,
+            "peak_bytes": arg + out + temp - alias}  # donated state: outputs reuse the argument buffers
+
+
+def param_count(abstract_params: Any) -> int:
+    return int(sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_params)))
+
+
+def make_bench_mesh(cfg: RunConfig, mesh_shape: tuple[int, int, int] | None, devices: list | None = None):
+    from ptm_jax.parallel.mesh import make_mesh
+
+    mcfg = MeshConfig(*mesh_shape) if mesh_shape is not None else cfg.mesh
+    devices = list(devices if devices is not None else jax.devices())
+    if mesh_shape is not None and math.prod(mesh_shape) < len(devices):
+        devices = devices[: math.prod(mesh_shape)]
+    return make_mesh(mcfg, devices)
+
+
+def batch_specs(example: dict[str, np.ndarray], mesh: Any) -> dict[str, jax.ShapeDtypeStruct]:
+    from ptm_jax.parallel.rules import batch_sharding
+
+    return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sharding(mesh, v.ndim))
+            for k, v in example.items()}
+
+
+def rng_spec(mesh: Any) -> jax.ShapeDtypeStruct:
+    from ptm_jax.parallel.rules import replicated
+
+    key = jax.eval_shape(lambda: jax.random.key(0))
+    return jax.ShapeDtypeStruct(key.shape, key.dtype, sharding=replicated(mesh))
+
+
+def environment() -> dict[str, Any]:
+    dev = jax.devices()[0]
+    return {"platform": dev.platform, "device_kind": dev.device_kind, "local_devices": jax.local_device_count(),
+            "jax": jax.__version__, "cpu_count": os.cpu_count(), "machine": platform.machine(),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "prng_impl": str(jax.config.jax_default_prng_impl)}
+
+
+def model_summary(cfg: RunConfig) -> dict[str, Any]:
+    m = cfg.model
+    return {"family": m.family, "layers": m.num_layers, "hidden": m.hidden_size, "heads": m.num_heads,
+            "ffn": m.intermediate_size, "vocab": m.vocab_size, "dtype": m.dtype, "remat": m.remat,
+            "scan_layers": m.scan_layers, "attention_impl": m.attention_impl,
+            "dropout": [m.hidden_dropout, m.attention_dropout], "objective": cfg.objective,
+            "batch": cfg.train.batch_size, "seq_len": cfg.data.max_seq_length,
+            "predictions": cfg.data.max_predictions_per_seq, "grad_accum_steps": cfg.train.grad_accum_steps}
+
+
+def _percentile(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Train mode
+
+
+def bench(cfg: RunConfig, *, steps: int = 20, warmup: int = 3, mesh_shape: tuple[int, int, int] | None = None,
+          peak_tflops: float | None = None, device_kind: str | None = None, mlm_head: str = "sparse",
+          num_batches: int = 4, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Compiles and times the train step of ``cfg`` on synthetic batches; returns a flat-ish dict of figures.
+
+    ``peak_tflops`` overrides the per-device peak looked up from ``device_kind`` (default: the first local
+    device's kind); with neither known (CPU) MFU is None.
+    """
+    from ptm_jax.parallel.feed import to_global
+    from ptm_jax.train.loop import compile_objective
+
+    if steps < 1 or warmup < 0:
+        raise ConfigError(f"--steps must be >= 1 and --warmup >= 0 (got {steps}, {warmup})")
+    say = log or (lambda _msg: None)
+    objective = build_bench_objective(cfg, mlm_head)
+    mesh = make_bench_mesh(cfg, mesh_shape)
+    n_dev = mesh.devices.size
+    example = objective.example_batch(cfg.train.batch_size)
+    compiled_obj = compile_objective(objective, cfg.train, mesh)
+
+    say("lowering and compiling the train step")
+    t0 = time.perf_counter()
+    lowered = compiled_obj.train_step.lower(compiled_obj.abstract_state, batch_specs(example, mesh), rng_spec(mesh))
+    t1 = time.perf_counter()
+    executable = lowered.compile()
+    t2 = time.perf_counter()
+
+    gen = np.random.default_rng(cfg.train.seed)
+    batches = [to_global(synthetic_batch(example, cfg, gen), mesh, compiled_obj.batch_keys)
+               for _ in range(max(1, num_batches))]
+    rng = jax.device_put(jax.random.key(cfg.train.seed), rng_spec(mesh).sharding)
+    state = compiled_obj.init_fn(jax.random.key(cfg.train.seed + 1))
+    jax.block_until_ready(state)
+
+    say(f"{warmup} warm-up + {steps} timed steps")
+    times: list[float] = []
+    metrics: dict[str, Any] = {}
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        state, metrics = executable(state, batches[i % len(batches)], rng)
+        jax.block_until_ready((state, metrics))
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    loss = float(np.asarray(jax.device_get(metrics["loss"])))
+
+    med = statistics.median(times)
+    b, s = cfg.train.batch_size, cfg.data.max_seq_length
+    fl = flops_lib.train_step_flops(cfg)
+    if mlm_head == "dense":  # the head runs at all S positions instead of P
+        fwd = dict(fl.forward)
+        fwd["mlm_head"] *= s / cfg.data.max_predictions_per_seq
+        fl = dataclasses.replace(fl, forward=fwd)
+    env = environment()
+    kind = device_kind or env["device_kind"]
+    peak = peak_tflops if peak_tflops is not None else flops_lib.peak_tflops(kind)
+    achieved = fl.train / med
+    mem = memory_figures(executable)
+    return {
+        "mode": "train",
+        "model": model_summary(cfg),
+        "mlm_head": mlm_head,
+        "mesh": dict(zip(mesh.axis_names, (int(x) for x in mesh.devices.shape))),
+        "devices": n_dev,
+        "env": env,
+        "device_kind": kind,
+        "params": param_count(compiled_obj.abstract_state.params),
+        "lower_s": t1 - t0,
+        "compile_s": t2 - t0,
+        "steps": steps,
+        "warmup": warmup,
+        "step_s_median": med,
+        "step_s_p10": _percentile(times, 10),
+        "step_s_p90": _percentile(times, 90),
+        "step_s_mean": statistics.fmean(times),
+        "step_s_std": statistics.pstdev(times),
+        "step_s_min": min(times),
+        "tokens_per_s": b * s / med,
+        "examples_per_s": b / med,
+        "model_flops_per_step": fl.train,
+        "model_flops_breakdown": {k: 3.0 * v for k, v in fl.forward.items()},
+        "hardware_flops_per_step": fl.hardware,
+        "xla_flops_per_step": _times(flops_lib.xla_cost_flops(executable), n_dev),
+        "xla_matmul_flops_per_step": _times(_hlo_flops(executable), n_dev),
+        "model_tflops_per_s": achieved / 1e12,
+        "peak_tflops_per_device": peak,
+        "mfu": (achieved / (peak * 1e12 * n_dev)) if peak else None,
+        "memory_per_device": mem,
+        "final_loss": loss,
+    }
+
+
+def _times(x: float | None, n: int) -> float | None:
+    return None if x is None else x * n
+
+
+def _hlo_flops(executable: Any) -> float | None:
+    try:
+        return flops_lib.hlo_matmul_flops(executable.as_text())
+    except Exception:
+        return None
+
+
+# ----------------------------------------------------------------------------------------------------
+# Data mode
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def bench_data(cfg: RunConfig, batches: int = 50, *, warmup: int = 5, fresh: bool = True) -> dict[str, Any]:
+    """Examples/s of the MLM+NSP stream that ``fit`` consumes.
+
+    ``fresh``: build the tokenizer and cache from raw text into a temporary output dir (timed), then reopen it
+    (timed); otherwise use ``cfg.output_dir`` as it is (a cache already there is reused).
+    """
+    from ptm_jax.objectives.registry import build_objective
+    from ptm_jax.train.stages import prepare_corpus
+
+    tmp = None
+    if fresh:
+        tmp = tempfile.mkdtemp(prefix="ptm_bench_data_")
+        cfg = dataclasses.replace(cfg, output_dir=tmp, data=dataclasses.replace(cfg.data, cache_dir=""))
+    try:
+        t0 = time.perf_counter()
+        corpus = prepare_corpus(cfg)
+        prepare_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        corpus = prepare_corpus(cfg)
+        reopen_s = time.perf_counter() - t0
+        objective = build_objective(cfg, corpus)
+        gb = cfg.train.batch_size
+        it = objective.train_batches(0, gb, 0, 1)
+        for _ in range(warmup):
+            next(it)
+        t0, c0 = time.perf_counter(), time.process_time()
+        real = 0
+        for _ in range(batches):
+            real += int(np.sum(next(it)["input_mask"]))
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        n = batches * gb
+        cores = _cores()
+        tokens = int(corpus.cache.num_tokens)
+        return {
+            "mode": "data", "corpus": cfg.data.corpus, "documents": int(corpus.cache.num_docs), "tokens": tokens,
+            "tokenizer": corpus.tokenizer.kind, "vocab_size": int(corpus.tokenizer.vocab_size),
+            "prepare_s": prepare_s, "prepare_tokens_per_s": tokens / prepare_s if fresh else None,
+            "reopen_s": reopen_s, "batches": batches, "batch_size": gb, "seq_len": cfg.data.max_seq_length,
+            "stream_s": wall, "stream_cpu_s": cpu, "examples_per_s": n / wall, "cores": cores,
+            "examples_per_s_per_core": n / wall / cores, "examples_per_cpu_s": n / cpu if cpu > 0 else None,
+            "real_tokens_per_example": real / n, "env": environment(),
+        }
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_json(result: dict[str, Any], path: str | os.PathLike) -> Path:
+    import json
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    return p

@@ -1,0 +1,157 @@
+"""Sequence classification and regression finetuning (Devlin et al. 2019 Sec. 4.1; run_classifier.py).
+
+Pooled [CLS] -> dropout -> linear; cross-entropy over the labels, or mean squared error for a regression
+task (STS-B). Evaluation predicts every dev example (the last batch is padded with weight-0 rows) and scores
+with the task's GLUE metrics.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ptm_jax.config import FinetuneConfig, ModelConfig
+from ptm_jax.data.tasks.features import encode_inputs, pad_rows
+from ptm_jax.data.tasks.glue import Example, TaskSpec
+from ptm_jax.errors import DataError
+from ptm_jax.evaluate.glue_metrics import accuracy, task_metrics
+from ptm_jax.models.task_heads import BertForSequenceClassification
+
+PRIMARY = {"cola": "mcc", "stsb": "spearman", "mrpc": "f1", "qqp": "f1"}
+
+
+def featurize(examples: Sequence[Example], tokenizer, max_len: int, regression: bool) -> dict[str, np.ndarray]:
+    pairs = [e.text_b or "" for e in examples] if any(e.text_b is not None for e in examples) else None
+    ids, segs = encode_inputs(tokenizer, [e.text_a for e in examples], pairs, max_len)
+    labels = [(-1 if e.label is None else e.label) for e in examples]
+    return {"input_ids": pad_rows(ids, max_len), "input_mask": pad_rows([np.ones(len(x), np.int32) for x in ids],
+                                                                        max_len),
+            "segment_ids": pad_rows(segs, max_len),
+            "labels": np.asarray(labels, np.float32 if regression else np.int32),
+            "weights": np.ones(len(examples), np.float32)}
+
+
+def shuffled_stream(n: int, seed: int, start: int, global_batch: int, process_index: int, process_count: int
+                    ) -> Iterator[np.ndarray]:
+    """Row indices of this process's share of successive global batches over epochs of a seeded permutation
+    (keyed on (seed, epoch): the same stream whatever the number of processes, resumable at any example)."""
+    per = global_batch // process_count
+    k = start
+    perms: dict[int, np.ndarray] = {}
+    while True:
+        idx = np.arange(k + process_index * per, k + (process_index + 1) * per)
+        epochs = idx // n
+        out = np.empty(per, np.int64)
+        for e in np.unique(epochs):
+            if e not in perms:
+                perms = {e: np.random.default_rng([seed, int(e)]).permutation(n)}
+            sel = epochs == e
+            out[sel] = perms[e][idx[sel] % n]
+        yield out
+        k += global_batch
+
+
+def padded_batches(features: dict[str, np.ndarray], global_batch: int, process_index: int, process_count: int
+                   ) -> Iterator[dict[str, np.ndarray]]:
+    """All rows in order; the last global batch padded with weight-0 copies of row 0."""
+    n = len(features["weights"])
+    per = global_batch // process_count
+    for start in range(0, n, global_batch):
+        idx = np.arange(start + process_index * per, start + (process_index + 1) * per)
+        real = idx < n
+        batch = {k: v[np.where(real, idx, 0)] for k, v in features.items()}
+        batch["weights"] = np.where(real, batch["weights"], 0.0).astype(np.float32)
+        yield batch
+
+
+class SequenceClassificationObjective:
+    head = "sequence_classification"
+
+    def __init__(self, model_cfg: ModelConfig, spec: TaskSpec, train: Sequence[Example], dev: Sequence[Example],
+                 tokenizer, fcfg: FinetuneConfig):
+        if not train:
+            raise DataError(f"task {spec.name}: no training examples")
+        self.name, self.spec, self.fcfg = f"finetune-{spec.name}", spec, fcfg
+        self.regression = spec.is_regression
+        self.num_labels = spec.num_labels
+        self.model = BertForSequenceClassification(model_cfg, self.num_labels, fcfg.classifier_dropout)
+        self.train = featurize(train, tokenizer, fcfg.max_seq_length, self.regression)
+        self.dev = featurize(dev, tokenizer, fcfg.max_seq_length, self.regression) if dev else None
+        self.dev_examples = list(dev)
+        self.num_train = len(train)
+        self.primary_metric = PRIMARY.get(spec.name, "accuracy")
+
+    def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
+        return {k: np.zeros((batch_size,) + v.shape[1:], v.dtype) for k, v in self.train.items()}
+
+    def init(self, rng, batch):
+        b = {k: jnp.asarray(v[:1]) for k, v in batch.items()}
+        return self.model.init(rng, b["input_ids"], b["input_mask"], b["segment_ids"])
+
+    def normalizers(self, batch):
+        return {"n": jnp.sum(batch["weights"])}
+
+    def _logits(self, params, batch, rng, train: bool):
+        rngs = {"dropout": rng} if train and rng is not None else None
+        return self.model.apply(params, batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+                                deterministic=not train, rngs=rngs)
+
+    def loss(self, params, batch, rng, normalizers, train: bool):
+        logits = self._logits(params, batch, rng, train)
+        w = batch["weights"]
+        if self.regression:
+            per = jnp.square(logits[:, 0] - batch["labels"])
+            terms = {"loss": (jnp.sum(per * w), jnp.sum(w))}
+        else:
+            per = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+            hit = (jnp.argmax(logits, -1) == batch["labels"]).astype(jnp.float32)
+            terms = {"loss": (jnp.sum(per * w), jnp.sum(w)), "accuracy": (jnp.sum(hit * w), jnp.sum(w))}
+        return jnp.sum(per * w) / normalizers["n"], terms
+
+    def predict(self, params, batch) -> dict[str, jax.Array]:
+        return {"logits": self._logits(params, batch, None, False)}
+
+    def score(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
+        n = len(self.dev["labels"])
+        if not self.regression and np.any(self.dev["labels"] < 0):
+            return {}  # an unlabelled (test) split: predictions only
+        logits = outputs["logits"][:n]
+        preds = logits[:, 0] if self.regression else logits
+        if self.spec.name == "embedded":
+            return {"accuracy": accuracy(np.argmax(logits, -1), self.dev["labels"])}
+        return task_metrics(self.spec.name, preds, self.dev["labels"])
+
+    def write_predictions(self, outputs: dict[str, np.ndarray], out_dir, split: str) -> list[str]:
+        """GLUE submission TSV (test split) or dev predictions in the same format."""
+        from ptm_jax.evaluate.predictions import atomic_write_text, write_glue_submission
+
+        logits = outputs["logits"][: len(self.dev["labels"])]
+        preds = logits[:, 0] if self.regression else np.argmax(logits, -1)
+        indices = [e.guid.split("-")[-1] for e in self.dev_examples]
+        if self.spec.name == "embedded":
+            rows = ["index\tprediction\tlabel"] + [f"{i}\t{self.spec.labels[p]}\t{self.spec.labels[y]}"
+                                                     for i, p, y in zip(indices, preds, self.dev["labels"])]
+            return [atomic_write_text(f"{out_dir}/embedded-{split}.tsv", "\n".join(rows) + "\n")]
+        path = write_glue_submission(out_dir, self.spec.name, preds, split="test", indices=indices)
+        if split != "test":
+            dev_path = path.replace(".tsv", f".{split}.tsv")
+            Path(path).replace(dev_path)
+            path = dev_path
+        return [path]
+
+    def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int):
+        for idx in shuffled_stream(self.num_train, self.fcfg.seed, start_example, global_batch, process_index,
+                                   process_count):
+            yield {k: v[idx] for k, v in self.train.items()}
+
+    def eval_batches(self, global_batch: int, process_index: int, process_count: int):
+        if self.dev is None:
+            return iter(())
+        return padded_batches(self.dev, global_batch, process_index, process_count)
+
+    def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
+        return metrics

@@ -1,0 +1,179 @@
+"""The finetuning stage: pretrained encoder + task head, trained by the same loop, best model kept by metric.
+
+Steps: load the pretrained weights (a run, a params directory or a Hugging Face folder: one loader,
+``ptm_jax.export.params.load_params``) -> read the task -> build its objective -> ``fit`` with BERT's
+finetuning recipe (AdamW, warmup proportion, linear decay, optional layer-wise lr decay) -> after each
+evaluation keep the best parameters by the task's metric in ``<stage>/best`` -> final dev metrics from the
+best parameters, and prediction files.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from ptm_jax import config as config_lib
+from ptm_jax.config import RunConfig, TrainConfig
+from ptm_jax.errors import ConfigError
+from ptm_jax.export.params import load_params, load_tokenizer, save_params
+from ptm_jax.parallel.mesh import make_mesh
+
+GLUE_DIRS = {"sst2": "SST-2", "cola": "CoLA", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
+             "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
+
+
+def _subset(examples: list, n: int, seed: int) -> list:
+    """The SST-2 protocol of the interop issue: file order, random.Random(seed).shuffle, keep the first n."""
+    import random
+
+    if n <= 0 or n >= len(examples):
+        return examples
+    rows = list(examples)
+    random.Random(seed).shuffle(rows)
+    return rows[:n]
+
+
+def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev") -> tuple[Any, str]:
+    """-> (objective, description of the task). ``eval_split``: 'dev' or 'test' (unlabelled, for submissions)."""
+    f = cfg.finetune
+    task = f.task.lower().replace("-", "")
+    if task == "embedded":
+        from ptm_jax.data.tasks.embedded_task import DESCRIPTION, embedded_task
+        from ptm_jax.objectives.classification import SequenceClassificationObjective
+
+        spec, train, dev = embedded_task()
+        return SequenceClassificationObjective(model_cfg, spec, _subset(train, f.train_subset, f.subset_seed), dev,
+                                               tokenizer, f), DESCRIPTION
+    if task in GLUE_DIRS:
+        from ptm_jax.data.tasks.glue import get_task, glue_from_tfds, read_glue
+        from ptm_jax.objectives.classification import SequenceClassificationObjective
+
+        spec = get_task(task)
+        dev_split = ("dev_matched" if task == "mnli" else "dev") if eval_split == "dev" else (
+            "test_matched" if task == "mnli" else "test")
+        if f.data_dir == "tfds":
+            train, dev = glue_from_tfds(task, "train"), glue_from_tfds(task, dev_split)
+        elif f.data_dir:
+            train, _ = read_glue(f.data_dir, task, "train")
+            dev, _ = read_glue(f.data_dir, task, dev_split)
+        else:
+            raise ConfigError(f"finetune.task={f.task}: set finetune.data_dir to the GLUE folder "
+                              f"(holding {GLUE_DIRS[task]}/) or to 'tfds'")
+        desc = f"GLUE {spec.name}: {len(train)} train / {len(dev)} dev examples from {f.data_dir}"
+        return SequenceClassificationObjective(model_cfg, spec, _subset(train, f.train_subset, f.subset_seed), dev,
+                                               tokenizer, f), desc
+    from ptm_jax.objectives.finetune_registry import TASK_BUILDERS  # span QA, tagging, multiple choice
+
+    if task in TASK_BUILDERS:
+        return TASK_BUILDERS[task](cfg, model_cfg, tokenizer, eval_split)
+    raise ConfigError(f"finetune.task={f.task!r} is not one of: embedded, {', '.join(GLUE_DIRS)}, "
+                      f"{', '.join(TASK_BUILDERS)}")
+
+
+def finetune_train_config(cfg: RunConfig, num_train: int) -> TrainConfig:
+    f = cfg.finetune
+    steps = max(1, math.ceil(f.epochs * num_train / f.batch_size))
+    per_epoch = max(1, math.ceil(num_train / f.batch_size))
+    every = f.eval_every or per_epoch
+    return dataclasses.replace(
+        cfg.train, batch_size=f.batch_size, steps=steps, learning_rate=f.learning_rate,
+        warmup_steps=int(f.warmup_proportion * steps), weight_decay=f.weight_decay, clip_norm=f.clip_norm,
+        grad_accum_steps=1, eval_every=every, checkpoint_every=every, log_every=min(cfg.train.log_every, every),
+        seed=f.seed)
+
+
+def layerwise_lr_scale(decay: float, num_layers: int):
+    """lr multiplier per parameter: encoder layer l gets decay**(L - l), embeddings decay**(L + 1), heads 1."""
+
+    def scale(tree):
+        def one(path, leaf):
+            keys = [str(getattr(k, "key", k)) for k in path]
+            joined = "/".join(keys)
+            m = re.search(r"layers_(\d+)", joined)
+            if m:
+                return decay ** (num_layers - int(m.group(1)))
+            if "embeddings" in joined:
+                return decay ** (num_layers + 1)
+            return 1.0
+
+        return jax.tree_util.tree_map_with_path(one, tree)
+
+    return scale
+
+
+def _merge_encoder(pretrained: dict):
+    """Fresh head + pretrained encoder (a pooler missing from the checkpoint stays freshly initialised)."""
+
+    def merge(fresh):
+        fresh = jax.tree.map(lambda x: x, fresh)
+        enc = fresh["params"]["bert"]
+        for key, value in pretrained["bert"].items():
+            if key not in enc:
+                continue
+            ref = jax.tree.map(np.shape, enc[key])
+            got = jax.tree.map(np.shape, value)
+            if ref != got:
+                raise ConfigError(f"pretrained encoder '{key}' does not fit the finetuning model: {got} vs {ref}")
+            enc[key] = value
+        return fresh
+
+    return merge
+
+
+def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
+    f = cfg.finetune
+    init = f.init or cfg.output_dir
+    pretrained, model_cfg, info, tok_dir = load_params(init)
+    # architecture from the checkpoint; compute settings (dtype, attention, remat) from this run's config
+    model_cfg = dataclasses.replace(model_cfg, dtype=cfg.model.dtype, attention_impl=cfg.model.attention_impl,
+                                    remat=cfg.model.remat)
+    if f.max_seq_length > model_cfg.max_position_embeddings:
+        raise ConfigError(f"finetune.max_seq_length={f.max_seq_length} exceeds the pretrained model's "
+                          f"max_position_embeddings={model_cfg.max_position_embeddings} ({init}); lower it")
+    tokenizer = load_tokenizer(info, tok_dir)
+    objective, description = build_task(cfg, model_cfg, tokenizer)
+    tcfg = finetune_train_config(cfg, objective.num_train)
+    stage = Path(cfg.output_dir) / f"finetune-{f.task.lower()}"
+    mesh = make_mesh(cfg.mesh)
+    lr_scale = layerwise_lr_scale(f.layerwise_lr_decay, model_cfg.num_layers) if f.layerwise_lr_decay != 1.0 else None
+    best = {"step": -1, "value": -math.inf, "metrics": {}}
+    best_file = stage / "best.json"
+    if best_file.exists():
+        best = json.loads(best_file.read_text())
+    lower_is_better = objective.primary_metric.endswith("loss")
+    tok_info = dict(info.get("tokenizer") or {})
+    tok_files = [tok_dir / name for name in tok_info.get("files", [])] if tok_dir else []
+
+    def on_eval(step: int, metrics: dict, state) -> None:
+        value = metrics.get(objective.primary_metric, float("nan"))
+        value = -value if lower_is_better else value
+        if math.isfinite(value) and value > best["value"]:
+            best.update(step=step, value=value, metrics=metrics)
+            if jax.process_index() == 0:
+                save_params(stage / "best", state.params, model_cfg, objective.head, overwrite=True,
+                            extra={"task": f.task, "step": step, "metrics": metrics, "tokenizer": tok_info,
+                                   "label_names": getattr(getattr(objective, "spec", None), "labels", None),
+                                   "num_labels": getattr(objective, "num_labels", None)},
+                            tokenizer_files=tok_files)
+                best_file.write_text(json.dumps(best, indent=2))
+
+    from ptm_jax.train.loop import fit
+
+    result = fit(objective, tcfg, mesh, stage, init_params=_merge_encoder(pretrained), lr_scale=lr_scale,
+                 meta={"config": config_lib.to_dict(cfg), "head": objective.head, "task": f.task,
+                       "init": str(init)}, stop_after=stop_after, on_eval=on_eval)
+    summary = {"stage": "finetune", "task": f.task, "description": description, "step": result.step,
+               "steps": tcfg.steps, "preempted": result.preempted, "init": str(init),
+               "train": result.train_metrics, "final_eval": result.eval_metrics,
+               "best": {"step": best["step"], "metrics": best["metrics"]},
+               "primary_metric": objective.primary_metric}
+    if jax.process_index() == 0:
+        stage.mkdir(parents=True, exist_ok=True)
+        (stage / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
