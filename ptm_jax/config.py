@@ -102,6 +102,8 @@ class TrainConfig:
     async_checkpoints: bool = True
     seed: int = 0
     progress_bar: bool = True
+    max_nonfinite_steps: int = 5
+    """A non-finite loss/gradient skips the update; this many in a row stop the run (0 = never stop)."""
 
 
 @dataclass

@@ -16,3 +16,7 @@ class DataError(PtmError):
 
 class CheckpointError(PtmError):
     """A checkpoint is missing, incomplete or does not match the model."""
+
+
+class NumericalError(PtmError):
+    """Training diverged: too many consecutive non-finite losses or gradients."""

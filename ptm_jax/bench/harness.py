@@ -155,6 +155,15 @@ def make_bench_mesh(cfg: RunConfig, mesh_shape: tuple[int, int, int] | None, dev
     return make_mesh(mcfg, devices)
 
 
+def check_batch(cfg: RunConfig, mesh: Any) -> None:
+    """The global batch is split over data x fsdp (and into grad_accum_steps microbatches of that split)."""
+    shards = int(mesh.shape["data"]) * int(mesh.shape["fsdp"])
+    per = cfg.train.batch_size // max(cfg.train.grad_accum_steps, 1)
+    if cfg.train.batch_size % shards or per % shards:
+        raise ConfigError(f"train.batch_size={cfg.train.batch_size} (microbatch {per}) must be a multiple of "
+                          f"mesh data*fsdp = {shards}; change the batch size or the --mesh")
+
+
 def batch_specs(example: dict[str, np.ndarray], mesh: Any) -> dict[str, jax.ShapeDtypeStruct]:
     from ptm_jax.parallel.rules import batch_sharding
 
@@ -212,6 +221,7 @@ def bench(cfg: RunConfig, *, steps: int = 20, warmup: int = 3, mesh_shape: tuple
     objective = build_bench_objective(cfg, mlm_head)
     mesh = make_bench_mesh(cfg, mesh_shape)
     n_dev = mesh.devices.size
+    check_batch(cfg, mesh)
     example = objective.example_batch(cfg.train.batch_size)
     compiled_obj = compile_objective(objective, cfg.train, mesh)
 
@@ -238,6 +248,8 @@ def bench(cfg: RunConfig, *, steps: int = 20, warmup: int = 3, mesh_shape: tuple
         jax.block_until_ready((state, metrics))
         if i >= warmup:
             times.append(time.perf_counter() - start)
+        if i == 0:
+            first_loss = float(np.asarray(jax.device_get(metrics["loss"])))
     loss = float(np.asarray(jax.device_get(metrics["loss"])))
 
     med = statistics.median(times)
@@ -282,6 +294,7 @@ def bench(cfg: RunConfig, *, steps: int = 20, warmup: int = 3, mesh_shape: tuple
         "peak_tflops_per_device": peak,
         "mfu": (achieved / (peak * 1e12 * n_dev)) if peak else None,
         "memory_per_device": mem,
+        "first_loss": first_loss,
         "final_loss": loss,
     }
 

@@ -18,31 +18,21 @@ from ptm_jax.errors import CheckpointError
 
 
 class Checkpointer:
-    def __init__(self, directory: str | Path, keep: int = 3, async_save: bool = True,
-                 best_metric: str | None = None, best_mode: str = "max"):
+    def __init__(self, directory: str | Path, keep: int = 3, async_save: bool = True):
         self.directory = Path(directory).absolute()
-        best_fn = None
-        if best_metric is not None:
-            best_fn = lambda meta_metrics: float(meta_metrics[best_metric])  # noqa: E731
-        options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep, enable_async_checkpointing=async_save, create=True,
-            best_fn=best_fn, best_mode=best_mode, keep_checkpoints_without_metrics=best_fn is None)
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
         self._mngr = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
 
     def latest_step(self) -> int | None:
         return self._mngr.latest_step()
 
-    def best_step(self) -> int | None:
-        return self._mngr.best_step()
-
     def all_steps(self) -> list[int]:
         return list(self._mngr.all_steps())
 
-    def save(self, step: int, state: Any, meta: dict[str, Any], metrics: dict[str, float] | None = None,
-             force: bool = True) -> bool:
+    def save(self, step: int, state: Any, meta: dict[str, Any], force: bool = True) -> bool:
         return self._mngr.save(
             step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-            metrics=metrics, force=force)
+            force=force)
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
         """Restores ``step`` (default latest) into ``abstract_state`` (ShapeDtypeStructs with shardings)."""

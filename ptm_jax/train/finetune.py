@@ -128,7 +128,7 @@ def _merge_encoder(pretrained: dict):
 
 def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     f = cfg.finetune
-    init = f.init or cfg.output_dir
+    init = f.init or str(Path(cfg.output_dir) / "pretrain")
     pretrained, model_cfg, info, tok_dir = load_params(init)
     # architecture from the checkpoint; compute settings (dtype, attention, remat) from this run's config
     model_cfg = dataclasses.replace(model_cfg, dtype=cfg.model.dtype, attention_impl=cfg.model.attention_impl,

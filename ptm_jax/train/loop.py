@@ -22,6 +22,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from ptm_jax.config import TrainConfig
+from ptm_jax.errors import NumericalError
 from ptm_jax.objectives.base import Objective
 from ptm_jax.parallel.feed import Prefetcher, gather_rows, host_value, to_global
 from ptm_jax.parallel.rules import LOGICAL_RULES, batch_sharding, replicated, state_shardings
@@ -96,8 +97,7 @@ def compile_objective(objective: Objective, tcfg: TrainConfig, mesh: Mesh,
         return nn.meta.unbox(init_boxed(rng))
 
     batch_sh = {k: batch_sharding(mesh, v.ndim) for k, v in example.items()}
-    step = make_train_step(objective, tx, schedule, tcfg.grad_accum_steps,
-                           shardings.params if tcfg.grad_accum_steps > 1 else None)
+    step = make_train_step(objective, tx, schedule, tcfg.grad_accum_steps)
 
     def ruled(fn):
         def wrapped(*args):
@@ -200,10 +200,21 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
 
     with _Preemption() as preemption:
         try:
+            prev_streak = None
             while step < tcfg.steps:
                 _, batch = next(feed)
                 state, metrics = compiled.train_step(state, batch, rng)
                 step += 1
+                if prev_streak is not None and tcfg.max_nonfinite_steps > 0:
+                    # the previous step's counter, read while this step runs (one step late: no stall)
+                    streak = int(host_value(prev_streak))
+                    if streak >= tcfg.max_nonfinite_steps:
+                        raise NumericalError(
+                            f"{stage_dir}: {streak} consecutive steps up to step {step - 1} had a non-finite loss "
+                            f"or gradient (their updates were skipped). The last good checkpoint is step "
+                            f"{ckpt.latest_step()} in {ckpt.directory}. Lower train.learning_rate, check the data, "
+                            "or raise train.max_nonfinite_steps.")
+                prev_streak = metrics["nonfinite_streak"]
                 if pending is not None:
                     flush(pending)  # metrics of the previous logged step: fetched one step late
                     pending = None

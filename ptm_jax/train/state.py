@@ -12,7 +12,10 @@ class TrainState(flax.struct.PyTreeNode):
     step: jax.Array
     params: Any
     opt_state: Any
+    nonfinite_streak: jax.Array  # consecutive steps skipped for a non-finite loss or gradient
+    nonfinite_total: jax.Array
 
     @classmethod
     def create(cls, params: Any, tx) -> "TrainState":
-        return cls(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+        zero = jnp.zeros((), jnp.int32)
+        return cls(step=zero, params=params, opt_state=tx.init(params), nonfinite_streak=zero, nonfinite_total=zero)

@@ -27,10 +27,29 @@ def _microbatches(batch: dict[str, jax.Array], accum: int) -> dict[str, jax.Arra
     return jax.tree.map(split, batch)
 
 
+def layer_group(path: tuple[Any, ...]) -> str:
+    """'params/bert/encoder/layers_3/...' -> 'layers_3'; '.../embeddings/...' -> 'embeddings'; heads by name."""
+    keys = [str(getattr(k, "key", k)) for k in path if str(getattr(k, "key", k)) != "params"]
+    if "encoder" in keys:
+        return keys[keys.index("encoder") + 1]
+    if len(keys) > 1 and keys[0] == "bert":
+        return keys[1]
+    return keys[0]
+
+
+def group_norms(grads: Any) -> dict[str, jax.Array]:
+    """Per-layer-group gradient norms, to see vanishing or exploding gradients by depth."""
+    sums: dict[str, jax.Array] = {}
+    for path, g in jax.tree_util.tree_flatten_with_path(grads)[0]:
+        name = f"grad_norm/{layer_group(path)}"
+        sums[name] = sums.get(name, 0.0) + jnp.sum(jnp.square(g.astype(jnp.float32)))
+    return {k: jnp.sqrt(v) for k, v in sums.items()}
+
+
 def make_train_step(objective: Objective, tx: optax.GradientTransformation, schedule: Callable,
-                    grad_accum_steps: int = 1, param_shardings: Any = None
-                    ) -> Callable[[TrainState, dict, jax.Array], tuple[TrainState, dict]]:
-    """``param_shardings`` (optional) pins the accumulated gradients to the parameters' layout."""
+                    grad_accum_steps: int = 1) -> Callable[[TrainState, dict, jax.Array], tuple[TrainState, dict]]:
+    """A non-finite loss or gradient skips the update (params and optimizer state unchanged) and is counted
+    in ``state.nonfinite_streak`` / ``state.nonfinite_total``; the loop stops after too many in a row."""
 
     def grads_of(params, batch, rng, norms):
         def loss_fn(p):
@@ -54,13 +73,19 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
             first = jax.tree.map(lambda x: x[0], micro)
             zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: grads_of(state.params, first, rng, norms)))
             (loss, terms), grads = _unpack(jax.lax.scan(body, _pack(zeros), (micro, jnp.arange(grad_accum_steps)))[0])
-            if param_shardings is not None:
-                grads = jax.lax.with_sharding_constraint(grads, param_shardings)
+        grad_norm = optax.global_norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = {"loss": loss, "grad_norm": optax.global_norm(grads), "learning_rate": schedule(state.step),
-                   **terms}
-        return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
+        streak = jnp.where(finite, 0, state.nonfinite_streak + 1)
+        metrics = {"loss": loss, "grad_norm": grad_norm, "learning_rate": schedule(state.step),
+                   "nonfinite_streak": streak, "nonfinite_total": state.nonfinite_total + (~finite),
+                   **group_norms(grads), **terms}
+        new = state.replace(step=state.step + 1, params=keep(params, state.params),
+                            opt_state=keep(opt_state, state.opt_state), nonfinite_streak=streak,
+                            nonfinite_total=state.nonfinite_total + (~finite).astype(jnp.int32))
+        return new, metrics
 
     return train_step
 

@@ -1,0 +1,172 @@
+"""`ptm compile`: lower and compile the sharded train step ahead of time, without running it, and report the
+per-device memory XLA assigns (DESIGN.md: "an ahead-of-time lower().compile() path reports memory before a pod
+is reserved").
+
+Devices to compile for (``device_type``):
+
+- ``None`` / ``"local"``: the devices this process sees (GPUs, TPUs or CPUs);
+- ``"cpu"``: virtual CPU devices, as many as the mesh needs (``jax_num_cpu_devices``; must be set before JAX
+  starts its backends, so ``ptm compile`` does it first thing);
+- a TPU topology such as ``"v5e:4x4"``, ``"v4:2x2x1"`` or ``"tpu:v5p:2x2x2"``: compile-only devices from
+  ``jax.experimental.topologies.get_topology_desc`` (needs the TPU plugin, libtpu, installed; no TPU attached).
+
+The state is sharded exactly as ``fit`` shards it (``compile_objective``). ``memory_analysis()`` on a virtual
+CPU mesh reflects CPU buffer assignment (other fusion and layouts than a GPU or TPU); it is a good estimate of
+the sharded state and a rough one of activations.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from typing import Any
+
+import jax
+
+from ptm_jax.bench import flops as flops_lib
+from ptm_jax.bench.harness import (batch_specs, build_bench_objective, check_batch, memory_figures, model_summary,
+                                   param_count, rng_spec)
+from ptm_jax.config import MeshConfig, RunConfig
+from ptm_jax.errors import ConfigError
+
+_TPU_NAME = re.compile(r"^(?:tpu:)?(v\d+[a-z]*):(\d+(?:x\d+)*)$", re.IGNORECASE)
+
+
+def parse_mesh(text: str) -> tuple[int, int, int]:
+    """'d,f,t' (or 'dxfxt') -> (data, fsdp, tensor); -1 allowed on one axis."""
+    parts = [p for p in re.split(r"[,x]", text.strip()) if p]
+    try:
+        sizes = tuple(int(p) for p in parts)
+    except ValueError:
+        sizes = ()
+    if len(sizes) != 3 or any(s == 0 or s < -1 for s in sizes):
+        raise ConfigError(f"--mesh {text!r}: expected three sizes data,fsdp,tensor such as 2,2,2 (-1 on one axis "
+                          "takes the remaining devices)")
+    return sizes  # type: ignore[return-value]
+
+
+def _cpu_devices_requested() -> int:
+    configured = int(getattr(jax.config, "jax_num_cpu_devices", -1) or -1)
+    if configured > 0:
+        return configured
+    m = re.search(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    return int(m.group(1)) if m else 1
+
+
+def _backends_started() -> bool:
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except Exception:  # private API moved: assume started (then only the check below applies)
+        return True
+
+
+def virtual_cpu_devices(n: int) -> list:
+    """``n`` CPU devices, creating virtual ones if JAX has not started its backends yet."""
+    if not _backends_started() and _cpu_devices_requested() < n:
+        jax.config.update("jax_num_cpu_devices", n)
+    devices = jax.devices("cpu")
+    if len(devices) < n:
+        raise ConfigError(f"the mesh needs {n} devices but this process has {len(devices)} CPU devices and JAX "
+                          f"has already started; run with XLA_FLAGS=--xla_force_host_platform_device_count={n} "
+                          "(or call `ptm compile --device-type cpu` as the first JAX work of the process)")
+    return devices[:n]
+
+
+def tpu_topology_devices(name: str) -> list:
+    """Compile-only devices of a TPU slice, e.g. 'v5e:4x4' (16 chips)."""
+    m = _TPU_NAME.match(name)
+    if not m:
+        raise ConfigError(f"--device-type {name!r}: expected local, cpu, or a TPU topology such as v5e:4x4, "
+                          "v4:2x2x1, v5p:2x2x2")
+    from jax.experimental import topologies
+
+    topo_name = f"{m.group(1).lower()}:{m.group(2)}"
+    try:
+        topo = topologies.get_topology_desc(topo_name, "tpu")
+    except Exception as e:  # no libtpu: RuntimeError "JAX TPU support not installed"
+        raise ConfigError(f"--device-type {name!r}: cannot describe the TPU topology {topo_name} here "
+                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'}). Install "
+                          "jax[tpu] (libtpu) to compile for a TPU slice without one, or use --device-type cpu "
+                          "for a virtual CPU mesh of the same shape") from None
+    return list(topo.devices)
+
+
+def resolve_devices(device_type: str | None, needed: int) -> list:
+    kind = (device_type or "local").strip()
+    if kind.lower() == "local":
+        devices = jax.devices()
+        if len(devices) < needed:
+            raise ConfigError(f"the mesh needs {needed} devices but {len(devices)} are attached; pass "
+                              "--device-type cpu (virtual CPU devices) or a TPU topology such as v5e:4x4")
+        return devices[:needed]
+    if kind.lower() == "cpu":
+        return virtual_cpu_devices(needed)
+    if kind.lower().startswith(("gpu", "cuda", "h100", "h200", "a100")):
+        raise ConfigError(f"--device-type {kind!r}: JAX cannot compile for GPUs that are not attached (no GPU "
+                          "topology API); run `ptm compile` on the GPU host with --device-type local, or use "
+                          "--device-type cpu to check the sharding on a virtual CPU mesh")
+    devices = tpu_topology_devices(kind)
+    if len(devices) < needed:
+        raise ConfigError(f"topology {kind} has {len(devices)} chips but the mesh needs {needed}")
+    return devices[:needed]
+
+
+def mesh_devices(mcfg: MeshConfig, device_type: str | None) -> list:
+    """The devices of the mesh: exactly data*fsdp*tensor of them; an axis of -1 takes every local device,
+    every chip of a TPU topology, or (virtual CPU) size 1."""
+    sizes = (mcfg.data, mcfg.fsdp, mcfg.tensor)
+    fixed = math.prod(s for s in sizes if s != -1)
+    kind = (device_type or "local").strip().lower()
+    if -1 not in sizes or kind == "cpu":
+        return resolve_devices(device_type, fixed)
+    if kind == "local":
+        return jax.devices()
+    return tpu_topology_devices(device_type or "")
+
+
+def _state_bytes_per_device(abstract_state: Any) -> int:
+    total = 0
+    for leaf in jax.tree.leaves(abstract_state):
+        sharding = getattr(leaf, "sharding", None)
+        shape = sharding.shard_shape(leaf.shape) if sharding is not None else leaf.shape
+        total += math.prod(shape) * leaf.dtype.itemsize
+    return int(total)
+
+
+def compile_report(cfg: RunConfig, mesh_shape: tuple[int, int, int] | None = None,
+                   device_type: str | None = None, mlm_head: str = "sparse") -> dict[str, Any]:
+    """Lowers and compiles the train step of ``cfg`` for the mesh; returns per-device memory and compile figures."""
+    from ptm_jax.parallel.mesh import make_mesh, mesh_shape as resolve_shape
+    from ptm_jax.train.loop import compile_objective
+
+    mcfg = MeshConfig(*mesh_shape) if mesh_shape is not None else cfg.mesh
+    devices = mesh_devices(mcfg, device_type)
+    shape = resolve_shape(mcfg, len(devices))
+    mesh = make_mesh(mcfg, devices)
+    check_batch(cfg, mesh)
+    objective = build_bench_objective(cfg, mlm_head)
+    compiled = compile_objective(objective, cfg.train, mesh)
+    example = objective.example_batch(cfg.train.batch_size)
+    t0 = time.perf_counter()
+    lowered = compiled.train_step.lower(compiled.abstract_state, batch_specs(example, mesh), rng_spec(mesh))
+    executable = lowered.compile()
+    compile_s = time.perf_counter() - t0
+    fl = flops_lib.train_step_flops(cfg)
+    return {
+        "mode": "compile",
+        "model": model_summary(cfg),
+        "mesh": dict(zip(("data", "fsdp", "tensor"), shape)),
+        "devices": len(devices),
+        "device_type": device_type or "local",
+        "device_kind": devices[0].device_kind,
+        "params": param_count(compiled.abstract_state.params),
+        "state_bytes_per_device": _state_bytes_per_device(compiled.abstract_state),
+        "compile_s": compile_s,
+        "memory_per_device": memory_figures(executable),
+        "model_flops_per_step": fl.train,
+        "xla_flops_per_device": flops_lib.xla_cost_flops(executable),
+        "xla_matmul_flops_per_device": flops_lib.hlo_matmul_flops(executable.as_text()),
+    }

@@ -1,0 +1,210 @@
+"""`ptm bench` and `ptm compile`: argument parsing, a printed table and a JSON file.
+
+The lead wires ``register(subparsers)`` into ``ptm_jax/cli.py``; until then the same commands run as
+``python -m ptm_jax.bench.commands bench ...`` / ``... compile ...``. Each handler returns an exit code and
+raises ``PtmError`` subclasses for user errors.
+
+    ptm bench -c bert_small --steps 20 --warmup 3 --json runs/bench/bert_small.json
+    ptm bench -c bert_base model.dtype='bfloat16' --peak-tflops 989
+    ptm bench -c bert_small --mode data data.corpus='../shared/data/corpus/gutenberg/*.txt'
+    ptm compile -c bert_large --mesh 2,2,2 --device-type cpu
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+
+def _config_args(p: argparse.ArgumentParser, default_preset: str) -> None:
+    p.add_argument("-c", "--config", default=default_preset,
+                   help="preset name in configs/ or a .toml path (default: %(default)s)")
+    p.add_argument("overrides", nargs="*", metavar="section.key=value",
+                   help="config overrides, e.g. model.dtype='bfloat16' model.remat='full' train.batch_size=64")
+
+
+def _load(args: argparse.Namespace):
+    from ptm_jax.config import load_config
+
+    return load_config(args.config, list(args.overrides))
+
+
+def _gib(n: Any) -> str:
+    return "-" if n is None else f"{n / 2**30:.3f} GiB"
+
+
+def _num(x: Any, fmt: str = ",.1f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _print_rows(title: str, rows: list[tuple[str, str]]) -> None:
+    width = max(len(k) for k, _ in rows)
+    print(title)
+    for k, v in rows:
+        print(f"  {k:<{width}}  {v}")
+
+
+def print_train(r: dict[str, Any]) -> None:
+    m, mem = r["model"], r.get("memory_per_device", {})
+    _print_rows(
+        f"ptm bench: {m['family']} L={m['layers']} H={m['hidden']} heads={m['heads']} FFN={m['ffn']} V={m['vocab']} "
+        f"| batch {m['batch']} x seq {m['seq_len']} (P={m['predictions']}) | {m['dtype']} remat={m['remat']} "
+        f"scan={m['scan_layers']} attention={m['attention_impl']} accum={m['grad_accum_steps']} "
+        f"mlm_head={r['mlm_head']} | mesh {r['mesh']} on {r['devices']} x {r['device_kind']}",
+        [
+            ("parameters", f"{r['params']:,}"),
+            ("compile (lower+compile)", f"{r['compile_s']:.2f} s"),
+            ("step time median", f"{r['step_s_median'] * 1e3:.2f} ms over {r['steps']} steps "
+                                 f"(after {r['warmup']} warm-up)"),
+            ("step time p10 / p90 / std", f"{r['step_s_p10'] * 1e3:.2f} / {r['step_s_p90'] * 1e3:.2f} / "
+                                          f"{r['step_s_std'] * 1e3:.2f} ms"),
+            ("tokens/s", _num(r["tokens_per_s"], ",.0f")),
+            ("examples/s", _num(r["examples_per_s"], ",.1f")),
+            ("model FLOPs/step", f"{r['model_flops_per_step']:.4g} (XLA matmul {_num(r['xla_matmul_flops_per_step'], '.4g')}, "
+                                 f"XLA all ops {_num(r['xla_flops_per_step'], '.4g')})"),
+            ("model TFLOP/s", f"{r['model_tflops_per_s']:.3f}"),
+            ("MFU", "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}% of {r['peak_tflops_per_device']} "
+                                                  "TFLOP/s per device"),
+            ("memory/device (arg+out+temp)", f"{_gib(mem.get('total_bytes'))} (temp {_gib(mem.get('temp_bytes'))}, "
+                                             f"donated alias {_gib(mem.get('alias_bytes'))})"),
+            ("final loss", f"{r['final_loss']:.4f}"),
+            ("load average", " ".join(str(x) for x in r["env"]["load_average"])),
+        ])
+
+
+def print_data(r: dict[str, Any]) -> None:
+    _print_rows(
+        f"ptm bench --mode data: corpus {r['corpus']} ({r['documents']:,} documents, {r['tokens']:,} tokens, "
+        f"{r['tokenizer']} vocab {r['vocab_size']:,})",
+        [
+            ("raw text -> tokenizer + cache", f"{r['prepare_s']:.2f} s"
+             + (f" ({r['prepare_tokens_per_s']:,.0f} tokens/s)" if r.get("prepare_tokens_per_s") else "")),
+            ("reopen tokenizer + cache", f"{r['reopen_s'] * 1e3:.1f} ms"),
+            ("MLM+NSP stream", f"{r['examples_per_s']:,.0f} examples/s ({r['batches']} batches of "
+                               f"{r['batch_size']} x {r['seq_len']})"),
+            ("per CPU core", f"{r['examples_per_s_per_core']:,.0f} examples/s ({r['cores']} cores)"),
+            ("per CPU-second", _num(r.get("examples_per_cpu_s"), ",.0f")),
+            ("real tokens per example", f"{r['real_tokens_per_example']:.1f}"),
+            ("load average", " ".join(str(x) for x in r["env"]["load_average"])),
+        ])
+
+
+def print_compile(r: dict[str, Any]) -> None:
+    mem, m = r["memory_per_device"], r["model"]
+    _print_rows(
+        f"ptm compile: {m['family']} L={m['layers']} H={m['hidden']} | batch {m['batch']} x seq {m['seq_len']} | "
+        f"{m['dtype']} remat={m['remat']} scan={m['scan_layers']} | mesh {r['mesh']} on {r['devices']} x "
+        f"{r['device_kind']} ({r['device_type']})",
+        [
+            ("parameters", f"{r['params']:,}"),
+            ("train state per device", _gib(r["state_bytes_per_device"])),
+            ("arguments per device", _gib(mem.get("argument_bytes"))),
+            ("outputs per device", _gib(mem.get("output_bytes")) + f" (aliased to donated inputs: "
+                                                                   f"{_gib(mem.get('alias_bytes'))})"),
+            ("temporaries per device", _gib(mem.get("temp_bytes"))),
+            ("total per device (arg+out+temp)", _gib(mem.get("total_bytes"))),
+            ("peak per device (minus aliased)", _gib(mem.get("peak_bytes"))),
+            ("compile time", f"{r['compile_s']:.2f} s"),
+        ])
+
+
+def _write(result: dict[str, Any], path: str | None) -> None:
+    if path:
+        from ptm_jax.bench.harness import write_json
+
+        print(f"wrote {write_json(result, path)}")
+
+
+def _set_prng(name: str | None) -> None:
+    if name:
+        import jax
+
+        jax.config.update("jax_default_prng_impl", name)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    if args.mode == "data":
+        from ptm_jax.bench.harness import bench_data
+
+        result = bench_data(cfg, args.steps, warmup=args.warmup, fresh=not args.reuse_cache)
+        print_data(result)
+    else:
+        _set_prng(args.prng)
+        from ptm_jax.bench.aot import parse_mesh
+        from ptm_jax.bench.harness import bench
+
+        mesh = parse_mesh(args.mesh) if args.mesh else None
+        result = bench(cfg, steps=args.steps, warmup=args.warmup, mesh_shape=mesh, peak_tflops=args.peak_tflops,
+                       device_kind=args.device_kind, mlm_head=args.mlm_head)
+        print_train(result)
+    _write(result, args.json)
+    return 0
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from ptm_jax.bench.aot import compile_report, parse_mesh, virtual_cpu_devices
+
+    mesh = parse_mesh(args.mesh) if args.mesh else None
+    if (args.device_type or "").lower() == "cpu" and mesh is not None and -1 not in mesh:
+        virtual_cpu_devices(mesh[0] * mesh[1] * mesh[2])  # before anything starts the JAX backends
+    cfg = _load(args)
+    result = compile_report(cfg, mesh, args.device_type)
+    print_compile(result)
+    _write(result, args.json)
+    return 0
+
+
+def register(subparsers) -> None:
+    """Adds ``bench`` and ``compile``; each parser gets ``handler=`` (call it with the parsed args)."""
+    p = subparsers.add_parser("bench", help="time the train step (synthetic batches) or the data pipeline",
+                              description="Compile and time the jitted train step on synthetic batches of the "
+                              "configured shapes (--mode train), or the MLM+NSP tf.data stream from raw text and "
+                              "from the token cache (--mode data). Prints a table; --json writes every figure.")
+    _config_args(p, "bert_small")
+    p.add_argument("--mode", choices=("train", "data"), default="train")
+    p.add_argument("--steps", type=int, default=20, help="timed steps (train) or timed batches (data)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps/batches first")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="per-device peak for MFU (default: bf16 dense peak of the device kind; none on CPU)")
+    p.add_argument("--device-kind", default=None, help="look the peak up for this device kind instead")
+    p.add_argument("--mesh", default=None, help="data,fsdp,tensor (default: the config's mesh)")
+    p.add_argument("--mlm-head", choices=("sparse", "dense"), default="sparse",
+                   help="dense: benchmark-only MLM logits at all positions (what the gather saves)")
+    p.add_argument("--prng", choices=("threefry2x32", "rbg", "unsafe_rbg"), default=None,
+                   help="jax_default_prng_impl for the dropout keys (default: JAX's threefry2x32)")
+    p.add_argument("--reuse-cache", action="store_true",
+                   help="data mode: use output_dir's tokenizer/cache as is instead of building fresh ones")
+    p.add_argument("--json", default=None, metavar="OUT", help="write all figures to this JSON file")
+    p.set_defaults(handler=cmd_bench)
+
+    p = subparsers.add_parser("compile", help="ahead-of-time compile the sharded train step; per-device memory",
+                              description="Lower and compile the train step for a mesh without running it and "
+                              "print the per-device memory XLA assigns.")
+    _config_args(p, "bert_base")
+    p.add_argument("--mesh", default=None, help="data,fsdp,tensor, e.g. 2,2,2 (default: the config's mesh)")
+    p.add_argument("--device-type", default=None,
+                   help="local (default), cpu (virtual CPU devices), or a TPU topology such as v5e:4x4")
+    p.add_argument("--json", default=None, metavar="OUT", help="write the figures to this JSON file")
+    p.set_defaults(handler=cmd_compile)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry point until ``register`` is wired into ``ptm``: python -m ptm_jax.bench.commands ..."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from ptm_jax.errors import PtmError
+
+    parser = argparse.ArgumentParser(prog="ptm", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except PtmError as e:
+        print(f"ptm {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

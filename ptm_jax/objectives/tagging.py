@@ -1,0 +1,147 @@
+"""Token tagging, CoNLL-2003 NER (Devlin et al. 2019 Sec. 5.3, the fine-tuning, "first sub-token" setup).
+
+Each sentence is one row ``[CLS] pieces [SEP]``; a word's label sits on its first piece and every other
+position carries the ignore index (``conll.align_labels``). The loss is the mean cross-entropy over the
+labelled positions of the global batch. Evaluation maps the prediction at each word's first piece back to
+the word (``conll.word_predictions``; words cut by truncation are predicted 'O') and scores entities with
+conlleval's rules (``ner_metrics``): micro precision, recall and F1 plus F1 per entity type.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ptm_jax.config import FinetuneConfig, ModelConfig
+from ptm_jax.data.tasks.conll import IGNORE_INDEX, ConllSentence, align_labels, label_list, word_predictions
+from ptm_jax.errors import DataError
+from ptm_jax.evaluate.ner_metrics import ner_metrics
+from ptm_jax.models.task_heads import BertForTokenClassification
+from ptm_jax.objectives.classification import padded_batches, shuffled_stream
+
+MODEL_KEYS = ("input_ids", "input_mask", "segment_ids")
+
+
+@dataclass(frozen=True)
+class TagSet:
+    """The label vocabulary (saved with the best model as ``label_names``)."""
+
+    name: str
+    labels: tuple[str, ...]
+
+
+def featurize_sentences(sentences: Sequence[ConllSentence], label_ids: dict[str, int], tokenizer,
+                        max_len: int) -> tuple[dict[str, np.ndarray], list[np.ndarray], int]:
+    """(arrays, first-piece position of each word per sentence, number of words cut by truncation).
+    Tags outside ``label_ids`` (a dev tag never seen in training) are ignored by the loss."""
+    rows = [align_labels(s.words, [label_ids.get(t, IGNORE_INDEX) for t in s.tags], tokenizer, max_len)
+            for s in sentences]
+    arrays = {"input_ids": np.stack([r.input_ids for r in rows]),
+              "input_mask": np.stack([r.input_mask for r in rows]),
+              "segment_ids": np.stack([r.segment_ids for r in rows]),
+              "labels": np.stack([r.label_ids for r in rows]).astype(np.int32),
+              "weights": np.ones(len(rows), np.float32)}
+    return arrays, [r.first_piece for r in rows], sum(r.truncated_words for r in rows)
+
+
+class TaggingObjective:
+    """BertForTokenClassification; entity-level F1 on the dev sentences."""
+
+    head = "token_classification"
+    primary_metric = "f1"
+
+    def __init__(self, model_cfg: ModelConfig, fcfg: FinetuneConfig, train: Sequence[ConllSentence],
+                 dev: Sequence[ConllSentence], tokenizer, *, labels: Sequence[str] | None = None,
+                 name: str = "conll2003"):
+        if not train and labels is None:
+            raise DataError(f"{name}: no training sentences")
+        self.name, self.fcfg = f"finetune-{name}", fcfg
+        self.spec = TagSet(name, tuple(labels) if labels is not None else tuple(label_list(train)))
+        self.label_to_id = {t: i for i, t in enumerate(self.spec.labels)}
+        self.num_labels = len(self.spec.labels)
+        self.model = BertForTokenClassification(model_cfg, self.num_labels, fcfg.classifier_dropout)
+        L = fcfg.max_seq_length
+        self.train, _, self.train_truncated_words = (featurize_sentences(train, self.label_to_id, tokenizer, L)
+                                                     if train else (None, [], 0))
+        self.num_train = len(train)
+        self.dev_sentences = list(dev)
+        self.dev, self.dev_first_piece, self.dev_truncated_words = (
+            featurize_sentences(dev, self.label_to_id, tokenizer, L) if dev else (None, [], 0))
+
+    # ------------------------------------------------------------------ model
+
+    def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
+        ref = self.train if self.train is not None else self.dev
+        return {k: np.zeros((batch_size,) + v.shape[1:], v.dtype) for k, v in ref.items()}
+
+    def init(self, rng, batch):
+        b = {k: jnp.asarray(batch[k][:1]) for k in MODEL_KEYS}
+        return self.model.init(rng, b["input_ids"], b["input_mask"], b["segment_ids"])
+
+    @staticmethod
+    def _label_weights(batch) -> jax.Array:
+        return (batch["labels"] != IGNORE_INDEX).astype(jnp.float32) * batch["weights"][:, None]
+
+    def normalizers(self, batch):
+        return {"n": jnp.sum(self._label_weights(batch))}
+
+    def _logits(self, params, batch, rng, train: bool) -> jax.Array:
+        rngs = {"dropout": rng} if train and rng is not None else None
+        return self.model.apply(params, batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+                                deterministic=not train, rngs=rngs)
+
+    def loss(self, params, batch, rng, normalizers, train: bool):
+        logits = self._logits(params, batch, rng, train)
+        w = self._label_weights(batch)
+        labels = jnp.maximum(batch["labels"], 0)
+        per = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+        hit = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
+        terms = {"loss": (jnp.sum(per * w), jnp.sum(w)), "token_accuracy": (jnp.sum(hit * w), jnp.sum(w))}
+        return jnp.sum(per * w) / jnp.maximum(normalizers["n"], 1.0), terms
+
+    def predict(self, params, batch) -> dict[str, jax.Array]:
+        return {"logits": self._logits(params, batch, None, False)}
+
+    # ------------------------------------------------------------------ tags and metrics
+
+    def predicted_tags(self, outputs: dict[str, np.ndarray]) -> list[list[str]]:
+        """One tag per word of every dev sentence, read at the word's first piece."""
+        n = len(self.dev_sentences)
+        pieces = np.argmax(outputs["logits"][:n], axis=-1)
+        if len(pieces) != n:
+            raise DataError(f"{self.name}: {len(pieces)} predicted rows for {n} dev sentences")
+        return [word_predictions(p, first, self.spec.labels) for p, first in zip(pieces, self.dev_first_piece)]
+
+    def score(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
+        if not self.dev_sentences:
+            return {}
+        return ner_metrics([s.tags for s in self.dev_sentences], self.predicted_tags(outputs))
+
+    def write_predictions(self, outputs: dict[str, np.ndarray], out_dir, split: str) -> list[str]:
+        """``<task>-<split>.txt``: `token gold pred` per line, a blank line after each sentence (conlleval)."""
+        from ptm_jax.evaluate.predictions import write_conll_predictions
+
+        path = f"{out_dir}/{self.spec.name}-{split}.txt"
+        return [write_conll_predictions(path, [s.words for s in self.dev_sentences],
+                                        [s.tags for s in self.dev_sentences], self.predicted_tags(outputs))]
+
+    # ------------------------------------------------------------------ data streams
+
+    def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int):
+        if self.train is None:
+            raise DataError(f"{self.name}: no training sentences")
+        for idx in shuffled_stream(self.num_train, self.fcfg.seed, start_example, global_batch, process_index,
+                                   process_count):
+            yield {k: v[idx] for k, v in self.train.items()}
+
+    def eval_batches(self, global_batch: int, process_index: int, process_count: int):
+        if self.dev is None:
+            return iter(())
+        return padded_batches(self.dev, global_batch, process_index, process_count)
+
+    def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
+        return metrics

@@ -1,0 +1,69 @@
+"""End to end through the `ptm` CLI in real subprocesses: the offline embedded run, and bad input."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+
+def ptm(*args, cwd=None, timeout=600):
+    env = dict(os.environ, PYTHONPATH=str(REPO), XLA_FLAGS="--xla_force_host_platform_device_count=8",
+               JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2", USE_TF="0", HF_HUB_OFFLINE="1")
+    return subprocess.run([sys.executable, "-m", "ptm_jax.cli", *args], cwd=cwd or REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_embedded_run_pretrains_finetunes_and_evaluates_offline(tmp_path):
+    out = tmp_path / "run"
+    r = ptm("run", "-c", "bert_tiny", f"output_dir={str(out)!r}", "train.steps=12", "finetune.epochs=0.1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "always predicting the most frequent token" in r.stdout
+    assert "finetune [embedded]: pydoc-source" in r.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    pre, fin = summary["pretrain"], summary["finetune"]
+    assert pre["step"] == 12 and 0.0 <= pre["eval"]["mlm_accuracy"] <= 1.0
+    assert 0.0 <= pre["baseline"]["majority_accuracy"] <= 1.0 and pre["corpus"]["documents"] > 50
+    assert fin["best"]["step"] > 0 and 0.0 <= fin["best"]["metrics"]["accuracy"] <= 1.0
+    assert (out / "pretrain" / "curves.png").stat().st_size > 1000
+    assert (out / "finetune-embedded" / "best" / "ptm.json").exists()
+    assert list((out / "pretrain" / "tb").iterdir()), "TensorBoard event files"
+    # a second run resumes: both stages are complete, nothing is retrained
+    r2 = ptm("run", "-c", "bert_tiny", f"output_dir={str(out)!r}", "train.steps=12", "finetune.epochs=0.1")
+    assert r2.returncode == 0 and "already at step 12" in r2.stdout + r2.stderr
+
+
+BAD_FILES = {
+    "non_utf8.txt": b"good line.\nbad \xff\xfe bytes here.\n",
+    "empty.txt": b"",
+    "binary.txt": b"\x00\x01\x02\x03" * 100,
+}
+
+
+@pytest.mark.parametrize("name,expect", [("non_utf8.txt", r"line 2"), ("empty.txt", "empty"),
+                                         ("binary.txt", "binary")])
+def test_bad_corpus_files_give_a_clear_error_naming_the_file(tmp_path, name, expect):
+    import re
+
+    bad = tmp_path / name
+    bad.write_bytes(BAD_FILES[name])
+    r = ptm("data", "-c", "bert_tiny", f"data.corpus={str(bad)!r}", f"output_dir={str(tmp_path / 'o')!r}")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and name in r.stderr and re.search(expect, r.stderr, re.I), r.stderr
+    assert not (tmp_path / "o" / "cache").exists() or not any((tmp_path / "o" / "cache").rglob("COMPLETE"))
+
+
+def test_ten_megabyte_single_line_and_missing_path_and_bad_value(tmp_path):
+    big = tmp_path / "one_line.txt"
+    big.write_bytes(b"word " * (2 * 1024 * 1024))
+    r = ptm("data", "-c", "bert_tiny", f"data.corpus={str(big)!r}", f"output_dir={str(tmp_path / 'o')!r}")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "one_line.txt" in r.stderr and "line 1" in r.stderr
+    r = ptm("data", "-c", "bert_tiny", "data.corpus='/no/such/dir/*.txt'", f"output_dir={str(tmp_path / 'o')!r}")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "/no/such/dir" in r.stderr
+    r = ptm("pretrain", "-c", "bert_tiny", "train.batch_size=-3")
+    assert r.returncode == 2 and "train.batch_size" in r.stderr and "Traceback" not in r.stderr
+    r = ptm("pretrain", "-c", "bert_tiny", "data.masked_lm_probability=0.2")
+    assert r.returncode == 2 and "data.masked_lm_prob" in r.stderr

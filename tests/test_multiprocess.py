@@ -1,0 +1,182 @@
+"""Multi-process training: 2 processes x 4 CPU devices (jax.distributed over 127.0.0.1, gloo collectives,
+the JAX 0.10 default on CPU) give the losses of 1 process x 8 devices, and checkpoints move between process
+counts (2 -> 1 -> 2) without repeating or skipping an example (DESIGN.md "Multi-host", "Deterministic,
+resumable data").
+
+Runs are real subprocesses: ``launch/local_multiprocess.py -n 2 --devices-per-process 4 -- ptm pretrain ...``
+and plain ``python -m ptm_jax.cli pretrain``; they share one tokenizer, token cache and JAX persistent
+compilation cache. The chain is: A = 2x4 from scratch, stopped after step 4; B = 1x8 resuming A, stopped after
+step 8; C = 2x4 resuming B to step 12. R = uninterrupted 1x8 reference.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from ptm_jax.config import load_config
+from ptm_jax.data.cache import TokenCache, build_or_load_cache
+from ptm_jax.export.params import load_params
+from ptm_jax.objectives.registry import build_objective
+from ptm_jax.train import stages
+from ptm_jax.train.checkpoint import Checkpointer
+
+REPO = Path(__file__).resolve().parent.parent
+STEPS, LEG, BATCH = 12, 4, 16
+ENV = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
+       "USE_TF": "0", "TF_CPP_MIN_LOG_LEVEL": "2", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
+       "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
+def overrides(shared: dict, out: Path) -> list[str]:
+    return [f"data.corpus={shared['corpus']}", f"tokenizer.vocab_file={shared['vocab']}",
+            f"data.cache_dir={shared['cache']}", f"output_dir={out}", f"train.steps={STEPS}",
+            f"train.batch_size={BATCH}", f"train.checkpoint_every={LEG}", "train.keep_checkpoints=10",
+            "train.log_every=1", "train.eval_every=0"]
+
+
+def run(argv: list[str], shared: dict, cwd: Path) -> str:
+    done = subprocess.run(argv, env=shared["env"], cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def one_process(shared: dict, out: Path, *extra: str) -> str:
+    return run([sys.executable, "-m", "ptm_jax.cli", "pretrain", "-c", "bert_tiny", *overrides(shared, out),
+                *extra], shared, out.parent)
+
+
+def two_processes(shared: dict, out: Path, *extra: str) -> str:
+    return run([sys.executable, str(REPO / "launch/local_multiprocess.py"), "-n", "2", "--devices-per-process",
+                "4", "--timeout", "560", "--", "ptm", "pretrain", "-c", "bert_tiny", *overrides(shared, out),
+                *extra], shared, out.parent)
+
+
+def train_records(stage: Path) -> list[dict]:
+    rows = [json.loads(x) for x in (stage / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["split"] == "train"]
+
+
+@pytest.fixture(scope="module")
+def shared(shared_data, tmp_path_factory) -> dict:
+    from ptm_jax.cli import main
+
+    root = tmp_path_factory.mktemp("mp_shared")
+    corpus = str(shared_data / "corpus/tinyshakespeare/input.txt")
+    assert main(["data", "-c", "bert_tiny", f"data.corpus={corpus}", "tokenizer.vocab_size=1000",
+                 f"data.cache_dir={root / 'cache'}", f"output_dir={root / 'data'}"]) == 0
+    return {"corpus": corpus, "vocab": str(root / "data/tokenizer/vocab.txt"), "cache": str(root / "cache"),
+            "env": {**ENV, "JAX_COMPILATION_CACHE_DIR": str(root / "jax_cache")}}
+
+
+@pytest.fixture(scope="module")
+def reference(shared, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("mp_reference") / "run"
+    one_process(shared, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def chain(shared, tmp_path_factory) -> dict:
+    """A (2 processes, steps 1-4) -> B (1 process, 5-8) -> C (2 processes, 9-12) in one output directory."""
+    out = tmp_path_factory.mktemp("mp_chain") / "run"
+    stage = out / "pretrain"
+    logs = {"A": two_processes(shared, out, "--stop-after", str(LEG))}
+    legs = {"A": train_records(stage)}
+    logs["B"] = one_process(shared, out, "--stop-after", str(LEG))
+    legs["B"] = train_records(stage)[len(legs["A"]):]
+    logs["C"] = two_processes(shared, out)
+    legs["C"] = train_records(stage)[len(legs["A"]) + len(legs["B"]):]
+    return {"out": out, "legs": legs, "logs": logs}
+
+
+def test_two_processes_x_4_devices_give_the_losses_of_one_process_x_8(chain, reference):
+    ref = {r["step"]: r["loss"] for r in train_records(reference / "pretrain")}
+    assert sorted(ref) == list(range(1, STEPS + 1))
+    for leg in ("A", "C"):
+        got = {r["step"]: r["loss"] for r in chain["legs"][leg]}
+        assert len(got) == len(chain["legs"][leg]) == LEG, f"leg {leg}: each step is logged once (process 0 only)"
+        np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(got)], rtol=1e-5,
+                                   err_msg=f"leg {leg} (2 processes)")
+    # both processes ran and met in jax.distributed (the launcher prefixes each line with its process)
+    assert "[p0] pretrain: step 4" in chain["logs"]["A"] and "[p1] pretrain: step 4" in chain["logs"]["A"]
+    assert "[p0] pretrain: step 12" in chain["logs"]["C"] and "[p1] pretrain: step 12" in chain["logs"]["C"]
+
+
+def test_checkpoints_move_from_2_processes_to_1_and_back_with_the_uninterrupted_parameters(chain, reference):
+    legs = chain["legs"]
+    assert [r["step"] for r in legs["A"]] == [1, 2, 3, 4]
+    assert [r["step"] for r in legs["B"]] == [5, 6, 7, 8], "1 process resumes the 2-process checkpoint at 4"
+    assert [r["step"] for r in legs["C"]] == [9, 10, 11, 12], "2 processes resume the 1-process checkpoint at 8"
+    ref = {r["step"]: r["loss"] for r in train_records(reference / "pretrain")}
+    got = {r["step"]: r["loss"] for leg in legs.values() for r in leg}
+    np.testing.assert_allclose([got[s] for s in range(1, STEPS + 1)], [ref[s] for s in range(1, STEPS + 1)],
+                               rtol=1e-5)
+    ref_params, _, ref_info, _ = load_params(reference)
+    got_params, _, got_info, _ = load_params(chain["out"])
+    assert ref_info["step"] == got_info["step"] == STEPS
+    assert jax.tree.structure(ref_params) == jax.tree.structure(got_params)
+    diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+               for a, b in zip(jax.tree.leaves(ref_params), jax.tree.leaves(got_params)))
+    assert diff <= 1e-6
+
+
+def test_every_global_step_consumes_the_next_examples_across_process_count_changes(chain, shared):
+    """Data level: each checkpoint's cursor is step * global_batch, and the streams a restart opens at that
+    cursor -- with 1 or 2 processes -- yield exactly the plan's next example ids, with the same features."""
+    ckpt = Checkpointer(chain["out"] / "pretrain/checkpoints", async_save=False)
+    try:
+        metas = {s: ckpt.restore_meta(s) for s in ckpt.all_steps()}
+    finally:
+        ckpt.close()
+    assert sorted(metas) == [4, 8, 12]
+    assert {s: m["cursor"] for s, m in metas.items()} == {s: s * BATCH for s in metas}
+
+    cfg = load_config("bert_tiny", overrides(shared, chain["out"]))
+    corpus = stages.prepare_corpus(cfg)
+    objective = build_objective(cfg, corpus)
+    # what each global step of the chain read: leg A from cursor 0 on 2 processes, B from A's cursor on 1,
+    # C from B's cursor on 2 (the process counts of the runs above)
+    consumed: list[np.ndarray] = []
+    for start, count in ((0, 2), (metas[4]["cursor"], 1), (metas[8]["cursor"], 2)):
+        streams = [objective.train_batches(start, BATCH, p, count) for p in range(count)]
+        for _ in range(LEG):
+            consumed.append(np.concatenate([next(s)["example_id"] for s in streams]))
+    ids = np.concatenate(consumed)
+    assert ids.tolist() == list(range(STEPS * BATCH)), "an example was repeated, skipped or reordered"
+
+    full = objective.train_batches(0, BATCH, 0, 1)
+    from_zero = [next(full) for _ in range(STEPS)]
+    for cursor in (metas[4]["cursor"], metas[8]["cursor"]):
+        first = cursor // BATCH
+        one = objective.train_batches(cursor, BATCH, 0, 1)
+        two = [objective.train_batches(cursor, BATCH, p, 2) for p in range(2)]
+        for k in range(LEG):
+            a = next(one)
+            halves = [next(s) for s in two]
+            assert a["example_id"].tolist() == list(range(cursor + k * BATCH, cursor + (k + 1) * BATCH))
+            for key in a:
+                both = np.concatenate([h[key] for h in halves])
+                np.testing.assert_array_equal(both, a[key], err_msg=f"{key}: 2-process rows differ at {cursor}")
+                np.testing.assert_array_equal(a[key], from_zero[first + k][key],
+                                              err_msg=f"{key}: resumed stream differs from the uninterrupted one")
+
+
+def test_the_token_cache_has_the_same_documents_for_1_and_2_processes(shared):
+    """The 2-process runs read a 2-shard cache: it must present the 1-shard corpus, document for document."""
+    cfg = load_config("bert_tiny", [f"data.corpus={shared['corpus']}", f"tokenizer.vocab_file={shared['vocab']}"])
+    corpus = stages.prepare_corpus(load_config("bert_tiny", overrides(shared, Path(shared["cache"]).parent / "x")))
+    one = corpus.cache
+    for p in range(2):
+        build_or_load_cache(cfg.data, corpus.tokenizer, shared["cache"], p, 2)
+    two = TokenCache.open(Path(one.directory), num_shards=2)
+    assert (two.num_docs, two.num_sentences, two.num_tokens) == (one.num_docs, one.num_sentences, one.num_tokens)
+    for d in range(one.num_docs):
+        np.testing.assert_array_equal(two.doc_tokens(d), one.doc_tokens(d))
+        np.testing.assert_array_equal(two.doc_sentence_lengths(d), one.doc_sentence_lengths(d))
