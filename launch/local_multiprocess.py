@@ -175,9 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv[:split])
     if not argv[split + 1:]:
         parser.error("give the command after '--', e.g. -- ptm pretrain -c bert_tiny")
+    platform = args.platform or ("cpu" if args.devices_per_process else None)
     return launch(argv[split + 1:], args.num_processes, devices_per_process=args.devices_per_process,
-                  host=args.host, port=args.port, platform=args.platform or ("cpu" if args.devices_per_process else None),
-                  grace=args.grace, timeout=args.timeout, log_dir=args.log_dir, append_flags=not args.no_flags)
+                  host=args.host, port=args.port, platform=platform, grace=args.grace, timeout=args.timeout,
+                  log_dir=args.log_dir, append_flags=not args.no_flags)
 
 
 def _parser() -> argparse.ArgumentParser:

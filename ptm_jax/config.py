@@ -92,6 +92,8 @@ class TrainConfig:
     adam_b1: float = 0.9
     adam_b2: float = 0.999
     adam_eps: float = 1e-6
+    adam_bias_correction: bool = False
+    """False: BERT's AdamWeightDecayOptimizer (no bias correction); True: optax/torch AdamW moments."""
     clip_norm: float = 1.0
     grad_accum_steps: int = 1
     log_every: int = 10
@@ -121,9 +123,11 @@ class FinetuneConfig:
 
     task: str = "embedded"
     """'embedded' (derived from the embedded corpus), a GLUE task (sst2, cola, mrpc, stsb, qqp, mnli, qnli,
-    rte, wnli), 'squad', 'squad_v2' or 'conll2003'; empty: no finetuning stage in `ptm run`."""
+    rte, wnli), 'squad', 'squad_v2', 'conll2003' or 'swag'; empty: no finetuning stage in `ptm run`."""
     data_dir: str = ""
-    """GLUE directory (holding SST-2/, CoLA/, ...), SQuAD JSON folder or CoNLL-2003 folder; or 'tfds'."""
+    """GLUE directory (holding SST-2/, CoLA/, ...), SQuAD JSON folder, CoNLL-2003 folder, SWAG CSV folder, or
+    'tfds'. SQuAD with no train file: 'PATH/dev-v1.1.json#fold=K/N' trains on the articles a % N != K of
+    that file and evaluates on a % N == K."""
     init: str = ""
     """Pretrained weights: a run output dir, params dir or Hugging Face folder. Empty: this run's pretraining."""
     max_seq_length: int = 128

@@ -247,7 +247,9 @@ def test_truncate_pair_matches_berts_pop_loop():
         return a, b
 
     cases = [(a, b, t) for a in range(12) for b in range(12) for t in range(24)]
-    assert all(commands.truncate_pair(a, b, t) == reference(a, b, t) for a, b, t in cases)
+    from ptm_jax.data.tasks.features import truncate_pair
+
+    assert all(truncate_pair(a, b, t) == reference(a, b, t) for a, b, t in cases)
 
 
 def test_embeddings_do_not_depend_on_batching_or_padding(tmp_path, vocab_file):

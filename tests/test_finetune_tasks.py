@@ -16,6 +16,7 @@ import pytest
 from ptm_jax.config import FinetuneConfig, MeshConfig, ModelConfig, RunConfig, TrainConfig
 from ptm_jax.data.tasks.conll import IGNORE_INDEX, read_conll
 from ptm_jax.data.tasks.squad import read_squad
+from ptm_jax.data.tasks.squad_features import convert_examples_to_features
 from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.objectives.finetune_registry import TASK_BUILDERS, article_folds, conll_files, parse_fold
 from ptm_jax.objectives.multiple_choice import ChoiceExample, MultipleChoiceObjective, read_swag
@@ -47,7 +48,7 @@ def tiny_bert(tok, dropout: float = 0.1) -> ModelConfig:
 
 def train_cfg(steps: int, lr: float, batch: int = 16) -> TrainConfig:
     return TrainConfig(batch_size=batch, steps=steps, learning_rate=lr, warmup_steps=max(1, steps // 10),
-                       log_every=1, eval_every=steps, checkpoint_every=10 * steps, progress_bar=False)
+                       log_every=1, eval_every=0, checkpoint_every=10 * steps, progress_bar=False)
 
 
 def train_losses(stage) -> list[float]:
@@ -64,6 +65,7 @@ def assert_learning(stage, steps: int) -> list[float]:
 
 
 def fit_and_predict(objective, tcfg, mesh_shape, stage):
+    """fit (no periodic eval), then the loop's evaluate() with predictions, as `ptm eval` runs it."""
     mesh = make_mesh(MeshConfig(*mesh_shape))
     result = fit(objective, tcfg, mesh, stage)
     compiled = compile_objective(objective, tcfg, mesh)
@@ -76,15 +78,10 @@ def fit_and_predict(objective, tcfg, mesh_shape, stage):
 def aligned(examples, tok, fcfg) -> list:
     """Questions whose answer is a whole-piece span (the others, e.g. '8' inside '20–18', cannot be
     extracted exactly by any span model, as in run_squad)."""
-    from ptm_jax.data.tasks.squad_features import convert_examples_to_features
-
     feats = convert_examples_to_features(examples, tok, fcfg.max_seq_length, fcfg.doc_stride, fcfg.max_query_length,
                                          is_training=True)
-    ok = set()
-    for f in feats:
-        if f.start_position:
-            if f.tokens[f.start_position:f.end_position + 1] == tok.tokenize(examples[f.example_index].orig_answer_text):
-                ok.add(f.example_index)
+    ok = {f.example_index for f in feats if f.start_position
+          and f.tokens[f.start_position:f.end_position + 1] == tok.tokenize(examples[f.example_index].orig_answer_text)}
     return [e for i, e in enumerate(examples) if i in ok]
 
 
@@ -212,11 +209,11 @@ def test_multiple_choice_learns_the_repeated_token(tok, tmp_path):
     obj = MultipleChoiceObjective(tiny_bert(tok, dropout=0.0), fcfg, synthetic_choices(1000, 0),
                                   synthetic_choices(96, 1), tok, name="synthetic")
     assert obj.train["input_ids"].shape == (1000, 4, 8) and obj.num_choices == 4
-    steps = 100
-    _, metrics, outputs = fit_and_predict(obj, train_cfg(steps, 1e-2, batch=32), (8, 1, 1), tmp_path / "mc")
+    steps = 150  # lr 1e-3: stable over init seeds 0-2 (dev accuracy 0.59-0.83); 1e-2 can collapse to ln 4
+    _, metrics, outputs = fit_and_predict(obj, train_cfg(steps, 1e-3, batch=32), (8, 1, 1), tmp_path / "mc")
     losses = assert_learning(tmp_path / "mc", steps)
     assert losses[0] == pytest.approx(math.log(4), abs=0.05)
-    assert metrics["accuracy"] > 0.5  # chance is 0.25
+    assert metrics["accuracy"] > 0.4  # chance 0.25; 0.4 is 3.5 sd above it on 96 examples
     rows = open(obj.write_predictions(outputs, tmp_path, "dev")[0]).read().splitlines()
     assert rows[0] == "id\tprediction\tlabel" and len(rows) == 97
 

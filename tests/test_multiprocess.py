@@ -5,13 +5,14 @@ resumable data").
 
 Runs are real subprocesses: ``launch/local_multiprocess.py -n 2 --devices-per-process 4 -- ptm pretrain ...``
 and plain ``python -m ptm_jax.cli pretrain``; they share one tokenizer, token cache and JAX persistent
-compilation cache. The chain is: A = 2x4 from scratch, stopped after step 4; B = 1x8 resuming A, stopped after
-step 8; C = 2x4 resuming B to step 12. R = uninterrupted 1x8 reference.
+compilation cache. R = the uninterrupted 1x8 reference (12 steps, a checkpoint every 4). The chain starts from
+R's step-4 checkpoint: A = 2x4 resumes it and stops after step 8; B = 1x8 resumes A's checkpoint to step 12.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -83,41 +84,36 @@ def reference(shared, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def chain(shared, tmp_path_factory) -> dict:
-    """A (2 processes, steps 1-4) -> B (1 process, 5-8) -> C (2 processes, 9-12) in one output directory."""
+def chain(shared, reference, tmp_path_factory) -> dict:
+    """R's 1-process checkpoint at step 4 -> A: 2 processes, steps 5-8 -> B: 1 process, steps 9-12."""
     out = tmp_path_factory.mktemp("mp_chain") / "run"
     stage = out / "pretrain"
+    shutil.copytree(reference / f"pretrain/checkpoints/{LEG}", stage / f"checkpoints/{LEG}")
     logs = {"A": two_processes(shared, out, "--stop-after", str(LEG))}
     legs = {"A": train_records(stage)}
-    logs["B"] = one_process(shared, out, "--stop-after", str(LEG))
+    logs["B"] = one_process(shared, out)
     legs["B"] = train_records(stage)[len(legs["A"]):]
-    logs["C"] = two_processes(shared, out)
-    legs["C"] = train_records(stage)[len(legs["A"]) + len(legs["B"]):]
     return {"out": out, "legs": legs, "logs": logs}
 
 
 def test_two_processes_x_4_devices_give_the_losses_of_one_process_x_8(chain, reference):
     ref = {r["step"]: r["loss"] for r in train_records(reference / "pretrain")}
     assert sorted(ref) == list(range(1, STEPS + 1))
-    for leg in ("A", "C"):
-        got = {r["step"]: r["loss"] for r in chain["legs"][leg]}
-        assert len(got) == len(chain["legs"][leg]) == LEG, f"leg {leg}: each step is logged once (process 0 only)"
-        np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(got)], rtol=1e-5,
-                                   err_msg=f"leg {leg} (2 processes)")
+    got = {r["step"]: r["loss"] for r in chain["legs"]["A"]}
+    assert len(got) == len(chain["legs"]["A"]) == LEG, "each step is logged once (by process 0 only)"
+    np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(got)], rtol=1e-5)
     # both processes ran and met in jax.distributed (the launcher prefixes each line with its process)
-    assert "[p0] pretrain: step 4" in chain["logs"]["A"] and "[p1] pretrain: step 4" in chain["logs"]["A"]
-    assert "[p0] pretrain: step 12" in chain["logs"]["C"] and "[p1] pretrain: step 12" in chain["logs"]["C"]
+    assert "[p0] pretrain: step 8" in chain["logs"]["A"] and "[p1] pretrain: step 8" in chain["logs"]["A"]
 
 
-def test_checkpoints_move_from_2_processes_to_1_and_back_with_the_uninterrupted_parameters(chain, reference):
+def test_checkpoints_move_from_1_process_to_2_and_back_with_the_uninterrupted_parameters(chain, reference):
     legs = chain["legs"]
-    assert [r["step"] for r in legs["A"]] == [1, 2, 3, 4]
-    assert [r["step"] for r in legs["B"]] == [5, 6, 7, 8], "1 process resumes the 2-process checkpoint at 4"
-    assert [r["step"] for r in legs["C"]] == [9, 10, 11, 12], "2 processes resume the 1-process checkpoint at 8"
+    assert [r["step"] for r in legs["A"]] == [5, 6, 7, 8], "2 processes resume the 1-process checkpoint at 4"
+    assert [r["step"] for r in legs["B"]] == [9, 10, 11, 12], "1 process resumes the 2-process checkpoint at 8"
     ref = {r["step"]: r["loss"] for r in train_records(reference / "pretrain")}
     got = {r["step"]: r["loss"] for leg in legs.values() for r in leg}
-    np.testing.assert_allclose([got[s] for s in range(1, STEPS + 1)], [ref[s] for s in range(1, STEPS + 1)],
-                               rtol=1e-5)
+    steps = range(LEG + 1, STEPS + 1)
+    np.testing.assert_allclose([got[s] for s in steps], [ref[s] for s in steps], rtol=1e-5)
     ref_params, _, ref_info, _ = load_params(reference)
     got_params, _, got_info, _ = load_params(chain["out"])
     assert ref_info["step"] == got_info["step"] == STEPS
@@ -127,45 +123,39 @@ def test_checkpoints_move_from_2_processes_to_1_and_back_with_the_uninterrupted_
     assert diff <= 1e-6
 
 
-def test_every_global_step_consumes_the_next_examples_across_process_count_changes(chain, shared):
+def test_every_global_step_consumes_the_next_examples_across_process_count_changes(chain, reference, shared):
     """Data level: each checkpoint's cursor is step * global_batch, and the streams a restart opens at that
-    cursor -- with 1 or 2 processes -- yield exactly the plan's next example ids, with the same features."""
-    ckpt = Checkpointer(chain["out"] / "pretrain/checkpoints", async_save=False)
-    try:
-        metas = {s: ckpt.restore_meta(s) for s in ckpt.all_steps()}
-    finally:
-        ckpt.close()
-    assert sorted(metas) == [4, 8, 12]
-    assert {s: m["cursor"] for s, m in metas.items()} == {s: s * BATCH for s in metas}
+    cursor -- on 1 or 2 processes -- yield exactly the plan's next example ids, with the features of the
+    uninterrupted 1-process stream."""
+    metas = {}
+    for run_dir, steps in ((reference, (4, 8, 12)), (chain["out"], (4, 8, 12))):
+        ckpt = Checkpointer(run_dir / "pretrain/checkpoints", async_save=False)
+        try:
+            assert ckpt.all_steps() == list(steps)
+            metas[run_dir] = {s: ckpt.restore_meta(s)["cursor"] for s in steps}
+        finally:
+            ckpt.close()
+        assert metas[run_dir] == {s: s * BATCH for s in steps}, f"{run_dir}: cursor != step * global_batch"
 
     cfg = load_config("bert_tiny", overrides(shared, chain["out"]))
-    corpus = stages.prepare_corpus(cfg)
-    objective = build_objective(cfg, corpus)
-    # what each global step of the chain read: leg A from cursor 0 on 2 processes, B from A's cursor on 1,
-    # C from B's cursor on 2 (the process counts of the runs above)
+    objective = build_objective(cfg, stages.prepare_corpus(cfg))
+    full = objective.train_batches(0, BATCH, 0, 1)
+    uninterrupted = [next(full) for _ in range(STEPS)]
+    # the chain: steps 1-4 from cursor 0 on 1 process (R), 5-8 from R's cursor on 2 processes (A),
+    # 9-12 from A's cursor on 1 process (B)
     consumed: list[np.ndarray] = []
-    for start, count in ((0, 2), (metas[4]["cursor"], 1), (metas[8]["cursor"], 2)):
+    for start, count, first_step in ((0, 1, 0), (metas[reference][4], 2, 4), (metas[chain["out"]][8], 1, 8)):
         streams = [objective.train_batches(start, BATCH, p, count) for p in range(count)]
-        for _ in range(LEG):
-            consumed.append(np.concatenate([next(s)["example_id"] for s in streams]))
+        for k in range(LEG):
+            parts = [next(s) for s in streams]
+            batch = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+            assert batch["example_id"].tolist() == list(range(start + k * BATCH, start + (k + 1) * BATCH))
+            for key, value in batch.items():
+                np.testing.assert_array_equal(value, uninterrupted[first_step + k][key],
+                                              err_msg=f"{key} of step {first_step + k + 1} ({count} processes)")
+            consumed.append(batch["example_id"])
     ids = np.concatenate(consumed)
     assert ids.tolist() == list(range(STEPS * BATCH)), "an example was repeated, skipped or reordered"
-
-    full = objective.train_batches(0, BATCH, 0, 1)
-    from_zero = [next(full) for _ in range(STEPS)]
-    for cursor in (metas[4]["cursor"], metas[8]["cursor"]):
-        first = cursor // BATCH
-        one = objective.train_batches(cursor, BATCH, 0, 1)
-        two = [objective.train_batches(cursor, BATCH, p, 2) for p in range(2)]
-        for k in range(LEG):
-            a = next(one)
-            halves = [next(s) for s in two]
-            assert a["example_id"].tolist() == list(range(cursor + k * BATCH, cursor + (k + 1) * BATCH))
-            for key in a:
-                both = np.concatenate([h[key] for h in halves])
-                np.testing.assert_array_equal(both, a[key], err_msg=f"{key}: 2-process rows differ at {cursor}")
-                np.testing.assert_array_equal(a[key], from_zero[first + k][key],
-                                              err_msg=f"{key}: resumed stream differs from the uninterrupted one")
 
 
 def test_the_token_cache_has_the_same_documents_for_1_and_2_processes(shared):

@@ -1,6 +1,5 @@
 """Non-finite loss/gradients skip the update and are counted; K in a row stop the run with a clear error."""
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

@@ -7,6 +7,7 @@ raises ``PtmError`` subclasses for user errors.
     ptm bench -c bert_small --steps 20 --warmup 3 --json runs/bench/bert_small.json
     ptm bench -c bert_base model.dtype='bfloat16' --peak-tflops 989
     ptm bench -c bert_small --mode data data.corpus='../shared/data/corpus/gutenberg/*.txt'
+    ptm bench -c bert_small --variant bf16:model.dtype=bfloat16 --variant rbg:prng=rbg --rounds 3
     ptm compile -c bert_large --mesh 2,2,2 --device-type cpu
 """
 from __future__ import annotations
@@ -109,18 +110,51 @@ def print_compile(r: dict[str, Any]) -> None:
         ])
 
 
+def print_variants(results: dict[str, dict[str, Any]]) -> None:
+    base = next(iter(results.values()))
+    m = base["model"]
+    print(f"ptm bench (interleaved A/B, {base['rounds']} rounds, {base['steps']} timed steps per variant): "
+          f"{m['family']} L={m['layers']} H={m['hidden']} V={m['vocab']} | batch {m['batch']} x seq {m['seq_len']} | "
+          f"mesh {base['mesh']} on {base['devices']} x {base['device_kind']}")
+    head = (f"  {'variant':<22} {'median ms':>10} {'p10-p90 ms':>13} {'ex/s':>8} {'vs first':>8} {'TFLOP/s':>8} "
+            f"{'mem GiB':>8} {'compile s':>9}")
+    print(head)
+    for name, r in results.items():
+        print(f"  {name:<22} {r['step_s_median'] * 1e3:>10.1f} "
+              f"{r['step_s_p10'] * 1e3:>6.0f}-{r['step_s_p90'] * 1e3:<6.0f} {r['examples_per_s']:>8.2f} "
+              f"{base['step_s_median'] / r['step_s_median']:>7.2f}x {r['model_tflops_per_s']:>8.4f} "
+              f"{r['memory_per_device'].get('total_bytes', 0) / 2**30:>8.3f} {r['compile_s']:>9.1f}")
+    print(f"  load average {' '.join(str(x) for x in base['env']['load_average'])}")
+
+
+def parse_variant(text: str, args: argparse.Namespace):
+    """'NAME:key=value,key=value' -> (name, Variant); keys mlm_head and prng are benchmark switches."""
+    from ptm_jax.bench.harness import Variant
+    from ptm_jax.config import load_config
+    from ptm_jax.errors import ConfigError
+
+    name, sep, rest = text.partition(":")
+    if not sep or not name:
+        raise ConfigError(f"--variant {text!r}: expected NAME:key=value[,key=value...], e.g. "
+                          "bf16:model.dtype=bfloat16 or rbg:prng=rbg")
+    items = [x.strip() for x in rest.split(",") if x.strip()]
+    switches = {"mlm_head": args.mlm_head, "prng": args.prng}
+    overrides = []
+    for item in items:
+        key, _, value = item.partition("=")
+        if key in switches:
+            switches[key] = value.strip("'\"")
+        else:
+            overrides.append(item)
+    cfg = load_config(args.config, list(args.overrides) + overrides)
+    return name, Variant(cfg, switches["mlm_head"], switches["prng"])
+
+
 def _write(result: dict[str, Any], path: str | None) -> None:
     if path:
         from ptm_jax.bench.harness import write_json
 
         print(f"wrote {write_json(result, path)}")
-
-
-def _set_prng(name: str | None) -> None:
-    if name:
-        import jax
-
-        jax.config.update("jax_default_prng_impl", name)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -130,14 +164,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         result = bench_data(cfg, args.steps, warmup=args.warmup, fresh=not args.reuse_cache)
         print_data(result)
+    elif args.variant:
+        from ptm_jax.bench.aot import parse_mesh
+        from ptm_jax.bench.harness import Variant, bench_variants
+
+        variants = {"baseline": Variant(cfg, args.mlm_head, args.prng)}
+        for text in args.variant:
+            name, v = parse_variant(text, args)
+            variants[name] = v
+        result = bench_variants(variants, steps=args.steps, warmup=args.warmup, rounds=args.rounds,
+                                mesh_shape=parse_mesh(args.mesh) if args.mesh else None,
+                                peak_tflops=args.peak_tflops, device_kind=args.device_kind,
+                                log=lambda msg: print(msg, file=sys.stderr, flush=True))
+        print_variants(result)
     else:
-        _set_prng(args.prng)
         from ptm_jax.bench.aot import parse_mesh
         from ptm_jax.bench.harness import bench
 
         mesh = parse_mesh(args.mesh) if args.mesh else None
         result = bench(cfg, steps=args.steps, warmup=args.warmup, mesh_shape=mesh, peak_tflops=args.peak_tflops,
-                       device_kind=args.device_kind, mlm_head=args.mlm_head)
+                       device_kind=args.device_kind, mlm_head=args.mlm_head, prng=args.prng)
         print_train(result)
     _write(result, args.json)
     return 0
@@ -173,7 +219,11 @@ def register(subparsers) -> None:
     p.add_argument("--mlm-head", choices=("sparse", "dense"), default="sparse",
                    help="dense: benchmark-only MLM logits at all positions (what the gather saves)")
     p.add_argument("--prng", choices=("threefry2x32", "rbg", "unsafe_rbg"), default=None,
-                   help="jax_default_prng_impl for the dropout keys (default: JAX's threefry2x32)")
+                   help="key implementation of the dropout RNG (default: JAX's threefry2x32)")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME:key=value[,key=value]",
+                   help="A/B mode (repeatable): also time the config with these overrides, interleaved with the "
+                   "baseline in --rounds rounds; keys mlm_head and prng set the switches above")
+    p.add_argument("--rounds", type=int, default=3, help="A/B mode: interleaved timing rounds")
     p.add_argument("--reuse-cache", action="store_true",
                    help="data mode: use output_dir's tokenizer/cache as is instead of building fresh ones")
     p.add_argument("--json", default=None, metavar="OUT", help="write all figures to this JSON file")
@@ -198,7 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ptm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    stray = [x for x in extra if "=" not in x or x.startswith("-")]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    args.overrides = list(args.overrides) + extra  # section.key=value given after an option
     try:
         return args.handler(args)
     except PtmError as e:

@@ -171,11 +171,14 @@ def hlo_matmul_flops(hlo_text: str) -> float:
     shapes: dict[str, list[int]] = {}
     comps: list[tuple[str, list[str]]] = []  # (name, lines) in text order: callees before callers
     current: list[str] | None = None
+    entry = ""
     for line in hlo_text.splitlines():
         head = _COMP.match(line)
         if head and "=" not in line.split("{")[0].split("(")[0]:
             current = []
             comps.append((head.group(1), current))
+            if line.lstrip().startswith("ENTRY"):
+                entry = head.group(1)
             continue
         if current is not None:
             current.append(line)
@@ -208,8 +211,8 @@ def hlo_matmul_flops(hlo_text: str) -> float:
         calls[name] = edges
     weight: dict[str, float] = {name: 0.0 for name, _ in comps}
     if comps:
-        weight[comps[-1][0]] = 1.0  # ENTRY is printed last
-    for name, _ in reversed(comps):
+        weight[entry or comps[-1][0]] = 1.0
+    for name, _ in reversed(comps):  # callees are printed before their callers
         for callee, times in calls[name]:
             if callee in weight:
                 weight[callee] += weight[name] * times

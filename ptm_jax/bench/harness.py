@@ -171,10 +171,10 @@ def batch_specs(example: dict[str, np.ndarray], mesh: Any) -> dict[str, jax.Shap
             for k, v in example.items()}
 
 
-def rng_spec(mesh: Any) -> jax.ShapeDtypeStruct:
+def rng_spec(mesh: Any, impl: str | None = None) -> jax.ShapeDtypeStruct:
     from ptm_jax.parallel.rules import replicated
 
-    key = jax.eval_shape(lambda: jax.random.key(0))
+    key = jax.eval_shape(lambda: jax.random.key(0, impl=impl))
     return jax.ShapeDtypeStruct(key.shape, key.dtype, sharding=replicated(mesh))
 
 
@@ -204,99 +204,141 @@ def _percentile(xs: list[float], q: float) -> float:
 # Train mode
 
 
+@dataclasses.dataclass
+class Variant:
+    """One configuration to time: the run config plus benchmark-only switches."""
+
+    cfg: RunConfig
+    mlm_head: str = "sparse"
+    prng: str | None = None
+    """Key implementation of the dropout RNG (threefry2x32 | rbg | unsafe_rbg); None: JAX's default."""
+
+
+class _Run:
+    """A compiled train step with its state and synthetic batches, ready to step."""
+
+    def __init__(self, v: Variant, mesh_shape: tuple[int, int, int] | None, num_batches: int):
+        from ptm_jax.parallel.feed import to_global
+        from ptm_jax.train.loop import compile_objective
+
+        self.v, cfg = v, v.cfg
+        self.objective = build_bench_objective(cfg, v.mlm_head)
+        self.mesh = make_bench_mesh(cfg, mesh_shape)
+        check_batch(cfg, self.mesh)
+        example = self.objective.example_batch(cfg.train.batch_size)
+        self.compiled = compile_objective(self.objective, cfg.train, self.mesh)
+        t0 = time.perf_counter()
+        lowered = self.compiled.train_step.lower(self.compiled.abstract_state, batch_specs(example, self.mesh),
+                                                 rng_spec(self.mesh, v.prng))
+        t1 = time.perf_counter()
+        self.executable = lowered.compile()
+        self.lower_s, self.compile_s = t1 - t0, time.perf_counter() - t0
+        gen = np.random.default_rng(cfg.train.seed)
+        self.batches = [to_global(synthetic_batch(example, cfg, gen), self.mesh, self.compiled.batch_keys)
+                        for _ in range(max(1, num_batches))]
+        self.rng = jax.device_put(jax.random.key(cfg.train.seed, impl=v.prng), rng_spec(self.mesh, v.prng).sharding)
+        self.state = self.compiled.init_fn(jax.random.key(cfg.train.seed + 1))
+        jax.block_until_ready(self.state)
+        self.calls = 0
+        self.first_loss = self.last_loss = float("nan")
+
+    def step(self) -> float:
+        start = time.perf_counter()
+        self.state, metrics = self.executable(self.state, self.batches[self.calls % len(self.batches)], self.rng)
+        jax.block_until_ready((self.state, metrics))
+        elapsed = time.perf_counter() - start
+        self.last_loss = float(np.asarray(jax.device_get(metrics["loss"])))
+        if self.calls == 0:
+            self.first_loss = self.last_loss
+        self.calls += 1
+        return elapsed
+
+    def figures(self, times: list[float], warmup: int, peak_tflops: float | None, device_kind: str | None
+                ) -> dict[str, Any]:
+        cfg, mesh, n_dev = self.v.cfg, self.mesh, self.mesh.devices.size
+        med = statistics.median(times)
+        b, s = cfg.train.batch_size, cfg.data.max_seq_length
+        fl = flops_lib.train_step_flops(cfg)
+        if self.v.mlm_head == "dense":  # the head runs at all S positions instead of P
+            fwd = dict(fl.forward)
+            fwd["mlm_head"] *= s / cfg.data.max_predictions_per_seq
+            fl = dataclasses.replace(fl, forward=fwd)
+        env = environment()
+        env["prng_impl"] = self.v.prng or env["prng_impl"]
+        kind = device_kind or env["device_kind"]
+        peak = peak_tflops if peak_tflops is not None else flops_lib.peak_tflops(kind)
+        achieved = fl.train / med
+        return {
+            "mode": "train", "model": model_summary(cfg), "mlm_head": self.v.mlm_head,
+            "mesh": dict(zip(mesh.axis_names, (int(x) for x in mesh.devices.shape))), "devices": n_dev,
+            "env": env, "device_kind": kind, "params": param_count(self.compiled.abstract_state.params),
+            "lower_s": self.lower_s, "compile_s": self.compile_s, "steps": len(times), "warmup": warmup,
+            "step_s_median": med, "step_s_p10": _percentile(times, 10), "step_s_p90": _percentile(times, 90),
+            "step_s_mean": statistics.fmean(times), "step_s_std": statistics.pstdev(times),
+            "step_s_min": min(times), "tokens_per_s": b * s / med, "examples_per_s": b / med,
+            "model_flops_per_step": fl.train,
+            "model_flops_breakdown": {k: 3.0 * v for k, v in fl.forward.items()},
+            "hardware_flops_per_step": fl.hardware,
+            "xla_flops_per_step": _times(flops_lib.xla_cost_flops(self.executable), n_dev),
+            "xla_matmul_flops_per_step": _times(_hlo_flops(self.executable), n_dev),
+            "model_tflops_per_s": achieved / 1e12, "peak_tflops_per_device": peak,
+            "mfu": (achieved / (peak * 1e12 * n_dev)) if peak else None,
+            "memory_per_device": memory_figures(self.executable),
+            "first_loss": self.first_loss, "final_loss": self.last_loss,
+        }
+
+
+def _check_counts(steps: int, warmup: int, rounds: int = 1) -> None:
+    if steps < 1 or warmup < 0 or rounds < 1:
+        raise ConfigError(f"--steps and --rounds must be >= 1 and --warmup >= 0 (got {steps}, {rounds}, {warmup})")
+
+
 def bench(cfg: RunConfig, *, steps: int = 20, warmup: int = 3, mesh_shape: tuple[int, int, int] | None = None,
           peak_tflops: float | None = None, device_kind: str | None = None, mlm_head: str = "sparse",
-          num_batches: int = 4, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+          prng: str | None = None, num_batches: int = 4) -> dict[str, Any]:
     """Compiles and times the train step of ``cfg`` on synthetic batches; returns a flat-ish dict of figures.
 
     ``peak_tflops`` overrides the per-device peak looked up from ``device_kind`` (default: the first local
     device's kind); with neither known (CPU) MFU is None.
     """
-    from ptm_jax.parallel.feed import to_global
-    from ptm_jax.train.loop import compile_objective
+    _check_counts(steps, warmup)
+    run = _Run(Variant(cfg, mlm_head, prng), mesh_shape, num_batches)
+    for _ in range(warmup):
+        run.step()
+    times = [run.step() for _ in range(steps)]
+    return run.figures(times, warmup, peak_tflops, device_kind)
 
-    if steps < 1 or warmup < 0:
-        raise ConfigError(f"--steps must be >= 1 and --warmup >= 0 (got {steps}, {warmup})")
+
+def bench_variants(variants: dict[str, Variant], *, steps: int = 5, warmup: int = 2, rounds: int = 3,
+                   mesh_shape: tuple[int, int, int] | None = None, peak_tflops: float | None = None,
+                   device_kind: str | None = None, num_batches: int = 2,
+                   log: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
+    """A/B timing in one process: all variants compiled first, then ``rounds`` rounds of ``steps`` steps each,
+    variant after variant, so load from other processes falls on all of them alike. Figures pool the timed
+    steps of all rounds; ``round_medians_s`` keeps each round's median."""
+    _check_counts(steps, warmup, rounds)
     say = log or (lambda _msg: None)
-    objective = build_bench_objective(cfg, mlm_head)
-    mesh = make_bench_mesh(cfg, mesh_shape)
-    n_dev = mesh.devices.size
-    check_batch(cfg, mesh)
-    example = objective.example_batch(cfg.train.batch_size)
-    compiled_obj = compile_objective(objective, cfg.train, mesh)
-
-    say("lowering and compiling the train step")
-    t0 = time.perf_counter()
-    lowered = compiled_obj.train_step.lower(compiled_obj.abstract_state, batch_specs(example, mesh), rng_spec(mesh))
-    t1 = time.perf_counter()
-    executable = lowered.compile()
-    t2 = time.perf_counter()
-
-    gen = np.random.default_rng(cfg.train.seed)
-    batches = [to_global(synthetic_batch(example, cfg, gen), mesh, compiled_obj.batch_keys)
-               for _ in range(max(1, num_batches))]
-    rng = jax.device_put(jax.random.key(cfg.train.seed), rng_spec(mesh).sharding)
-    state = compiled_obj.init_fn(jax.random.key(cfg.train.seed + 1))
-    jax.block_until_ready(state)
-
-    say(f"{warmup} warm-up + {steps} timed steps")
-    times: list[float] = []
-    metrics: dict[str, Any] = {}
-    for i in range(warmup + steps):
-        start = time.perf_counter()
-        state, metrics = executable(state, batches[i % len(batches)], rng)
-        jax.block_until_ready((state, metrics))
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-        if i == 0:
-            first_loss = float(np.asarray(jax.device_get(metrics["loss"])))
-    loss = float(np.asarray(jax.device_get(metrics["loss"])))
-
-    med = statistics.median(times)
-    b, s = cfg.train.batch_size, cfg.data.max_seq_length
-    fl = flops_lib.train_step_flops(cfg)
-    if mlm_head == "dense":  # the head runs at all S positions instead of P
-        fwd = dict(fl.forward)
-        fwd["mlm_head"] *= s / cfg.data.max_predictions_per_seq
-        fl = dataclasses.replace(fl, forward=fwd)
-    env = environment()
-    kind = device_kind or env["device_kind"]
-    peak = peak_tflops if peak_tflops is not None else flops_lib.peak_tflops(kind)
-    achieved = fl.train / med
-    mem = memory_figures(executable)
-    return {
-        "mode": "train",
-        "model": model_summary(cfg),
-        "mlm_head": mlm_head,
-        "mesh": dict(zip(mesh.axis_names, (int(x) for x in mesh.devices.shape))),
-        "devices": n_dev,
-        "env": env,
-        "device_kind": kind,
-        "params": param_count(compiled_obj.abstract_state.params),
-        "lower_s": t1 - t0,
-        "compile_s": t2 - t0,
-        "steps": steps,
-        "warmup": warmup,
-        "step_s_median": med,
-        "step_s_p10": _percentile(times, 10),
-        "step_s_p90": _percentile(times, 90),
-        "step_s_mean": statistics.fmean(times),
-        "step_s_std": statistics.pstdev(times),
-        "step_s_min": min(times),
-        "tokens_per_s": b * s / med,
-        "examples_per_s": b / med,
-        "model_flops_per_step": fl.train,
-        "model_flops_breakdown": {k: 3.0 * v for k, v in fl.forward.items()},
-        "hardware_flops_per_step": fl.hardware,
-        "xla_flops_per_step": _times(flops_lib.xla_cost_flops(executable), n_dev),
-        "xla_matmul_flops_per_step": _times(_hlo_flops(executable), n_dev),
-        "model_tflops_per_s": achieved / 1e12,
-        "peak_tflops_per_device": peak,
-        "mfu": (achieved / (peak * 1e12 * n_dev)) if peak else None,
-        "memory_per_device": mem,
-        "first_loss": first_loss,
-        "final_loss": loss,
-    }
+    runs = {}
+    for name, v in variants.items():
+        runs[name] = _Run(v, mesh_shape, num_batches)
+        for _ in range(warmup):
+            runs[name].step()
+        say(f"{name}: compiled in {runs[name].compile_s:.1f} s")
+    times: dict[str, list[float]] = {n: [] for n in runs}
+    medians: dict[str, list[float]] = {n: [] for n in runs}
+    for r in range(rounds):
+        for name, run in runs.items():
+            t = [run.step() for _ in range(steps)]
+            times[name] += t
+            medians[name].append(statistics.median(t))
+        say(f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {medians[n][-1] * 1e3:.0f} ms" for n in runs)
+            + f" (load {os.getloadavg()[0]:.2f})")
+    out = {}
+    for name, run in runs.items():
+        out[name] = run.figures(times[name], warmup, peak_tflops, device_kind)
+        out[name]["round_medians_s"] = medians[name]
+        out[name]["rounds"] = rounds
+    return out
 
 
 def _times(x: float | None, n: int) -> float | None:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ptm_jax.config import ModelConfig, to_dict
-from ptm_jax.data.tasks.features import encode_inputs, truncate_pair  # noqa: F401
+from ptm_jax.data.tasks.features import encode_inputs
 from ptm_jax.errors import ConfigError, DataError
 
 BUCKETS = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512)

@@ -7,7 +7,7 @@ with the task's GLUE metrics.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +20,7 @@ from ptm_jax.data.tasks.glue import Example, TaskSpec
 from ptm_jax.errors import DataError
 from ptm_jax.evaluate.glue_metrics import accuracy, task_metrics
 from ptm_jax.models.task_heads import BertForSequenceClassification
+from ptm_jax.objectives.task_data import ArrayTaskData
 
 PRIMARY = {"cola": "mcc", "stsb": "spearman", "mrpc": "f1", "qqp": "f1"}
 
@@ -35,40 +36,7 @@ def featurize(examples: Sequence[Example], tokenizer, max_len: int, regression: 
             "weights": np.ones(len(examples), np.float32)}
 
 
-def shuffled_stream(n: int, seed: int, start: int, global_batch: int, process_index: int, process_count: int
-                    ) -> Iterator[np.ndarray]:
-    """Row indices of this process's share of successive global batches over epochs of a seeded permutation
-    (keyed on (seed, epoch): the same stream whatever the number of processes, resumable at any example)."""
-    per = global_batch // process_count
-    k = start
-    perms: dict[int, np.ndarray] = {}
-    while True:
-        idx = np.arange(k + process_index * per, k + (process_index + 1) * per)
-        epochs = idx // n
-        out = np.empty(per, np.int64)
-        for e in np.unique(epochs):
-            if e not in perms:
-                perms = {e: np.random.default_rng([seed, int(e)]).permutation(n)}
-            sel = epochs == e
-            out[sel] = perms[e][idx[sel] % n]
-        yield out
-        k += global_batch
-
-
-def padded_batches(features: dict[str, np.ndarray], global_batch: int, process_index: int, process_count: int
-                   ) -> Iterator[dict[str, np.ndarray]]:
-    """All rows in order; the last global batch padded with weight-0 copies of row 0."""
-    n = len(features["weights"])
-    per = global_batch // process_count
-    for start in range(0, n, global_batch):
-        idx = np.arange(start + process_index * per, start + (process_index + 1) * per)
-        real = idx < n
-        batch = {k: v[np.where(real, idx, 0)] for k, v in features.items()}
-        batch["weights"] = np.where(real, batch["weights"], 0.0).astype(np.float32)
-        yield batch
-
-
-class SequenceClassificationObjective:
+class SequenceClassificationObjective(ArrayTaskData):
     head = "sequence_classification"
 
     def __init__(self, model_cfg: ModelConfig, spec: TaskSpec, train: Sequence[Example], dev: Sequence[Example],
@@ -84,9 +52,6 @@ class SequenceClassificationObjective:
         self.dev_examples = list(dev)
         self.num_train = len(train)
         self.primary_metric = PRIMARY.get(spec.name, "accuracy")
-
-    def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
-        return {k: np.zeros((batch_size,) + v.shape[1:], v.dtype) for k, v in self.train.items()}
 
     def init(self, rng, batch):
         b = {k: jnp.asarray(v[:1]) for k, v in batch.items()}
@@ -143,15 +108,3 @@ class SequenceClassificationObjective:
             path = dev_path
         return [path]
 
-    def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int):
-        for idx in shuffled_stream(self.num_train, self.fcfg.seed, start_example, global_batch, process_index,
-                                   process_count):
-            yield {k: v[idx] for k, v in self.train.items()}
-
-    def eval_batches(self, global_batch: int, process_index: int, process_count: int):
-        if self.dev is None:
-            return iter(())
-        return padded_batches(self.dev, global_batch, process_index, process_count)
-
-    def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
-        return metrics

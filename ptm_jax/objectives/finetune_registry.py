@@ -138,7 +138,7 @@ def conll_files(data_dir: str, eval_split: str) -> tuple[Path, Path]:
 
 
 def build_conll(cfg, model_cfg, tokenizer, eval_split: str = "dev") -> tuple[Any, str]:
-    from ptm_jax.data.tasks.conll import conll_from_tfds, read_conll
+    from ptm_jax.data.tasks.conll import conll_from_tfds, label_list, read_conll
     from ptm_jax.objectives.tagging import TaggingObjective
 
     f = cfg.finetune
@@ -153,8 +153,9 @@ def build_conll(cfg, model_cfg, tokenizer, eval_split: str = "dev") -> tuple[Any
         train, _ = read_conll(train_file)
         held, _ = read_conll(eval_file)
         source = f"{train_file} -> {eval_file}"
+    labels = label_list(train)  # of the whole training file: a subset keeps the same label ids
     train = take_subset(train, f.train_subset, f.subset_seed)
-    obj = TaggingObjective(model_cfg, f, train, held, tokenizer, name="conll2003")
+    obj = TaggingObjective(model_cfg, f, train, held, tokenizer, labels=labels, name="conll2003")
     cut = f", {obj.dev_truncated_words} {eval_split} words cut by max_seq_length (predicted O)" \
         if obj.dev_truncated_words else ""
     desc = (f"CoNLL-2003 NER: {len(train)} train / {len(held)} {eval_split} sentences, "

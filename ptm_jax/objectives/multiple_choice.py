@@ -25,7 +25,7 @@ from ptm_jax.config import FinetuneConfig, ModelConfig
 from ptm_jax.data.tasks.features import encode_inputs, pad_rows
 from ptm_jax.errors import DataError
 from ptm_jax.models.task_heads import BertForMultipleChoice
-from ptm_jax.objectives.classification import padded_batches, shuffled_stream
+from ptm_jax.objectives.task_data import ArrayTaskData
 
 SWAG_ENDINGS = 4
 
@@ -94,7 +94,7 @@ def featurize_choices(examples: Sequence[ChoiceExample], tokenizer, max_len: int
             "weights": np.ones(n, np.float32)}
 
 
-class MultipleChoiceObjective:
+class MultipleChoiceObjective(ArrayTaskData):
     head = "multiple_choice"
     primary_metric = "accuracy"
 
@@ -113,9 +113,6 @@ class MultipleChoiceObjective:
         if self.dev is not None and self.dev["input_ids"].shape[1] != self.num_choices:
             raise DataError(f"{name}: dev examples have {self.dev['input_ids'].shape[1]} options, training "
                             f"examples {self.num_choices}")
-
-    def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
-        return {k: np.zeros((batch_size,) + v.shape[1:], v.dtype) for k, v in self.train.items()}
 
     def init(self, rng, batch):
         b = {k: jnp.asarray(batch[k][:1]) for k in ("input_ids", "input_mask", "segment_ids")}
@@ -155,15 +152,3 @@ class MultipleChoiceObjective:
         rows = ["id\tprediction\tlabel"] + [f"{e.guid}\t{int(p)}\t{e.label}" for e, p in zip(self.dev_examples, pred)]
         return [atomic_write_text(f"{out_dir}/{self.task}-{split}.tsv", "\n".join(rows) + "\n")]
 
-    def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int):
-        for idx in shuffled_stream(self.num_train, self.fcfg.seed, start_example, global_batch, process_index,
-                                   process_count):
-            yield {k: v[idx] for k, v in self.train.items()}
-
-    def eval_batches(self, global_batch: int, process_index: int, process_count: int):
-        if self.dev is None:
-            return iter(())
-        return padded_batches(self.dev, global_batch, process_index, process_count)
-
-    def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
-        return metrics

@@ -29,7 +29,7 @@ from ptm_jax.errors import DataError
 from ptm_jax.evaluate.squad_eval import evaluate_v1, evaluate_v2
 from ptm_jax.evaluate.squad_postprocess import postprocess
 from ptm_jax.models.task_heads import BertForQuestionAnswering
-from ptm_jax.objectives.classification import padded_batches, shuffled_stream
+from ptm_jax.objectives.task_data import ArrayTaskData
 
 MASKED_LOGIT = -10000.0
 """Logit of padding positions (finite, so JSON n-best files and softmaxes stay well defined)."""
@@ -66,7 +66,7 @@ def labelled_arrays(features: Sequence[SquadFeature], labels: dict[tuple[int, in
             "start_positions": starts, "end_positions": ends, "weights": weights}
 
 
-class SpanQAObjective:
+class SpanQAObjective(ArrayTaskData):
     """BertForQuestionAnswering on SQuAD features; dev metrics from the official evaluation rules."""
 
     head = "question_answering"
@@ -101,10 +101,6 @@ class SpanQAObjective:
         self._gold = dataset_json(self.dev_examples)
 
     # ------------------------------------------------------------------ model
-
-    def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
-        ref = self.train if self.train is not None else self.dev
-        return {k: np.zeros((batch_size,) + v.shape[1:], v.dtype) for k, v in ref.items()}
 
     def init(self, rng, batch):
         b = {k: jnp.asarray(batch[k][:1]) for k in MODEL_KEYS}
@@ -188,17 +184,3 @@ class SpanQAObjective:
 
     # ------------------------------------------------------------------ data streams
 
-    def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int):
-        if self.train is None:
-            raise DataError(f"{self.name}: no training features (evaluation-only objective)")
-        for idx in shuffled_stream(self.num_train, self.fcfg.seed, start_example, global_batch, process_index,
-                                   process_count):
-            yield {k: v[idx] for k, v in self.train.items()}
-
-    def eval_batches(self, global_batch: int, process_index: int, process_count: int):
-        if self.dev is None:
-            return iter(())
-        return padded_batches(self.dev, global_batch, process_index, process_count)
-
-    def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
-        return metrics

@@ -3,8 +3,8 @@
 Steps: load the pretrained weights (a run, a params directory or a Hugging Face folder: one loader,
 ``ptm_jax.export.params.load_params``) -> read the task -> build its objective -> ``fit`` with BERT's
 finetuning recipe (AdamW, warmup proportion, linear decay, optional layer-wise lr decay) -> after each
-evaluation keep the best parameters by the task's metric in ``<stage>/best`` -> final dev metrics from the
-best parameters, and prediction files.
+evaluation keep the best parameters by the task's metric in ``<stage>/best`` (a params directory:
+``ptm eval --model <stage>/best`` scores it again and writes the prediction files, dev or test split).
 """
 from __future__ import annotations
 

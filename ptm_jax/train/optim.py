@@ -56,8 +56,10 @@ def make_optimizer(cfg: TrainConfig, lr_scale: Callable[[Any], Any] | None = Non
     parts = []
     if cfg.clip_norm > 0:
         parts.append(optax.clip_by_global_norm(cfg.clip_norm))
+    adam = (optax.scale_by_adam(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps) if cfg.adam_bias_correction
+            else scale_by_adam_no_bias_correction(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps))
     parts += [
-        scale_by_adam_no_bias_correction(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps),
+        adam,
         optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask),
     ]
     if lr_scale is not None:
