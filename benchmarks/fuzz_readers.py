@@ -61,7 +61,8 @@ def deadline(seconds: float):
         raise Hang(f"no result within {seconds} s")
 
     old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    # re-fires every 0.5 s: an exception raised inside a gc callback or __del__ is swallowed by Python
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.5)
     try:
         yield
     finally:

@@ -332,23 +332,26 @@ def compare(args, mode: str) -> dict[str, Any]:
         print(f"[{mode}] {name}: set up + compile + {args.warmup} warm-up steps in {time.perf_counter() - t0:.1f} s"
               f" -- {label}", file=sys.stderr, flush=True)
     rates: dict[str, list[float]] = {n: [] for n in which}
+    cpu: dict[str, list[float]] = {n: [] for n in which}
     loads = []
     cursor = args.warmup
     for r in range(args.rounds):
         for name in which:
             step, sync, _ = runners[name]
             loads.append(os.getloadavg()[0])
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for i in range(args.steps):
                 step(items[(cursor + i) % len(items)])
             sync()
             rates[name].append(args.steps * batch / (time.perf_counter() - t0))
+            cpu[name].append(args.steps * batch / (time.process_time() - c0))
         cursor += args.steps
         print(f"[{mode}] round {r + 1}: " + ", ".join(f"{n} {rates[n][-1]:.2f} ex/s" for n in which)
               + f" (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
     med = {n: statistics.median(v) for n, v in rates.items()}
+    cpu_med = {n: statistics.median(v) for n, v in cpu.items()}
     result = {"mode": mode, "batch": batch, "steps_per_round": args.steps, "rounds": args.rounds,
-              "examples_per_s": med, "examples_per_s_rounds": rates,
+              "examples_per_s": med, "examples_per_s_rounds": rates, "examples_per_cpu_s": cpu_med,
               "frameworks": {n: runners[n][2] for n in which},
               "load_average_min_max": [min(loads), max(loads)], "cpu_count": os.cpu_count()}
     if mode == "pretrain":
@@ -359,6 +362,7 @@ def compare(args, mode: str) -> dict[str, Any]:
     for other in ("torch", "flax"):
         if "ptm" in med and other in med:
             result[f"ptm/{other}"] = med["ptm"] / med[other]
+            result[f"ptm/{other} (CPU time)"] = cpu_med["ptm"] / cpu_med[other]
     return result
 
 
@@ -370,10 +374,11 @@ def report(result: dict[str, Any]) -> None:
           f"{result['load_average_min_max'][1]:.2f} on {result['cpu_count']} CPUs")
     for name, rate in result["examples_per_s"].items():
         rounds = ", ".join(f"{x:.2f}" for x in result["examples_per_s_rounds"][name])
-        print(f"  {name:<6} {rate:8.2f} examples/s  (rounds: {rounds})  {result['frameworks'][name]}")
+        print(f"  {name:<6} {rate:8.2f} examples/s  (rounds: {rounds}; {result['examples_per_cpu_s'][name]:.2f} "
+              f"examples per CPU-second)  {result['frameworks'][name]}")
     for k in ("ptm/torch", "ptm/flax"):
         if k in result:
-            print(f"  {k}: {result[k]:.2f}x")
+            print(f"  {k}: {result[k]:.2f}x wall, {result[k + ' (CPU time)']:.2f}x CPU time")
 
 
 def main(argv=None) -> int:

@@ -12,6 +12,8 @@
   ptm export RUN --format hf --out OUT    a run or params directory -> transformers-loadable folder
   ptm embed MODEL texts.txt --pooling mean     sentence embeddings (file or - for stdin)
   ptm predict MODEL texts.txt      a finetuned classifier on lines of text
+  ptm bench -c bert_base --steps 10    compile time, step time, tokens/s, MFU, memory (JSON too)
+  ptm compile -c bert_large --mesh 2,2,2    ahead-of-time per-device memory, without running
 
 Errors in the user's input (config, files) are printed as one message and exit with status 2.
 """
@@ -201,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ptm_jax.export.commands import register as register_export
 
     register_export(sub)  # import-hf, export, embed, predict
+    from ptm_jax.bench.commands import register as register_bench
+
+    register_bench(sub)  # bench, compile
     return parser
 
 
@@ -211,7 +216,14 @@ def _quiet_tensorflow() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _quiet_tensorflow()
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # overrides may come after options (`--task sst2 train.steps=10`): argparse leaves them over
+    stray = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if extra:
+        args.overrides = list(args.overrides) + extra
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("absl", "jax._src", "orbax", "tensorflow"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

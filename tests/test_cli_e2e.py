@@ -1,5 +1,6 @@
 """End to end through the `ptm` CLI in real subprocesses: the offline embedded run, and bad input."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -43,7 +44,7 @@ BAD_FILES = {
 }
 
 
-@pytest.mark.parametrize("name,expect", [("non_utf8.txt", r"line 2"), ("empty.txt", "empty"),
+@pytest.mark.parametrize("name,expect", [("non_utf8.txt", r"(non_utf8\.txt:2\b|line 2)"), ("empty.txt", "empty"),
                                          ("binary.txt", "binary")])
 def test_bad_corpus_files_give_a_clear_error_naming_the_file(tmp_path, name, expect):
     import re
@@ -60,7 +61,7 @@ def test_ten_megabyte_single_line_and_missing_path_and_bad_value(tmp_path):
     big = tmp_path / "one_line.txt"
     big.write_bytes(b"word " * (2 * 1024 * 1024))
     r = ptm("data", "-c", "bert_tiny", f"data.corpus={str(big)!r}", f"output_dir={str(tmp_path / 'o')!r}")
-    assert r.returncode == 2 and "Traceback" not in r.stderr and "one_line.txt" in r.stderr and "line 1" in r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr and re.search(r"one_line\.txt(:1\b|.*line 1)", r.stderr)
     r = ptm("data", "-c", "bert_tiny", "data.corpus='/no/such/dir/*.txt'", f"output_dir={str(tmp_path / 'o')!r}")
     assert r.returncode == 2 and "Traceback" not in r.stderr and "/no/such/dir" in r.stderr
     r = ptm("pretrain", "-c", "bert_tiny", "train.batch_size=-3")

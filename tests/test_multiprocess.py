@@ -69,7 +69,8 @@ def shared(shared_data, tmp_path_factory) -> dict:
     from ptm_jax.cli import main
 
     root = tmp_path_factory.mktemp("mp_shared")
-    corpus = str(shared_data / "corpus/tinyshakespeare/input.txt")
+    # two files, so each of 2 processes tokenizes its own file into its own cache shard
+    corpus = f"{shared_data / 'corpus/tinyshakespeare/input.txt'},{shared_data / 'corpus/gutenberg/11-0.txt'}"
     assert main(["data", "-c", "bert_tiny", f"data.corpus={corpus}", "tokenizer.vocab_size=1000",
                  f"data.cache_dir={root / 'cache'}", f"output_dir={root / 'data'}"]) == 0
     return {"corpus": corpus, "vocab": str(root / "data/tokenizer/vocab.txt"), "cache": str(root / "cache"),
@@ -158,14 +159,15 @@ def test_every_global_step_consumes_the_next_examples_across_process_count_chang
     assert ids.tolist() == list(range(STEPS * BATCH)), "an example was repeated, skipped or reordered"
 
 
-def test_the_token_cache_has_the_same_documents_for_1_and_2_processes(shared):
+def test_the_token_cache_has_the_same_documents_for_1_and_2_processes(shared, tmp_path):
     """The 2-process runs read a 2-shard cache: it must present the 1-shard corpus, document for document."""
-    cfg = load_config("bert_tiny", [f"data.corpus={shared['corpus']}", f"tokenizer.vocab_file={shared['vocab']}"])
-    corpus = stages.prepare_corpus(load_config("bert_tiny", overrides(shared, Path(shared["cache"]).parent / "x")))
+    cfg = load_config("bert_tiny", overrides(shared, tmp_path))
+    corpus = stages.prepare_corpus(cfg)
     one = corpus.cache
-    for p in range(2):
+    for p in range(2):  # what each of the 2 processes builds (reused when the runs above built it)
         build_or_load_cache(cfg.data, corpus.tokenizer, shared["cache"], p, 2)
     two = TokenCache.open(Path(one.directory), num_shards=2)
+    assert min(s["num_docs"] for s in two.meta["shards"]) > 0, "each process read one of the two files"
     assert (two.num_docs, two.num_sentences, two.num_tokens) == (one.num_docs, one.num_sentences, one.num_tokens)
     for d in range(one.num_docs):
         np.testing.assert_array_equal(two.doc_tokens(d), one.doc_tokens(d))

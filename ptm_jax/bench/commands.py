@@ -60,6 +60,7 @@ def print_train(r: dict[str, Any]) -> None:
                                  f"(after {r['warmup']} warm-up)"),
             ("step time p10 / p90 / std", f"{r['step_s_p10'] * 1e3:.2f} / {r['step_s_p90'] * 1e3:.2f} / "
                                           f"{r['step_s_std'] * 1e3:.2f} ms"),
+            ("step CPU time median", f"{r['step_cpu_s_median'] * 1e3:.2f} ms (all threads)"),
             ("tokens/s", _num(r["tokens_per_s"], ",.0f")),
             ("examples/s", _num(r["examples_per_s"], ",.1f")),
             ("model FLOPs/step", f"{r['model_flops_per_step']:.4g} (XLA matmul {_num(r['xla_matmul_flops_per_step'], '.4g')}, "
@@ -91,6 +92,10 @@ def print_data(r: dict[str, Any]) -> None:
         ])
 
 
+def _per_step(r: dict[str, Any], key: str) -> float | None:
+    return None if r.get(key) is None else r[key] * r["devices"]
+
+
 def print_compile(r: dict[str, Any]) -> None:
     mem, m = r["memory_per_device"], r["model"]
     _print_rows(
@@ -106,6 +111,10 @@ def print_compile(r: dict[str, Any]) -> None:
             ("temporaries per device", _gib(mem.get("temp_bytes"))),
             ("total per device (arg+out+temp)", _gib(mem.get("total_bytes"))),
             ("peak per device (minus aliased)", _gib(mem.get("peak_bytes"))),
+            ("model FLOPs/step (analytic)", f"{r['model_flops_per_step']:.6g}"),
+            ("XLA FLOPs/step: matmul, all ops", f"{_num(_per_step(r, 'xla_matmul_flops_per_device'), '.6g')}, "
+                                                f"{_num(_per_step(r, 'xla_flops_per_device'), '.6g')} "
+                                                "(per device x devices; all ops count a scan body once)"),
             ("compile time", f"{r['compile_s']:.2f} s"),
         ])
 
@@ -116,12 +125,13 @@ def print_variants(results: dict[str, dict[str, Any]]) -> None:
     print(f"ptm bench (interleaved A/B, {base['rounds']} rounds, {base['steps']} timed steps per variant): "
           f"{m['family']} L={m['layers']} H={m['hidden']} V={m['vocab']} | batch {m['batch']} x seq {m['seq_len']} | "
           f"mesh {base['mesh']} on {base['devices']} x {base['device_kind']}")
-    head = (f"  {'variant':<22} {'median ms':>10} {'p10-p90 ms':>13} {'ex/s':>8} {'vs first':>8} {'TFLOP/s':>8} "
-            f"{'mem GiB':>8} {'compile s':>9}")
+    head = (f"  {'variant':<26} {'median ms':>10} {'p10-p90 ms':>13} {'min ms':>7} {'CPU ms':>7} {'ex/s':>8} "
+            f"{'vs first':>8} {'TFLOP/s':>8} {'mem GiB':>8} {'compile s':>9}")
     print(head)
     for name, r in results.items():
-        print(f"  {name:<22} {r['step_s_median'] * 1e3:>10.1f} "
-              f"{r['step_s_p10'] * 1e3:>6.0f}-{r['step_s_p90'] * 1e3:<6.0f} {r['examples_per_s']:>8.2f} "
+        print(f"  {name:<26} {r['step_s_median'] * 1e3:>10.1f} "
+              f"{r['step_s_p10'] * 1e3:>6.0f}-{r['step_s_p90'] * 1e3:<6.0f} {r['step_s_min'] * 1e3:>7.0f} "
+              f"{r['step_cpu_s_median'] * 1e3:>7.0f} {r['examples_per_s']:>8.2f} "
               f"{base['step_s_median'] / r['step_s_median']:>7.2f}x {r['model_tflops_per_s']:>8.4f} "
               f"{r['memory_per_device'].get('total_bytes', 0) / 2**30:>8.3f} {r['compile_s']:>9.1f}")
     print(f"  load average {' '.join(str(x) for x in base['env']['load_average'])}")

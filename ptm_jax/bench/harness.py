@@ -240,13 +240,16 @@ class _Run:
         self.state = self.compiled.init_fn(jax.random.key(cfg.train.seed + 1))
         jax.block_until_ready(self.state)
         self.calls = 0
+        self.cpu_times: list[float] = []
         self.first_loss = self.last_loss = float("nan")
 
     def step(self) -> float:
-        start = time.perf_counter()
+        """One blocking step; returns its wall time (its process CPU time goes to ``cpu_times``)."""
+        start, cpu = time.perf_counter(), time.process_time()
         self.state, metrics = self.executable(self.state, self.batches[self.calls % len(self.batches)], self.rng)
         jax.block_until_ready((self.state, metrics))
         elapsed = time.perf_counter() - start
+        self.cpu_times.append(time.process_time() - cpu)
         self.last_loss = float(np.asarray(jax.device_get(metrics["loss"])))
         if self.calls == 0:
             self.first_loss = self.last_loss
@@ -275,7 +278,9 @@ class _Run:
             "lower_s": self.lower_s, "compile_s": self.compile_s, "steps": len(times), "warmup": warmup,
             "step_s_median": med, "step_s_p10": _percentile(times, 10), "step_s_p90": _percentile(times, 90),
             "step_s_mean": statistics.fmean(times), "step_s_std": statistics.pstdev(times),
-            "step_s_min": min(times), "tokens_per_s": b * s / med, "examples_per_s": b / med,
+            "step_s_min": min(times),
+            "step_cpu_s_median": statistics.median(self.cpu_times[-len(times):]),  # all threads of the process
+            "tokens_per_s": b * s / med, "examples_per_s": b / med,
             "model_flops_per_step": fl.train,
             "model_flops_breakdown": {k: 3.0 * v for k, v in fl.forward.items()},
             "hardware_flops_per_step": fl.hardware,

@@ -14,8 +14,11 @@ _INITIALIZED = False
 
 
 def _in_cluster() -> bool:
-    return any(k in os.environ for k in ("SLURM_JOB_ID", "TPU_WORKER_HOSTNAMES", "CLOUD_TPU_TASK_ID",
-                                         "MEGASCALE_COORDINATOR_ADDRESS"))
+    """A multi-process launch JAX can auto-detect: a TPU pod, or an `srun` step with several tasks (a plain
+    SLURM batch shell or salloc has SLURM_JOB_ID too, but only one process)."""
+    if int(os.environ.get("SLURM_STEP_NUM_TASKS", "1")) > 1:
+        return True
+    return any(k in os.environ for k in ("TPU_WORKER_HOSTNAMES", "CLOUD_TPU_TASK_ID", "MEGASCALE_COORDINATOR_ADDRESS"))
 
 
 def initialize(coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None,

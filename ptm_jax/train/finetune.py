@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,9 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
                                    "label_names": getattr(getattr(objective, "spec", None), "labels", None),
                                    "num_labels": getattr(objective, "num_labels", None)},
                             tokenizer_files=tok_files)
-                best_file.write_text(json.dumps(best, indent=2))
+                tmp = best_file.with_suffix(".json.tmp")
+                tmp.write_text(json.dumps(best, indent=2))
+                os.replace(tmp, best_file)
 
     from ptm_jax.train.loop import fit
 

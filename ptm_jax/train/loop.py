@@ -45,19 +45,29 @@ class FitResult:
 
 
 class _Preemption:
-    """SIGTERM -> a flag the loop checks at each step boundary (a sync point on every process)."""
+    """SIGTERM -> stop at a step boundary. One process: a Python handler sets a flag. Several processes:
+    JAX's preemption sync point (every process agrees on the same step, even if only one got the signal;
+    a Python handler would switch JAX's own notifier off, so none is installed)."""
 
     def __init__(self) -> None:
-        self.requested = False
+        self._flag = False
         self._old = None
+        self._multi = jax.process_count() > 1
 
     def __enter__(self) -> "_Preemption":
-        if threading.current_thread() is threading.main_thread():
+        if not self._multi and threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGTERM, self._handle)
         return self
 
+    def requested(self, step: int) -> bool:
+        if self._multi:
+            from jax.experimental import multihost_utils
+
+            return bool(multihost_utils.reached_preemption_sync_point(step))
+        return self._flag
+
     def _handle(self, signum, frame) -> None:
-        self.requested = True
+        self._flag = True
 
     def __exit__(self, *exc) -> None:
         if self._old is not None:
@@ -225,11 +235,12 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
                     writer.log(f"step {step}: eval " + ", ".join(f"{k}={v:.4f}" for k, v in last_eval.items()))
                     if on_eval is not None:
                         on_eval(step, last_eval, state)
-                stop_now = preemption.requested or (stop_after is not None and step - start >= stop_after)
+                sigterm = preemption.requested(step)
+                stop_now = sigterm or (stop_after is not None and step - start >= stop_after)
                 if step % tcfg.checkpoint_every == 0 or step == tcfg.steps or stop_now:
                     save(step)
                 if stop_now:
-                    preempted = preemption.requested
+                    preempted = sigterm
                     writer.log(f"stopping at step {step} ({'SIGTERM' if preempted else 'stop_after'}); "
                                f"checkpoint saved, resume by running the same command")
                     break

@@ -83,8 +83,15 @@ class MetricsWriter:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """Records of a metrics.jsonl; a line cut by a crash (the run was killed mid-write) is skipped."""
+    rows = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
 
 
 def plot_curves(jsonl: Path, out: Path) -> Path | None:

@@ -48,7 +48,8 @@ def prepare_corpus(cfg: RunConfig) -> Corpus:
     """Tokenizer (loaded, or trained on the corpus once) and the tokenized cache, split by documents."""
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tok = load_tokenizer(cfg.tokenizer, _sentences(cfg), out)
+    tok = load_tokenizer(cfg.tokenizer, _sentences(cfg), out, corpus_key=cfg.data.corpus,
+                         process_index=jax.process_index(), barrier=barrier)
     if tok.vocab_size > cfg.model.vocab_size:
         raise ConfigError(f"the tokenizer has {tok.vocab_size} ids but model.vocab_size={cfg.model.vocab_size}; "
                           f"set model.vocab_size={tok.vocab_size} (or larger)")
