@@ -227,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("absl", "jax._src", "orbax", "tensorflow"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.command in ("run", "pretrain", "finetune"):
+        from ptm_jax.train.loop import install_startup_sigterm_handler
+
+        install_startup_sigterm_handler()
     try:
         handler = getattr(args, "handler", None) or COMMANDS[args.command][0]
         return handler(args)

@@ -20,3 +20,7 @@ class CheckpointError(PtmError):
 
 class NumericalError(PtmError):
     """Training diverged: too many consecutive non-finite losses or gradients."""
+
+
+class DistributedError(PtmError):
+    """A multi-process run lost a process: a barrier timed out; the message names who did not arrive."""

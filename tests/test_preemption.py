@@ -128,3 +128,33 @@ def test_sigterm_checkpoints_at_the_next_step_exits_0_and_the_restart_matches_an
     got_params, _, got_info, _ = load_params(out)
     assert ref_info["step"] == got_info["step"] == STEPS
     assert max_abs_diff(got_params, ref_params) <= 1e-6
+
+
+def test_sigterm_during_startup_exits_0_with_a_step_1_checkpoint_and_the_restart_matches(shared, reference,
+                                                                                         tmp_path):
+    """SIGTERM while the run is still starting (config written, nothing compiled yet): no traceback, exit 0,
+    one step and a checkpoint; the same command then finishes with the uninterrupted run's losses."""
+    out = tmp_path / "run"
+    cmd = ptm_pretrain(shared, out)
+    with open(tmp_path / "startup.log", "wb") as sink:
+        proc = subprocess.Popen(cmd, env=shared["env"], cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.time() + 120
+            while not (out / "config.json").is_file():
+                assert proc.poll() is None and time.time() < deadline
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(timeout=120)
+        finally:
+            proc.kill()
+            proc.wait()
+    text = (tmp_path / "startup.log").read_text()
+    assert rc == 0, text[-3000:]
+    assert "Traceback" not in text
+    assert complete_steps(out / "pretrain/checkpoints") == [1]
+    done = subprocess.run(cmd, env=shared["env"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    ref = {r["step"]: r["loss"] for r in records(reference / "pretrain")}
+    got = {r["step"]: r["loss"] for r in records(out / "pretrain")}
+    np.testing.assert_allclose([got[s] for s in range(1, STEPS + 1)], [ref[s] for s in range(1, STEPS + 1)],
+                               rtol=1e-5)

@@ -10,6 +10,8 @@ import os
 
 import jax
 
+from ptm_jax.errors import DistributedError
+
 _INITIALIZED = False
 
 
@@ -40,10 +42,52 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
     _INITIALIZED = True
 
 
-def barrier(name: str = "ptm_barrier", timeout_s: int = 600) -> None:
-    """All processes meet here; a process that does not arrive in time raises an error naming the barrier."""
+_BARRIER_COUNTS: dict[str, int] = {}
+
+
+def barrier(name: str = "ptm_barrier", timeout_s: float | None = None) -> None:
+    """All processes meet here. A process that does not arrive within ``timeout_s`` (default
+    $PTM_BARRIER_TIMEOUT_S, else 600 s) makes the others raise ``DistributedError`` naming it.
+
+    Each process first writes ``ptm/<name>/<n>/<process id>`` to the coordination service's key-value store,
+    then waits at the coordination barrier; on a timeout the keys present tell who arrived.
+    """
     if jax.process_count() == 1:
         return
-    from jax.experimental import multihost_utils
+    from jax._src import distributed as jax_distributed
 
-    multihost_utils.sync_global_devices(name)
+    client = jax_distributed.global_state.client
+    if client is None:  # not started through jax.distributed (should not happen with process_count > 1)
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+        return
+    if timeout_s is None:
+        timeout_s = float(os.environ.get("PTM_BARRIER_TIMEOUT_S", "600"))
+    n = _BARRIER_COUNTS[name] = _BARRIER_COUNTS.get(name, -1) + 1
+    key = f"ptm/{name}/{n}"
+    me, count = jax.process_index(), jax.process_count()
+    client.key_value_set(f"{key}/{me}", "arrived")
+    try:
+        client.wait_at_barrier(key, int(timeout_s * 1000))
+    except Exception as e:  # the runtime raises XlaRuntimeError (DEADLINE_EXCEEDED) or similar
+        missing = missing_processes(client, key, count)
+        who = ", ".join(map(str, missing)) if missing else "unknown (all keys present)"
+        raise DistributedError(
+            f"barrier '{name}' (#{n}) timed out after {timeout_s:g} s on process {me} of {count}: process(es) "
+            f"{who} did not arrive. Check that host's log for an earlier error or a hang; a dead host makes "
+            f"every other host wait. ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+
+
+def missing_processes(client, key: str, count: int) -> list[int]:
+    """Process ids with no ``<key>/<id>`` entry in the coordination key-value store."""
+    try:
+        entries = client.key_value_dir_get(key)
+    except Exception:
+        return []
+    arrived = set()
+    for k, _ in entries:
+        tail = str(k).rstrip("/").rsplit("/", 1)[-1]
+        if tail.isdigit():
+            arrived.add(int(tail))
+    return sorted(set(range(count)) - arrived)

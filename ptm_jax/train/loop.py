@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import signal
 import threading
 import time
@@ -44,13 +45,27 @@ class FitResult:
     stage_dir: Path
 
 
+_EARLY_SIGTERM = threading.Event()
+
+
+def install_startup_sigterm_handler() -> None:
+    """Called by the CLI before any work: a SIGTERM during start-up (tokenizer training, cache building,
+    compilation) is remembered instead of killing the process, and the loop stops at its first step boundary
+    with a checkpoint. Single-process runs only: with several processes JAX's own notifier handles SIGTERM."""
+    from ptm_jax.parallel.distributed import _in_cluster
+
+    multi = "PTM_NUM_PROCESSES" in os.environ or "PTM_COORDINATOR" in os.environ or _in_cluster()
+    if threading.current_thread() is threading.main_thread() and not multi:
+        signal.signal(signal.SIGTERM, lambda signum, frame: _EARLY_SIGTERM.set())
+
+
 class _Preemption:
     """SIGTERM -> stop at a step boundary. One process: a Python handler sets a flag. Several processes:
     JAX's preemption sync point (every process agrees on the same step, even if only one got the signal;
     a Python handler would switch JAX's own notifier off, so none is installed)."""
 
     def __init__(self) -> None:
-        self._flag = False
+        self._flag = _EARLY_SIGTERM.is_set()
         self._old = None
         self._multi = jax.process_count() > 1
 
@@ -64,10 +79,11 @@ class _Preemption:
             from jax.experimental import multihost_utils
 
             return bool(multihost_utils.reached_preemption_sync_point(step))
-        return self._flag
+        return self._flag or _EARLY_SIGTERM.is_set()
 
     def _handle(self, signum, frame) -> None:
         self._flag = True
+        _EARLY_SIGTERM.set()  # a later stage of the same run (finetune after pretrain) must not start
 
     def __exit__(self, *exc) -> None:
         if self._old is not None:
