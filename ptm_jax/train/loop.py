@@ -90,6 +90,28 @@ class _Preemption:
             signal.signal(signal.SIGTERM, self._old)
 
 
+class SpikeGuard:
+    """Loss-spike detection for rollback (Chowdhery et al. 2022, PaLM Sec. 5.1): a loss above
+    ``spike_factor`` x the median of the previous ``spike_window`` losses. Reading the loss costs one
+    device-to-host transfer per step, so it runs only when ``train.spike_factor > 0``."""
+
+    def __init__(self, tcfg: TrainConfig):
+        self.enabled = tcfg.spike_factor > 0
+        self.factor, self.window = tcfg.spike_factor, tcfg.spike_window
+        self.history: list[float] = []
+        self.last = self.median = float("nan")
+
+    def is_spike(self, step: int, loss: Any) -> bool:
+        self.last = float(host_value(loss))
+        if len(self.history) >= self.window:
+            self.median = float(np.median(self.history[-self.window:]))
+            if np.isfinite(self.last) and self.last > self.factor * self.median:
+                return True  # non-finite losses are the update-skipping guard's business (step.py)
+        if np.isfinite(self.last):
+            self.history.append(self.last)
+        return False
+
+
 @dataclasses.dataclass
 class Compiled:
     """Everything fit() needs about a (objective, train config, mesh) triple; also used by `ptm bench`."""
@@ -186,13 +208,14 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
         state, saved = ckpt.restore(compiled.abstract_state)
         cursor = int(saved["cursor"])
         start = int(saved["step"])
+        rollbacks = int(saved.get("rollbacks", 0))
     else:
         state = compiled.init_fn(jax.random.fold_in(rng, 1))
         if init_params is not None:
             params = init_params(state.params)
             state = jax.jit(lambda p: TrainState.create(p, compiled.tx),
                             out_shardings=compiled.state_shardings)(params)
-        cursor, start = 0, 0
+        cursor, start, rollbacks = 0, 0, 0
 
     global_batch = tcfg.batch_size
     example = objective.example_batch(global_batch)
@@ -219,8 +242,12 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
         last_train = scalars
         writer.write(s, "train", scalars)
 
+    skipped = cursor - start * global_batch  # examples skipped by loss-spike rollbacks so far
+    spikes = SpikeGuard(tcfg)
+
     def save(s: int) -> None:
-        info = {"step": s, "cursor": s * global_batch, "objective": objective.name, **(meta or {})}
+        info = {"step": s, "cursor": s * global_batch + skipped, "objective": objective.name,
+                "rollbacks": rollbacks, **(meta or {})}
         ckpt.save(s, state, info)
 
     with _Preemption() as preemption:
@@ -240,6 +267,24 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
                             f"{ckpt.latest_step()} in {ckpt.directory}. Lower train.learning_rate, check the data, "
                             "or raise train.max_nonfinite_steps.")
                 prev_streak = metrics["nonfinite_streak"]
+                if spikes.enabled and spikes.is_spike(step, metrics["loss"]):
+                    back = ckpt.latest_step()
+                    if back is None or rollbacks >= tcfg.max_rollbacks:
+                        raise NumericalError(
+                            f"{stage_dir}: loss spike at step {step} ({spikes.last:.4g} > {tcfg.spike_factor} x "
+                            f"median {spikes.median:.4g}) and " + ("no checkpoint to roll back to" if back is None
+                            else f"{rollbacks} rollbacks already (train.max_rollbacks={tcfg.max_rollbacks})"))
+                    ckpt.wait()
+                    state, _ = ckpt.restore(compiled.abstract_state, back)
+                    skipped += (step - back) * global_batch  # the data stream goes on: those batches are skipped
+                    rollbacks += 1
+                    writer.log(f"loss spike at step {step}: {spikes.last:.4g} > {tcfg.spike_factor} x median "
+                               f"{spikes.median:.4g}; rolled back to step {back}, skipping {step - back} batches "
+                               f"(rollback {rollbacks} of at most {tcfg.max_rollbacks})")
+                    writer.write(step, "rollback", {"to_step": back, "skipped_batches": step - back,
+                                                    "loss": spikes.last})
+                    step, pending, prev_streak = back, None, None  # the loss history before the spike stays
+                    continue
                 if pending is not None:
                     flush(pending)  # metrics of the previous logged step: fetched one step late
                     pending = None
