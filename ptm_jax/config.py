@@ -23,9 +23,14 @@ from ptm_jax.errors import ConfigError
 
 @dataclass
 class ModelConfig:
-    """Architecture. Defaults are BERT-base (Devlin et al. 2019, Sec. 3; google-research/bert modeling.py)."""
+    """Architecture. Defaults are BERT-base (Devlin et al. 2019, Sec. 3; google-research/bert modeling.py).
 
-    family: Literal["bert"] = "bert"
+    ``family`` picks the network: ``bert`` (bidirectional encoder), ``gpt`` (decoder-only; GPT-1 is
+    ``layer_norm_position="post"``, GPT-2 ``"pre"`` plus a final LayerNorm) or ``xlnet`` (Transformer-XL
+    with two-stream relative attention). Fields a family does not use are ignored by it.
+    """
+
+    family: Literal["bert", "gpt", "xlnet"] = "bert"
     vocab_size: int = 30522
     hidden_size: int = 768
     num_layers: int = 12
@@ -44,13 +49,22 @@ class ModelConfig:
     """Implementation passed to ``jax.nn.dot_product_attention`` when attention dropout is off."""
     remat: Literal["none", "full", "save_dots"] = "none"
     scan_layers: bool = False
+    layer_norm_position: Literal["post", "pre"] = "post"
+    """gpt: post-LN (GPT-1) or pre-LN with a final LayerNorm (GPT-2, Radford et al. 2019 Sec. 2.3)."""
+    mem_len: int = 0
+    """xlnet: hidden states cached from the previous segment (Transformer-XL memory); 0 = none."""
+    clamp_len: int = -1
+    """xlnet: relative distances are clamped to this (-1 = no clamping)."""
+    untie_r: bool = True
+    """xlnet: separate r_w/r_r/r_s biases per layer (True) or one set shared by all layers."""
 
 
 @dataclass
 class TokenizerConfig:
-    kind: Literal["wordpiece", "sentencepiece_unigram", "sentencepiece_bpe"] = "wordpiece"
+    kind: Literal["wordpiece", "sentencepiece_unigram", "sentencepiece_bpe", "byte_bpe"] = "wordpiece"
     vocab_file: str = ""
-    """A BERT vocab.txt or a SentencePiece .model. Empty: train one on the corpus into the output dir."""
+    """A BERT vocab.txt, a SentencePiece .model, or (byte_bpe) a GPT-2 vocab.json with merges.txt beside it.
+    Empty: train one on the corpus into the output dir."""
     vocab_size: int = 8000
     """Size of a vocabulary trained on the corpus (ignored when vocab_file is set)."""
     lower_case: bool = True
@@ -77,6 +91,17 @@ class DataConfig:
     eval_documents: int = 4
     """Documents held out (by index, from the end of the corpus) for periodic evaluation."""
     seed: int = 12345
+    # XLNet permutation LM (zihangdai/xlnet data_utils.py); num_predict is max_predictions_per_seq.
+    reuse_len: int = 0
+    """xlnet: tokens at the start of a sample that the next segment reuses through memory."""
+    perm_size: int = 0
+    """xlnet: length of a factorization-order block (0 = max_seq_length)."""
+    bi_data: bool = False
+    """xlnet: half of each batch is the reversed stream."""
+    max_span: int = 5
+    """xlnet: longest n-gram span of prediction targets (p(n) proportional to 1/n)."""
+    mask_alpha: float = 6.0
+    mask_beta: float = 1.0
 
 
 @dataclass
@@ -106,6 +131,12 @@ class TrainConfig:
     progress_bar: bool = True
     max_nonfinite_steps: int = 5
     """A non-finite loss/gradient skips the update; this many in a row stop the run (0 = never stop)."""
+    spike_factor: float = 0.0
+    """Loss-spike rollback (PaLM Sec. 5.1): a loss above spike_factor x the median of the last spike_window
+    losses restores the latest checkpoint and skips the batches since then. 0 = off."""
+    spike_window: int = 20
+    max_rollbacks: int = 3
+    """Rollbacks allowed in one run before a spike becomes a NumericalError."""
 
 
 @dataclass
@@ -151,13 +182,16 @@ class FinetuneConfig:
     n_best_size: int = 20
     max_answer_length: int = 30
     null_score_threshold: float = 0.0
+    lm_coef: float = 0.5
+    """gpt: weight of the auxiliary language-model loss during finetuning (Radford et al. 2018 Sec. 3.2)."""
 
 
 @dataclass
 class RunConfig:
     name: str = "run"
     output_dir: str = "runs/default"
-    objective: Literal["mlm_nsp", "mlm"] = "mlm_nsp"
+    objective: Literal["mlm_nsp", "mlm", "causal_lm", "plm"] = "mlm_nsp"
+    """mlm_nsp/mlm: BERT; causal_lm: GPT; plm: XLNet permutation LM."""
     model: ModelConfig = field(default_factory=ModelConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -196,18 +230,47 @@ def _preset_path(name_or_path: str) -> Path:
 
 
 def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    if path in seen:
-        raise ConfigError(f"{path}: 'extends' forms a cycle: {' -> '.join(map(str, seen + (path,)))}")
+    """A preset's tables with its ``extends`` chain merged in (the base first). Every failure is a ConfigError
+    naming the file (and its 1-based line where there is one): unreadable, not UTF-8, not TOML, nested too
+    deeply, ``extends`` not a preset name or path, or a chain that cycles or passes 16 files."""
+    if os.path.realpath(path) in map(os.path.realpath, seen):
+        raise ConfigError(f"{path}: 'extends' forms a cycle: {' -> '.join(map(str, seen + (path,)))}; remove "
+                          "one of the 'extends' keys")
+    if len(seen) >= 16:
+        raise ConfigError(f"{path}: 'extends' chain of more than 16 presets ({' -> '.join(map(str, seen))}); "
+                          "merge some of them")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        raw = path.read_bytes()
+        text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # newlines as read_text() has them
+        data = tomllib.loads(text)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the preset ({e.strerror or e}); pass a readable .toml file") from None
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text ({e.reason} at byte {e.start}); save the preset as "
+                          "UTF-8") from None
+    except tomllib.TOMLDecodeError as e:  # tomllib's message names the line: "(at line N, column M)"
+        raise ConfigError(f"{path}: not valid TOML: {e}; fix the preset") from None
+    except (ValueError, RecursionError) as e:  # a >4300-digit integer; arrays/tables nested past the stack
+        raise ConfigError(f"{path}: not usable TOML ({type(e).__name__}: {str(e)[:80]}); fix the preset") from None
     base = data.pop("extends", None)
     if base is None:
         return data
-    merged = _read_toml(_preset_path(base), seen + (path,))
+    line = next((n for n, t in enumerate(text.split("\n"), 1)
+                 if "=" in t and t.split("=", 1)[0].strip().strip("\"'") == "extends"), 0)
+    where = f"{path}:{line}" if line else str(path)
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{where}: extends = {base!r:.80} ({type(base).__name__}); 'extends' takes the name of "
+                          f"a preset ({', '.join(list_presets()) or 'none found'}) or the path of a .toml file, "
+                          "as a string")
+    try:
+        base_path = _preset_path(base)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: extends: {e}") from None
+    except OSError as e:  # e.g. a name longer than the file system allows
+        raise ConfigError(f"{where}: extends = {base!r:.80} is not a usable preset name or path ({e.strerror}); "
+                          f"use one of {', '.join(list_presets()) or 'the presets'} or a .toml path") from None
+    merged = _read_toml(base_path, seen + (path,))
     _deep_update(merged, data)
     return merged
 
@@ -338,11 +401,18 @@ def validate(cfg: RunConfig) -> None:
          f"train.batch_size={t.batch_size} must be a multiple of train.grad_accum_steps={t.grad_accum_steps}"),
         (t.learning_rate > 0, f"train.learning_rate must be positive, got {t.learning_rate}"),
         (0 <= t.warmup_steps, f"train.warmup_steps must be >= 0, got {t.warmup_steps}"),
+        (t.spike_factor == 0.0 or t.spike_factor > 1.0, f"train.spike_factor must be 0 (off) or > 1, got "
+         f"{t.spike_factor}"),
+        (t.spike_window >= 2, f"train.spike_window must be >= 2, got {t.spike_window}"),
         (0.0 <= m.hidden_dropout < 1.0 and 0.0 <= m.attention_dropout < 1.0, "dropout rates must be in [0, 1)"),
     ]
     for ok, msg in checks:
         if not ok:
             raise ConfigError(msg)
+    family = {"mlm_nsp": "bert", "mlm": "bert", "causal_lm": "gpt", "plm": "xlnet"}[cfg.objective]
+    if m.family != family:
+        raise ConfigError(f"objective={cfg.objective!r} trains model.family={family!r}, but model.family="
+                          f"{m.family!r}; set model.family='{family}' or pick the matching objective")
     for name in ("data", "fsdp", "tensor"):
         v = getattr(cfg.mesh, name)
         if v == 0 or v < -1:
