@@ -102,6 +102,7 @@ def need(cond: bool, what: str) -> None:
 BAD = [b"\x00", b"\xff", b"\xfe\xff", b"\xc3(", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xef\xbb\xbf", b"\r",
        b"\r\n", b"\t", b"\x1a", b"\x0b", b"\x85", "\u2028".encode()]
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64), st.floats(), st.text(max_size=12))
+deep_json = st.integers(1, 20_000).map(lambda n: b"[" * n + b"]" * n)  # nesting past the parser's recursion limit
 json_any = st.recursive(json_leaf, lambda c: st.one_of(st.lists(c, max_size=4),
                                                       st.dictionaries(st.text(max_size=8), c, max_size=4)),
                         max_leaves=12)
@@ -181,7 +182,7 @@ squad_doc = st.fixed_dictionaries({"version": maybe(st.sampled_from(["1.1", "v2.
     st.fixed_dictionaries({"title": maybe(st.text(max_size=8)), "paragraphs": maybe(st.lists(
         squad_paragraph(), max_size=3))}), max_size=3))})
 squad_json = st.one_of(squad_doc, json_any).map(lambda d: json.dumps(d).encode())
-squad_case = st.one_of(squad_json, squad_json, mutated(squad_json), st.binary(max_size=200))
+squad_case = st.one_of(squad_json, squad_json, mutated(squad_json), st.binary(max_size=200), deep_json)
 
 ner_tag = st.one_of(st.sampled_from(["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "I-MISC", "B-ORG", "I-", "B-",
                                      "X", "E-PER", "S-LOC"]), word)
@@ -205,7 +206,8 @@ any_text = st.one_of(st.text(max_size=300), st.text(st.characters(codec="utf-8")
                      st.sampled_from(["", " ", "\x00", "\ufffd", "[MASK]", "##", "\u200b" * 5, "\U0001F600" * 3]))
 
 BERT_KEYS = {"vocab_size": st.integers(-2, 70_000), "hidden_size": st.integers(-1, 96),
-             "num_hidden_layers": st.integers(-1, 3), "num_attention_heads": st.integers(-1, 8),
+             "num_hidden_layers": st.one_of(st.integers(-1, 3), st.sampled_from([2**40, 25 * 10**15, 2.5e16])),
+             "num_attention_heads": st.integers(-1, 8),
              "intermediate_size": st.integers(-1, 128), "max_position_embeddings": st.integers(-1, 600),
              "type_vocab_size": st.integers(-1, 3), "hidden_act": st.sampled_from(["gelu", "relu", "tanh", "x"]),
              "hidden_dropout_prob": st.floats(-1, 2), "attention_probs_dropout_prob": st.floats(),
@@ -234,7 +236,7 @@ def hf_dir_case(draw):
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "##c", "d", "e", "f", "g"]
     files["vocab.txt"] = draw(st.one_of(st.just("\n".join(vocab).encode()), st.just("\n".join(vocab).encode()),
                                         vocab_case.map(lambda v: v[0])))
-    files["config.json"] = draw(st.one_of(st.just(json.dumps(cfg).encode()),
+    files["config.json"] = draw(st.one_of(st.just(json.dumps(cfg).encode()), deep_json,
                                           mutated(st.just(json.dumps(cfg).encode())), st.binary(max_size=60)))
     if draw(st.integers(0, 5)) == 0:
         files["modules.json"] = draw(st.one_of(json_any.map(lambda v: json.dumps(v).encode()),
@@ -268,7 +270,8 @@ toml_value = st.one_of(st.integers(-5, 10**6).map(str), st.floats(allow_nan=Fals
 toml_key = st.sampled_from(["vocab_size", "hidden_size", "num_heads", "steps", "batch_size", "kind", "corpus",
                             "max_seq_length", "learning_rate", "data", "extends", "name", "bogus"])
 toml_line = st.one_of(st.sampled_from(["[model]", "[train]", "[data]", "[tokenizer]", "[mesh]", "[bogus]",
-                                       "[[model]]", "", "extends = 'bert_tiny'", "extends = 'nope'"]),
+                                       "[[model]]", "", "extends = 'bert_tiny'", "extends = 'nope'", "extends = 5",
+                                       "extends = ['bert_tiny']", "a = " + "[" * 3000 + "]" * 3000]),
                       st.tuples(toml_key, toml_value).map(lambda t: f"{t[0]} = {t[1]}"), st.text(max_size=20))
 override = st.one_of(st.tuples(st.sampled_from(["train.steps", "model.hidden_size", "data.masked_lm_prob",
                                                 "mesh.data", "objective", "train", "x.y.z", "model..a"]),
@@ -411,7 +414,8 @@ def t_hf_config(value, work: Path, tools: Tools) -> None:
     from ptm_jax.export.hf_bert import model_config_from_hf
 
     cfg = model_config_from_hf(value, work / "config.json")
-    need(cfg.hidden_size > 0 and cfg.num_heads > 0 and cfg.num_layers >= 0, "positive sizes")
+    need(cfg.hidden_size > 0 and cfg.num_heads > 0 and cfg.num_layers > 0, "positive sizes")
+    need(cfg.hidden_size % cfg.num_heads == 0 and 0.0 <= cfg.hidden_dropout < 1.0, "usable sizes and rates")
 
 
 def t_hf_dir(value, work: Path, tools: Tools) -> None:

@@ -2,9 +2,10 @@
 ptm_jax.errors.PtmError -- never another exception, never a hang (10 s deadline per input).
 
 The targets and input strategies live in benchmarks/fuzz_readers.py (which runs >= 10,000 inputs); here each
-target gets 150 derandomized Hypothesis inputs, so the suite is deterministic and fast. A target marked xfail
-has a known crash in code this suite does not own; the reason names it, and ``strict`` turns the mark into a
-failure once the crash is fixed, so the mark cannot outlive the bug.
+target gets 150 derandomized Hypothesis inputs, so the suite is deterministic and fast. A target listed in
+KNOWN_CRASHES is marked xfail(strict=True): the reason names the crash, and ``strict`` turns the mark into a
+failure once the crash is fixed, so the mark cannot outlive the bug. The tests after the fuzz targets pin the
+crashes the fuzzer found (issue #7): each bad input is refused with its file, line and what to do.
 """
 from __future__ import annotations
 
@@ -33,18 +34,7 @@ def _load_harness():
 
 fuzz = _load_harness()
 
-KNOWN_CRASHES = {
-    "glue.read_glue": "glue.py read_glue: invalid UTF-8 raises UnicodeDecodeError and a field over 128 KiB "
-                      "raises _csv.Error instead of DataError(file:line)",
-    "squad.read_squad": "squad.py read_squad: invalid UTF-8 raises UnicodeDecodeError (only JSONDecodeError is "
-                        "caught)",
-    "conll.read_conll": "conll.py read_conll: invalid UTF-8 raises UnicodeDecodeError instead of DataError",
-    "hf_bert.model_config_from_hf": "hf_bert.py model_config_from_hf: wrong JSON types raise TypeError/ValueError, "
-                                    "num_attention_heads=0 raises ZeroDivisionError, sizes <= 0 are accepted",
-    "hf_bert.import_hf(dir)": "hf_bert.py import_hf: a config.json/modules.json of the wrong shape raises "
-                              "TypeError/JSONDecodeError (model_config_from_hf, sentence_transformers_info); "
-                              "num_hidden_layers=2.5e16 loops ~forever in all_rules",
-}
+KNOWN_CRASHES: dict[str, str] = {}  # target name -> where it crashes; none open since issue #7's fixes
 
 
 def _param(name: str):
@@ -105,3 +95,133 @@ def test_the_deadline_turns_a_hang_into_a_reported_outcome():
     assert out.kind == "hang"
     assert fuzz.attempt(lambda: int("x"), seconds=1).kind == "crash"
     assert fuzz.attempt(lambda: (_ for _ in ()).throw(DataError("f:1: bad")), seconds=1).kind == "rejected"
+
+
+# ----------------------------------------------------------------------------------------------------
+# The crashes the fuzzer found (issue #7), pinned: each input is refused with its file, line and a fix
+
+
+def test_invalid_utf8_in_glue_squad_and_conll_is_refused_with_its_line(tmp_path):
+    from ptm_jax.data.tasks.conll import read_conll
+    from ptm_jax.data.tasks.glue import read_glue
+    from ptm_jax.data.tasks.squad import read_squad
+
+    rte = tmp_path / "glue" / "RTE"
+    rte.mkdir(parents=True)
+    (rte / "train.tsv").write_bytes(b"index\tsentence1\tsentence2\tlabel\r\n0\ta\tb\tentailment\r\n"
+                                    b"1\tcaf\xe9\tb\tentailment\r\n")
+    (rte / "dev.tsv").write_bytes(b"index\tsentence1\tsentence2\tlabel\r0\ta\tb\tentailment\r1\ta\tb\t"
+                                  b"entailment\r2\tna\xefve\tb\tentailment\r")  # old Mac line ends
+    with pytest.raises(DataError, match=r"RTE/train\.tsv:3: not valid UTF-8 \(byte 0xe9 at file offset 56\);"
+                                        r".*re-encode"):
+        read_glue(tmp_path / "glue", "rte", "train")
+    with pytest.raises(DataError, match=r"RTE/dev\.tsv:4: not valid UTF-8 \(byte 0xef"):
+        read_glue(tmp_path / "glue", "rte", "dev")
+    squad = tmp_path / "dev.json"
+    squad.write_bytes(b'\xef\xbb\xbf{"version": "1.1",\n "data": [\n {"title": "caf\xe9", "paragraphs": []}]}\n')
+    with pytest.raises(DataError, match=r"dev\.json:3: not valid UTF-8 \(byte 0xe9 at file offset 48\)"):
+        read_squad(squad)
+    conll = tmp_path / "eng.train"
+    conll.write_bytes(b"-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\ncaf\xe9 NN I-NP O\n")
+    with pytest.raises(DataError, match=r"eng\.train:4: not valid UTF-8 \(byte 0xe9"):
+        read_conll(conll)
+
+
+def test_glue_field_over_the_csv_limit_and_a_nan_score_are_refused_with_their_line(tmp_path):
+    from ptm_jax.data.tasks.glue import read_glue
+
+    (tmp_path / "SST-2").mkdir()
+    (tmp_path / "SST-2" / "train.tsv").write_text("sentence\tlabel\nfine\t1\n" + "x" * 200_000 + "\t0\n")
+    with pytest.raises(DataError, match=r"SST-2/train\.tsv:3: unreadable TSV row \(field larger than field "
+                                        r"limit \(131072\).*fix or replace"):
+        read_glue(tmp_path, "sst2", "train")
+    (tmp_path / "STS-B").mkdir()
+    row = "\t".join(["0", "g", "f", "2012", "1", "2", "3", "a b", "c d"])
+    (tmp_path / "STS-B" / "dev.tsv").write_text(f"header\n{row}\t3.5\n{row}\tnan\n")
+    with pytest.raises(DataError, match=r"STS-B/dev\.tsv:3: score 'nan' is not a finite number"):
+        read_glue(tmp_path, "stsb", "dev")
+
+
+SMALL_HF = {"vocab_size": 12, "hidden_size": 4, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "intermediate_size": 8, "max_position_embeddings": 8, "type_vocab_size": 2}
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("num_hidden_layers", 25_000_000_000_000_000, r"num_hidden_layers=25000000000000000 \(int\) is not in \[1, 1024\]"),
+    ("num_hidden_layers", 2.5e16, r"num_hidden_layers=2\.5e\+16 \(float\) is not an integer"),
+    ("hidden_size", "768", r"hidden_size='768' \(str\) is not an integer"),
+    ("vocab_size", True, r"vocab_size=True \(bool\) is not an integer"),
+    ("num_attention_heads", 0, r"num_attention_heads=0 \(int\) is not in \[1, 4096\]"),
+    ("num_attention_heads", 3, r"hidden_size=4 is not divisible by num_attention_heads=3"),
+    ("max_position_embeddings", -1, r"max_position_embeddings=-1 \(int\) is not in \[1, 1048576\]"),
+    ("hidden_dropout_prob", 1.5, r"hidden_dropout_prob=1\.5 \(float\) is not a number in \[0, 1\)"),
+    ("layer_norm_eps", float("nan"), r"layer_norm_eps=nan \(float\) is not a number in \(0, 1\]"),
+    ("hidden_act", ["gelu"], r"hidden_act=\['gelu'\] is not supported"),
+    ("is_decoder", "false", r"is_decoder='false' \(str\) is not true or false"),
+    ("pad_token_id", 12, r"pad_token_id=12 \(int\) is not null or a token id in \[0, vocab_size=12\)"),
+    ("id2label", ["a", "b"], r"id2label=\['a', 'b'\] \(list\) is not an object"),
+])
+def test_hf_config_values_of_the_wrong_type_or_size_are_refused_naming_the_key(key, value, message):
+    from ptm_jax.errors import CheckpointError
+    from ptm_jax.export.hf_bert import model_config_from_hf
+
+    with pytest.raises(CheckpointError, match=rf"^m/config\.json: {message}"):
+        model_config_from_hf({**SMALL_HF, key: value}, Path("m/config.json"))
+    with pytest.raises(CheckpointError, match=r"m/config\.json: holds a JSON list"):
+        model_config_from_hf([SMALL_HF], Path("m/config.json"))
+
+
+def test_hf_folder_with_absurd_layers_or_malformed_json_is_refused_at_once(tmp_path):
+    import json
+    import time
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from ptm_jax.errors import CheckpointError
+    from ptm_jax.export.hf_bert import import_hf
+
+    save_file({"a": np.zeros(2, np.float32)}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({**SMALL_HF, "num_hidden_layers": 25_000_000_000_000_000}))
+    start = time.perf_counter()
+    with pytest.raises(CheckpointError, match=r"config\.json: num_hidden_layers=25000000000000000 .*fix that key"):
+        import_hf(tmp_path)  # the layer loop ran ~forever before the bound
+    assert time.perf_counter() - start < 2.0
+    (tmp_path / "config.json").write_bytes(b'{"vocab_size": 12,\n "model_type": "b\xe9rt"}')
+    with pytest.raises(CheckpointError, match=r"config\.json:2: not UTF-8 \(byte 0xe9 at offset 36\)"):
+        import_hf(tmp_path)
+    (tmp_path / "config.json").write_text("[" * 100_000)
+    with pytest.raises(CheckpointError, match=r"config\.json: not usable JSON \(RecursionError"):
+        import_hf(tmp_path)
+    (tmp_path / "config.json").unlink()
+    (tmp_path / "modules.json").write_text('[{"type": "x.Transformer", "path": 7}]')
+    with pytest.raises(CheckpointError, match=r"modules\.json: module 0 is not an object whose 'type' is a string"):
+        import_hf(tmp_path)
+    (tmp_path / "modules.json").write_text('{"type": "x.Transformer"}')
+    with pytest.raises(CheckpointError, match=r"modules\.json: holds a JSON dict, expected a list"):
+        import_hf(tmp_path)
+
+
+def test_preset_extends_must_be_a_preset_name_or_path(tmp_path):
+    from ptm_jax.config import load_config
+    from ptm_jax.errors import ConfigError
+
+    preset = tmp_path / "p.toml"
+    for value, kind in (("5", "int"), ("['bert_tiny']", "list"), ("{a = 1}", "dict"), ("true", "bool")):
+        preset.write_text(f"# my preset\nextends = {value}\n[train]\nsteps = 3\n")
+        with pytest.raises(ConfigError, match=rf"p\.toml:2: extends = .* \({kind}\); 'extends' takes the name of "
+                                              r"a preset \(.*bert_tiny.*\) or the path of a \.toml file"):
+            load_config(str(preset))
+    preset.write_text("extends = 'bert_tinny'\n")
+    with pytest.raises(ConfigError, match=r"p\.toml:1: extends: unknown preset 'bert_tinny'.*bert_tiny"):
+        load_config(str(preset))
+    other = tmp_path / "q.toml"
+    other.write_text(f"extends = '{tmp_path}/../{tmp_path.name}/p.toml'\n")  # the same file, spelt otherwise
+    preset.write_text(f"extends = '{other}'\n")
+    with pytest.raises(ConfigError, match=r"'extends' forms a cycle"):
+        load_config(str(preset))
+    preset.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(ConfigError, match=r"p\.toml: not usable TOML \(RecursionError"):
+        load_config(str(preset))
+    preset.write_text("extends = 'bert_tiny'\n[train]\nsteps = 3\n")
+    assert load_config(str(preset)).train.steps == 3

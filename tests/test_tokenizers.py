@@ -288,6 +288,17 @@ def test_sentencepiece_model_errors(tmp_path, vocab_file):
         SentencePieceTokenizer(vocab_file)
 
 
+def test_sentencepiece_model_with_a_non_utf8_piece_is_refused_naming_the_piece(shakespeare, tmp_path):
+    sp = train_sentencepiece(iter(shakespeare), 500, tmp_path / "sp", "unigram", input_sentence_size=6000)
+    raw = sp.model_file.read_bytes()
+    piece = "\u2581the".encode()
+    assert raw.count(piece) >= 1
+    bad = tmp_path / "bad.model"
+    bad.write_bytes(raw.replace(piece, piece[:3] + b"\xf4" + piece[4:], 1))  # 't' -> a lone 0xF4 byte
+    with pytest.raises(DataError, match=r"bad.model: piece \d+ is not valid UTF-8"):
+        SentencePieceTokenizer(bad)
+
+
 def test_load_tokenizer_trains_once_then_reuses(tmp_path, shakespeare):
     cfg = TokenizerConfig(kind="wordpiece", vocab_size=800)
     tok = load_tokenizer(cfg, lambda: iter(shakespeare[:5000]), tmp_path, corpus_key="shakespeare")

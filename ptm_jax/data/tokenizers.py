@@ -263,6 +263,12 @@ class SentencePieceTokenizer(Tokenizer):
         self.kind = f"sentencepiece_{self._model_type()}"
         self.vocab_size = int(self._sp.get_piece_size())
         self.unk_id = int(self._sp.unk_id())
+        for i in range(self.vocab_size):  # a corrupted file can hold pieces that are not UTF-8
+            try:
+                self._sp.id_to_piece(i)
+            except UnicodeDecodeError as e:
+                raise DataError(f"{self.model_file}: piece {i} is not valid UTF-8 ({e.reason}); the model file is "
+                                "corrupted: retrain it or restore the original") from None
         for name, aliases in SP_SPECIAL_ALIASES.items():
             found = [i for i in map(self._sp.piece_to_id, aliases) if i != self.unk_id]
             if not found:
@@ -400,6 +406,10 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, out_dir, model_ty
 
 
 def _load_file(cfg: TokenizerConfig) -> Tokenizer:
+    if cfg.kind == "byte_bpe":
+        from ptm_jax.data.byte_bpe import ByteBPETokenizer
+
+        return ByteBPETokenizer(cfg.vocab_file)
     if cfg.kind == "wordpiece":
         return WordPieceTokenizer(cfg.vocab_file, lower_case=cfg.lower_case)
     return SentencePieceTokenizer(cfg.vocab_file)
@@ -417,7 +427,7 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
     settings = {"kind": cfg.kind, "vocab_size": cfg.vocab_size, "lower_case": cfg.lower_case,
                 "corpus_key": corpus_key, "version": 1}
     key = _sha256(json.dumps(settings, sort_keys=True))
-    model = tok_dir / ("vocab.txt" if cfg.kind == "wordpiece" else "spm.model")
+    model = tok_dir / {"wordpiece": "vocab.txt", "byte_bpe": "vocab.json"}.get(cfg.kind, "spm.model")
 
     def reusable() -> bool:
         try:
@@ -432,7 +442,11 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
         tmp = Path(out_dir) / f".tokenizer-tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            if cfg.kind == "wordpiece":
+            if cfg.kind == "byte_bpe":
+                from ptm_jax.data.byte_bpe import train_byte_bpe
+
+                train_byte_bpe(train_texts(), cfg.vocab_size, tmp)
+            elif cfg.kind == "wordpiece":
                 train_wordpiece(train_texts(), cfg.vocab_size, tmp, lower_case=cfg.lower_case)
             else:
                 train_sentencepiece(train_texts(), cfg.vocab_size, tmp, cfg.kind.removeprefix("sentencepiece_"),

@@ -12,6 +12,9 @@ names the tensors. The only tolerated extras are the ones transformers itself ig
 equal the word embeddings / output bias they are tied to). A pooler in a checkpoint whose head has none in
 our model (token tagging, span QA) is dropped and reported in ``info['dropped']``, as transformers does.
 Weights are read from safetensors, or from ``pytorch_model.bin`` with ``torch.load(weights_only=True)`` only.
+A model folder is untrusted input: config.json sizes are type- and range-checked against INT_FIELDS /
+FLOAT_FIELDS before any shape is computed, and every JSON file is read by ``read_json``; each refusal is a
+``CheckpointError`` naming the file, the key or line, and what to do.
 """
 from __future__ import annotations
 
@@ -138,35 +141,92 @@ def all_rules(cfg: ModelConfig, head: str, num_labels: int, has_pooler: bool, pr
 # Config
 
 
-def model_config_from_hf(hf: dict[str, Any], where: Path) -> ModelConfig:
-    """transformers BertConfig dict -> ModelConfig; refuses what our BERT cannot represent."""
-    if hf.get("model_type", "bert") != "bert":
-        raise CheckpointError(f"{where}: model_type={hf.get('model_type')!r}; only 'bert' checkpoints import here")
-    if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise CheckpointError(f"{where}: position_embedding_type={hf['position_embedding_type']!r} is not "
-                              "supported (only 'absolute')")
-    if hf.get("is_decoder") or hf.get("add_cross_attention"):
-        raise CheckpointError(f"{where}: decoder / cross-attention BERT variants are not supported")
-    act = hf.get("hidden_act", "gelu")
-    if act not in ACT_FROM_HF:
-        raise CheckpointError(f"{where}: hidden_act={act!r} is not supported; expected one of "
-                              f"{', '.join(ACT_FROM_HF)}")
+# config.json sizes: HF key -> (ModelConfig field, default (None: required), min, max). The maxima are far
+# above every published BERT (vocab 250k, 48 layers, hidden 4096) yet refuse a corrupt value before it drives
+# a loop over layers or a shape computation.
+INT_FIELDS = {"vocab_size": ("vocab_size", None, 1, 1 << 24), "hidden_size": ("hidden_size", None, 1, 1 << 16),
+              "num_hidden_layers": ("num_layers", None, 1, 1024), "num_attention_heads": ("num_heads", None, 1, 4096),
+              "intermediate_size": ("intermediate_size", None, 1, 1 << 18),
+              "max_position_embeddings": ("max_position_embeddings", 512, 1, 1 << 20),
+              "type_vocab_size": ("type_vocab_size", 2, 1, 4096)}
+FLOAT_FIELDS = {  # HF key -> (ModelConfig field, default, allowed range as a test and in words)
+    "hidden_dropout_prob": ("hidden_dropout", 0.1, lambda x: 0.0 <= x < 1.0, "in [0, 1)"),
+    "attention_probs_dropout_prob": ("attention_dropout", 0.1, lambda x: 0.0 <= x < 1.0, "in [0, 1)"),
+    "layer_norm_eps": ("layer_norm_eps", 1e-12, lambda x: 0.0 < x <= 1.0, "in (0, 1]"),
+    "initializer_range": ("initializer_range", 0.02, lambda x: 0.0 <= x <= 1e3, "in [0, 1000]")}
+
+
+def _bad(where: Path, key: str, value: Any, wanted: str) -> CheckpointError:
+    shown = f"<{value.bit_length()}-bit integer>" if isinstance(value, int) and value.bit_length() > 256 else \
+        f"{value!r:.80}"
+    return CheckpointError(f"{where}: {key}={shown} ({type(value).__name__}) is not {wanted}; fix that key of "
+                           "config.json or re-download the model folder")
+
+
+def _hf_number(hf: dict[str, Any], key: str, default: Any, integer: bool, where: Path) -> int | float:
+    if key not in hf and default is not None:
+        return default
+    value = hf[key]  # a missing required key is reported by the caller
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        raise _bad(where, key, value, "an integer" if integer else "a number")
     try:
-        cfg = ModelConfig(
-            vocab_size=int(hf["vocab_size"]), hidden_size=int(hf["hidden_size"]),
-            num_layers=int(hf["num_hidden_layers"]), num_heads=int(hf["num_attention_heads"]),
-            intermediate_size=int(hf["intermediate_size"]),
-            max_position_embeddings=int(hf.get("max_position_embeddings", 512)),
-            type_vocab_size=int(hf.get("type_vocab_size", 2)), hidden_act=ACT_FROM_HF[act],
-            hidden_dropout=float(hf.get("hidden_dropout_prob", 0.1)),
-            attention_dropout=float(hf.get("attention_probs_dropout_prob", 0.1)),
-            layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
-            initializer_range=float(hf.get("initializer_range", 0.02)))
+        return value if integer else float(value)
+    except OverflowError:
+        raise _bad(where, key, value, "a finite number") from None
+
+
+def _check_hf_extras(hf: dict[str, Any], where: Path) -> None:
+    """Types of the keys import reads besides the sizes and flags (architectures, id2label, pad_token_id)."""
+    archs = hf.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise _bad(where, "architectures", archs, "a list of class names")
+    if not isinstance(hf.get("id2label") or {}, dict):
+        raise _bad(where, "id2label", hf["id2label"], "an object mapping label ids to names")
+    pad = hf.get("pad_token_id")
+    if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < hf["vocab_size"]):
+        raise _bad(where, "pad_token_id", pad, f"null or a token id in [0, vocab_size={hf['vocab_size']})")
+
+
+def model_config_from_hf(hf: dict[str, Any], where: Path) -> ModelConfig:
+    """transformers BertConfig dict -> ModelConfig; refuses what our BERT cannot represent, a value of the wrong
+    JSON type and a size outside INT_FIELDS' bounds, naming the key."""
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{where}: holds a JSON {type(hf).__name__}, not an object of BERT settings; "
+                              "re-download the model folder")
+    if hf.get("model_type", "bert") != "bert":
+        raise CheckpointError(f"{where}: model_type={hf['model_type']!r:.80}; only BERT checkpoints (model_type "
+                              "'bert') import here: pick a BERT model folder")
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise CheckpointError(f"{where}: position_embedding_type={hf['position_embedding_type']!r:.80} is not "
+                              "supported (only 'absolute'): pick a BERT with absolute position embeddings")
+    for key in ("is_decoder", "add_cross_attention"):
+        if not isinstance(hf.get(key, False), (bool, type(None))):
+            raise _bad(where, key, hf[key], "true or false")
+        if hf.get(key):
+            raise CheckpointError(f"{where}: {key}=true; decoder / cross-attention BERT variants are not "
+                                  "supported: pick an encoder-only BERT")
+    act = hf.get("hidden_act", "gelu")
+    if not isinstance(act, str) or act not in ACT_FROM_HF:
+        raise CheckpointError(f"{where}: hidden_act={act!r:.80} is not supported; expected one of "
+                              f"{', '.join(ACT_FROM_HF)}")
+    fields: dict[str, Any] = {"hidden_act": ACT_FROM_HF[act]}
+    try:
+        for key, (name, default, low, high) in INT_FIELDS.items():
+            fields[name] = value = _hf_number(hf, key, default, True, where)
+            if not low <= value <= high:
+                raise _bad(where, key, value, f"in [{low}, {high}]")
+        for key, (name, default, ok, wanted) in FLOAT_FIELDS.items():
+            fields[name] = value = _hf_number(hf, key, default, False, where)
+            if not ok(value):  # NaN fails every comparison
+                raise _bad(where, key, value, f"a number {wanted}")
     except KeyError as e:
-        raise CheckpointError(f"{where}: lacks the BERT config field {e.args[0]!r}") from None
+        raise CheckpointError(f"{where}: lacks the BERT config field {e.args[0]!r}; a BERT config.json sets "
+                              f"{', '.join(k for k, v in INT_FIELDS.items() if v[1] is None)}") from None
+    _check_hf_extras(hf, where)
+    cfg = ModelConfig(**fields)
     if cfg.hidden_size % cfg.num_heads:
         raise CheckpointError(f"{where}: hidden_size={cfg.hidden_size} is not divisible by "
-                              f"num_attention_heads={cfg.num_heads}")
+                              f"num_attention_heads={cfg.num_heads}; fix these keys of config.json")
     return cfg
 
 
@@ -202,12 +262,18 @@ def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
         with safe_open(str(path), framework="numpy") as f:
             return {k: f.get_tensor(k) for k in f.keys()}
     except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
-    except TypeError:  # bfloat16 has no numpy dtype: read through JAX, widen to float32
+        raise CheckpointError(f"{path}: not a readable safetensors file ({e}); re-download or re-export the "
+                              "model folder") from None
+    except (TypeError, AttributeError):  # bfloat16 / float8 have no numpy dtype: read through JAX, widen to float32
         from safetensors.flax import load_file
 
-        return {k: np.asarray(v.astype("float32") if v.dtype.name == "bfloat16" else v)
-                for k, v in load_file(str(path)).items()}
+        try:
+            tensors = load_file(str(path))
+        except Exception as e:  # noqa: BLE001 - any failure here is an unusable file
+            raise CheckpointError(f"{path}: holds tensors of a dtype this reader cannot convert ({type(e).__name__}: "
+                                  f"{str(e)[:80]}); save the checkpoint in float32, float16 or bfloat16") from None
+        return {k: np.asarray(v.astype("float32") if v.dtype.name == "bfloat16" or v.dtype.name.startswith("float8")
+                              else v) for k, v in tensors.items()}
 
 
 def _read_torch_bin(path: Path) -> dict[str, np.ndarray]:
@@ -231,8 +297,35 @@ def _read_torch_bin(path: Path) -> dict[str, np.ndarray]:
     for k, v in state.items():
         if not isinstance(v, torch.Tensor):
             raise CheckpointError(f"{path}: entry {k!r} is a {type(v).__name__}, not a tensor")
-        out[k] = v.detach().float().numpy() if v.is_floating_point() else v.numpy()
+        try:
+            out[k] = v.detach().float().numpy() if v.is_floating_point() else v.numpy()
+        except (RuntimeError, TypeError) as e:  # sparse, quantized or meta tensors have no plain numpy form
+            raise CheckpointError(f"{path}: tensor {k!r} cannot be read as an array ({str(e)[:80]}); save the "
+                                  "checkpoint with dense float tensors (or as safetensors)") from None
     return out
+
+
+def read_json(path: Path, kind: type = dict) -> Any:
+    """A JSON file of a model folder, which must hold a ``kind``; any failure is a CheckpointError naming the
+    file (and the 1-based line where there is one)."""
+    fix = "fix the file or re-download the model folder"
+    try:
+        data = path.read_bytes()
+        value = json.loads(data.decode("utf-8").removeprefix("\ufeff"))
+    except OSError as e:
+        raise CheckpointError(f"{path}: unreadable ({e.strerror or e}); {fix}") from None
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise CheckpointError(f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start}); JSON "
+                              f"files are UTF-8: {fix}") from None
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}:{e.lineno}: not valid JSON ({e.msg}); {fix}") from None
+    except (ValueError, RecursionError) as e:  # a >4300-digit integer, nesting deeper than the stack
+        raise CheckpointError(f"{path}: not usable JSON ({type(e).__name__}: {str(e)[:80]}); {fix}") from None
+    if not isinstance(value, kind):
+        raise CheckpointError(f"{path}: holds a JSON {type(value).__name__}, expected "
+                              f"{'an object' if kind is dict else 'a list'}; {fix}")
+    return value
 
 
 def _weight_files(d: Path) -> list[Path]:
@@ -241,13 +334,29 @@ def _weight_files(d: Path) -> list[Path]:
         if (d / single).is_file():
             return [d / single]
         if (d / index).is_file():
-            try:
-                shards = sorted(set(json.loads((d / index).read_text())["weight_map"].values()))
-            except (ValueError, KeyError) as e:
-                raise CheckpointError(f"{d / index}: not a valid shard index ({e})") from None
-            return [d / s for s in shards]
+            shards = read_json(d / index).get("weight_map")
+            if not isinstance(shards, dict) or not all(isinstance(x, str) and x not in ("", ".", "..")
+                                                       and Path(x).name == x for x in shards.values()):
+                raise CheckpointError(f"{d / index}: not a valid shard index: 'weight_map' must map tensor names "
+                                      "to file names in this folder; fix the file or re-download the model")
+            return [d / x for x in sorted(set(shards.values()))]
     raise CheckpointError(f"{d}: no model.safetensors or pytorch_model.bin (nor a sharded index); "
                           "is this a Hugging Face model directory?")
+
+
+def _modules(path: Path) -> list[tuple[str, str]] | None:
+    """(type, sub-folder) of each module a sentence-transformers modules.json lists; None without one."""
+    f = path / "modules.json"
+    if not f.is_file():
+        return None
+    out = []
+    for i, m in enumerate(read_json(f, list)):
+        kind, sub = (m.get("type", ""), m.get("path", "")) if isinstance(m, dict) else (None, None)
+        if not isinstance(kind, str) or not isinstance(sub, str) or Path(sub).is_absolute() or ".." in Path(sub).parts:
+            raise CheckpointError(f"{f}: module {i} is not an object whose 'type' is a string and 'path' a "
+                                  f"sub-folder of {path}; fix or delete modules.json")
+        out.append((kind, sub))
+    return out
 
 
 def model_directory(path: Path) -> Path:
@@ -255,40 +364,37 @@ def model_directory(path: Path) -> Path:
     layout (modules.json naming a sub-folder)."""
     if (path / "config.json").is_file():
         return path
-    modules = path / "modules.json"
-    if modules.is_file():
-        for m in json.loads(modules.read_text()):
-            if str(m.get("type", "")).endswith("Transformer") and (path / m.get("path", "") / "config.json").is_file():
-                return path / m.get("path", "")
+    for kind, sub in _modules(path) or []:
+        if kind.endswith("Transformer") and (path / sub / "config.json").is_file():
+            return path / sub
     raise CheckpointError(f"{path}: no config.json (nor a sentence-transformers modules.json pointing to one)")
 
 
 def sentence_transformers_info(path: Path) -> dict[str, Any] | None:
     """Pooling / normalisation / max length of a sentence-transformers folder (modules.json), if any."""
-    modules = path / "modules.json"
-    if not modules.is_file():
+    modules = _modules(path)
+    if modules is None:
         return None
     out: dict[str, Any] = {"normalize": False}
-    for m in json.loads(modules.read_text()):
-        kind = str(m.get("type", ""))
-        if kind.endswith("Pooling") and (path / m["path"] / "config.json").is_file():
-            pc = json.loads((path / m["path"] / "config.json").read_text())
+    for kind, sub in modules:
+        if kind.endswith("Pooling") and (path / sub / "config.json").is_file():
+            pc = read_json(path / sub / "config.json")
             out["pooling"] = "cls" if pc.get("pooling_mode_cls_token") else "mean"
         elif kind.endswith("Normalize"):
             out["normalize"] = True
     sb = path / "sentence_bert_config.json"
     if sb.is_file():
-        out["max_seq_length"] = int(json.loads(sb.read_text()).get("max_seq_length", 512))
+        n = read_json(sb).get("max_seq_length", 512)
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1 << 20:
+            raise CheckpointError(f"{sb}: max_seq_length={n!r:.80} is not an integer in [1, {1 << 20}]; fix it")
+        out["max_seq_length"] = n
     return out
 
 
 def read_hf_dir(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray], Path]:
     """(config.json dict, name -> numpy tensor, the folder they came from)."""
     d = model_directory(Path(path))
-    try:
-        hf = json.loads((d / "config.json").read_text())
-    except ValueError as e:
-        raise CheckpointError(f"{d / 'config.json'}: not valid JSON ({e})") from None
+    hf = read_json(d / "config.json")
     tensors: dict[str, np.ndarray] = {}
     for f in _weight_files(d):
         tensors.update(_read_safetensors(f) if f.suffix == ".safetensors" else _read_torch_bin(f))
@@ -342,6 +448,9 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, hf: dict[str,
     prefix = "bert." if any(n.startswith("bert.") for n in names) else ""
     has_pooler = head in POOLER_REQUIRED or (head not in NO_POOLER and f"{prefix}pooler.dense.weight" in names)
     clf = tensors.get("classifier.weight")
+    if clf is not None and (clf.ndim != 2 or clf.shape[0] < 1):
+        raise CheckpointError(f"{where}: classifier.weight has shape {tuple(clf.shape)}; expected "
+                              f"[num_labels >= 1, hidden_size={cfg.hidden_size}]")
     num_labels = int(clf.shape[0]) if clf is not None else 2
     rules = all_rules(cfg, head, num_labels, has_pooler, prefix)
     expected = {r.hf for r in rules}
@@ -409,7 +518,11 @@ def tokenizer_settings(d: Path) -> dict[str, Any]:
     """vocab.txt and do_lower_case of an HF folder (tokenizer_config.json; BERT's default is uncased)."""
     if not (d / "vocab.txt").is_file():
         raise CheckpointError(f"{d}: no vocab.txt; a BERT checkpoint needs its WordPiece vocabulary")
-    tc = json.loads((d / "tokenizer_config.json").read_text()) if (d / "tokenizer_config.json").is_file() else {}
+    tc = read_json(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
+    for key in ("do_lower_case", "strip_accents"):
+        if not isinstance(tc.get(key), (bool, type(None))):
+            raise CheckpointError(f"{d / 'tokenizer_config.json'}: {key}={tc[key]!r:.80} is not true, false or "
+                                  "null; fix the file")
     lower = bool(tc.get("do_lower_case", True))
     if tc.get("strip_accents") is not None and bool(tc["strip_accents"]) != lower:
         log.warning("%s: strip_accents=%s differs from do_lower_case=%s; our WordPiece strips accents exactly "

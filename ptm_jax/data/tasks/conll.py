@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ptm_jax.data.tasks.glue import utf8_error
 from ptm_jax.errors import ConfigError, DataError
 
 IGNORE_INDEX = -100
@@ -81,7 +82,7 @@ def read_conll(path: str | os.PathLike, scheme: str = "auto",
                to_iob2: bool = True) -> tuple[list[ConllSentence], ConllReadReport]:
     """Read a CoNLL-2003 file. `scheme` names the file's scheme ('iob1', 'iob2' or 'auto');
     with `to_iob2` IOB1 tags are converted. A file declared 'iob2' whose I- tag opens a chunk is
-    an error (it is IOB1: pass scheme='iob1' or 'auto')."""
+    an error (it is IOB1: pass scheme='iob1' or 'auto'). Invalid UTF-8 is a DataError naming its line."""
     if scheme not in ("iob1", "iob2", "auto"):
         raise ConfigError(f"scheme must be 'iob1', 'iob2' or 'auto', got {scheme!r}")
     path = os.fspath(path)
@@ -103,27 +104,32 @@ def read_conll(path: str | os.PathLike, scheme: str = "auto",
             rows.clear()
 
     with open(path, encoding="utf-8") as f:
-        for lineno, raw in enumerate(f, start=1):
-            parts = raw.split()
-            if not parts:
-                flush()
-                continue
-            if parts[0] == "-DOCSTART-":
-                flush()
-                report.documents += 1
-                continue
-            if ncols == 0:
-                ncols = len(parts)
-                if ncols < 2:
-                    raise DataError(f"{path}:{lineno}: expected 'word ... NER-tag' columns, got {raw.strip()!r}")
-            if len(parts) != ncols:
-                raise DataError(f"{path}:{lineno}: {len(parts)} columns where the file has {ncols}; "
-                                f"fix the line (tokens must not contain spaces)")
-            if not _TAG.match(parts[-1]):
-                raise DataError(f"{path}:{lineno}: NER tag {parts[-1]!r} is not O, B-TYPE or I-TYPE")
-            if not rows:
-                first_line = lineno
-            rows.append(parts)
+        try:
+            for lineno, raw in enumerate(f, start=1):
+                parts = raw.split()
+                if not parts:
+                    flush()
+                    continue
+                if parts[0] == "-DOCSTART-":
+                    flush()
+                    report.documents += 1
+                    continue
+                if ncols == 0:
+                    ncols = len(parts)
+                    if ncols < 2:
+                        raise DataError(f"{path}:{lineno}: expected 'word ... NER-tag' columns, got "
+                                        f"{raw.strip()!r}")
+                if len(parts) != ncols:
+                    raise DataError(f"{path}:{lineno}: {len(parts)} columns where the file has {ncols}; "
+                                    f"fix the line (tokens must not contain spaces)")
+                if not _TAG.match(parts[-1]):
+                    raise DataError(f"{path}:{lineno}: NER tag {parts[-1]!r} is not O, B-TYPE or I-TYPE; fix the "
+                                    "line (the tag is the last column)")
+                if not rows:
+                    first_line = lineno
+                rows.append(parts)
+        except UnicodeDecodeError:
+            raise utf8_error(path, "CoNLL") from None
     flush()
 
     found = detect_scheme(s.tags for s in sentences)

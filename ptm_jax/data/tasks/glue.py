@@ -3,16 +3,18 @@
 Column positions, header handling and label sets follow the per-task processors of
 google-research/bert run_classifier.py (CoLA, MRPC, MNLI) and the GLUE download layout for the
 other tasks; the files are read tab-separated with quoting disabled (csv.QUOTE_NONE), as the
-GLUE reference readers do. Rows are never skipped: a row with too few columns or an unknown label
-raises DataError naming the file and its 1-based line.
+GLUE reference readers do. Rows are never skipped: a row with too few columns, an unknown label, a
+non-finite score, invalid UTF-8 or a field over the csv module's field size limit raises DataError naming
+the file and its 1-based line.
 """
 from __future__ import annotations
 
 import csv
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from ptm_jax.errors import ConfigError, DataError
 
@@ -187,15 +189,47 @@ def task_file(glue_dir: str | os.PathLike, task: str, split: str) -> str:
 def _label_value(spec: TaskSpec, raw: str, path: str, line: int) -> int | float:
     if spec.labels is None:
         try:
-            return float(raw)
+            score = float(raw)
         except ValueError:
-            raise DataError(f"{path}:{line}: score {raw!r} is not a number; "
-                            f"fix or remove the row (GLUE rows are never skipped)") from None
+            score = math.nan
+        if not math.isfinite(score):
+            raise DataError(f"{path}:{line}: score {raw!r} is not a finite number; "
+                            f"fix or remove the row (GLUE rows are never skipped)")
+        return score
     try:
         return spec.labels.index(raw)
     except ValueError:
         raise DataError(f"{path}:{line}: label {raw!r} is not one of {spec.labels} for task "
                         f"{spec.name}; fix the row (GLUE rows are never skipped)") from None
+
+
+def utf8_error(path: str, what: str) -> DataError:
+    """The DataError for the first invalid UTF-8 byte of ``path``, with its 1-based line (\\n, \\r\\n and
+    \\r each end a line, as in universal-newline reading). The file is re-read as bytes: a text-mode decoder
+    reports offsets inside its buffer, not in the file. Called only on the failure path."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        data.decode("utf-8")
+        return DataError(f"{path}: not valid UTF-8; re-encode the {what} file as UTF-8")
+    except UnicodeDecodeError as e:
+        head = data[: e.start]
+        line = head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n") + 1
+        return DataError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x} at file offset {e.start}); "
+                         f"{what} files are UTF-8 text: re-encode it, e.g. iconv -f latin1 -t utf-8")
+
+
+def _rows(reader: Any, path: str) -> Iterator[list[str]]:
+    """``reader``'s rows; invalid UTF-8 and csv errors (a field over csv.field_size_limit() characters)
+    become DataErrors naming the line."""
+    try:
+        yield from reader
+    except UnicodeDecodeError:
+        raise utf8_error(path, "GLUE") from None
+    except csv.Error as e:
+        raise DataError(f"{path}:{reader.line_num}: unreadable TSV row ({e}, in characters); GLUE fields are "
+                        "sentences, so this is not a GLUE file or a line lost its line breaks: fix or replace "
+                        "the file") from None
 
 
 def read_glue(glue_dir: str | os.PathLike, task: str, split: str) -> tuple[list[Example], ReadReport]:
@@ -217,7 +251,7 @@ def read_glue(glue_dir: str | os.PathLike, task: str, split: str) -> tuple[list[
     blank_line = 0
     with open(path, encoding="utf-8-sig", newline="") as f:
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        for row in reader:
+        for row in _rows(reader, path):
             line = reader.line_num
             if cols.header and line == 1:
                 report.header_lines = 1

@@ -115,8 +115,29 @@ def _need(obj: Any, key: str, kind: type, where: str, path: str) -> Any:
                         f"JSON file?")
     value = obj[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise DataError(f"{path}: {where}.{key}: expected {kind.__name__}, got {type(value).__name__}")
+        raise DataError(f"{path}: {where}.{key}: expected {kind.__name__}, got {type(value).__name__}; is this "
+                        "an official SQuAD v1.1/v2.0 JSON file? Fix or re-download it")
     return value
+
+
+def _load_json(path: str) -> Any:
+    """The parsed JSON of ``path`` (UTF-8, a BOM tolerated); every failure is a DataError with the line."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x} at file offset {e.start}); "
+                        "SQuAD files are UTF-8 JSON: re-download the file") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}:{e.lineno}: malformed JSON ({e.msg}); re-download the file") from None
+    except ValueError as e:  # e.g. an integer with more than sys.get_int_max_str_digits() digits
+        raise DataError(f"{path}: unreadable JSON ({e}); re-download the file") from None
+    except RecursionError:
+        raise DataError(f"{path}: JSON nested too deeply to be a SQuAD file; re-download the file") from None
 
 
 def read_squad(path: str | os.PathLike) -> tuple[list[SquadExample], SquadReadReport]:
@@ -125,19 +146,15 @@ def read_squad(path: str | os.PathLike) -> tuple[list[SquadExample], SquadReadRe
     if not os.path.isfile(path):
         raise DataError(f"{path}: SQuAD file not found; download train/dev-v1.1.json or v2.0 from "
                         f"the SQuAD site or use squad_from_tfds")
-    try:
-        with open(path, encoding="utf-8") as f:
-            root = json.load(f)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}:{e.lineno}: malformed JSON ({e.msg}); re-download the file") from None
+    root = _load_json(path)
     report = SquadReadReport(path=path, version=str(root.get("version", "")) if isinstance(root, dict) else "")
     data = _need(root, "data", list, "top level", path)
     examples: list[SquadExample] = []
     seen: set[str] = set()
     for a, article in enumerate(data):
         where_a = f"data[{a}]"
-        title = article.get("title", "") if isinstance(article, dict) else ""
         paragraphs = _need(article, "paragraphs", list, where_a, path)
+        title = _need(article, "title", str, where_a, path) if "title" in article else ""
         report.articles += 1
         for p, para in enumerate(paragraphs):
             where_p = f"{where_a}.paragraphs[{p}]"
@@ -153,7 +170,7 @@ def read_squad(path: str | os.PathLike) -> tuple[list[SquadExample], SquadReadRe
                     raise DataError(f"{path}: {where_q}: duplicate question id; ids must be unique")
                 seen.add(qas_id)
                 question = _need(qa, "question", str, where_q, path)
-                is_impossible = bool(qa.get("is_impossible", False))
+                is_impossible = _need(qa, "is_impossible", bool, where_q, path) if "is_impossible" in qa else False
                 raw_answers = _need(qa, "answers", list, where_q, path)
                 answers = []
                 for k, ans in enumerate(raw_answers):
