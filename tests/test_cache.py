@@ -154,3 +154,16 @@ def test_build_cache_from_a_document_stream(tok, tmp_path):
     with pytest.raises(DataError, match="built for other inputs"):
         TokenCache.open(tmp_path / "c", fingerprint="xyz")
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_byte_bpe_cache_keeps_the_space_between_sentences_and_documents_decode_to_their_text(tmp_path):
+    from ptm_jax.data.byte_bpe import train_byte_bpe
+
+    texts = ["Hello there.", "General Kenobi!", "One more document.", "It has two sentences."] * 50
+    bpe = train_byte_bpe(texts, 300, tmp_path / "bpe")
+    docs = [["Hello there.", "General Kenobi!"], ["One more document.", "It has two sentences."]]
+    # batch_sentences=3: a document's second sentence in the next batch still gets its space
+    cache = build_cache(lambda: iter(docs), bpe, tmp_path / "c", fingerprint="abc", batch_sentences=3)
+    decoded = [bpe.decode(np.concatenate(cache.document(d)).tolist()) for d in range(2)]
+    assert decoded == ["Hello there. General Kenobi!", "One more document. It has two sentences."]
+    assert cache.document(1)[1].tolist() == bpe.encode(" It has two sentences.")

@@ -275,6 +275,13 @@ def _background(items: Iterable, depth: int = 4) -> Iterator:
         thread.join(timeout=5)
 
 
+def sentence_joiner(tokenizer: Tokenizer) -> str:
+    """Text put before every sentence but a document's first when tokenizing. Byte-level BPE (GPT-2) encodes
+    the space between words inside the next token ('Ġword'), so sentences tokenized one by one must get it
+    back; WordPiece and SentencePiece drop or mark whitespace themselves."""
+    return " " if tokenizer.kind == "byte_bpe" else ""
+
+
 def build_cache(documents: Callable[[], Iterable[Document]] | Iterable[Document], tokenizer: Tokenizer,
                 directory, *, fingerprint: str, meta: dict | None = None, keyed: bool = False,
                 batch_sentences: int = 4096, background: bool = True) -> TokenCache:
@@ -290,7 +297,17 @@ def build_cache(documents: Callable[[], Iterable[Document]] | Iterable[Document]
         docs = documents() if callable(documents) else documents
         batches = _sentence_batches(docs, keyed, batch_sentences, counts)
         writer = _ShardWriter(tmp)
+        joiner = sentence_joiner(tokenizer)
+        prev_doc = None
         for texts, doc_ids, keys in (_background(batches) if background else batches):
+            if joiner:  # byte-level BPE: the space between sentences is part of the next sentence's first token
+                ids = np.asarray(doc_ids)
+                first = np.empty(len(ids), bool)
+                if len(ids):
+                    first[0] = ids[0] != prev_doc
+                    first[1:] = ids[1:] != ids[:-1]
+                    prev_doc = ids[-1]
+                texts = [t if f else joiner + t for t, f in zip(texts, first)]
             flat, lengths = tokenizer.encode_batch_flat(texts)
             writer.add(flat, lengths, doc_ids, keys)
         writer.close()
@@ -340,6 +357,8 @@ def build_shard(cfg: DataConfig, tokenizer: Tokenizer, directory, process_index:
     settings = {"corpus": cfg.corpus.strip(), "format": cfg.format, "doc_max_sentences": cfg.doc_max_sentences,
                 "max_line_bytes": cfg.max_line_bytes, "format_version": FORMAT_VERSION,
                 "reader_version": READER_VERSION}
+    if sentence_joiner(tokenizer):
+        settings["sentence_joiner"] = sentence_joiner(tokenizer)
     blob = json.dumps({"tokenizer": tokenizer.fingerprint(), "sources": sources, "settings": settings},
                       sort_keys=True)
     key = hashlib.sha256(blob.encode()).hexdigest()[:20]
