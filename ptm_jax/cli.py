@@ -14,6 +14,10 @@
   ptm predict MODEL texts.txt      a finetuned classifier on lines of text
   ptm bench -c bert_base --steps 10    compile time, step time, tokens/s, MFU, memory (JSON too)
   ptm compile -c bert_large --mesh 2,2,2    ahead-of-time per-device memory, without running
+  ptm pretrain -c gpt_small data.corpus='../shared/data/corpus/gutenberg/[0-9]*.txt'   GPT-2-style causal LM
+  ptm pretrain -c xlnet_tiny       XLNet permutation LM (two-stream attention) on the embedded corpus
+  ptm generate MODEL --prompt "Once upon" --top-p 0.9     KV-cached sampling from a GPT checkpoint
+  ptm perplexity MODEL ../shared/data/corpus/wikitext-2-tokenized/test.txt    held-out perplexity
 
 Errors in the user's input (config, files) are printed as one message and exit with status 2.
 """
@@ -206,6 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
     from ptm_jax.bench.commands import register as register_bench
 
     register_bench(sub)  # bench, compile
+    from ptm_jax.generate.commands import register as register_generate
+
+    register_generate(sub)  # generate
+    from ptm_jax.evaluate.commands import register as register_evaluate
+
+    register_evaluate(sub)  # perplexity
     return parser
 
 

@@ -153,10 +153,21 @@ def _load(model: str):
 
 
 def cmd_import_hf(args: argparse.Namespace) -> int:
-    from ptm_jax.export.hf_bert import import_hf_to_params_dir
-    from ptm_jax.export.params import load_params
+    from ptm_jax.export.params import hf_model_type, load_params
 
-    out = import_hf_to_params_dir(args.dir, args.out, head=args.head, overwrite=args.force)
+    kind = hf_model_type(args.dir)
+    if kind == "gpt2":
+        from ptm_jax.export.hf_gpt2 import import_hf_gpt2_to_params_dir
+
+        out = import_hf_gpt2_to_params_dir(args.dir, args.out, overwrite=args.force)
+    elif kind == "xlnet":
+        from ptm_jax.export.hf_xlnet import import_hf_xlnet_to_params_dir
+
+        out = import_hf_xlnet_to_params_dir(args.dir, args.out, overwrite=args.force)
+    else:
+        from ptm_jax.export.hf_bert import import_hf_to_params_dir
+
+        out = import_hf_to_params_dir(args.dir, args.out, head=args.head, overwrite=args.force)
     _, cfg, info, _ = load_params(out)
     print(f"imported {args.dir} -> {out}: head {info['head']}, {cfg.num_layers} layers, hidden "
           f"{cfg.hidden_size}, vocab {cfg.vocab_size}" + (f"; dropped {', '.join(info['dropped'])}"
@@ -168,8 +179,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ptm_jax.export import params as params_lib
 
     if args.format == "hf":
-        from ptm_jax.export.hf_bert import export_hf
-
+        family = params_lib.load_params(args.src)[1].family
+        if family == "gpt":
+            from ptm_jax.export.hf_gpt2 import export_hf_gpt2 as export_hf
+        elif family == "xlnet":
+            from ptm_jax.export.hf_xlnet import export_hf_xlnet as export_hf
+        else:
+            from ptm_jax.export.hf_bert import export_hf
         report = export_hf(args.src, args.out, overwrite=args.force)
         print(f"exported {args.src} -> {args.out} ({report['architecture']}, {report['tensors']} tensors"
               + (f"; left out {', '.join(report['left_out'])}" if report["left_out"] else "") + ")")
@@ -260,9 +276,11 @@ def register(subparsers) -> None:
     """Adds the subcommands; each parser gets ``handler=`` (call it with the parsed args)."""
     from ptm_jax.export.params import HEADS
 
-    p = subparsers.add_parser("import-hf", help="convert a local Hugging Face BERT folder to a params directory",
-                              description="Reads config.json, model.safetensors (or pytorch_model.bin, "
-                              "weights only) and vocab.txt; writes a ptm_jax params directory.")
+    p = subparsers.add_parser("import-hf", help="convert a local Hugging Face BERT, GPT-2 or XLNet folder to a "
+                              "params directory",
+                              description="Reads config.json (model_type bert, gpt2 or xlnet), "
+                              "model.safetensors (or pytorch_model.bin, weights only) and the tokenizer files; "
+                              "writes a ptm_jax params directory.")
     p.add_argument("dir", help="Hugging Face model folder (or a sentence-transformers folder)")
     p.add_argument("--out", required=True, help="params directory to write")
     p.add_argument("--head", choices=HEADS, default=None, help="override the head detected from the tensors")

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 FORMAT = "ptm_jax.params"
 VERSION = 1
 HEADS = ("encoder", "pretraining", "masked_lm", "sequence_classification", "token_classification",
-         "question_answering", "multiple_choice")
+         "question_answering", "multiple_choice", "causal_lm", "plm")
+"""``causal_lm``: GPT with its tied LM head; ``plm``: XLNet with its tied permutation-LM head."""
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -47,10 +48,15 @@ def plain_tree(params: Any) -> dict:
     if isinstance(params, dict) and set(params) == {"params"}:
         params = params["params"]
     params = jax.tree.map(lambda x: np.asarray(jax.device_get(x)), params)
-    if not isinstance(params, dict) or "bert" not in params:
-        raise CheckpointError("a parameter tree must have the encoder under 'bert' (params['bert']['encoder'] "
-                              f"...); got top-level keys {sorted(params) if isinstance(params, dict) else params}")
+    if not isinstance(params, dict) or not any(t in params for t in TRUNKS):
+        raise CheckpointError("a parameter tree must have its trunk under 'bert', 'gpt' or 'xlnet' (e.g. "
+                              "params['bert']['encoder'] ...); got top-level keys "
+                              f"{sorted(params) if isinstance(params, dict) else params}")
     return _to_dict(params)
+
+
+TRUNKS = {"bert": "encoder", "gpt": "decoder", "xlnet": "encoder"}
+"""Trunk key -> the sub-tree holding its layer stack (layers_0..N-1, or layers/layer stacked)."""
 
 
 def _to_dict(tree: Any) -> Any:
@@ -59,26 +65,35 @@ def _to_dict(tree: Any) -> Any:
     return tree
 
 
+def _stack_of(params: dict) -> tuple[str, str]:
+    trunk = next(t for t in TRUNKS if t in params)
+    return trunk, TRUNKS[trunk]
+
+
 def stack_layers(params: dict) -> dict:
-    """Loop layout (encoder/layers_0..N-1) -> scan layout (encoder/layers/layer, leading layer axis)."""
-    enc = params["bert"]["encoder"]
+    """Loop layout (<stack>/layers_0..N-1) -> scan layout (<stack>/layers/layer, leading layer axis)."""
+    trunk, key = _stack_of(params)
+    enc = params[trunk][key]
     if "layers" in enc:
         return params
     n = len([k for k in enc if k.startswith("layers_")])
     layers = [enc[f"layers_{i}"] for i in range(n)]
     stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *layers)
-    return {**params, "bert": {**params["bert"], "encoder": {"layers": {"layer": stacked}}}}
+    rest = {k: v for k, v in enc.items() if not k.startswith("layers_")}
+    return {**params, trunk: {**params[trunk], key: {**rest, "layers": {"layer": stacked}}}}
 
 
 def unstack_layers(params: dict) -> dict:
     """Scan layout -> loop layout (views into the stacked arrays)."""
-    enc = params["bert"]["encoder"]
+    trunk, key = _stack_of(params)
+    enc = params[trunk][key]
     if "layers" not in enc:
         return params
     stacked = enc["layers"]["layer"]
     n = int(np.shape(jax.tree.leaves(stacked)[0])[0])
     layers = {f"layers_{i}": jax.tree.map(lambda x, i=i: np.asarray(x)[i], stacked) for i in range(n)}
-    return {**params, "bert": {**params["bert"], "encoder": layers}}
+    rest = {k: v for k, v in enc.items() if k != "layers"}
+    return {**params, trunk: {**params[trunk], key: {**rest, **layers}}}
 
 
 def to_layout(params: dict, scan: bool) -> dict:
@@ -117,6 +132,12 @@ def infer_head(params: dict, hint: str | None = None) -> str:
         if hint not in HEADS:
             raise CheckpointError(f"unknown head {hint!r}; expected one of {', '.join(HEADS)}")
         return hint
+    if "gpt" in params or "xlnet" in params:
+        if "classifier" in params:
+            return "sequence_classification"
+        if "qa_outputs" in params or "start_logits" in params:
+            return "question_answering"
+        return "causal_lm" if "gpt" in params else "plm"
     if "mlm" in params:
         return "pretraining" if "nsp" in params else "masked_lm"
     if "qa_outputs" in params:
@@ -172,7 +193,7 @@ def save_params(directory: str | Path, params: Any, model_cfg: ModelConfig, head
         if not f.is_file():
             raise ConfigError(f"tokenizer file {f} does not exist")
     if files and "tokenizer" not in extra:
-        kind = "wordpiece" if files[0].suffix == ".txt" else "sentencepiece"
+        kind = {".txt": "wordpiece", ".json": "byte_bpe"}.get(files[0].suffix, "sentencepiece")
         extra["tokenizer"] = {"kind": kind, "lower_case": True, "files": [f.name for f in files]}
     elif files:
         extra["tokenizer"] = {**extra["tokenizer"], "files": [f.name for f in files]}
@@ -246,14 +267,16 @@ def find_checkpoints(path: Path) -> Path | None:
 def _run_tokenizer(out_dir: Path, run_cfg: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
     tc = run_cfg.get("tokenizer", {})
     kind = tc.get("kind", "wordpiece")
-    info = {"kind": "wordpiece" if kind == "wordpiece" else "sentencepiece", "lower_case": tc.get("lower_case", True)}
+    family = kind if kind in ("wordpiece", "byte_bpe") else "sentencepiece"
+    info = {"kind": family, "lower_case": tc.get("lower_case", True)}
     if tc.get("vocab_file"):
         f = Path(tc["vocab_file"])
+        f = f / "vocab.json" if kind == "byte_bpe" and f.is_dir() else f
         if f.is_file():
-            return {**info, "files": [f.name]}, f.parent
-    name = "vocab.txt" if kind == "wordpiece" else "spm.model"
-    if (out_dir / "tokenizer" / name).is_file():
-        return {**info, "files": [name]}, out_dir / "tokenizer"
+            return {**info, "files": [f.name] + (["merges.txt"] if kind == "byte_bpe" else [])}, f.parent
+    names = {"wordpiece": ["vocab.txt"], "byte_bpe": ["vocab.json", "merges.txt"]}.get(kind, ["spm.model"])
+    if (out_dir / "tokenizer" / names[0]).is_file():
+        return {**info, "files": names}, out_dir / "tokenizer"
     log.warning("%s: the run's tokenizer (%s) was not found", out_dir, tc.get("vocab_file") or out_dir / "tokenizer")
     return info, None
 
@@ -322,11 +345,33 @@ def load_params(path: str | Path) -> tuple[dict, ModelConfig, dict[str, Any], Pa
     if ckpt is not None:
         return _load_run(ckpt)
     if (p / "config.json").is_file() or (p / "modules.json").is_file():
-        from ptm_jax.export.hf_bert import import_hf
+        kind = hf_model_type(p)
+        if kind == "gpt2":
+            from ptm_jax.export.hf_gpt2 import import_hf_gpt2
 
+            params, cfg, info = import_hf_gpt2(p)
+            return params, cfg, info, p
+        if kind == "xlnet":
+            from ptm_jax.export.hf_xlnet import import_hf_xlnet as import_hf
+        else:
+            from ptm_jax.export.hf_bert import import_hf
         return import_hf(p)
     raise CheckpointError(f"{p}: is neither a params directory (ptm.json), a training run (checkpoints/) nor a "
                           "Hugging Face model folder (config.json)")
+
+
+def hf_model_type(path: str | Path) -> str:
+    """``model_type`` of a Hugging Face folder's config.json: 'gpt2', 'xlnet', else 'bert' (also for the
+    sentence-transformers layout and BERT-shaped configs)."""
+    from ptm_jax.export.hf_bert import model_directory
+
+    cfg_file = model_directory(Path(path)) / "config.json"
+    try:
+        model_type = json.loads(cfg_file.read_text(encoding="utf-8")).get("model_type", "bert")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"{cfg_file}: cannot read the model type ({e}); expected a Hugging Face "
+                              "config.json object") from None
+    return model_type if model_type in ("gpt2", "xlnet") else "bert"
 
 
 def load_tokenizer(info: dict[str, Any], tokenizer_dir: Path | None):
@@ -337,6 +382,11 @@ def load_tokenizer(info: dict[str, Any], tokenizer_dir: Path | None):
     if tokenizer_dir is None or not tok.get("files"):
         raise CheckpointError(f"{info.get('source', 'this model')}: has no tokenizer files; it cannot encode text")
     f = tokenizer_dir / tok["files"][0]
+    if tok.get("kind") == "byte_bpe":
+        from ptm_jax.data.byte_bpe import ByteBPETokenizer
+
+        merges = tokenizer_dir / (tok["files"][1] if len(tok["files"]) > 1 else "merges.txt")
+        return ByteBPETokenizer(f, merges)
     if tok.get("kind", "wordpiece") == "wordpiece":
         return WordPieceTokenizer(f, lower_case=bool(tok.get("lower_case", True)))
     return SentencePieceTokenizer(f)

@@ -13,9 +13,26 @@ def _mlm_nsp(cfg: RunConfig, corpus: Any):
     return MlmNspObjective(cfg, corpus.train, corpus.eval, corpus.special)
 
 
+def _causal_lm(cfg: RunConfig, corpus: Any):
+    from ptm_jax.objectives.causal_lm import CausalLmObjective
+
+    tok = corpus.tokenizer
+    eos = getattr(tok, "eos_id", None)
+    eos = tok.sep_id if eos is None else eos  # WordPiece/SentencePiece vocabularies: [SEP] ends a document
+    return CausalLmObjective(cfg, corpus.train, corpus.eval, eos_id=eos, pad_id=tok.pad_id)
+
+
+def _plm(cfg: RunConfig, corpus: Any):
+    from ptm_jax.objectives.plm import PlmObjective
+
+    return PlmObjective(cfg, corpus.train, corpus.eval, corpus.special)
+
+
 OBJECTIVES: dict[str, Callable[[RunConfig, Any], Any]] = {
     "mlm_nsp": _mlm_nsp,
     "mlm": _mlm_nsp,
+    "causal_lm": _causal_lm,
+    "plm": _plm,
 }
 
 

@@ -40,20 +40,34 @@ def _subset(examples: list, n: int, seed: int) -> list:
     return rows[:n]
 
 
+def _classifier_objective(model_cfg):
+    """Sequence classification for the model family: BERT's pooled [CLS], GPT's input transformations or
+    XLNet's final <cls> state."""
+    if model_cfg.family == "gpt":
+        from ptm_jax.objectives.gpt_classification import GptClassificationObjective
+
+        return GptClassificationObjective
+    if model_cfg.family == "xlnet":
+        from ptm_jax.objectives.xlnet_classification import XLNetClassificationObjective
+
+        return XLNetClassificationObjective
+    from ptm_jax.objectives.classification import SequenceClassificationObjective
+
+    return SequenceClassificationObjective
+
+
 def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev") -> tuple[Any, str]:
     """-> (objective, description of the task). ``eval_split``: 'dev' or 'test' (unlabelled, for submissions)."""
     f = cfg.finetune
     task = f.task.lower().replace("-", "")
     if task == "embedded":
         from ptm_jax.data.tasks.embedded_task import DESCRIPTION, embedded_task
-        from ptm_jax.objectives.classification import SequenceClassificationObjective
 
         spec, train, dev = embedded_task()
-        return SequenceClassificationObjective(model_cfg, spec, _subset(train, f.train_subset, f.subset_seed), dev,
+        return _classifier_objective(model_cfg)(model_cfg, spec, _subset(train, f.train_subset, f.subset_seed), dev,
                                                tokenizer, f), DESCRIPTION
     if task in GLUE_DIRS:
         from ptm_jax.data.tasks.glue import get_task, glue_from_tfds, read_glue
-        from ptm_jax.objectives.classification import SequenceClassificationObjective
 
         spec = get_task(task)
         dev_split = ("dev_matched" if task == "mnli" else "dev") if eval_split == "dev" else (
@@ -67,11 +81,14 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev") ->
             raise ConfigError(f"finetune.task={f.task}: set finetune.data_dir to the GLUE folder "
                               f"(holding {GLUE_DIRS[task]}/) or to 'tfds'")
         desc = f"GLUE {spec.name}: {len(train)} train / {len(dev)} dev examples from {f.data_dir}"
-        return SequenceClassificationObjective(model_cfg, spec, _subset(train, f.train_subset, f.subset_seed), dev,
-                                               tokenizer, f), desc
+        return _classifier_objective(model_cfg)(model_cfg, spec, _subset(train, f.train_subset, f.subset_seed),
+                                                dev, tokenizer, f), desc
     from ptm_jax.objectives.finetune_registry import TASK_BUILDERS  # span QA, tagging, multiple choice
 
     if task in TASK_BUILDERS:
+        if model_cfg.family != "bert":
+            raise ConfigError(f"finetune.task={f.task!r} is implemented for BERT encoders; this checkpoint is "
+                              f"model.family={model_cfg.family!r} (GPT and XLNet finetune on the GLUE tasks)")
         return TASK_BUILDERS[task](cfg, model_cfg, tokenizer, eval_split)
     raise ConfigError(f"finetune.task={f.task!r} is not one of: embedded, {', '.join(GLUE_DIRS)}, "
                       f"{', '.join(TASK_BUILDERS)}")
@@ -108,20 +125,34 @@ def layerwise_lr_scale(decay: float, num_layers: int):
     return scale
 
 
-def _merge_encoder(pretrained: dict):
-    """Fresh head + pretrained encoder (a pooler missing from the checkpoint stays freshly initialised)."""
+def _fit(fresh: Any, value: Any, where: str) -> Any:
+    """``value`` (pretrained) placed into ``fresh``'s structure. An embedding table with fewer rows than the
+    finetuning vocabulary (tokens the task adds, such as GPT's start/delimiter/extract) keeps its pretrained
+    rows; the new rows keep their fresh initialisation. Any other shape difference is an error."""
+    if isinstance(fresh, dict):
+        if not isinstance(value, dict):
+            raise ConfigError(f"pretrained encoder '{where}' is a tensor where the finetuning model has a table")
+        return {k: (_fit(f, value[k], f"{where}/{k}") if k in value else f) for k, f in fresh.items()}
+    ref, got = np.shape(fresh), np.shape(value)
+    if ref == got:
+        return value
+    if len(got) == len(ref) == 2 and got[1] == ref[1] and got[0] < ref[0]:
+        return np.concatenate([np.asarray(value), np.asarray(fresh)[got[0]:]], axis=0)
+    raise ConfigError(f"pretrained encoder '{where}' does not fit the finetuning model: {got} vs {ref}")
+
+
+def _merge_encoder(pretrained: dict, trunk: str = "bert"):
+    """Fresh head + pretrained trunk (a pooler missing from the checkpoint stays freshly initialised)."""
 
     def merge(fresh):
         fresh = jax.tree.map(lambda x: x, fresh)
-        enc = fresh["params"]["bert"]
-        for key, value in pretrained["bert"].items():
-            if key not in enc:
-                continue
-            ref = jax.tree.map(np.shape, enc[key])
-            got = jax.tree.map(np.shape, value)
-            if ref != got:
-                raise ConfigError(f"pretrained encoder '{key}' does not fit the finetuning model: {got} vs {ref}")
-            enc[key] = value
+        if trunk not in pretrained:
+            raise ConfigError(f"the pretrained checkpoint has no '{trunk}' parameters (it holds "
+                              f"{', '.join(pretrained)}); pick a {trunk} checkpoint for finetune.init")
+        enc = fresh["params"][trunk]
+        for key, value in pretrained[trunk].items():
+            if key in enc:
+                enc[key] = _fit(enc[key], value, key)
         return fresh
 
     return merge
@@ -138,6 +169,9 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
         raise ConfigError(f"finetune.max_seq_length={f.max_seq_length} exceeds the pretrained model's "
                           f"max_position_embeddings={model_cfg.max_position_embeddings} ({init}); lower it")
     tokenizer = load_tokenizer(info, tok_dir)
+    if model_cfg.family == "gpt" and tokenizer.vocab_size > model_cfg.vocab_size:
+        # GPT-2's released vocabulary lacks the start/delimiter/extract tokens: the tokenizer appends them
+        model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
     objective, description = build_task(cfg, model_cfg, tokenizer)
     tcfg = finetune_train_config(cfg, objective.num_train)
     stage = Path(cfg.output_dir) / f"finetune-{f.task.lower()}"
@@ -168,7 +202,8 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
 
     from ptm_jax.train.loop import fit
 
-    result = fit(objective, tcfg, mesh, stage, init_params=_merge_encoder(pretrained), lr_scale=lr_scale,
+    merge = _merge_encoder(pretrained, model_cfg.family)
+    result = fit(objective, tcfg, mesh, stage, init_params=merge, lr_scale=lr_scale,
                  meta={"config": config_lib.to_dict(cfg), "head": objective.head, "task": f.task,
                        "init": str(init)}, stop_after=stop_after, on_eval=on_eval)
     summary = {"stage": "finetune", "task": f.task, "description": description, "step": result.step,

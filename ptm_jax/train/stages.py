@@ -56,9 +56,11 @@ def prepare_corpus(cfg: RunConfig) -> Corpus:
     cache_dir = Path(cfg.data.cache_dir) if cfg.data.cache_dir else out / "cache"
     cache = build_or_load_cache(cfg.data, tok, cache_dir, jax.process_index(), jax.process_count(), barrier)
     n_eval = min(cfg.data.eval_documents, cache.num_docs // 2)
-    if cache.num_docs - n_eval < 2:
+    need = 2 if cfg.objective in ("mlm_nsp", "plm") else 1  # sentence pairs draw B from another document
+    if cache.num_docs - n_eval < need:
         raise ConfigError(f"the corpus {cfg.data.corpus!r} has {cache.num_docs} documents after tokenization; "
-                          "NSP needs at least 2 training documents: add text or lower data.eval_documents")
+                          f"{cfg.objective} needs at least {need} training documents: add text or lower "
+                          "data.eval_documents")
     train = SubsetSource(cache, np.arange(cache.num_docs - n_eval))
     held = SubsetSource(cache, np.arange(cache.num_docs - n_eval, cache.num_docs)) if n_eval else None
     special = SpecialIds(pad=tok.pad_id, cls=tok.cls_id, sep=tok.sep_id, mask=tok.mask_id,

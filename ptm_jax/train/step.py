@@ -30,9 +30,10 @@ def _microbatches(batch: dict[str, jax.Array], accum: int) -> dict[str, jax.Arra
 def layer_group(path: tuple[Any, ...]) -> str:
     """'params/bert/encoder/layers_3/...' -> 'layers_3'; '.../embeddings/...' -> 'embeddings'; heads by name."""
     keys = [str(getattr(k, "key", k)) for k in path if str(getattr(k, "key", k)) != "params"]
-    if "encoder" in keys:
-        return keys[keys.index("encoder") + 1]
-    if len(keys) > 1 and keys[0] == "bert":
+    for stack in ("encoder", "decoder"):
+        if stack in keys and keys.index(stack) + 1 < len(keys):
+            return keys[keys.index(stack) + 1]
+    if len(keys) > 1 and keys[0] in ("bert", "gpt", "xlnet"):
         return keys[1]
     return keys[0]
 

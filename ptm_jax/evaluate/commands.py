@@ -1,0 +1,38 @@
+"""`ptm perplexity`: held-out perplexity of a causal LM (GPT) on a text file."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def cmd_perplexity(args: argparse.Namespace) -> int:
+    from ptm_jax.errors import ConfigError
+    from ptm_jax.evaluate.perplexity import perplexity
+    from ptm_jax.export.params import load_params, load_tokenizer
+
+    params, cfg, info, tok_dir = load_params(args.model)
+    if cfg.family != "gpt":
+        raise ConfigError(f"{args.model}: model.family={cfg.family!r}; perplexity needs a causal LM (gpt)")
+    result = perplexity(params, cfg, load_tokenizer(info, tok_dir), args.file, seq_len=args.seq_len,
+                        stride=args.stride, batch_size=args.batch_size, max_tokens=args.max_tokens)
+    result = {"model": str(args.model), "file": str(args.file), **result}
+    print(json.dumps(result, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("perplexity", help="held-out perplexity of a GPT checkpoint on a text file",
+                              description="Tokenizes FILE as one stream, scores every token once (rows of "
+                              "--seq-len, each predicting its last --stride tokens) and prints token and word "
+                              "perplexity as JSON.")
+    p.add_argument("model", help="params directory, run directory or Hugging Face GPT-2 folder")
+    p.add_argument("file", help="UTF-8 text file, e.g. ../shared/data/corpus/wikitext-2-tokenized/test.txt")
+    p.add_argument("--seq-len", type=int, default=None, help="tokens per row (default: the model's context)")
+    p.add_argument("--stride", type=int, default=None, help="new tokens scored per row (default: --seq-len)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, default=0, help="score only the first N tokens (0 = all)")
+    p.add_argument("--json", default=None, help="also write the figures to this file")
+    p.set_defaults(handler=cmd_perplexity)

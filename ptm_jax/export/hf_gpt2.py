@@ -1,0 +1,264 @@
+"""Hugging Face GPT-2 checkpoints <-> ptm_jax GPT parameter trees (both directions, strict).
+
+Tensor names follow transformers' ``models/gpt2/modeling_gpt2.py`` (``GPT2Model``; ``GPT2LMHeadModel`` adds
+the ``transformer.`` prefix and a ``lm_head`` tied to ``wte``). GPT-2's ``Conv1D`` stores weights as
+``[in, out]``, like Flax, so no transpose is needed; the fused ``c_attn`` ``[H, 3H]`` splits into our
+query/key/value kernels ``[H, heads, head_dim]`` (output columns ordered q | k | v, head-major inside each).
+Every conversion is a slice or a reshape, so import(export(x)) == x bit for bit.
+
+Import is strict: missing, unexpected or mis-shaped tensors raise ``CheckpointError`` naming the file and
+tensors. Tolerated by name, as transformers tolerates them: the causal-mask buffers ``attn.bias`` /
+``attn.masked_bias`` of old checkpoints and ``lm_head.weight`` when it equals ``wte`` (tied output).
+GPT-2 is pre-LN with a final LayerNorm, ``gelu_new`` (our ``gelu_tanh``) and ``layer_norm_epsilon`` 1e-5.
+
+Params directories are written and read by ``ptm_jax.export.params`` (head ``causal_lm``), as for BERT.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ptm_jax.config import ModelConfig
+from ptm_jax.errors import CheckpointError
+from ptm_jax.export import params as params_lib
+from ptm_jax.export.hf_bert import ACT_FROM_HF, ACT_TO_HF, _fmt, read_hf_dir
+
+log = logging.getLogger(__name__)
+
+HEAD = "causal_lm"
+IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers, not parameters
+TOKENIZER_FILES = ("vocab.json", "merges.txt")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Config
+
+
+def _field(hf: dict[str, Any], key: str, kind: type, where: Path, default: Any = None) -> Any:
+    value = hf.get(key, default)
+    if value is None:
+        raise CheckpointError(f"{where}: lacks the GPT-2 config field {key!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
+        raise CheckpointError(f"{where}: field {key!r} must be a{'n integer' if kind is int else ' number'}, "
+                              f"got {value!r}")
+    value = kind(value)
+    if kind is int and value <= 0:
+        raise CheckpointError(f"{where}: field {key!r} must be positive, got {value}")
+    return value
+
+
+def model_config_from_hf_gpt2(hf: dict[str, Any], where: Path) -> ModelConfig:
+    """transformers GPT2Config dict -> ModelConfig; refuses what our GPT cannot represent."""
+    if hf.get("model_type") != "gpt2":
+        raise CheckpointError(f"{where}: model_type={hf.get('model_type')!r}; only 'gpt2' checkpoints import here")
+    for key, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
+                    ("add_cross_attention", False)):
+        if bool(hf.get(key, ok)) != ok:
+            raise CheckpointError(f"{where}: {key}={hf[key]!r} is not supported (only {ok})")
+    act = hf.get("activation_function", "gelu_new")
+    if act not in ACT_FROM_HF:
+        raise CheckpointError(f"{where}: field 'activation_function'={act!r} is not supported; expected one of "
+                              f"{', '.join(ACT_FROM_HF)}")
+    h = _field(hf, "n_embd", int, where)
+    inner = hf.get("n_inner")
+    resid, embd = (_field(hf, k, float, where, 0.1) for k in ("resid_pdrop", "embd_pdrop"))
+    if resid != embd:
+        log.warning("%s: embd_pdrop=%s differs from resid_pdrop=%s; both use model.hidden_dropout=%s",
+                    where, embd, resid, resid)
+    cfg = ModelConfig(
+        family="gpt", layer_norm_position="pre", vocab_size=_field(hf, "vocab_size", int, where), hidden_size=h,
+        num_layers=_field(hf, "n_layer", int, where), num_heads=_field(hf, "n_head", int, where),
+        intermediate_size=4 * h if inner is None else _field(hf, "n_inner", int, where),
+        max_position_embeddings=_field(hf, "n_positions", int, where), type_vocab_size=1,
+        hidden_act=ACT_FROM_HF[act], hidden_dropout=resid,
+        attention_dropout=_field(hf, "attn_pdrop", float, where, 0.1),
+        layer_norm_eps=_field(hf, "layer_norm_epsilon", float, where, 1e-5),
+        initializer_range=_field(hf, "initializer_range", float, where, 0.02))
+    if cfg.hidden_size % cfg.num_heads:
+        raise CheckpointError(f"{where}: n_embd={cfg.hidden_size} is not divisible by n_head={cfg.num_heads}")
+    return cfg
+
+
+def hf_gpt2_config(cfg: ModelConfig, info: dict[str, Any]) -> dict[str, Any]:
+    """ModelConfig -> a transformers GPT2Config dict (GPT2LMHeadModel, tied output)."""
+    eos = int(info.get("eos_token_id", cfg.vocab_size - 1))
+    return {
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": cfg.vocab_size,
+        "n_positions": cfg.max_position_embeddings, "n_ctx": cfg.max_position_embeddings,
+        "n_embd": cfg.hidden_size, "n_layer": cfg.num_layers, "n_head": cfg.num_heads,
+        "n_inner": cfg.intermediate_size, "activation_function": ACT_TO_HF[cfg.hidden_act],
+        "resid_pdrop": cfg.hidden_dropout, "embd_pdrop": cfg.hidden_dropout, "attn_pdrop": cfg.attention_dropout,
+        "layer_norm_epsilon": cfg.layer_norm_eps, "initializer_range": cfg.initializer_range,
+        "bos_token_id": int(info.get("bos_token_id", eos)), "eos_token_id": eos, "scale_attn_weights": True,
+        "tie_word_embeddings": True, "use_cache": True}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tensors
+
+
+def _expected_shapes(cfg: ModelConfig, prefix: str) -> dict[str, tuple[int, ...]]:
+    h, f, v, p = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.max_position_embeddings
+    out = {f"{prefix}wte.weight": (v, h), f"{prefix}wpe.weight": (p, h),
+           f"{prefix}ln_f.weight": (h,), f"{prefix}ln_f.bias": (h,)}
+    for i in range(cfg.num_layers):
+        b = f"{prefix}h.{i}."
+        out.update({b + "ln_1.weight": (h,), b + "ln_1.bias": (h,), b + "ln_2.weight": (h,), b + "ln_2.bias": (h,),
+                    b + "attn.c_attn.weight": (h, 3 * h), b + "attn.c_attn.bias": (3 * h,),
+                    b + "attn.c_proj.weight": (h, h), b + "attn.c_proj.bias": (h,),
+                    b + "mlp.c_fc.weight": (h, f), b + "mlp.c_fc.bias": (f,),
+                    b + "mlp.c_proj.weight": (f, h), b + "mlp.c_proj.bias": (h,)})
+    return out
+
+
+def _norm(t: dict[str, np.ndarray], name: str) -> dict[str, Any]:
+    return {"norm": {"scale": t[f"{name}.weight"], "bias": t[f"{name}.bias"]}}
+
+
+def hf_gpt2_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: Path) -> dict:
+    """HF name -> tensor to our causal_lm params {'gpt': ...} (loop layout, float32)."""
+    names = set(tensors)
+    prefix = "transformer." if any(n.startswith("transformer.") for n in names) else ""
+    expected = _expected_shapes(cfg, prefix)
+    ignored = {n for n in names if n.endswith(IGNORED_SUFFIXES)} | ({"lm_head.weight"} & names)
+    bad = [f"{n} (checkpoint {tuple(tensors[n].shape)}, expected {s})" for n, s in expected.items()
+           if n in names and tuple(tensors[n].shape) != s]
+    problems = [f"{what}: {_fmt(items)}" for what, items in (("missing tensors", set(expected) - names),
+                ("unexpected tensors", names - set(expected) - ignored), ("shape mismatches", bad)) if items]
+    if problems:
+        raise CheckpointError(f"{where}: does not match a GPT2LMHeadModel with the shapes of its config.json "
+                              f"(n_embd {cfg.hidden_size}, n_layer {cfg.num_layers}, n_head {cfg.num_heads}, "
+                              f"vocab {cfg.vocab_size}, n_positions {cfg.max_position_embeddings}): "
+                              + "; ".join(problems))
+    t = {n[len(prefix):]: np.asarray(tensors[n], dtype=np.float32) for n in expected}
+    if "lm_head.weight" in names and not np.array_equal(np.asarray(tensors["lm_head.weight"], np.float32),
+                                                        t["wte.weight"]):
+        raise CheckpointError(f"{where}: lm_head.weight differs from {prefix}wte.weight; our GPT ties the output "
+                              "layer to the token embedding, untied heads are not supported")
+    h, n = cfg.hidden_size, cfg.num_heads
+    d = h // n
+    layers = {}
+    for i in range(cfg.num_layers):
+        b = f"h.{i}."
+        w, bias = t[b + "attn.c_attn.weight"], t[b + "attn.c_attn.bias"]
+        attn = {name: {"kernel": np.ascontiguousarray(w[:, j * h:(j + 1) * h]).reshape(h, n, d),
+                       "bias": bias[j * h:(j + 1) * h].reshape(n, d)}
+                for j, name in enumerate(("query", "key", "value"))}
+        attn["output"] = {"kernel": t[b + "attn.c_proj.weight"].reshape(n, d, h), "bias": t[b + "attn.c_proj.bias"]}
+        layers[f"layers_{i}"] = {
+            "ln_1": _norm(t, b + "ln_1"), "attn": attn, "ln_2": _norm(t, b + "ln_2"),
+            "mlp": {"fc": {"kernel": t[b + "mlp.c_fc.weight"], "bias": t[b + "mlp.c_fc.bias"]},
+                    "proj": {"kernel": t[b + "mlp.c_proj.weight"], "bias": t[b + "mlp.c_proj.bias"]}}}
+    return {"gpt": {"wte": {"embedding": t["wte.weight"]}, "wpe": {"embedding": t["wpe.weight"]},
+                    "decoder": layers, "ln_f": _norm(t, "ln_f")}}
+
+
+def params_to_hf_gpt2(params: dict, cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """Our causal_lm params (either layout) -> GPT2LMHeadModel state dict (tied lm_head left out)."""
+    if cfg.family != "gpt" or cfg.layer_norm_position != "pre":
+        raise CheckpointError(f"export to Hugging Face GPT-2 needs a pre-LN GPT (family 'gpt', layer_norm_position "
+                              f"'pre'); this model is family {cfg.family!r}, {cfg.layer_norm_position!r}-LN")
+    g = params_lib.to_layout(params, False)["gpt"]
+    f32 = lambda x: np.ascontiguousarray(np.asarray(x, dtype=np.float32))  # noqa: E731
+    h = cfg.hidden_size
+    try:
+        out = {"transformer.wte.weight": f32(g["wte"]["embedding"]),
+               "transformer.wpe.weight": f32(g["wpe"]["embedding"]),
+               "transformer.ln_f.weight": f32(g["ln_f"]["norm"]["scale"]),
+               "transformer.ln_f.bias": f32(g["ln_f"]["norm"]["bias"])}
+        for i in range(cfg.num_layers):
+            p, b = g["decoder"][f"layers_{i}"], f"transformer.h.{i}."
+            a = p["attn"]
+            out.update({
+                b + "ln_1.weight": f32(p["ln_1"]["norm"]["scale"]), b + "ln_1.bias": f32(p["ln_1"]["norm"]["bias"]),
+                b + "ln_2.weight": f32(p["ln_2"]["norm"]["scale"]), b + "ln_2.bias": f32(p["ln_2"]["norm"]["bias"]),
+                b + "attn.c_attn.weight": f32(np.concatenate(
+                    [np.asarray(a[k]["kernel"]).reshape(h, h) for k in ("query", "key", "value")], axis=1)),
+                b + "attn.c_attn.bias": f32(np.concatenate(
+                    [np.asarray(a[k]["bias"]).reshape(h) for k in ("query", "key", "value")])),
+                b + "attn.c_proj.weight": f32(np.asarray(a["output"]["kernel"]).reshape(h, h)),
+                b + "attn.c_proj.bias": f32(a["output"]["bias"]),
+                b + "mlp.c_fc.weight": f32(p["mlp"]["fc"]["kernel"]), b + "mlp.c_fc.bias": f32(p["mlp"]["fc"]["bias"]),
+                b + "mlp.c_proj.weight": f32(p["mlp"]["proj"]["kernel"]),
+                b + "mlp.c_proj.bias": f32(p["mlp"]["proj"]["bias"])})
+    except (KeyError, ValueError) as e:
+        raise CheckpointError(f"the GPT parameters do not match the model config (missing or mis-shaped {e})") from None
+    want = _expected_shapes(cfg, "transformer.")
+    bad = [f"{k} {out[k].shape} != {s}" for k, s in want.items() if out[k].shape != s]
+    if bad:
+        raise CheckpointError(f"the GPT parameters do not match the model config: {_fmt(bad)}")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# Directory-level entry points
+
+
+def _tokenizer_info(d: Path) -> dict[str, Any]:
+    if all((d / f).is_file() for f in TOKENIZER_FILES):
+        return {"kind": "byte_bpe", "lower_case": False, "files": list(TOKENIZER_FILES)}
+    log.warning("%s: no vocab.json + merges.txt; the imported model has no tokenizer (ids only)", d)
+    return {}
+
+
+def import_hf_gpt2(path: str | Path) -> tuple[dict, ModelConfig, dict[str, Any]]:
+    """A local HF GPT-2 folder -> (params {'gpt': ...}, model config, info). info: head 'causal_lm',
+    source, tokenizer ({kind 'byte_bpe', files [vocab.json, merges.txt]} when present), bos/eos ids."""
+    root = Path(path)
+    hf, tensors, d = read_hf_dir(root)
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{d / 'config.json'}: not a JSON object")
+    cfg = model_config_from_hf_gpt2(hf, d / "config.json")
+    params = hf_gpt2_to_params(tensors, cfg, d)
+    info: dict[str, Any] = {"head": HEAD, "source": str(root.resolve()), "tokenizer": _tokenizer_info(d),
+                            "tokenizer_dir": str(d)}
+    for key in ("bos_token_id", "eos_token_id"):
+        if isinstance(hf.get(key), int):
+            info[key] = hf[key]
+    return params, cfg, info
+
+
+def import_hf_gpt2_to_params_dir(path: str | Path, out: str | Path, overwrite: bool = False) -> Path:
+    params, cfg, info = import_hf_gpt2(path)
+    d = Path(info.pop("tokenizer_dir"))
+    info.pop("head")
+    files = [d / f for f in info["tokenizer"].get("files", [])]
+    return params_lib.save_params(out, params, cfg, HEAD, info, files, overwrite=overwrite)
+
+
+def export_hf_gpt2(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
+    """A GPT params directory, run or HF GPT-2 folder -> an HF GPT2LMHeadModel folder (config.json,
+    model.safetensors, and vocab.json/merges.txt when the model has a byte-level BPE tokenizer)."""
+    from safetensors.numpy import save_file
+
+    params, cfg, info, tok_dir = params_lib.load_params(src)
+    if "gpt" not in params:
+        raise CheckpointError(f"{src}: not a GPT model (top-level keys {', '.join(sorted(params))})")
+    tensors = params_to_hf_gpt2(params, cfg)
+    tok = info.get("tokenizer") or {}
+    files = [tok_dir / f for f in tok.get("files", [])] if tok_dir is not None else []
+    if tok.get("kind") != "byte_bpe" or not files or not all(f.is_file() for f in files):
+        log.warning("%s: no byte-level BPE vocab.json/merges.txt; exporting the weights without a tokenizer", src)
+        files = []
+    out = Path(out_dir)
+    stage = params_lib.staging_dir(out, overwrite)
+    try:
+        save_file(tensors, str(stage / "model.safetensors"), metadata={"format": "pt"})
+        (stage / "config.json").write_text(json.dumps(hf_gpt2_config(cfg, info), indent=2) + "\n")
+        for f in files:
+            shutil.copyfile(f, stage / f.name)
+        if files:
+            (stage / "tokenizer_config.json").write_text(json.dumps(
+                {"tokenizer_class": "GPT2Tokenizer", "model_max_length": cfg.max_position_embeddings,
+                 "add_prefix_space": False}, indent=2) + "\n")
+        params_lib.commit_dir(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return {"out": str(out), "head": HEAD, "architecture": "GPT2LMHeadModel", "tensors": len(tensors),
+            "tokenizer": [f.name for f in files]}

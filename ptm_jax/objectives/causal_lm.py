@@ -1,0 +1,121 @@
+"""Causal language modelling: GPT's pretraining objective (Radford et al. 2018 Sec. 3.1; 2019 Sec. 2).
+
+L1 = sum_i log P(u_i | u_<i) over the tokens of packed rows. The rows come from
+``ptm_jax.data.pretraining.causal_lm`` (documents joined by an end-of-text token, segment ids keep attention
+and positions inside each document). The loss is the mean token cross-entropy over the global batch,
+computed as (sum of weighted CE) / (sum of weights) so microbatches add up exactly.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ptm_jax.config import RunConfig
+from ptm_jax.data.pretraining.source import DocumentSource
+
+INPUT_KEYS = ("input_ids", "target_ids", "target_weights", "segment_ids", "position_ids")
+
+
+def lm_terms(logits: jax.Array, targets: jax.Array, weights: jax.Array) -> dict[str, tuple[jax.Array, jax.Array]]:
+    """logits [..., V], targets/weights [...] -> {'lm_loss': (sum w*CE, sum w), 'lm_accuracy': (...)}."""
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
+    w = weights.astype(jnp.float32)
+    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+    total = jnp.sum(w)
+    return {"lm_loss": (jnp.sum(ce * w), total), "lm_accuracy": (jnp.sum(correct * w), total)}
+
+
+class CausalLmObjective:
+    """GPT-1 / GPT-2 pretraining on packed rows; plugs into ``ptm_jax.train.loop.fit`` unchanged."""
+
+    primary_metric = "lm_loss"
+
+    def __init__(self, cfg: RunConfig, train_source: DocumentSource, eval_source: DocumentSource | None,
+                 eos_id: int, pad_id: int):
+        from ptm_jax.models.gpt import GPTLMHeadModel
+
+        self.cfg = cfg
+        self.name = cfg.objective
+        self.model = GPTLMHeadModel(cfg.model)
+        self.train_source, self.eval_source = train_source, eval_source
+        self.eos_id, self.pad_id = int(eos_id), int(pad_id)
+
+    def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
+        L = self.cfg.data.max_seq_length
+        z = np.zeros((batch_size, L), np.int32)
+        return {"input_ids": z, "target_ids": z, "target_weights": np.zeros((batch_size, L), np.float32),
+                "segment_ids": np.ones((batch_size, L), np.int32),
+                "position_ids": np.broadcast_to(np.arange(L, dtype=np.int32), (batch_size, L)).copy()}
+
+    def init(self, rng: jax.Array, batch: dict[str, Any]) -> Any:
+        b = {k: jnp.asarray(v[:1]) for k, v in batch.items()}
+        return self.model.init(rng, b["input_ids"], b["segment_ids"], b["position_ids"])
+
+    def normalizers(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
+        return {"lm": jnp.sum(batch["target_weights"].astype(jnp.float32))}
+
+    def loss(self, params, batch, rng, normalizers, train: bool):
+        rngs = {"dropout": rng} if train and rng is not None else None
+        logits, _ = self.model.apply(params, batch["input_ids"], batch["segment_ids"], batch["position_ids"],
+                                     deterministic=not train, rngs=rngs)
+        terms = lm_terms(logits, batch["target_ids"], batch["target_weights"])
+        return terms["lm_loss"][0] / jnp.maximum(normalizers["lm"], 1.0), terms
+
+    def _batches(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+        from ptm_jax.data.pretraining.causal_lm import causal_lm_dataset
+
+        ds = causal_lm_dataset(source, self.eos_id, self.pad_id, self.cfg.data.max_seq_length,
+                               seed=self.cfg.data.seed, start_index=start, global_batch=global_batch,
+                               process_index=pi, process_count=pc, repeat=repeat, shuffle=repeat)
+        return ds.as_numpy_iterator()
+
+    def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int
+                      ) -> Iterator[dict[str, np.ndarray]]:
+        return self._batches(self.train_source, start_example, global_batch, process_index, process_count, True)
+
+    def eval_batches(self, global_batch: int, process_index: int, process_count: int):
+        if self.eval_source is None:
+            return iter(())
+        return self._batches(self.eval_source, 0, global_batch, process_index, process_count, False)
+
+    def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
+        out = dict(metrics)
+        if "lm_loss" in out and math.isfinite(out["lm_loss"]):
+            out["perplexity"] = math.exp(min(out["lm_loss"], 50.0))
+        return out
+
+    def baseline(self, global_batch: int) -> dict[str, float]:
+        return unigram_baseline(self, global_batch, eval_batches=self.cfg.train.eval_batches)
+
+
+def unigram_baseline(objective: CausalLmObjective, global_batch: int, train_batches: int = 20,
+                     eval_batches: int = 8) -> dict[str, float]:
+    """A unigram model fitted on the training stream (add-one smoothing), scored on the eval stream.
+
+    The model has learned beyond token frequencies only when its eval perplexity is below this one.
+    """
+    vocab = objective.cfg.model.vocab_size
+    counts = np.ones(vocab, np.float64)
+    it = objective.train_batches(0, global_batch, 0, 1)
+    for _ in range(train_batches):
+        b = next(it)
+        np.add.at(counts, b["target_ids"][b["target_weights"] > 0], 1.0)
+    logp = np.log(counts / counts.sum())
+    nll = hit = total = 0.0
+    top = int(np.argmax(counts))
+    for i, b in enumerate(objective.eval_batches(global_batch, 0, 1)):
+        if i >= eval_batches:
+            break
+        w = b["target_weights"] > 0
+        t = b["target_ids"][w]
+        nll -= float(logp[t].sum())
+        hit += float((t == top).sum())
+        total += float(t.size)
+    if not total:
+        return {"unigram_perplexity": float("nan"), "majority_accuracy": float("nan")}
+    return {"unigram_perplexity": math.exp(nll / total), "majority_accuracy": hit / total, "majority_token": top}
