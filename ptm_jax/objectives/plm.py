@@ -1,0 +1,92 @@
+"""XLNet's permutation language modelling objective (Yang et al. 2019 Sec. 2.2-2.3; zihangdai/xlnet
+train_gpu.py / model_utils.py).
+
+For a factorization order z the model maximises sum_t log p(x_{z_t} | x_{z<t}) over the partial-prediction
+targets only (Sec. 2.3): the query stream at each target, mapped by ``target_mapping``, scores the tied
+embedding + bias; loss = sum(CE * w) / sum(w). The examples (span targets, one order per ``perm_size``
+block, ``perm_mask``, ``bi_data``) come from ``ptm_jax.data.pretraining.plm``.
+
+Memory: the model carries Transformer-XL memory within a forward pass and takes ``mems`` from a caller
+(``ptm_jax.models.xlnet``); this objective trains each sample on its own (no memory carried from one
+training step to the next), so ``reuse_len`` shapes the samples and the targets but no states are reused.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ptm_jax.config import RunConfig
+from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds
+from ptm_jax.errors import ConfigError
+from ptm_jax.objectives.causal_lm import lm_terms, unigram_baseline
+
+INPUT_KEYS = ("input_ids", "segment_ids", "perm_mask", "target_mapping", "target_ids", "target_weights")
+
+
+class PlmObjective:
+    primary_metric = "lm_loss"
+
+    def __init__(self, cfg: RunConfig, train_source: DocumentSource, eval_source: DocumentSource | None,
+                 special: SpecialIds):
+        from ptm_jax.models.xlnet import XLNetLMHeadModel
+
+        d = cfg.data
+        if d.bi_data and (cfg.train.batch_size % 2 or cfg.train.grad_accum_steps > 1):
+            raise ConfigError("data.bi_data=true needs an even train.batch_size and train.grad_accum_steps=1 "
+                              "(the reversed half of each batch must stay in the same microbatch)")
+        self.cfg, self.name = cfg, cfg.objective
+        self.model = XLNetLMHeadModel(cfg.model, reuse_len=d.reuse_len, bi_data=d.bi_data)
+        self.train_source, self.eval_source, self.special = train_source, eval_source, special
+
+    def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
+        L, P = self.cfg.data.max_seq_length, self.cfg.data.max_predictions_per_seq
+        return {"input_ids": np.zeros((batch_size, L), np.int32),
+                "segment_ids": np.zeros((batch_size, L), np.int32),
+                "perm_mask": np.zeros((batch_size, L, L), np.float32),
+                "target_mapping": np.zeros((batch_size, P, L), np.float32),
+                "target_ids": np.zeros((batch_size, P), np.int32),
+                "target_weights": np.zeros((batch_size, P), np.float32)}
+
+    def init(self, rng: jax.Array, batch: dict[str, Any]) -> Any:
+        n = 2 if self.cfg.data.bi_data else 1
+        b = {k: jnp.asarray(v[:n]) for k, v in batch.items()}
+        return self.model.init(rng, b["input_ids"], b["segment_ids"], None, b["perm_mask"], b["target_mapping"])
+
+    def normalizers(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
+        return {"lm": jnp.sum(batch["target_weights"].astype(jnp.float32))}
+
+    def loss(self, params, batch, rng, normalizers, train: bool):
+        rngs = {"dropout": rng} if train and rng is not None else None
+        logits, _ = self.model.apply(params, batch["input_ids"], batch["segment_ids"], None, batch["perm_mask"],
+                                     batch["target_mapping"], deterministic=not train, rngs=rngs)
+        terms = lm_terms(logits, batch["target_ids"], batch["target_weights"])
+        return terms["lm_loss"][0] / jnp.maximum(normalizers["lm"], 1.0), terms
+
+    def _batches(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+        from ptm_jax.data.pretraining.plm import plm_dataset
+
+        ds = plm_dataset(source, self.special, self.cfg.data, seed=self.cfg.data.seed, start_index=start,
+                         global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat)
+        return ds.as_numpy_iterator()
+
+    def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int
+                      ) -> Iterator[dict[str, np.ndarray]]:
+        return self._batches(self.train_source, start_example, global_batch, process_index, process_count, True)
+
+    def eval_batches(self, global_batch: int, process_index: int, process_count: int):
+        if self.eval_source is None:
+            return iter(())
+        return self._batches(self.eval_source, 0, global_batch, process_index, process_count, False)
+
+    def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
+        out = dict(metrics)
+        if "lm_loss" in out and math.isfinite(out["lm_loss"]):
+            out["perplexity"] = math.exp(min(out["lm_loss"], 50.0))
+        return out
+
+    def baseline(self, global_batch: int) -> dict[str, float]:
+        return unigram_baseline(self, global_batch, eval_batches=self.cfg.train.eval_batches)
