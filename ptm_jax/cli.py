@@ -8,7 +8,7 @@
   ptm data -c bert_small           build the tokenizer and tokenized cache only, print corpus figures
   ptm config -c bert_base train.batch_size=256    print the resolved config
   ptm presets                      list the presets in configs/
-  ptm import-hf DIR --out OUT      a local Hugging Face BERT folder -> a ptm_jax params directory
+  ptm import-hf DIR --out OUT      a local Hugging Face BERT, GPT-2 or XLNet folder -> a params directory
   ptm export RUN --format hf --out OUT    a run or params directory -> transformers-loadable folder
   ptm embed MODEL texts.txt --pooling mean     sentence embeddings (file or - for stdin)
   ptm predict MODEL texts.txt      a finetuned classifier on lines of text
@@ -104,6 +104,12 @@ def _report_pretrain(summary: dict[str, Any]) -> None:
         print(line)
     if "nsp_accuracy" in ev:
         print(f"  held-out NSP accuracy {ev['nsp_accuracy']:.4f} (chance 0.5)")
+    if "lm_loss" in ev:  # causal LM (GPT) and permutation LM (XLNet): per predicted token
+        line = (f"  held-out LM loss {ev['lm_loss']:.4f} (perplexity {ev.get('perplexity', float('nan')):.1f}), "
+                f"next-token accuracy {ev.get('lm_accuracy', float('nan')):.4f}")
+        if "unigram_perplexity" in base:
+            line += f"  |  unigram model perplexity: {base['unigram_perplexity']:.1f}"
+        print(line)
 
 
 def cmd_pretrain(args) -> int:

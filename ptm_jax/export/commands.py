@@ -159,11 +159,14 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     if kind == "gpt2":
         from ptm_jax.export.hf_gpt2 import import_hf_gpt2_to_params_dir
 
+        if args.head not in (None, "causal_lm"):
+            raise ConfigError(f"--head {args.head}: a GPT-2 folder imports as head causal_lm (GPT2LMHeadModel)")
+
         out = import_hf_gpt2_to_params_dir(args.dir, args.out, overwrite=args.force)
     elif kind == "xlnet":
         from ptm_jax.export.hf_xlnet import import_hf_xlnet_to_params_dir
 
-        out = import_hf_xlnet_to_params_dir(args.dir, args.out, overwrite=args.force)
+        out = import_hf_xlnet_to_params_dir(args.dir, args.out, head=args.head, overwrite=args.force)
     else:
         from ptm_jax.export.hf_bert import import_hf_to_params_dir
 

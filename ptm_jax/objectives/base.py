@@ -58,3 +58,27 @@ def is_decayed(path: tuple[Any, ...], _leaf: Any) -> bool:
 
 def decay_mask(params: Any) -> Any:
     return jax.tree_util.tree_map_with_path(is_decayed, params)
+
+
+class SourceStreams:
+    """Mixin of the pretraining objectives: their train and eval batches come from ``self.train_source`` /
+    ``self.eval_source`` through one ``dataset(...)`` builder (a tf.data.Dataset of this process's rows)."""
+
+    train_source: Any
+    eval_source: Any
+
+    def dataset(self, source: Any, start: int, global_batch: int, process_index: int, process_count: int,
+                repeat: bool):
+        raise NotImplementedError
+
+    def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int
+                      ) -> Iterator[dict[str, np.ndarray]]:
+        return self.dataset(self.train_source, start_example, global_batch, process_index, process_count,
+                            True).as_numpy_iterator()
+
+    def eval_batches(self, global_batch: int, process_index: int, process_count: int
+                     ) -> Iterator[dict[str, np.ndarray]]:
+        if self.eval_source is None:
+            return iter(())
+        return self.dataset(self.eval_source, 0, global_batch, process_index, process_count,
+                            False).as_numpy_iterator()

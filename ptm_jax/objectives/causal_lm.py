@@ -8,7 +8,7 @@ computed as (sum of weighted CE) / (sum of weights) so microbatches add up exact
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +17,7 @@ import optax
 
 from ptm_jax.config import RunConfig
 from ptm_jax.data.pretraining.source import DocumentSource
+from ptm_jax.objectives.base import SourceStreams
 
 INPUT_KEYS = ("input_ids", "target_ids", "target_weights", "segment_ids", "position_ids")
 
@@ -30,7 +31,22 @@ def lm_terms(logits: jax.Array, targets: jax.Array, weights: jax.Array) -> dict[
     return {"lm_loss": (jnp.sum(ce * w), total), "lm_accuracy": (jnp.sum(correct * w), total)}
 
 
-class CausalLmObjective:
+class LanguageModelReport:
+    """Mixin of the LM objectives (causal, permutation): perplexity in the report, a unigram baseline."""
+
+    cfg: RunConfig
+
+    def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
+        out = dict(metrics)
+        if "lm_loss" in out and math.isfinite(out["lm_loss"]):
+            out["perplexity"] = math.exp(min(out["lm_loss"], 50.0))
+        return out
+
+    def baseline(self, global_batch: int) -> dict[str, float]:
+        return unigram_baseline(self, global_batch, eval_batches=self.cfg.train.eval_batches)
+
+
+class CausalLmObjective(SourceStreams, LanguageModelReport):
     """GPT-1 / GPT-2 pretraining on packed rows; plugs into ``ptm_jax.train.loop.fit`` unchanged."""
 
     primary_metric = "lm_loss"
@@ -66,34 +82,15 @@ class CausalLmObjective:
         terms = lm_terms(logits, batch["target_ids"], batch["target_weights"])
         return terms["lm_loss"][0] / jnp.maximum(normalizers["lm"], 1.0), terms
 
-    def _batches(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
         from ptm_jax.data.pretraining.causal_lm import causal_lm_dataset
 
-        ds = causal_lm_dataset(source, self.eos_id, self.pad_id, self.cfg.data.max_seq_length,
-                               seed=self.cfg.data.seed, start_index=start, global_batch=global_batch,
-                               process_index=pi, process_count=pc, repeat=repeat, shuffle=repeat)
-        return ds.as_numpy_iterator()
-
-    def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int
-                      ) -> Iterator[dict[str, np.ndarray]]:
-        return self._batches(self.train_source, start_example, global_batch, process_index, process_count, True)
-
-    def eval_batches(self, global_batch: int, process_index: int, process_count: int):
-        if self.eval_source is None:
-            return iter(())
-        return self._batches(self.eval_source, 0, global_batch, process_index, process_count, False)
-
-    def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
-        out = dict(metrics)
-        if "lm_loss" in out and math.isfinite(out["lm_loss"]):
-            out["perplexity"] = math.exp(min(out["lm_loss"], 50.0))
-        return out
-
-    def baseline(self, global_batch: int) -> dict[str, float]:
-        return unigram_baseline(self, global_batch, eval_batches=self.cfg.train.eval_batches)
+        return causal_lm_dataset(source, self.eos_id, self.pad_id, self.cfg.data.max_seq_length,
+                                 seed=self.cfg.data.seed, start_index=start, global_batch=global_batch,
+                                 process_index=pi, process_count=pc, repeat=repeat, shuffle=repeat)
 
 
-def unigram_baseline(objective: CausalLmObjective, global_batch: int, train_batches: int = 20,
+def unigram_baseline(objective: Any, global_batch: int, train_batches: int = 20,
                      eval_batches: int = 8) -> dict[str, float]:
     """A unigram model fitted on the training stream (add-one smoothing), scored on the eval stream.
 

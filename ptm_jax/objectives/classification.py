@@ -46,12 +46,19 @@ class SequenceClassificationObjective(ArrayTaskData):
         self.name, self.spec, self.fcfg = f"finetune-{spec.name}", spec, fcfg
         self.regression = spec.is_regression
         self.num_labels = spec.num_labels
-        self.model = BertForSequenceClassification(model_cfg, self.num_labels, fcfg.classifier_dropout)
-        self.train = featurize(train, tokenizer, fcfg.max_seq_length, self.regression)
-        self.dev = featurize(dev, tokenizer, fcfg.max_seq_length, self.regression) if dev else None
+        self.model = self.build_model(model_cfg)
+        self.train = self.featurize(train, tokenizer)
+        self.dev = self.featurize(dev, tokenizer) if dev else None
         self.dev_examples = list(dev)
         self.num_train = len(train)
         self.primary_metric = PRIMARY.get(spec.name, "accuracy")
+
+    # the two hooks a model family overrides (GPT: gpt_classification.py, XLNet: xlnet_classification.py)
+    def build_model(self, model_cfg: ModelConfig):
+        return BertForSequenceClassification(model_cfg, self.num_labels, self.fcfg.classifier_dropout)
+
+    def featurize(self, examples: Sequence[Example], tokenizer) -> dict[str, np.ndarray]:
+        return featurize(examples, tokenizer, self.fcfg.max_seq_length, self.regression)
 
     def init(self, rng, batch):
         b = {k: jnp.asarray(v[:1]) for k, v in batch.items()}

@@ -17,9 +17,8 @@ import optax
 from ptm_jax.config import FinetuneConfig, ModelConfig
 from ptm_jax.data.tasks.glue import Example, TaskSpec
 from ptm_jax.data.tasks.gpt_transforms import gpt_features, transform_for
-from ptm_jax.errors import DataError
 from ptm_jax.objectives.causal_lm import lm_terms
-from ptm_jax.objectives.classification import PRIMARY, SequenceClassificationObjective
+from ptm_jax.objectives.classification import SequenceClassificationObjective
 
 
 def featurize(examples: Sequence[Example], tokenizer, max_len: int, regression: bool, mode: str
@@ -37,21 +36,17 @@ class GptClassificationObjective(SequenceClassificationObjective):
 
     def __init__(self, model_cfg: ModelConfig, spec: TaskSpec, train: Sequence[Example], dev: Sequence[Example],
                  tokenizer, fcfg: FinetuneConfig):
+        self.mode = transform_for(spec.name, spec.is_pair)
+        self.lm_coef = fcfg.lm_coef
+        super().__init__(model_cfg, spec, train, dev, tokenizer, fcfg)
+
+    def build_model(self, model_cfg: ModelConfig):
         from ptm_jax.models.gpt_task_heads import GPTForSequenceClassification
 
-        if not train:
-            raise DataError(f"task {spec.name}: no training examples")
-        self.name, self.spec, self.fcfg = f"finetune-{spec.name}", spec, fcfg
-        self.regression = spec.is_regression
-        self.num_labels = spec.num_labels
-        self.mode = transform_for(spec.name, spec.is_pair)
-        self.model = GPTForSequenceClassification(model_cfg, self.num_labels, fcfg.classifier_dropout)
-        self.train = featurize(train, tokenizer, fcfg.max_seq_length, self.regression, self.mode)
-        self.dev = featurize(dev, tokenizer, fcfg.max_seq_length, self.regression, self.mode) if dev else None
-        self.dev_examples = list(dev)
-        self.num_train = len(train)
-        self.primary_metric = PRIMARY.get(spec.name, "accuracy")
-        self.lm_coef = fcfg.lm_coef
+        return GPTForSequenceClassification(model_cfg, self.num_labels, self.fcfg.classifier_dropout)
+
+    def featurize(self, examples: Sequence[Example], tokenizer) -> dict[str, np.ndarray]:
+        return featurize(examples, tokenizer, self.fcfg.max_seq_length, self.regression, self.mode)
 
     def init(self, rng, batch):
         b = {k: jnp.asarray(v[:1]) for k, v in batch.items()}

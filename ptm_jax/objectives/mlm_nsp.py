@@ -6,7 +6,7 @@ corpus cache (``ptm_jax.data.pretraining.mlm_nsp``). ``objective = "mlm"`` drops
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +16,7 @@ from ptm_jax.config import RunConfig
 from ptm_jax.data.pretraining.mlm_nsp import mlm_nsp_dataset
 from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds
 from ptm_jax.models.heads import BertForPreTraining
+from ptm_jax.objectives.base import SourceStreams
 from ptm_jax.objectives.mlm import mlm_loss, mlm_terms
 from ptm_jax.objectives.nsp import nsp_terms
 
@@ -23,7 +24,7 @@ INPUT_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "
               "masked_lm_weights", "next_sentence_labels")
 
 
-class MlmNspObjective:
+class MlmNspObjective(SourceStreams):
     primary_metric = "mlm_accuracy"
 
     def __init__(self, cfg: RunConfig, train_source: DocumentSource, eval_source: DocumentSource | None,
@@ -70,19 +71,9 @@ class MlmNspObjective:
         return loss, terms
 
     # -- data -------------------------------------------------------------------------------------------
-    def _batches(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
-        ds = mlm_nsp_dataset(source, self.special, self.cfg.data, seed=self.cfg.data.seed, start_index=start,
-                             global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat)
-        return ds.as_numpy_iterator()
-
-    def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int
-                      ) -> Iterator[dict[str, np.ndarray]]:
-        return self._batches(self.train_source, start_example, global_batch, process_index, process_count, True)
-
-    def eval_batches(self, global_batch: int, process_index: int, process_count: int):
-        if self.eval_source is None:
-            return iter(())
-        return self._batches(self.eval_source, 0, global_batch, process_index, process_count, False)
+    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+        return mlm_nsp_dataset(source, self.special, self.cfg.data, seed=self.cfg.data.seed, start_index=start,
+                               global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat)
 
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
         return metrics

@@ -12,8 +12,7 @@ training step to the next), so ``reuse_len`` shapes the samples and the targets 
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -22,12 +21,13 @@ import numpy as np
 from ptm_jax.config import RunConfig
 from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds
 from ptm_jax.errors import ConfigError
-from ptm_jax.objectives.causal_lm import lm_terms, unigram_baseline
+from ptm_jax.objectives.base import SourceStreams
+from ptm_jax.objectives.causal_lm import LanguageModelReport, lm_terms
 
 INPUT_KEYS = ("input_ids", "segment_ids", "perm_mask", "target_mapping", "target_ids", "target_weights")
 
 
-class PlmObjective:
+class PlmObjective(SourceStreams, LanguageModelReport):
     primary_metric = "lm_loss"
 
     def __init__(self, cfg: RunConfig, train_source: DocumentSource, eval_source: DocumentSource | None,
@@ -66,27 +66,8 @@ class PlmObjective:
         terms = lm_terms(logits, batch["target_ids"], batch["target_weights"])
         return terms["lm_loss"][0] / jnp.maximum(normalizers["lm"], 1.0), terms
 
-    def _batches(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
         from ptm_jax.data.pretraining.plm import plm_dataset
 
-        ds = plm_dataset(source, self.special, self.cfg.data, seed=self.cfg.data.seed, start_index=start,
-                         global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat)
-        return ds.as_numpy_iterator()
-
-    def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int
-                      ) -> Iterator[dict[str, np.ndarray]]:
-        return self._batches(self.train_source, start_example, global_batch, process_index, process_count, True)
-
-    def eval_batches(self, global_batch: int, process_index: int, process_count: int):
-        if self.eval_source is None:
-            return iter(())
-        return self._batches(self.eval_source, 0, global_batch, process_index, process_count, False)
-
-    def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
-        out = dict(metrics)
-        if "lm_loss" in out and math.isfinite(out["lm_loss"]):
-            out["perplexity"] = math.exp(min(out["lm_loss"], 50.0))
-        return out
-
-    def baseline(self, global_batch: int) -> dict[str, float]:
-        return unigram_baseline(self, global_batch, eval_batches=self.cfg.train.eval_batches)
+        return plm_dataset(source, self.special, self.cfg.data, seed=self.cfg.data.seed, start_index=start,
+                           global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat)

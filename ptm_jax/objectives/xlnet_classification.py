@@ -11,11 +11,11 @@ from typing import Sequence
 
 import numpy as np
 
-from ptm_jax.config import FinetuneConfig, ModelConfig
+from ptm_jax.config import ModelConfig
 from ptm_jax.data.tasks.features import pad_rows, truncate_pair
-from ptm_jax.data.tasks.glue import Example, TaskSpec
-from ptm_jax.errors import ConfigError, DataError
-from ptm_jax.objectives.classification import PRIMARY, SequenceClassificationObjective
+from ptm_jax.data.tasks.glue import Example
+from ptm_jax.errors import ConfigError
+from ptm_jax.objectives.classification import SequenceClassificationObjective
 
 
 def xlnet_inputs(tokenizer, texts: Sequence[str], pairs: Sequence[str] | None, max_len: int
@@ -51,18 +51,10 @@ def featurize(examples: Sequence[Example], tokenizer, max_len: int, regression: 
 
 
 class XLNetClassificationObjective(SequenceClassificationObjective):
-    def __init__(self, model_cfg: ModelConfig, spec: TaskSpec, train: Sequence[Example], dev: Sequence[Example],
-                 tokenizer, fcfg: FinetuneConfig):
+    def build_model(self, model_cfg: ModelConfig):
         from ptm_jax.models.xlnet import XLNetForSequenceClassification
 
-        if not train:
-            raise DataError(f"task {spec.name}: no training examples")
-        self.name, self.spec, self.fcfg = f"finetune-{spec.name}", spec, fcfg
-        self.regression = spec.is_regression
-        self.num_labels = spec.num_labels
-        self.model = XLNetForSequenceClassification(model_cfg, self.num_labels, fcfg.classifier_dropout)
-        self.train = featurize(train, tokenizer, fcfg.max_seq_length, self.regression)
-        self.dev = featurize(dev, tokenizer, fcfg.max_seq_length, self.regression) if dev else None
-        self.dev_examples = list(dev)
-        self.num_train = len(train)
-        self.primary_metric = PRIMARY.get(spec.name, "accuracy")
+        return XLNetForSequenceClassification(model_cfg, self.num_labels, self.fcfg.classifier_dropout)
+
+    def featurize(self, examples: Sequence[Example], tokenizer) -> dict[str, np.ndarray]:
+        return featurize(examples, tokenizer, self.fcfg.max_seq_length, self.regression)

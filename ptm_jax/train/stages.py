@@ -87,7 +87,7 @@ def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | 
     result = fit(objective, cfg.train, mesh, Path(cfg.output_dir) / "pretrain", stop_after=stop_after,
                  meta={"config": config_lib.to_dict(cfg)})
     summary: dict[str, Any] = {"stage": "pretrain", "step": result.step, "preempted": result.preempted,
-                               "train": result.train_metrics, "eval": result.eval_metrics,
+                               "train": result.train_metrics, "eval": objective.summarize(result.eval_metrics),
                                "corpus": {"documents": corpus.cache.num_docs, "tokens": corpus.cache.num_tokens,
                                           "vocab_size": corpus.tokenizer.vocab_size}}
     if hasattr(objective, "baseline") and not result.preempted:
