@@ -22,7 +22,6 @@ import json
 import logging
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +30,11 @@ import numpy as np
 from ptm_jax.config import ModelConfig
 from ptm_jax.errors import CheckpointError
 from ptm_jax.export import params as params_lib
+from ptm_jax.export.hf_files import (ACT_FROM_HF, ACT_TO_HF, Rule, dense_rules, fmt_names, get_path, linear_rule,
+                                     norm_rules, read_hf_dir, read_json, st_modules)
 
 log = logging.getLogger(__name__)
 
-ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
-ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 ARCHITECTURES = {  # our head -> transformers class
     "encoder": "BertModel", "pretraining": "BertForPreTraining", "masked_lm": "BertForMaskedLM",
     "sequence_classification": "BertForSequenceClassification", "token_classification": "BertForTokenClassification",
@@ -54,41 +53,6 @@ SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD
 # Name/layout rules
 
 
-@dataclass(frozen=True)
-class Rule:
-    """One tensor: its HF name and shape, its path and shape in our tree. ``in_axes`` = k means our leading
-    k axes are torch's input axis, i.e. HF [out, in] = ours.reshape(prod(shape[:k]), -1).T; None: a reshape."""
-
-    hf: str
-    path: tuple[str, ...]
-    shape: tuple[int, ...]
-    hf_shape: tuple[int, ...]
-    in_axes: int | None = None
-
-    def to_ours(self, x: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(x.T if self.in_axes else x).reshape(self.shape)
-
-    def to_hf(self, x: np.ndarray) -> np.ndarray:
-        if self.in_axes:
-            x = x.reshape(int(np.prod(self.shape[: self.in_axes])), -1).T
-        return np.ascontiguousarray(x).reshape(self.hf_shape)
-
-
-def _linear(hf: str, path: tuple[str, ...], shape: tuple[int, ...], in_axes: int) -> Rule:
-    n_in = int(np.prod(shape[:in_axes]))
-    return Rule(hf, path, shape, (int(np.prod(shape)) // n_in, n_in), in_axes)
-
-
-def _dense(hf: str, path: tuple[str, ...], n_in: int, n_out: int) -> list[Rule]:
-    return [_linear(f"{hf}.weight", path + ("dense", "kernel"), (n_in, n_out), 1),
-            Rule(f"{hf}.bias", path + ("dense", "bias"), (n_out,), (n_out,))]
-
-
-def _norm(hf: str, path: tuple[str, ...], h: int) -> list[Rule]:
-    return [Rule(f"{hf}.weight", path + ("norm", "scale"), (h,), (h,)),
-            Rule(f"{hf}.bias", path + ("norm", "bias"), (h,), (h,))]
-
-
 def encoder_rules(cfg: ModelConfig, prefix: str, has_pooler: bool) -> list[Rule]:
     """Rules of BertModel; ``prefix`` is '' (a bare BertModel checkpoint) or 'bert.'. Paths are loop layout."""
     h, n, f = cfg.hidden_size, cfg.num_heads, cfg.intermediate_size
@@ -97,20 +61,20 @@ def encoder_rules(cfg: ModelConfig, prefix: str, has_pooler: bool) -> list[Rule]
     rules = [Rule(f"{prefix}embeddings.{name}.weight", e + (name, "embedding"), (rows, h), (rows, h))
              for name, rows in (("word_embeddings", cfg.vocab_size), ("position_embeddings",
                                 cfg.max_position_embeddings), ("token_type_embeddings", cfg.type_vocab_size))]
-    rules += _norm(f"{prefix}embeddings.LayerNorm", e + ("norm",), h)
+    rules += norm_rules(f"{prefix}embeddings.LayerNorm", e + ("norm",), h)
     for i in range(cfg.num_layers):
         hf, p = f"{prefix}encoder.layer.{i}", ("bert", "encoder", f"layers_{i}")
         for name in ("query", "key", "value"):
-            rules += [_linear(f"{hf}.attention.self.{name}.weight", p + ("attention", name, "kernel"), (h, n, d), 1),
+            rules += [linear_rule(f"{hf}.attention.self.{name}.weight", p + ("attention", name, "kernel"), (h, n, d), 1),
                       Rule(f"{hf}.attention.self.{name}.bias", p + ("attention", name, "bias"), (n, d), (h,))]
-        rules += [_linear(f"{hf}.attention.output.dense.weight", p + ("attention", "output", "kernel"), (n, d, h), 2),
+        rules += [linear_rule(f"{hf}.attention.output.dense.weight", p + ("attention", "output", "kernel"), (n, d, h), 2),
                   Rule(f"{hf}.attention.output.dense.bias", p + ("attention", "output", "bias"), (h,), (h,))]
-        rules += _norm(f"{hf}.attention.output.LayerNorm", p + ("attention_norm",), h)
-        rules += _dense(f"{hf}.intermediate.dense", p + ("intermediate",), h, f)
-        rules += _dense(f"{hf}.output.dense", p + ("output",), f, h)
-        rules += _norm(f"{hf}.output.LayerNorm", p + ("output_norm",), h)
+        rules += norm_rules(f"{hf}.attention.output.LayerNorm", p + ("attention_norm",), h)
+        rules += dense_rules(f"{hf}.intermediate.dense", p + ("intermediate",), h, f)
+        rules += dense_rules(f"{hf}.output.dense", p + ("output",), f, h)
+        rules += norm_rules(f"{hf}.output.LayerNorm", p + ("output_norm",), h)
     if has_pooler:
-        rules += _dense(f"{prefix}pooler.dense", ("bert", "pooler"), h, h)
+        rules += dense_rules(f"{prefix}pooler.dense", ("bert", "pooler"), h, h)
     return rules
 
 
@@ -118,15 +82,15 @@ def head_rules(cfg: ModelConfig, head: str, num_labels: int) -> list[Rule]:
     h = cfg.hidden_size
     rules: list[Rule] = []
     if head in ("pretraining", "masked_lm"):
-        rules += _dense("cls.predictions.transform.dense", ("mlm", "transform"), h, h)
-        rules += _norm("cls.predictions.transform.LayerNorm", ("mlm", "transform_norm"), h)
+        rules += dense_rules("cls.predictions.transform.dense", ("mlm", "transform"), h, h)
+        rules += norm_rules("cls.predictions.transform.LayerNorm", ("mlm", "transform_norm"), h)
         rules.append(Rule("cls.predictions.bias", ("mlm", "output_bias"), (cfg.vocab_size,), (cfg.vocab_size,)))
     if head == "pretraining":
-        rules += _dense("cls.seq_relationship", ("nsp",), h, 2)
+        rules += dense_rules("cls.seq_relationship", ("nsp",), h, 2)
     if head in ("sequence_classification", "token_classification", "multiple_choice"):
-        rules += _dense("classifier", ("classifier",), h, 1 if head == "multiple_choice" else num_labels)
+        rules += dense_rules("classifier", ("classifier",), h, 1 if head == "multiple_choice" else num_labels)
     if head == "question_answering":
-        rules += _dense("qa_outputs", ("qa_outputs",), h, 2)
+        rules += dense_rules("qa_outputs", ("qa_outputs",), h, 2)
     return rules
 
 
@@ -255,124 +219,9 @@ def hf_config(cfg: ModelConfig, head: str, info: dict[str, Any]) -> dict[str, An
 # Reading a Hugging Face directory
 
 
-def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({e}); re-download or re-export the "
-                              "model folder") from None
-    except (TypeError, AttributeError):  # bfloat16 / float8 have no numpy dtype: read through JAX, widen to float32
-        from safetensors.flax import load_file
-
-        try:
-            tensors = load_file(str(path))
-        except Exception as e:  # noqa: BLE001 - any failure here is an unusable file
-            raise CheckpointError(f"{path}: holds tensors of a dtype this reader cannot convert ({type(e).__name__}: "
-                                  f"{str(e)[:80]}); save the checkpoint in float32, float16 or bfloat16") from None
-        return {k: np.asarray(v.astype("float32") if v.dtype.name == "bfloat16" or v.dtype.name.startswith("float8")
-                              else v) for k, v in tensors.items()}
-
-
-def _read_torch_bin(path: Path) -> dict[str, np.ndarray]:
-    """``torch.load(weights_only=True)``: tensors and plain containers only, never arbitrary objects."""
-    try:
-        import torch
-    except ImportError:
-        raise CheckpointError(f"{path}: reading pytorch_model.bin needs torch; install it or convert the "
-                              "checkpoint to model.safetensors") from None
-    try:
-        state = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - torch raises UnpicklingError, RuntimeError, EOFError ...
-        raise CheckpointError(f"{path}: refused: not a weights-only PyTorch checkpoint ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''}). Only tensors are loaded from .bin "
-                              "files; convert it to safetensors") from None
-    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
-        state = state["state_dict"]
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{path}: holds a {type(state).__name__}, not a name -> tensor mapping")
-    out = {}
-    for k, v in state.items():
-        if not isinstance(v, torch.Tensor):
-            raise CheckpointError(f"{path}: entry {k!r} is a {type(v).__name__}, not a tensor")
-        try:
-            out[k] = v.detach().float().numpy() if v.is_floating_point() else v.numpy()
-        except (RuntimeError, TypeError) as e:  # sparse, quantized or meta tensors have no plain numpy form
-            raise CheckpointError(f"{path}: tensor {k!r} cannot be read as an array ({str(e)[:80]}); save the "
-                                  "checkpoint with dense float tensors (or as safetensors)") from None
-    return out
-
-
-def read_json(path: Path, kind: type = dict) -> Any:
-    """A JSON file of a model folder, which must hold a ``kind``; any failure is a CheckpointError naming the
-    file (and the 1-based line where there is one)."""
-    fix = "fix the file or re-download the model folder"
-    try:
-        data = path.read_bytes()
-        value = json.loads(data.decode("utf-8").removeprefix("\ufeff"))
-    except OSError as e:
-        raise CheckpointError(f"{path}: unreadable ({e.strerror or e}); {fix}") from None
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise CheckpointError(f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start}); JSON "
-                              f"files are UTF-8: {fix}") from None
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}:{e.lineno}: not valid JSON ({e.msg}); {fix}") from None
-    except (ValueError, RecursionError) as e:  # a >4300-digit integer, nesting deeper than the stack
-        raise CheckpointError(f"{path}: not usable JSON ({type(e).__name__}: {str(e)[:80]}); {fix}") from None
-    if not isinstance(value, kind):
-        raise CheckpointError(f"{path}: holds a JSON {type(value).__name__}, expected "
-                              f"{'an object' if kind is dict else 'a list'}; {fix}")
-    return value
-
-
-def _weight_files(d: Path) -> list[Path]:
-    for single, index in (("model.safetensors", "model.safetensors.index.json"),
-                          ("pytorch_model.bin", "pytorch_model.bin.index.json")):
-        if (d / single).is_file():
-            return [d / single]
-        if (d / index).is_file():
-            shards = read_json(d / index).get("weight_map")
-            if not isinstance(shards, dict) or not all(isinstance(x, str) and x not in ("", ".", "..")
-                                                       and Path(x).name == x for x in shards.values()):
-                raise CheckpointError(f"{d / index}: not a valid shard index: 'weight_map' must map tensor names "
-                                      "to file names in this folder; fix the file or re-download the model")
-            return [d / x for x in sorted(set(shards.values()))]
-    raise CheckpointError(f"{d}: no model.safetensors or pytorch_model.bin (nor a sharded index); "
-                          "is this a Hugging Face model directory?")
-
-
-def _modules(path: Path) -> list[tuple[str, str]] | None:
-    """(type, sub-folder) of each module a sentence-transformers modules.json lists; None without one."""
-    f = path / "modules.json"
-    if not f.is_file():
-        return None
-    out = []
-    for i, m in enumerate(read_json(f, list)):
-        kind, sub = (m.get("type", ""), m.get("path", "")) if isinstance(m, dict) else (None, None)
-        if not isinstance(kind, str) or not isinstance(sub, str) or Path(sub).is_absolute() or ".." in Path(sub).parts:
-            raise CheckpointError(f"{f}: module {i} is not an object whose 'type' is a string and 'path' a "
-                                  f"sub-folder of {path}; fix or delete modules.json")
-        out.append((kind, sub))
-    return out
-
-
-def model_directory(path: Path) -> Path:
-    """The folder holding config.json: ``path`` itself, or the Transformer module of a sentence-transformers
-    layout (modules.json naming a sub-folder)."""
-    if (path / "config.json").is_file():
-        return path
-    for kind, sub in _modules(path) or []:
-        if kind.endswith("Transformer") and (path / sub / "config.json").is_file():
-            return path / sub
-    raise CheckpointError(f"{path}: no config.json (nor a sentence-transformers modules.json pointing to one)")
-
-
 def sentence_transformers_info(path: Path) -> dict[str, Any] | None:
     """Pooling / normalisation / max length of a sentence-transformers folder (modules.json), if any."""
-    modules = _modules(path)
+    modules = st_modules(path)
     if modules is None:
         return None
     out: dict[str, Any] = {"normalize": False}
@@ -389,16 +238,6 @@ def sentence_transformers_info(path: Path) -> dict[str, Any] | None:
             raise CheckpointError(f"{sb}: max_seq_length={n!r:.80} is not an integer in [1, {1 << 20}]; fix it")
         out["max_seq_length"] = n
     return out
-
-
-def read_hf_dir(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray], Path]:
-    """(config.json dict, name -> numpy tensor, the folder they came from)."""
-    d = model_directory(Path(path))
-    hf = read_json(d / "config.json")
-    tensors: dict[str, np.ndarray] = {}
-    for f in _weight_files(d):
-        tensors.update(_read_safetensors(f) if f.suffix == ".safetensors" else _read_torch_bin(f))
-    return hf, tensors, d
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -426,18 +265,6 @@ def detect_head(names: set[str], hf: dict[str, Any]) -> str:
     return "encoder"
 
 
-def _fmt(names, limit: int = 12) -> str:
-    names = sorted(names)
-    more = f" ... and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
-
-
-def _get(tree: dict, path: tuple[str, ...]) -> Any:
-    for key in path:
-        tree = tree[key]
-    return tree
-
-
 def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, hf: dict[str, Any], where: Path,
                  head: str | None = None) -> tuple[dict, dict[str, Any]]:
     """HF name -> tensor to our params (loop layout, float32) and info (head, num_labels, dropped, ...).
@@ -462,7 +289,7 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, hf: dict[str,
         unexpected |= names & set(TIED) - set(dropped)
     bad = [f"{r.hf} (checkpoint {tuple(tensors[r.hf].shape)}, expected {r.hf_shape})"
            for r in rules if r.hf in names and tuple(tensors[r.hf].shape) != r.hf_shape]
-    problems = [f"{what}: {_fmt(items)}" for what, items in (("missing tensors", expected - names),
+    problems = [f"{what}: {fmt_names(items)}" for what, items in (("missing tensors", expected - names),
                 ("unexpected tensors", unexpected), ("shape mismatches", bad)) if items]
     if problems:
         raise CheckpointError(f"{where}: does not match a {ARCHITECTURES[head]} with the shapes of its "
@@ -475,11 +302,11 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, hf: dict[str,
             node = node.setdefault(key, {})
         node[r.path[-1]] = r.to_ours(np.asarray(tensors[r.hf], dtype=np.float32))
     for name in names & set(TIED) - set(dropped):
-        if not np.array_equal(np.asarray(tensors[name], np.float32), _get(params, TIED[name])):
+        if not np.array_equal(np.asarray(tensors[name], np.float32), get_path(params, TIED[name])):
             raise CheckpointError(f"{where}: {name} differs from the tensor it is tied to ({'/'.join(TIED[name])}); "
                                   "our MLM head ties the decoder, untied decoders are not supported")
     if dropped:
-        log.warning("%s: not imported (no place in a %s): %s", where, ARCHITECTURES[head], _fmt(dropped))
+        log.warning("%s: not imported (no place in a %s): %s", where, ARCHITECTURES[head], fmt_names(dropped))
     info: dict[str, Any] = {"head": head, "has_pooler": has_pooler, "dropped": dropped}
     if head in ("sequence_classification", "token_classification"):
         info["num_labels"] = num_labels
@@ -500,7 +327,7 @@ def params_to_hf(params: dict, cfg: ModelConfig, head: str) -> tuple[dict[str, n
     out = {}
     for r in all_rules(cfg, head, num_labels, has_pooler):
         try:
-            x = _get(params, r.path)
+            x = get_path(params, r.path)
         except KeyError:
             raise CheckpointError(f"the {head} parameters lack {'/'.join(r.path)} (needed for {r.hf})") from None
         if tuple(np.shape(x)) != r.shape:

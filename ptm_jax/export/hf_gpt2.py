@@ -26,7 +26,7 @@ import numpy as np
 from ptm_jax.config import ModelConfig
 from ptm_jax.errors import CheckpointError
 from ptm_jax.export import params as params_lib
-from ptm_jax.export.hf_bert import ACT_FROM_HF, ACT_TO_HF, _fmt, read_hf_dir
+from ptm_jax.export.hf_files import ACT_FROM_HF, ACT_TO_HF, fmt_names, read_hf_dir
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def hf_gpt2_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: P
     ignored = {n for n in names if n.endswith(IGNORED_SUFFIXES)} | ({"lm_head.weight"} & names)
     bad = [f"{n} (checkpoint {tuple(tensors[n].shape)}, expected {s})" for n, s in expected.items()
            if n in names and tuple(tensors[n].shape) != s]
-    problems = [f"{what}: {_fmt(items)}" for what, items in (("missing tensors", set(expected) - names),
+    problems = [f"{what}: {fmt_names(items)}" for what, items in (("missing tensors", set(expected) - names),
                 ("unexpected tensors", names - set(expected) - ignored), ("shape mismatches", bad)) if items]
     if problems:
         raise CheckpointError(f"{where}: does not match a GPT2LMHeadModel with the shapes of its config.json "
@@ -191,7 +191,7 @@ def params_to_hf_gpt2(params: dict, cfg: ModelConfig) -> dict[str, np.ndarray]:
     want = _expected_shapes(cfg, "transformer.")
     bad = [f"{k} {out[k].shape} != {s}" for k, s in want.items() if out[k].shape != s]
     if bad:
-        raise CheckpointError(f"the GPT parameters do not match the model config: {_fmt(bad)}")
+        raise CheckpointError(f"the GPT parameters do not match the model config: {fmt_names(bad)}")
     return out
 
 

@@ -29,7 +29,8 @@ import numpy as np
 from ptm_jax.config import ModelConfig
 from ptm_jax.errors import CheckpointError
 from ptm_jax.export import params as params_lib
-from ptm_jax.export.hf_bert import ACT_FROM_HF, ACT_TO_HF, Rule, _dense, _fmt, _get, _norm, read_hf_dir
+from ptm_jax.export.hf_files import (ACT_FROM_HF, ACT_TO_HF, Rule, dense_rules, fmt_names, get_path, norm_rules,
+                                     read_hf_dir)
 
 log = logging.getLogger(__name__)
 
@@ -150,10 +151,10 @@ def trunk_rules(cfg: ModelConfig, prefix: str) -> list[Rule]:
         bias_home = a if cfg.untie_r else (TRUNK,)
         rules += [Rule(f"{hf}.rel_attn.{x}", bias_home + (x,), (n, d), (n, d)) for x in BIASES]
         rules.append(Rule(f"{hf}.rel_attn.seg_embed", a + ("seg_embed",), (2, n, d), (2, n, d)))
-        rules += _norm(f"{hf}.rel_attn.layer_norm", a + ("layer_norm",), h)
-        rules += _dense(f"{hf}.ff.layer_1", p + ("ff", "layer_1"), h, f)
-        rules += _dense(f"{hf}.ff.layer_2", p + ("ff", "layer_2"), f, h)
-        rules += _norm(f"{hf}.ff.layer_norm", p + ("ff", "layer_norm"), h)
+        rules += norm_rules(f"{hf}.rel_attn.layer_norm", a + ("layer_norm",), h)
+        rules += dense_rules(f"{hf}.ff.layer_1", p + ("ff", "layer_1"), h, f)
+        rules += dense_rules(f"{hf}.ff.layer_2", p + ("ff", "layer_2"), f, h)
+        rules += norm_rules(f"{hf}.ff.layer_norm", p + ("ff", "layer_norm"), h)
     return rules
 
 
@@ -162,10 +163,10 @@ def head_rules(cfg: ModelConfig, head: str, num_labels: int) -> list[Rule]:
     if head == "plm":
         return [Rule("lm_loss.bias", ("lm_bias",), (cfg.vocab_size,), (cfg.vocab_size,))]
     if head == "sequence_classification":
-        return (_dense("sequence_summary.summary", ("sequence_summary",), h, h)
-                + _dense("logits_proj", ("classifier",), h, num_labels))
+        return (dense_rules("sequence_summary.summary", ("sequence_summary",), h, h)
+                + dense_rules("logits_proj", ("classifier",), h, num_labels))
     if head == "question_answering":
-        return _dense("qa_outputs", ("qa_outputs",), h, 2)
+        return dense_rules("qa_outputs", ("qa_outputs",), h, 2)
     return []
 
 
@@ -224,7 +225,7 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: Path, 
     unexpected = names - expected - set(dropped) - ({TIED} if head == "plm" else set())
     bad = [f"{r.hf} (checkpoint {tuple(tensors[r.hf].shape)}, expected {r.hf_shape})"
            for r in rules if r.hf in names and tuple(tensors[r.hf].shape) != r.hf_shape]
-    problems = [f"{what}: {_fmt(items)}" for what, items in (("missing tensors", expected - names),
+    problems = [f"{what}: {fmt_names(items)}" for what, items in (("missing tensors", expected - names),
                 ("unexpected tensors", unexpected), ("shape mismatches", bad)) if items]
     if problems:
         raise CheckpointError(f"{where}: does not match an {ARCHITECTURES[head]} with the shapes of its config.json "
@@ -237,13 +238,13 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: Path, 
             node = node.setdefault(key, {})
         node[r.path[-1]] = r.to_ours(np.asarray(tensors[r.hf], dtype=np.float32))
     if head == "plm" and TIED in names:
-        table = _get(params, (TRUNK, "embeddings", "word_embedding", "embedding"))
+        table = get_path(params, (TRUNK, "embeddings", "word_embedding", "embedding"))
         if tuple(tensors[TIED].shape) != table.shape or not np.array_equal(np.asarray(tensors[TIED], np.float32),
                                                                           table):
             raise CheckpointError(f"{where}: {TIED} differs from {prefix}word_embedding.weight; our LM head ties "
                                   "the output matrix to the word embeddings, untied outputs are not supported")
     if dropped:
-        log.warning("%s: not imported (no place in an %s): %s", where, ARCHITECTURES[head], _fmt(dropped))
+        log.warning("%s: not imported (no place in an %s): %s", where, ARCHITECTURES[head], fmt_names(dropped))
     info: dict[str, Any] = {"head": head, "dropped": dropped}
     if head == "sequence_classification":
         info["num_labels"] = num_labels
@@ -257,7 +258,7 @@ def params_to_hf(params: dict, cfg: ModelConfig, head: str) -> dict[str, np.ndar
     out = {}
     for r in all_rules(cfg, head, num_labels):
         try:
-            x = _get(params, r.path)
+            x = get_path(params, r.path)
         except KeyError:
             raise CheckpointError(f"the {head} parameters lack {'/'.join(r.path)} (needed for {r.hf})") from None
         if tuple(np.shape(x)) != r.shape:

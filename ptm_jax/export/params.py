@@ -363,7 +363,7 @@ def load_params(path: str | Path) -> tuple[dict, ModelConfig, dict[str, Any], Pa
 def hf_model_type(path: str | Path) -> str:
     """``model_type`` of a Hugging Face folder's config.json: 'gpt2', 'xlnet', else 'bert' (also for the
     sentence-transformers layout and BERT-shaped configs)."""
-    from ptm_jax.export.hf_bert import model_directory
+    from ptm_jax.export.hf_files import model_directory
 
     cfg_file = model_directory(Path(path)) / "config.json"
     try:
