@@ -106,3 +106,23 @@ def test_xlnet_layout_and_classifier_reads_cls_whatever_the_padding(glue, shared
     params = short.init(jax.random.key(2), short.example_batch(2))
     np.testing.assert_allclose(np.asarray(short.predict(params, short.dev)["logits"]),
                                np.asarray(long.predict(params, long.dev)["logits"]), atol=1e-5)
+
+
+def test_gpt_multiple_choice_rows_and_scores_follow_the_options(bpe):
+    from ptm_jax.objectives.gpt_classification import GptMultipleChoiceObjective
+    from ptm_jax.objectives.multiple_choice import ChoiceExample
+
+    options = ["he runs away.", "she sits down.", "they eat lunch.", "it rains."]
+    ex = [ChoiceExample(str(i), "the man waits.", options[i:] + options[:i], (4 - i) % 4) for i in range(4)]
+    fcfg = FinetuneConfig(task="swag", max_seq_length=32)
+    obj = GptMultipleChoiceObjective(_model_cfg(bpe.vocab_size), fcfg, ex, ex, bpe)
+    assert obj.train["input_ids"].shape == (4, 4, 32) and obj.num_choices == 4
+    row = [bpe.start_id, *bpe.encode("the man waits."), bpe.delim_id, *bpe.encode(options[1]), bpe.extract_id]
+    assert obj.train["input_ids"][0, 1, : len(row)].tolist() == row
+    params = obj.init(jax.random.key(3), obj.example_batch(2))
+    scores = np.asarray(obj.predict(params, obj.dev)["logits"])
+    assert scores.shape == (4, 4)
+    for i in range(4):  # each example rotates the options: the scores rotate with them
+        np.testing.assert_allclose(scores[i], np.roll(scores[0], -i), atol=1e-5)
+    loss, terms = _loss(obj, params, n=4)
+    assert "lm_loss" in terms and float(loss) > float(terms["loss"][0] / terms["loss"][1])

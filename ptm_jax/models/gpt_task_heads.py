@@ -16,6 +16,17 @@ from ptm_jax.models.gpt import GPTModel
 from ptm_jax.models.layers import Dense, dtype_of
 
 
+def _extract_states(trunk: GPTModel, input_ids, segment_ids, position_ids, extract_index, deterministic: bool):
+    """Runs the trunk on every view: (states at the extract tokens [B, V, H], LM logits [B, V, L, vocab])."""
+    b, v, length = input_ids.shape
+    flat = lambda x: x.reshape(b * v, length)  # noqa: E731
+    hidden = trunk(flat(input_ids), flat(segment_ids), flat(position_ids), deterministic=deterministic)
+    hidden = hidden.reshape(b, v, length, -1)
+    final = jnp.take_along_axis(hidden, extract_index[:, :, None, None].astype(jnp.int32), axis=2)[:, :, 0]
+    table = trunk.embedding_table().astype(hidden.dtype)
+    return final, jnp.einsum("bvlh,nh->bvln", hidden, table).astype(jnp.float32)
+
+
 class GPTForSequenceClassification(nn.Module):
     cfg: ModelConfig
     num_labels: int
@@ -26,16 +37,29 @@ class GPTForSequenceClassification(nn.Module):
                  extract_index: jax.Array, *, deterministic: bool = True) -> tuple[jax.Array, jax.Array]:
         """input/segment/position ids [B, V, L], extract_index [B, V] -> (class logits [B, C] float32,
         LM logits [B, V, L, vocab] float32)."""
-        b, v, length = input_ids.shape
-        flat = lambda x: x.reshape(b * v, length)  # noqa: E731
-        trunk = GPTModel(self.cfg, name="gpt")
-        hidden = trunk(flat(input_ids), flat(segment_ids), flat(position_ids), deterministic=deterministic)
-        hidden = hidden.reshape(b, v, length, -1)
-        final = jnp.take_along_axis(hidden, extract_index[:, :, None, None].astype(jnp.int32), axis=2)[:, :, 0]
+        final, lm_logits = _extract_states(GPTModel(self.cfg, name="gpt"), input_ids, segment_ids, position_ids,
+                                           extract_index, deterministic)
         pooled = jnp.sum(final, axis=1)  # similarity: both orders summed; otherwise the single view
         pooled = nn.Dropout(self.dropout)(pooled, deterministic=deterministic)
         logits = Dense(self.num_labels, ("embed", "classes"), self.cfg.initializer_range,
                        dtype=dtype_of(self.cfg.dtype), name="classifier")(pooled)
-        table = trunk.embedding_table().astype(hidden.dtype)
-        lm_logits = jnp.einsum("bvlh,nh->bvln", hidden, table).astype(jnp.float32)
         return logits.astype(jnp.float32), lm_logits
+
+
+class GPTForMultipleChoice(nn.Module):
+    """One view per option (``[s] context $ option [e]``); a linear score of each [e] state; the caller
+    takes the softmax over the options (Radford et al. 2018 Sec. 3.3, multiple choice)."""
+
+    cfg: ModelConfig
+    dropout: float = 0.1
+
+    @nn.compact
+    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, position_ids: jax.Array,
+                 extract_index: jax.Array, *, deterministic: bool = True) -> tuple[jax.Array, jax.Array]:
+        """[B, C, L] inputs, extract_index [B, C] -> (option scores [B, C], LM logits [B, C, L, vocab])."""
+        final, lm_logits = _extract_states(GPTModel(self.cfg, name="gpt"), input_ids, segment_ids, position_ids,
+                                           extract_index, deterministic)
+        final = nn.Dropout(self.dropout)(final, deterministic=deterministic)
+        scores = Dense(1, ("embed", "classes"), self.cfg.initializer_range, dtype=dtype_of(self.cfg.dtype),
+                       name="classifier")(final)[..., 0]
+        return scores.astype(jnp.float32), lm_logits

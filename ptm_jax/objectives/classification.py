@@ -73,7 +73,10 @@ class SequenceClassificationObjective(ArrayTaskData):
                                 deterministic=not train, rngs=rngs)
 
     def loss(self, params, batch, rng, normalizers, train: bool):
-        logits = self._logits(params, batch, rng, train)
+        return self.task_loss(self._logits(params, batch, rng, train), batch, normalizers)
+
+    def task_loss(self, logits, batch, normalizers):
+        """Cross-entropy (or squared error for regression) and the accuracy terms."""
         w = batch["weights"]
         if self.regression:
             per = jnp.square(logits[:, 0] - batch["labels"])

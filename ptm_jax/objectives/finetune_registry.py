@@ -175,7 +175,10 @@ def build_swag(cfg, model_cfg, tokenizer, eval_split: str = "dev") -> tuple[Any,
     train = take_subset(read_swag(folder / "train.csv"), f.train_subset, f.subset_seed)
     held_file = folder / ("val.csv" if eval_split == "dev" else "test.csv")
     held = read_swag(held_file, labelled=eval_split == "dev")
-    obj = MultipleChoiceObjective(model_cfg, f, train, held, tokenizer, name="swag")
+    objective_cls = MultipleChoiceObjective
+    if model_cfg.family == "gpt":  # one row per option through GPT's input transformation
+        from ptm_jax.objectives.gpt_classification import GptMultipleChoiceObjective as objective_cls
+    obj = objective_cls(model_cfg, f, train, held, tokenizer, name="swag")
     return obj, f"SWAG: {len(train)} train / {len(held)} {eval_split} examples, 4 options, from {folder}"
 
 

@@ -104,15 +104,22 @@ class MultipleChoiceObjective(ArrayTaskData):
             raise DataError(f"{name}: no training examples")
         self.name, self.fcfg = f"finetune-{name}", fcfg
         self.task = name
-        self.model = BertForMultipleChoice(model_cfg, fcfg.classifier_dropout)
-        self.train = featurize_choices(train, tokenizer, fcfg.max_seq_length)
+        self.model = self.build_model(model_cfg)
+        self.train = self.featurize(train, tokenizer)
         self.num_choices = self.train["input_ids"].shape[1]
         self.num_train = len(train)
         self.dev_examples = list(dev)
-        self.dev = featurize_choices(dev, tokenizer, fcfg.max_seq_length) if dev else None
+        self.dev = self.featurize(dev, tokenizer) if dev else None
         if self.dev is not None and self.dev["input_ids"].shape[1] != self.num_choices:
             raise DataError(f"{name}: dev examples have {self.dev['input_ids'].shape[1]} options, training "
                             f"examples {self.num_choices}")
+
+    # the two hooks a model family overrides (GPT: gpt_classification.GptMultipleChoiceObjective)
+    def build_model(self, model_cfg: ModelConfig):
+        return BertForMultipleChoice(model_cfg, self.fcfg.classifier_dropout)
+
+    def featurize(self, examples: Sequence[ChoiceExample], tokenizer) -> dict[str, np.ndarray]:
+        return featurize_choices(examples, tokenizer, self.fcfg.max_seq_length)
 
     def init(self, rng, batch):
         b = {k: jnp.asarray(batch[k][:1]) for k in ("input_ids", "input_mask", "segment_ids")}
@@ -127,7 +134,10 @@ class MultipleChoiceObjective(ArrayTaskData):
                                 deterministic=not train, rngs=rngs)
 
     def loss(self, params, batch, rng, normalizers, train: bool):
-        logits = self._logits(params, batch, rng, train)
+        return self.task_loss(self._logits(params, batch, rng, train), batch, normalizers)
+
+    def task_loss(self, logits, batch, normalizers):
+        """Cross-entropy of the gold option (unlabelled rows weigh 0) and the accuracy terms."""
         w = batch["weights"] * (batch["labels"] >= 0)
         labels = jnp.maximum(batch["labels"], 0)
         per = optax.softmax_cross_entropy_with_integer_labels(logits, labels)

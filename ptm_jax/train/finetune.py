@@ -86,9 +86,9 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev") ->
     from ptm_jax.objectives.finetune_registry import TASK_BUILDERS  # span QA, tagging, multiple choice
 
     if task in TASK_BUILDERS:
-        if model_cfg.family != "bert":
+        if model_cfg.family != "bert" and not (task == "swag" and model_cfg.family == "gpt"):
             raise ConfigError(f"finetune.task={f.task!r} is implemented for BERT encoders; this checkpoint is "
-                              f"model.family={model_cfg.family!r} (GPT and XLNet finetune on the GLUE tasks)")
+                              f"model.family={model_cfg.family!r} (GPT finetunes on GLUE and SWAG, XLNet on GLUE)")
         return TASK_BUILDERS[task](cfg, model_cfg, tokenizer, eval_split)
     raise ConfigError(f"finetune.task={f.task!r} is not one of: embedded, {', '.join(GLUE_DIRS)}, "
                       f"{', '.join(TASK_BUILDERS)}")
