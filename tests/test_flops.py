@@ -99,3 +99,24 @@ def test_peak_table_and_unknown_family():
     object.__setattr__(cfg.model, "family", "gpt")
     with pytest.raises(Exception, match="no FLOPs formula for model.family='gpt'"):
         flops.train_step_flops(cfg)
+
+
+def test_gpt_formula_equals_xla_matmul_count():
+    """GPT: the BERT layer terms plus the tied LM head at every position; no pooler or transform."""
+    cfg = load_config("gpt_tiny", ["train.batch_size=4"])
+    model = flops.train_step_flops(cfg).train
+    matmul, _ = _xla(cfg)
+    assert matmul == pytest.approx(model, rel=1e-6)
+    fwd = flops.gpt_forward_flops(cfg)
+    assert fwd["lm_head"] == 2.0 * 4 * 64 * 32 * 1000  # B S H V
+
+
+def test_bench_runs_gpt_and_xlnet_and_says_where_model_flops_come_from():
+    from ptm_jax.bench.harness import bench
+
+    for preset, source in (("gpt_tiny", "formula"), ("xlnet_tiny", "xla_matmul")):
+        r = bench(load_config(preset, ["train.batch_size=4"]), steps=2, warmup=1, mesh_shape=(1, 1, 1))
+        assert r["model_flops_source"] == source
+        assert r["model_flops_per_step"] > 0 and np.isfinite(r["final_loss"]) and r["final_loss"] > 1.0
+        if source == "xla_matmul":
+            assert r["model_flops_per_step"] == pytest.approx(r["xla_matmul_flops_per_step"], rel=1e-9)

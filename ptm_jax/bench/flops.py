@@ -137,6 +137,33 @@ def bert_step_flops(cfg: RunConfig) -> StepFlops:
 register_family("bert", bert_step_flops)
 
 
+def gpt_forward_flops(cfg: RunConfig) -> dict[str, float]:
+    """GPT (Radford et al. 2018/2019) on packed rows of S tokens: the BERT layer terms (the causal mask does
+    not skip any matmul work: full S x S scores are computed and masked) and the tied LM head at every
+    position, ``B S H V``. No pooler, no transform before the decoder."""
+    m = cfg.model
+    B, S = cfg.train.batch_size, cfg.data.max_seq_length
+    H, I, L, V = m.hidden_size, m.intermediate_size, m.num_layers, m.vocab_size
+    macs = {"attention_projections": L * 4 * B * S * H * H, "attention_scores": L * 2 * B * S * S * H,
+            "ffn": L * 2 * B * S * H * I, "lm_head": B * S * H * V}
+    return {k: 2.0 * v for k, v in macs.items()}
+
+
+def gpt_step_flops(cfg: RunConfig) -> StepFlops:
+    fwd = gpt_forward_flops(cfg)
+    return StepFlops(forward=fwd, recompute=_bert_recompute(cfg, fwd),
+                     tokens=cfg.train.batch_size * cfg.data.max_seq_length)
+
+
+register_family("gpt", gpt_step_flops)
+# XLNet has no analytic formula here (two streams, relative positions, target mapping): `ptm bench` reports
+# XLA's own matmul count (``hlo_matmul_flops``) as its model FLOPs and says so ("model_flops_source").
+
+
+def has_formula(family: str) -> bool:
+    return family in _FAMILIES
+
+
 # ----------------------------------------------------------------------------------------------------
 # What XLA counts
 

@@ -44,7 +44,8 @@ def _dummy_corpus(cfg: RunConfig) -> Any:
     v = cfg.model.vocab_size
     docs = [[np.arange(5, 9) % v], [np.arange(9, 12) % v]]
     special = SpecialIds(pad=0, cls=1, sep=2, mask=3, vocab_size=v)
-    return types.SimpleNamespace(train=ArraySource(docs), eval=None, special=special)
+    tokenizer = types.SimpleNamespace(pad_id=0, sep_id=2, eos_id=2)  # what the causal-LM builder reads
+    return types.SimpleNamespace(train=ArraySource(docs), eval=None, special=special, tokenizer=tokenizer)
 
 
 class DenseMlmHead:
@@ -101,6 +102,9 @@ def synthetic_batch(example: dict[str, np.ndarray], cfg: RunConfig, rng: np.rand
     real = np.arange(s)[None, :] < lengths[:, None]
     out["input_ids"] = np.where(real, rng.integers(5, max(v, 6), (b, s)), 0).astype(np.int32)
     out["input_ids"][:, 0] = 1  # [CLS]
+    if "masked_lm_positions" not in out:  # GPT / XLNet rows are packed full: no padding
+        out["input_ids"] = rng.integers(5, max(v, 6), (b, s)).astype(np.int32)
+        return _lm_targets(out, v, b, s, rng)
     if "input_mask" in out:
         out["input_mask"] = real.astype(np.int32)
     if "segment_ids" in out:
@@ -119,6 +123,21 @@ def synthetic_batch(example: dict[str, np.ndarray], cfg: RunConfig, rng: np.rand
         out["masked_lm_ids"] = np.where(w > 0, rng.integers(5, max(v, 6), (b, p)), 0).astype(np.int32)
     if "next_sentence_labels" in out:
         out["next_sentence_labels"] = rng.integers(0, 2, out["next_sentence_labels"].shape).astype(np.int32)
+    return out
+
+
+def _lm_targets(out: dict[str, np.ndarray], v: int, b: int, s: int, rng: np.random.Generator
+                ) -> dict[str, np.ndarray]:
+    """Synthetic targets of the LM objectives (their data builders are not part of the timed step)."""
+    if "target_ids" in out:  # GPT (next tokens at every position) and XLNet (the P targets)
+        out["target_ids"] = rng.integers(5, max(v, 6), out["target_ids"].shape).astype(np.int32)
+        out["target_weights"] = np.ones(out["target_weights"].shape, np.float32)
+    if "target_mapping" in out:  # XLNet: P targets at random distinct positions, one permutation order
+        p = out["target_mapping"].shape[1]
+        pos = np.stack([np.sort(rng.choice(s, size=p, replace=False)) for _ in range(b)])
+        out["target_mapping"] = (pos[:, :, None] == np.arange(s)[None, None, :]).astype(np.float32)
+        rank = rng.permuted(np.tile(np.arange(s), (b, 1)), axis=1)
+        out["perm_mask"] = (rank[:, :, None] <= rank[:, None, :]).astype(np.float32)
     return out
 
 
@@ -261,7 +280,13 @@ class _Run:
         cfg, mesh, n_dev = self.v.cfg, self.mesh, self.mesh.devices.size
         med = statistics.median(times)
         b, s = cfg.train.batch_size, cfg.data.max_seq_length
-        fl = flops_lib.train_step_flops(cfg)
+        xla_matmul = _times(_hlo_flops(self.executable), n_dev)
+        if flops_lib.has_formula(cfg.model.family):
+            fl, source = flops_lib.train_step_flops(cfg), "formula"
+        else:  # no analytic formula for the family: XLA's matmul count stands in for model FLOPs
+            fl = flops_lib.StepFlops(forward={"xla_matmul": (xla_matmul or 0.0) / 3.0}, recompute=0.0,
+                                     tokens=b * s)
+            source = "xla_matmul"
         if self.v.mlm_head == "dense":  # the head runs at all S positions instead of P
             fwd = dict(fl.forward)
             fwd["mlm_head"] *= s / cfg.data.max_predictions_per_seq
@@ -281,11 +306,11 @@ class _Run:
             "step_s_min": min(times),
             "step_cpu_s_median": statistics.median(self.cpu_times[-len(times):]),  # all threads of the process
             "tokens_per_s": b * s / med, "examples_per_s": b / med,
-            "model_flops_per_step": fl.train,
+            "model_flops_per_step": fl.train, "model_flops_source": source,
             "model_flops_breakdown": {k: 3.0 * v for k, v in fl.forward.items()},
             "hardware_flops_per_step": fl.hardware,
             "xla_flops_per_step": _times(flops_lib.xla_cost_flops(self.executable), n_dev),
-            "xla_matmul_flops_per_step": _times(_hlo_flops(self.executable), n_dev),
+            "xla_matmul_flops_per_step": xla_matmul,
             "model_tflops_per_s": achieved / 1e12, "peak_tflops_per_device": peak,
             "mfu": (achieved / (peak * 1e12 * n_dev)) if peak else None,
             "memory_per_device": memory_figures(self.executable),
