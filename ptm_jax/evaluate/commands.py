@@ -14,7 +14,8 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
     if cfg.family != "gpt":
         raise ConfigError(f"{args.model}: model.family={cfg.family!r}; perplexity needs a causal LM (gpt)")
     result = perplexity(params, cfg, load_tokenizer(info, tok_dir), args.file, seq_len=args.seq_len,
-                        stride=args.stride, batch_size=args.batch_size, max_tokens=args.max_tokens)
+                        stride=args.stride, batch_size=args.batch_size, max_tokens=args.max_tokens,
+                        collapse_whitespace=args.collapse_whitespace)
     result = {"model": str(args.model), "file": str(args.file), **result}
     print(json.dumps(result, indent=2))
     if args.json:
@@ -34,5 +35,7 @@ def register(subparsers) -> None:
     p.add_argument("--stride", type=int, default=None, help="new tokens scored per row (default: --seq-len)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-tokens", type=int, default=0, help="score only the first N tokens (0 = all)")
+    p.add_argument("--collapse-whitespace", action="store_true",
+                   help="score ' '.join(text.split()): newlines and runs of spaces become one space")
     p.add_argument("--json", default=None, help="also write the figures to this file")
     p.set_defaults(handler=cmd_perplexity)

@@ -43,7 +43,10 @@ def stream_rows(ids: np.ndarray, seq_len: int, stride: int) -> tuple[np.ndarray,
 
 
 def perplexity(params: Any, cfg: ModelConfig, tokenizer, path: str | Path, *, seq_len: int | None = None,
-               stride: int | None = None, batch_size: int = 16, max_tokens: int = 0) -> dict[str, float]:
+               stride: int | None = None, batch_size: int = 16, max_tokens: int = 0,
+               collapse_whitespace: bool = False) -> dict[str, float]:
+    """``collapse_whitespace``: score ``' '.join(text.split())``, for a model whose training text never held a
+    newline (ptm's corpus reader joins the sentences of a document with single spaces)."""
     from ptm_jax.models.gpt import GPTLMHeadModel
 
     p = Path(path)
@@ -53,6 +56,8 @@ def perplexity(params: Any, cfg: ModelConfig, tokenizer, path: str | Path, *, se
         raise DataError(f"{p}: cannot read the evaluation text ({e}); pass a UTF-8 text file") from None
     if not text.strip():
         raise DataError(f"{p}: is empty")
+    if collapse_whitespace:
+        text = " ".join(text.split())
     seq_len = seq_len or cfg.max_position_embeddings
     if seq_len > cfg.max_position_embeddings:
         raise ConfigError(f"seq_len={seq_len} exceeds the model's context of {cfg.max_position_embeddings}")
@@ -81,4 +86,4 @@ def perplexity(params: Any, cfg: ModelConfig, tokenizer, path: str | Path, *, se
     words = len(tokenizer.decode(ids.tolist()).split()) if max_tokens else len(text.split())
     return {"tokens": int(count), "words": words, "nll_per_token": total / count,
             "token_perplexity": math.exp(total / count), "word_perplexity": math.exp(total / max(words, 1)),
-            "seq_len": seq_len, "stride": stride}
+            "seq_len": seq_len, "stride": stride, "collapse_whitespace": collapse_whitespace}
