@@ -76,15 +76,17 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
             (loss, terms), grads = _unpack(jax.lax.scan(body, _pack(zeros), (micro, jnp.arange(grad_accum_steps)))[0])
         grad_norm = optax.global_norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
+        def apply(_):
+            updates, opt_state = tx.update(grads, state.opt_state, state.params)
+            return optax.apply_updates(state.params, updates), opt_state
+
+        # a branch, not a select over every parameter: the skip costs nothing on the finite path
+        params, opt_state = jax.lax.cond(finite, apply, lambda _: (state.params, state.opt_state), None)
         streak = jnp.where(finite, 0, state.nonfinite_streak + 1)
         metrics = {"loss": loss, "grad_norm": grad_norm, "learning_rate": schedule(state.step),
                    "nonfinite_streak": streak, "nonfinite_total": state.nonfinite_total + (~finite),
                    **group_norms(grads), **terms}
-        new = state.replace(step=state.step + 1, params=keep(params, state.params),
-                            opt_state=keep(opt_state, state.opt_state), nonfinite_streak=streak,
+        new = state.replace(step=state.step + 1, params=params, opt_state=opt_state, nonfinite_streak=streak,
                             nonfinite_total=state.nonfinite_total + (~finite).astype(jnp.int32))
         return new, metrics
 
