@@ -223,6 +223,52 @@ hf_config_case = st.one_of(hf_config.map(lambda c: {**SMALL_BERT, **c}), hf_conf
                            st.dictionaries(st.text(max_size=6), json_any, max_size=5))
 
 
+# byte-level BPE: a valid tiny vocab.json + merges.txt (the 256 byte symbols, a few merges), then mutated
+def _byte_bpe_files() -> tuple[bytes, bytes]:
+    from ptm_jax.data.byte_bpe import byte_alphabet
+
+    tokens = ["<|endoftext|>", *byte_alphabet(), "Ġt", "he", "Ġthe"]
+    vocab = json.dumps({t: i for i, t in enumerate(tokens)}, ensure_ascii=False).encode("utf-8")
+    return vocab, "#version: 0.2\nĠ t\nh e\nĠt he\n".encode("utf-8")
+
+
+merge_line = st.one_of(st.sampled_from(["Ġ t", "h e", "Ġt he", "a", "a b c", "#x", "", "zz zz"]),
+                       st.tuples(word, word).map(" ".join))
+byte_bpe_case = st.tuples(
+    st.one_of(st.just(_byte_bpe_files()[0]), mutated(st.just(_byte_bpe_files()[0])),
+              st.dictionaries(st.text(max_size=4), st.integers(-2, 400), max_size=30).map(
+                  lambda d: json.dumps(d).encode()), st.binary(max_size=200)),
+    st.one_of(st.just(_byte_bpe_files()[1]), mutated(st.just(_byte_bpe_files()[1])),
+              lines_to_bytes(st.lists(merge_line, max_size=12)), st.binary(max_size=120)))
+
+GPT2_KEYS = {"vocab_size": st.integers(-2, 70_000), "n_embd": st.integers(-1, 96),
+             "n_layer": st.one_of(st.integers(-1, 3), st.sampled_from([2**40, 25 * 10**15, 2.5e16])),
+             "n_head": st.integers(-1, 8), "n_positions": st.integers(-1, 2000), "n_inner": st.one_of(
+                 st.none(), st.integers(-1, 128)), "activation_function": st.sampled_from(["gelu_new", "relu", "x"]),
+             "layer_norm_epsilon": st.floats(), "initializer_range": st.floats(),
+             "resid_pdrop": st.floats(-1, 2), "attn_pdrop": st.floats(), "embd_pdrop": st.floats(),
+             "model_type": st.sampled_from(["gpt2", "bert", ""])}
+SMALL_GPT2 = {"model_type": "gpt2", "vocab_size": 12, "n_embd": 4, "n_layer": 1, "n_head": 2, "n_positions": 8}
+XLNET_KEYS = {"vocab_size": st.integers(-2, 70_000), "d_model": st.integers(-1, 96),
+              "n_layer": st.one_of(st.integers(-1, 3), st.sampled_from([2**40, 25 * 10**15])),
+              "n_head": st.integers(-1, 8), "d_head": st.integers(-1, 16), "d_inner": st.integers(-1, 128),
+              "ff_activation": st.sampled_from(["relu", "gelu", "x"]), "untie_r": maybe(st.booleans()),
+              "attn_type": st.sampled_from(["bi", "uni", "x"]), "mem_len": st.one_of(st.none(), st.integers(-5, 64)),
+              "clamp_len": st.integers(-5, 10**12), "layer_norm_eps": st.floats(), "dropout": st.floats(-1, 2),
+              "bi_data": maybe(st.booleans()), "same_length": maybe(st.booleans())}
+SMALL_XLNET = {"model_type": "xlnet", "vocab_size": 12, "d_model": 8, "n_layer": 1, "n_head": 2, "d_head": 4, "d_inner": 8}
+
+
+def _family_config(keys: dict, small: dict) -> st.SearchStrategy:
+    some = st.fixed_dictionaries({}, optional={k: maybe(v) for k, v in keys.items()})
+    return st.one_of(some.map(lambda c: {**small, **c}), some, st.sampled_from(sorted(keys)).flatmap(
+        lambda k: keys[k].map(lambda v: {**small, k: v})), st.dictionaries(st.text(max_size=6), json_any, max_size=5))
+
+
+gpt2_config_case = _family_config(GPT2_KEYS, SMALL_GPT2)
+xlnet_config_case = _family_config(XLNET_KEYS, SMALL_XLNET)
+
+
 @st.composite
 def hf_dir_case(draw):
     """config.json (+ modules.json) + a model.safetensors with the config's tensors, some of them broken."""
@@ -297,6 +343,8 @@ STRATEGIES: dict[str, st.SearchStrategy] = {
     "WordPiece.encode": any_text, "SentencePiece.encode": any_text,
     "hf_bert.model_config_from_hf": hf_config_case, "hf_bert.import_hf(dir)": hf_dir_case(),
     "config.load_config(toml)": config_case, "cache.TokenCache.open": cache_case,
+    "byte_bpe.vocab.json+merges.txt": byte_bpe_case, "ByteBPE.encode": any_text,
+    "hf_gpt2.model_config_from_hf_gpt2": gpt2_config_case, "hf_xlnet.model_config_from_hf": xlnet_config_case,
 }
 
 
@@ -311,6 +359,7 @@ class Tools:
     wordpiece: Any
     sentencepiece: Any
     cache_dir: Path
+    byte_bpe: Any = None
 
 
 def make_tools(work: Path, text_file: Path = SHARED_TEXT) -> Tools:
@@ -322,7 +371,9 @@ def make_tools(work: Path, text_file: Path = SHARED_TEXT) -> Tools:
     sp = train_sentencepiece(lines, 300, work / "sp", "unigram")
     docs = [lines[i:i + 7] for i in range(0, 70, 7)]
     build_cache(docs, wp, work / "cache", fingerprint="fuzz", background=False)
-    return Tools(wp, sp, work / "cache")
+    from ptm_jax.data.byte_bpe import train_byte_bpe
+
+    return Tools(wp, sp, work / "cache", train_byte_bpe(lines, 400, work / "bpe"))
 
 
 def t_corpus(value, work: Path, tools: Tools) -> None:
@@ -469,12 +520,46 @@ def t_token_cache(value, work: Path, tools: Tools) -> None:
         need(int(np.sum(lengths)) == len(tokens), "sentence lengths add up to the document's tokens")
 
 
+def t_byte_bpe(value, work: Path, tools: Tools) -> None:
+    from ptm_jax.data.byte_bpe import ByteBPETokenizer
+
+    vocab, merges = value
+    (work / "vocab.json").write_bytes(vocab)
+    (work / "merges.txt").write_bytes(merges)
+    tok = ByteBPETokenizer(work / "vocab.json", work / "merges.txt")
+    _encode_checks(tok, "Hello the world! naïve 東京 <|endoftext|>")
+
+
+def t_byte_bpe_encode(value, work: Path, tools: Tools) -> None:
+    _encode_checks(tools.byte_bpe, value)
+    need(tools.byte_bpe.decode(tools.byte_bpe.encode(value)) == value, "byte-level BPE round trip is lossless")
+
+
+def _check_family_config(cfg) -> None:
+    need(cfg.hidden_size > 0 and cfg.num_heads > 0 and cfg.num_layers > 0 and cfg.vocab_size > 0, "positive sizes")
+    need(cfg.num_layers <= 1024 and cfg.hidden_size % cfg.num_heads == 0, "usable sizes")
+
+
+def t_gpt2_config(value, work: Path, tools: Tools) -> None:
+    from ptm_jax.export.hf_gpt2 import model_config_from_hf_gpt2
+
+    _check_family_config(model_config_from_hf_gpt2(value, work / "config.json"))
+
+
+def t_xlnet_config(value, work: Path, tools: Tools) -> None:
+    from ptm_jax.export.hf_xlnet import model_config_from_hf
+
+    _check_family_config(model_config_from_hf(value, work / "config.json"))
+
+
 TARGETS: dict[str, Callable] = {
     "corpus.read_documents": t_corpus, "glue.read_glue": t_glue, "squad.read_squad": t_squad,
     "conll.read_conll": t_conll, "tokenizers.read_vocab+WordPiece": t_vocab,
     "WordPiece.encode": t_wordpiece_encode, "SentencePiece.encode": t_sentencepiece_encode,
     "hf_bert.model_config_from_hf": t_hf_config, "hf_bert.import_hf(dir)": t_hf_dir,
     "config.load_config(toml)": t_config_toml, "cache.TokenCache.open": t_token_cache,
+    "byte_bpe.vocab.json+merges.txt": t_byte_bpe, "ByteBPE.encode": t_byte_bpe_encode,
+    "hf_gpt2.model_config_from_hf_gpt2": t_gpt2_config, "hf_xlnet.model_config_from_hf": t_xlnet_config,
 }
 assert set(TARGETS) == set(STRATEGIES), set(TARGETS) ^ set(STRATEGIES)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -39,21 +40,38 @@ TOKENIZER_FILES = ("vocab.json", "merges.txt")
 # Config
 
 
+INT_LIMITS = {"vocab_size": 1 << 24, "n_embd": 1 << 16, "n_layer": 1024, "n_head": 4096, "n_inner": 1 << 18,
+              "n_positions": 1 << 20}
+"""Largest accepted value of each size field (a corrupted config must not allocate a huge model)."""
+FLOAT_RANGES = {"resid_pdrop": (0.0, 1.0, "[0, 1)"), "embd_pdrop": (0.0, 1.0, "[0, 1)"),
+                "attn_pdrop": (0.0, 1.0, "[0, 1)"), "layer_norm_epsilon": (0.0, 1.0, "(0, 1]"),
+                "initializer_range": (0.0, 10.0, "(0, 10]")}
+
+
 def _field(hf: dict[str, Any], key: str, kind: type, where: Path, default: Any = None) -> Any:
     value = hf.get(key, default)
     if value is None:
         raise CheckpointError(f"{where}: lacks the GPT-2 config field {key!r}")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
-        raise CheckpointError(f"{where}: field {key!r} must be a{'n integer' if kind is int else ' number'}, "
-                              f"got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or (kind is int and value != int(value))):
+        raise CheckpointError(f"{where}: field {key!r} must be a{'n integer' if kind is int else ' finite number'}, "
+                              f"got {value!r:.80}")
     value = kind(value)
-    if kind is int and value <= 0:
-        raise CheckpointError(f"{where}: field {key!r} must be positive, got {value}")
+    if kind is int and not 0 < value <= INT_LIMITS.get(key, 1 << 24):
+        raise CheckpointError(f"{where}: field {key!r}={value} is not in [1, {INT_LIMITS.get(key, 1 << 24)}]; fix "
+                              "that key of config.json or re-download the model folder")
+    if key in FLOAT_RANGES:
+        lo, hi, words = FLOAT_RANGES[key]
+        ok = lo <= value < hi if words.startswith("[") else lo < value <= hi
+        if not ok:
+            raise CheckpointError(f"{where}: field {key!r}={value} is not in {words}; fix that key of config.json")
     return value
 
 
 def model_config_from_hf_gpt2(hf: dict[str, Any], where: Path) -> ModelConfig:
     """transformers GPT2Config dict -> ModelConfig; refuses what our GPT cannot represent."""
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{where}: not a JSON object; expected a Hugging Face GPT-2 config.json")
     if hf.get("model_type") != "gpt2":
         raise CheckpointError(f"{where}: model_type={hf.get('model_type')!r}; only 'gpt2' checkpoints import here")
     for key, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
@@ -61,8 +79,8 @@ def model_config_from_hf_gpt2(hf: dict[str, Any], where: Path) -> ModelConfig:
         if bool(hf.get(key, ok)) != ok:
             raise CheckpointError(f"{where}: {key}={hf[key]!r} is not supported (only {ok})")
     act = hf.get("activation_function", "gelu_new")
-    if act not in ACT_FROM_HF:
-        raise CheckpointError(f"{where}: field 'activation_function'={act!r} is not supported; expected one of "
+    if not isinstance(act, str) or act not in ACT_FROM_HF:
+        raise CheckpointError(f"{where}: field 'activation_function'={act!r:.80} is not supported; expected one of "
                               f"{', '.join(ACT_FROM_HF)}")
     h = _field(hf, "n_embd", int, where)
     inner = hf.get("n_inner")

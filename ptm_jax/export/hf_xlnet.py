@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,9 @@ def _field(hf: dict[str, Any], key: str, kind: type, where: Path, default: Any =
     ok = {bool: isinstance(v, bool), str: isinstance(v, str), float: number,
           int: number and float(v).is_integer()}[kind]
     if not ok:
-        raise CheckpointError(f"{where}: field '{key}' must be {kind.__name__}, got {v!r}")
+        raise CheckpointError(f"{where}: field '{key}' must be {kind.__name__}, got {v!r:.80}")
+    if kind is float and not math.isfinite(v):
+        raise CheckpointError(f"{where}: field '{key}' must be a finite number, got {v!r}")
     return kind(v)
 
 
@@ -85,9 +88,11 @@ def model_config_from_hf(hf: Any, where: Path) -> ModelConfig:
     d_model, n_head = _field(hf, "d_model", int, where), _field(hf, "n_head", int, where)
     sizes = {"vocab_size": _field(hf, "vocab_size", int, where), "d_model": d_model, "n_head": n_head,
              "n_layer": _field(hf, "n_layer", int, where), "d_inner": _field(hf, "d_inner", int, where)}
-    for key, v in sizes.items():
-        if v <= 0:
-            raise CheckpointError(f"{where}: field '{key}' must be positive, got {v}")
+    limits = {"vocab_size": 1 << 24, "d_model": 1 << 16, "n_head": 4096, "n_layer": 1024, "d_inner": 1 << 18}
+    for key, v in sizes.items():  # a corrupted config must not allocate a huge model
+        if not 0 < v <= limits[key]:
+            raise CheckpointError(f"{where}: field '{key}'={v} is not in [1, {limits[key]}]; fix that key of "
+                                  "config.json or re-download the model folder")
     if d_model % n_head or _field(hf, "d_head", int, where, d_model // n_head) != d_model // n_head:
         raise CheckpointError(f"{where}: field 'd_head' must equal d_model / n_head ({d_model} / {n_head})")
     dropout = _field(hf, "dropout", float, where, 0.1)
