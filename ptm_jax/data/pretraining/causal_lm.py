@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from ptm_jax.data.pretraining.nsp import check_seed, doc_permutation
-from ptm_jax.data.pretraining.source import ArraySource, DocumentSource, SubsetSource
+from ptm_jax.data.pretraining.source import ArraySource, DocumentSource, SubsetSource, check_share
 from ptm_jax.errors import ConfigError, DataError
 
 FEATURE_DTYPES = {
@@ -222,14 +222,7 @@ def _check_args(seq_len: int, eos_id: int, pad_id: int, start_index: int, global
     for name, v in (("eos_id", eos_id), ("pad_id", pad_id)):
         if not isinstance(v, (int, np.integer)) or not 0 <= v < 1 << 31:
             raise ConfigError(f"{name}={v!r} must be a non-negative token id (the tokenizer's <|endoftext|>)")
-    if process_count < 1 or not 0 <= process_index < process_count:
-        raise ConfigError(f"process_index={process_index} must be in [0, process_count={process_count})")
-    if global_batch < 1 or global_batch % process_count:
-        raise ConfigError(f"global batch {global_batch} must be a positive multiple of the process count "
-                          f"{process_count}")
-    if start_index < 0 or start_index % global_batch:
-        raise ConfigError(f"start_index={start_index} must be a non-negative multiple of the global batch "
-                          f"{global_batch} (the data cursor is step * global_batch)")
+    check_share(start_index, global_batch, process_index, process_count)
 
 
 def causal_lm_dataset(source: DocumentSource, eos_id: int, pad_id: int, seq_len: int, *, seed: int,

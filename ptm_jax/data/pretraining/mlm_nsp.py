@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from ptm_jax.config import DataConfig
 from ptm_jax.data.pretraining import masking, nsp
-from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds
+from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds, check_share
 from ptm_jax.errors import ConfigError, DataError
 
 FEATURE_DTYPES = {
@@ -137,14 +137,7 @@ def build_features(batch: dict[str, tf.Tensor], special: SpecialIds, cfg: DataCo
 def _check_args(source: DocumentSource, special: SpecialIds, cfg: DataConfig, seed: int, start_index: int,
                 global_batch: int, process_index: int, process_count: int) -> None:
     nsp.check_seed(seed)
-    if process_count < 1 or not 0 <= process_index < process_count:
-        raise ConfigError(f"process_index={process_index} must be in [0, process_count={process_count})")
-    if global_batch < 1 or global_batch % process_count:
-        raise ConfigError(f"global batch {global_batch} must be a positive multiple of the process count "
-                          f"{process_count}")
-    if start_index < 0 or start_index % global_batch:
-        raise ConfigError(f"start_index={start_index} must be a non-negative multiple of the global batch "
-                          f"{global_batch} (the data cursor is step * global_batch)")
+    check_share(start_index, global_batch, process_index, process_count)
     if not 0 < cfg.max_predictions_per_seq <= cfg.max_seq_length:
         raise ConfigError(f"data.max_predictions_per_seq={cfg.max_predictions_per_seq} must be in "
                           f"(0, max_seq_length={cfg.max_seq_length}]")

@@ -45,7 +45,7 @@ from ptm_jax.data.pretraining import masking, nsp
 from ptm_jax.data.pretraining.permutation import (SPAN_DRAWS_PER_POSITION, attention_ranks, factorization_ranks,
                                                   part_budgets, perm_mask, sample_spans, target_features,
                                                   target_mapping)
-from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds
+from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds, check_share
 from ptm_jax.errors import ConfigError, DataError
 
 _PASS_STREAM, _SAMPLE_STREAM = 1, 2   # Philox counter tags (bits 192..255)
@@ -346,14 +346,7 @@ def _dense(batch: dict[str, tf.Tensor], reuse_len: int, length: int) -> dict[str
 def _check_args(source: DocumentSource, special: SpecialIds, seed: int, start_index: int, global_batch: int,
                 process_index: int, process_count: int) -> None:
     nsp.check_seed(seed)
-    if process_count < 1 or not 0 <= process_index < process_count:
-        raise ConfigError(f"process_index={process_index} must be in [0, process_count={process_count})")
-    if global_batch < 1 or global_batch % process_count:
-        raise ConfigError(f"global batch {global_batch} must be a positive multiple of the process count "
-                          f"{process_count}")
-    if start_index < 0 or start_index % global_batch:
-        raise ConfigError(f"start_index={start_index} must be a non-negative multiple of the global batch "
-                          f"{global_batch} (the data cursor is step * global_batch)")
+    check_share(start_index, global_batch, process_index, process_count)
     max_id = getattr(source, "max_token_id", None)
     if max_id is not None and max_id >= special.vocab_size:
         raise DataError(f"the corpus holds token id {max_id}, outside the vocabulary [0, {special.vocab_size}): "

@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ptm_jax.errors import DataError
+from ptm_jax.errors import ConfigError, DataError
 
 
 @runtime_checkable
@@ -153,3 +153,16 @@ def split_train_eval(source: DocumentSource, eval_documents: int) -> tuple[Subse
                         "documents; lower it or add documents")
     cut = n - eval_documents
     return SubsetSource(source, np.arange(cut)), SubsetSource(source, np.arange(cut, n))
+
+
+def check_share(start_index: int, global_batch: int, process_index: int, process_count: int) -> None:
+    """The stream position every example builder takes: this process's share of global batches that start
+    at a multiple of the global batch (the loop's data cursor is step * global_batch)."""
+    if process_count < 1 or not 0 <= process_index < process_count:
+        raise ConfigError(f"process_index={process_index} must be in [0, process_count={process_count})")
+    if global_batch < 1 or global_batch % process_count:
+        raise ConfigError(f"global batch {global_batch} must be a positive multiple of the process count "
+                          f"{process_count}")
+    if start_index < 0 or start_index % global_batch:
+        raise ConfigError(f"start_index={start_index} must be a non-negative multiple of the global batch "
+                          f"{global_batch} (the data cursor is step * global_batch)")
