@@ -10,7 +10,7 @@ and CoNLL testb): the command lines are printed with the table. Settings are the
 section (lr, batch, epochs, length) with per-task changes below; ``--set`` adds overrides to every task.
 Rerunning with the same --out resumes each stage from its checkpoints (its time is then not a fresh run).
 
-    python benchmarks/finetune_real.py runs/gutenberg                          # everything
+    python benchmarks/finetune_real.py runs/gutenberg/pretrain                 # everything
     python benchmarks/finetune_real.py RUN --tasks squad conll2003 --set finetune.train_subset=300 finetune.epochs=1
 """
 from __future__ import annotations
