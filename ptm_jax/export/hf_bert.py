@@ -30,8 +30,8 @@ import numpy as np
 from ptm_jax.config import ModelConfig
 from ptm_jax.errors import CheckpointError
 from ptm_jax.export import params as params_lib
-from ptm_jax.export.hf_files import (ACT_FROM_HF, ACT_TO_HF, Rule, dense_rules, fmt_names, get_path, linear_rule,
-                                     norm_rules, read_hf_dir, read_json, st_modules)
+from ptm_jax.export.hf_files import (ACT_FROM_HF, ACT_TO_HF, Rule, apply_rules, dense_rules, fmt_names, get_path,
+                                     linear_rule, norm_rules, read_hf_dir, read_json, rule_problems, st_modules)
 
 log = logging.getLogger(__name__)
 
@@ -287,20 +287,12 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, hf: dict[str,
     unexpected = names - expected - {prefix + n for n in IGNORED_BY_HF} - set(TIED) - set(dropped)
     if head not in ("pretraining", "masked_lm"):
         unexpected |= names & set(TIED) - set(dropped)
-    bad = [f"{r.hf} (checkpoint {tuple(tensors[r.hf].shape)}, expected {r.hf_shape})"
-           for r in rules if r.hf in names and tuple(tensors[r.hf].shape) != r.hf_shape]
-    problems = [f"{what}: {fmt_names(items)}" for what, items in (("missing tensors", expected - names),
-                ("unexpected tensors", unexpected), ("shape mismatches", bad)) if items]
+    problems = rule_problems(rules, tensors, expected, unexpected)
     if problems:
         raise CheckpointError(f"{where}: does not match a {ARCHITECTURES[head]} with the shapes of its "
                               f"config.json (hidden {cfg.hidden_size}, layers {cfg.num_layers}, heads "
                               f"{cfg.num_heads}, vocab {cfg.vocab_size}): " + "; ".join(problems))
-    params: dict = {}
-    for r in rules:
-        node = params
-        for key in r.path[:-1]:
-            node = node.setdefault(key, {})
-        node[r.path[-1]] = r.to_ours(np.asarray(tensors[r.hf], dtype=np.float32))
+    params = apply_rules(rules, tensors)
     for name in names & set(TIED) - set(dropped):
         if not np.array_equal(np.asarray(tensors[name], np.float32), get_path(params, TIED[name])):
             raise CheckpointError(f"{where}: {name} differs from the tensor it is tied to ({'/'.join(TIED[name])}); "

@@ -193,3 +193,22 @@ def read_hf_dir(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray]
     return hf, tensors, d
 
 
+def rule_problems(rules: list[Rule], tensors: dict[str, np.ndarray], expected: set[str], unexpected: set[str]
+                  ) -> list[str]:
+    """What keeps a checkpoint from matching ``rules``: missing and unexpected tensors, shape mismatches."""
+    names = set(tensors)
+    bad = [f"{r.hf} (checkpoint {tuple(tensors[r.hf].shape)}, expected {r.hf_shape})"
+           for r in rules if r.hf in names and tuple(tensors[r.hf].shape) != r.hf_shape]
+    return [f"{what}: {fmt_names(items)}" for what, items in (("missing tensors", expected - names),
+            ("unexpected tensors", unexpected), ("shape mismatches", bad)) if items]
+
+
+def apply_rules(rules: list[Rule], tensors: dict[str, np.ndarray]) -> dict:
+    """Our nested parameter tree from the checkpoint's tensors, one rule per tensor (float32)."""
+    params: dict = {}
+    for r in rules:
+        node = params
+        for key in r.path[:-1]:
+            node = node.setdefault(key, {})
+        node[r.path[-1]] = r.to_ours(np.asarray(tensors[r.hf], dtype=np.float32))
+    return params

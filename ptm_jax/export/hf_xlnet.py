@@ -30,8 +30,8 @@ import numpy as np
 from ptm_jax.config import ModelConfig
 from ptm_jax.errors import CheckpointError
 from ptm_jax.export import params as params_lib
-from ptm_jax.export.hf_files import (ACT_FROM_HF, ACT_TO_HF, Rule, dense_rules, fmt_names, get_path, norm_rules,
-                                     read_hf_dir)
+from ptm_jax.export.hf_files import (ACT_FROM_HF, ACT_TO_HF, Rule, apply_rules, dense_rules, fmt_names, get_path,
+                                     norm_rules, read_hf_dir, rule_problems)
 
 log = logging.getLogger(__name__)
 
@@ -228,20 +228,12 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: Path, 
     expected = {r.hf for r in rules}
     dropped = sorted(n for n in names if head == "encoder" != detected and not n.startswith(prefix))
     unexpected = names - expected - set(dropped) - ({TIED} if head == "plm" else set())
-    bad = [f"{r.hf} (checkpoint {tuple(tensors[r.hf].shape)}, expected {r.hf_shape})"
-           for r in rules if r.hf in names and tuple(tensors[r.hf].shape) != r.hf_shape]
-    problems = [f"{what}: {fmt_names(items)}" for what, items in (("missing tensors", expected - names),
-                ("unexpected tensors", unexpected), ("shape mismatches", bad)) if items]
+    problems = rule_problems(rules, tensors, expected, unexpected)
     if problems:
         raise CheckpointError(f"{where}: does not match an {ARCHITECTURES[head]} with the shapes of its config.json "
                               f"(d_model {cfg.hidden_size}, n_layer {cfg.num_layers}, n_head {cfg.num_heads}, "
                               f"d_inner {cfg.intermediate_size}, vocab {cfg.vocab_size}): " + "; ".join(problems))
-    params: dict = {}
-    for r in rules:
-        node = params
-        for key in r.path[:-1]:
-            node = node.setdefault(key, {})
-        node[r.path[-1]] = r.to_ours(np.asarray(tensors[r.hf], dtype=np.float32))
+    params = apply_rules(rules, tensors)
     if head == "plm" and TIED in names:
         table = get_path(params, (TRUNK, "embeddings", "word_embedding", "embedding"))
         if tuple(tensors[TIED].shape) != table.shape or not np.array_equal(np.asarray(tensors[TIED], np.float32),
