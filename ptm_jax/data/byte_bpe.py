@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptm_jax.data.tokenizers import Tokenizer, _atomic_write, _nonempty, _sha256
+from ptm_jax.data.tokenizers import RustTokenizer, _atomic_write, _nonempty, _sha256
 from ptm_jax.errors import ConfigError, DataError
 
 EOS, START, DELIM, EXTRACT = "<|endoftext|>", "<|start|>", "<|delim|>", "<|extract|>"
@@ -133,7 +133,7 @@ def read_merges(path: Path, vocab: dict[str, int]) -> list[tuple[str, str]]:
     return merges
 
 
-class ByteBPETokenizer(Tokenizer):
+class ByteBPETokenizer(RustTokenizer):
     """GPT-2 byte-level BPE (``tokenizer.kind = "byte_bpe"``); ids equal transformers' GPT2TokenizerFast.
 
     ``vocab_file``: a ``vocab.json`` (or a directory holding one); ``merges_file`` defaults to the
@@ -172,23 +172,6 @@ class ByteBPETokenizer(Tokenizer):
         self.unk_id = -1
         self._encode_many = getattr(self._hf, "encode_batch_fast", self._hf.encode_batch)
 
-    def tokenize(self, text: str) -> list[str]:
-        return self._hf.encode(text, add_special_tokens=False).tokens
-
-    def encode(self, text: str) -> list[int]:
-        return self._hf.encode(text, add_special_tokens=False).ids
-
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self._encode_many(list(texts), add_special_tokens=False)]
-
-    def decode(self, ids) -> str:
-        return self._hf.decode([int(i) for i in ids], skip_special_tokens=False)
-
-    def token_to_id(self, tok: str) -> int:
-        return self._vocab.get(tok, self.unk_id)
-
-    def id_to_token(self, i: int) -> str:
-        return self._tokens[int(i)]
 
     def special_ids(self) -> list[int]:
         """eos (= pad), start, delim, extract; there is no unknown token."""

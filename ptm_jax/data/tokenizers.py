@@ -182,7 +182,30 @@ def read_vocab(path: Path) -> list[str]:
     return tokens
 
 
-class WordPieceTokenizer(Tokenizer):
+class RustTokenizer(Tokenizer):
+    """The methods every tokenizer built on the Rust ``tokenizers`` library shares: ``self._hf`` (the pipeline),
+    ``self._encode_many`` (its batch encoder), ``self._vocab`` (token -> id) and ``self._tokens`` (id -> token)."""
+
+    def tokenize(self, text: str) -> list[str]:
+        return self._hf.encode(text, add_special_tokens=False).tokens
+
+    def encode(self, text: str) -> list[int]:
+        return self._hf.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._encode_many(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids) -> str:
+        return self._hf.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def token_to_id(self, tok: str) -> int:
+        return self._vocab.get(tok, self.unk_id)
+
+    def id_to_token(self, i: int) -> str:
+        return self._tokens[int(i)]
+
+
+class WordPieceTokenizer(RustTokenizer):
     """BERT WordPiece from a vocab.txt (google-research/bert tokenization.py FullTokenizer)."""
 
     def __init__(self, vocab_file, lower_case: bool = True, max_input_chars_per_word: int = 200):
@@ -208,23 +231,6 @@ class WordPieceTokenizer(Tokenizer):
         self._hf.decoder = decoders.WordPiece(prefix="##", cleanup=True)
         self._encode_many = getattr(self._hf, "encode_batch_fast", self._hf.encode_batch)
 
-    def tokenize(self, text: str) -> list[str]:
-        return self._hf.encode(text, add_special_tokens=False).tokens
-
-    def encode(self, text: str) -> list[int]:
-        return self._hf.encode(text, add_special_tokens=False).ids
-
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self._encode_many(list(texts), add_special_tokens=False)]
-
-    def decode(self, ids) -> str:
-        return self._hf.decode([int(i) for i in ids], skip_special_tokens=False)
-
-    def token_to_id(self, tok: str) -> int:
-        return self._vocab.get(tok, self.unk_id)
-
-    def id_to_token(self, i: int) -> str:
-        return self._tokens[int(i)]
 
     def _continuation_mask(self) -> np.ndarray:
         return np.array([t.startswith("##") for t in self._tokens], dtype=bool)
