@@ -11,6 +11,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from ptm_jax.models.dropout import dropout
+
 
 def padding_mask(input_mask: jax.Array) -> jax.Array:
     """[B, S] (1 = real token) -> boolean [B, 1, 1, S] key mask."""
@@ -45,8 +47,7 @@ def dot_product_attention(
         if mask is not None:
             logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(logits, axis=-1)
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
-        probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0).astype(v.dtype)
+        probs = dropout(probs, dropout_rate, dropout_rng).astype(v.dtype)
         return jnp.einsum("bnts,bsnh->btnh", probs, v)
     impl = None if implementation == "auto" else implementation
     if mask is not None:

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from ptm_jax.config import ModelConfig
 from ptm_jax.models.attention import SelfAttention, padding_mask
+from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.layers import ACTIVATIONS, Dense, LayerNorm, constrain, dtype_of, partitioned, truncated_normal
 
 REMAT_POLICIES = {
@@ -34,7 +35,7 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = embed(c.max_position_embeddings, "positions")
         self.token_type_embeddings = embed(c.type_vocab_size, "types")
         self.norm = LayerNorm(c.layer_norm_eps, dtype=dt)
-        self.dropout = nn.Dropout(c.hidden_dropout)
+        self.dropout = Dropout(c.hidden_dropout)
 
     def __call__(self, input_ids, segment_ids, position_ids, deterministic: bool) -> jax.Array:
         x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
@@ -54,12 +55,12 @@ class BertLayer(nn.Module):
         c, dt = self.cfg, dtype_of(self.cfg.dtype)
         attn = SelfAttention(c.num_heads, c.hidden_size // c.num_heads, c.attention_dropout, c.initializer_range,
                              dtype=dt, implementation=c.attention_impl, name="attention")(x, mask, self.deterministic)
-        attn = nn.Dropout(c.hidden_dropout)(attn, deterministic=self.deterministic)
+        attn = Dropout(c.hidden_dropout)(attn, deterministic=self.deterministic)
         x = LayerNorm(c.layer_norm_eps, dtype=dt, name="attention_norm")(x + attn)
         h = Dense(c.intermediate_size, ("embed", "mlp"), c.initializer_range, dtype=dt, name="intermediate")(x)
         h = constrain(ACTIVATIONS[c.hidden_act](h), ("batch", "length", "act_mlp"))
         h = Dense(c.hidden_size, ("mlp", "embed"), c.initializer_range, dtype=dt, name="output")(h)
-        h = nn.Dropout(c.hidden_dropout)(h, deterministic=self.deterministic)
+        h = Dropout(c.hidden_dropout)(h, deterministic=self.deterministic)
         x = LayerNorm(c.layer_norm_eps, dtype=dt, name="output_norm")(x + h)
         return constrain(x, ("batch", "length", "act_embed"))
 

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from ptm_jax.config import ModelConfig
 from ptm_jax.models.attention import dot_product_attention
 from ptm_jax.models.bert import REMAT_POLICIES
+from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.layers import ACTIVATIONS, LayerNorm, constrain, dtype_of, partitioned
 
 normal = nn.initializers.normal
@@ -136,7 +137,7 @@ class GPTBlock(nn.Module):
         mlp = GPTMlp(c, name="mlp")
         ln_1 = LayerNorm(c.layer_norm_eps, dtype=dt, name="ln_1")
         ln_2 = LayerNorm(c.layer_norm_eps, dtype=dt, name="ln_2")
-        drop = nn.Dropout(c.hidden_dropout)
+        drop = Dropout(c.hidden_dropout)
         if c.layer_norm_position == "pre":
             x = x + drop(attn(ln_1(x), segment_ids), deterministic=self.deterministic)
             x = x + drop(mlp(ln_2(x)), deterministic=self.deterministic)
@@ -215,7 +216,7 @@ class GPTModel(nn.Module):
         if segment_ids is None:
             segment_ids = jnp.ones_like(input_ids, dtype=jnp.int32)
         x = wte(input_ids) + wpe(position_ids)
-        x = nn.Dropout(c.hidden_dropout)(x, deterministic=deterministic)
+        x = Dropout(c.hidden_dropout)(x, deterministic=deterministic)
         x = constrain(x, ("batch", "length", "act_embed"))
         x = GPTDecoder(c, self.cache_length, name="decoder")(x, segment_ids.astype(jnp.int32), deterministic, decode)
         if c.layer_norm_position == "pre":

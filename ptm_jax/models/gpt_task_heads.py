@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.config import ModelConfig
+from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.gpt import GPTModel
 from ptm_jax.models.layers import Dense, dtype_of
 
@@ -40,7 +41,7 @@ class GPTForSequenceClassification(nn.Module):
         final, lm_logits = _extract_states(GPTModel(self.cfg, name="gpt"), input_ids, segment_ids, position_ids,
                                            extract_index, deterministic)
         pooled = jnp.sum(final, axis=1)  # similarity: both orders summed; otherwise the single view
-        pooled = nn.Dropout(self.dropout)(pooled, deterministic=deterministic)
+        pooled = Dropout(self.dropout)(pooled, deterministic=deterministic)
         logits = Dense(self.num_labels, ("embed", "classes"), self.cfg.initializer_range,
                        dtype=dtype_of(self.cfg.dtype), name="classifier")(pooled)
         return logits.astype(jnp.float32), lm_logits
@@ -59,7 +60,7 @@ class GPTForMultipleChoice(nn.Module):
         """[B, C, L] inputs, extract_index [B, C] -> (option scores [B, C], LM logits [B, C, L, vocab])."""
         final, lm_logits = _extract_states(GPTModel(self.cfg, name="gpt"), input_ids, segment_ids, position_ids,
                                            extract_index, deterministic)
-        final = nn.Dropout(self.dropout)(final, deterministic=deterministic)
+        final = Dropout(self.dropout)(final, deterministic=deterministic)
         scores = Dense(1, ("embed", "classes"), self.cfg.initializer_range, dtype=dtype_of(self.cfg.dtype),
                        name="classifier")(final)[..., 0]
         return scores.astype(jnp.float32), lm_logits

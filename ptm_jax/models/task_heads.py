@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from ptm_jax.config import ModelConfig
 from ptm_jax.models.bert import BertModel
+from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.layers import Dense
 
 
@@ -32,7 +33,7 @@ class BertForSequenceClassification(nn.Module):
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True) -> jax.Array:
         _, pooled = BertModel(self.cfg, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic)
-        pooled = nn.Dropout(self.classifier_dropout)(pooled, deterministic=deterministic)
+        pooled = Dropout(self.classifier_dropout)(pooled, deterministic=deterministic)
         return _classifier(self.cfg, self.num_labels, "classifier")(pooled).astype(jnp.float32)
 
 
@@ -47,7 +48,7 @@ class BertForTokenClassification(nn.Module):
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True) -> jax.Array:
         seq, _ = BertModel(self.cfg, add_pooler=False, name="bert")(input_ids, input_mask, segment_ids,
                                                                      deterministic=deterministic)
-        seq = nn.Dropout(self.classifier_dropout)(seq, deterministic=deterministic)
+        seq = Dropout(self.classifier_dropout)(seq, deterministic=deterministic)
         return _classifier(self.cfg, self.num_labels, "classifier")(seq).astype(jnp.float32)
 
 
@@ -76,5 +77,5 @@ class BertForMultipleChoice(nn.Module):
         flat = lambda x: x.reshape(b * c, s)  # noqa: E731
         _, pooled = BertModel(self.cfg, name="bert")(flat(input_ids), flat(input_mask), flat(segment_ids),
                                                      deterministic=deterministic)
-        pooled = nn.Dropout(self.classifier_dropout)(pooled, deterministic=deterministic)
+        pooled = Dropout(self.classifier_dropout)(pooled, deterministic=deterministic)
         return _classifier(self.cfg, 1, "classifier")(pooled).astype(jnp.float32).reshape(b, c)

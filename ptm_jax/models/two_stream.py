@@ -27,6 +27,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from ptm_jax.models.dropout import Dropout, dropout
 from ptm_jax.models.layers import Dtype, LayerNorm, constrain, partitioned
 
 NEG_INF = 1e30  # subtracted from blocked scores, as the reference does
@@ -110,8 +111,7 @@ def rel_attention_core(q_BLND: jax.Array, k_BKND: jax.Array, v_BKND: jax.Array, 
         score = score - NEG_INF * (1.0 - mask_B1LK.astype(f32))
     probs = jax.nn.softmax(score, axis=-1)
     if dropout_rng is not None and dropout_rate > 0.0:
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
-        probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
+        probs = dropout(probs, dropout_rate, dropout_rng)
     return jnp.einsum("bnlk,bknd->blnd", probs.astype(dt), v_BKND)
 
 
@@ -150,7 +150,7 @@ class TwoStreamAttention(nn.Module):
         seg_embed = bias_param("seg_embed", (2, n, d), ("types", "heads", "kv"))
         q_proj, o_proj = proj("q"), proj("o")
         norm = LayerNorm(self.layer_norm_eps, dtype=dt, name="layer_norm")
-        drop = nn.Dropout(self.dropout_rate)
+        drop = Dropout(self.dropout_rate)
 
         cat_BKH = jnp.concatenate([mem_BMH.astype(dt), h_BLH], axis=1)
         k, v = proj("k")(cat_BKH), proj("v")(cat_BKH)

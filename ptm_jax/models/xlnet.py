@@ -28,6 +28,7 @@ import jax.numpy as jnp
 
 from ptm_jax.config import ModelConfig
 from ptm_jax.models.bert import REMAT_POLICIES
+from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.layers import ACTIVATIONS, Dense, LayerNorm, constrain, dtype_of, partitioned
 from ptm_jax.models.two_stream import RelBiases, TwoStreamAttention, relative_encoding
 
@@ -53,9 +54,9 @@ class FeedForward(nn.Module):
         c, dt = self.cfg, dtype_of(self.cfg.dtype)
         y = Dense(c.intermediate_size, ("embed", "mlp"), c.initializer_range, dtype=dt, name="layer_1")(x)
         y = constrain(ACTIVATIONS[c.hidden_act](y), ("batch", "length", "act_mlp"))
-        y = nn.Dropout(c.hidden_dropout)(y, deterministic=deterministic)
+        y = Dropout(c.hidden_dropout)(y, deterministic=deterministic)
         y = Dense(c.hidden_size, ("mlp", "embed"), c.initializer_range, dtype=dt, name="layer_2")(y)
-        y = nn.Dropout(c.hidden_dropout)(y, deterministic=deterministic)
+        y = Dropout(c.hidden_dropout)(y, deterministic=deterministic)
         return LayerNorm(c.layer_norm_eps, dtype=dt, name="layer_norm")(x + y)
 
 
@@ -184,7 +185,7 @@ class XLNetModel(nn.Module):
             self.r_w_bias = self.param("r_w_bias", init, shape, jnp.float32)
             self.r_r_bias = self.param("r_r_bias", init, shape, jnp.float32)
             self.r_s_bias = self.param("r_s_bias", init, shape, jnp.float32)
-        self.dropout = nn.Dropout(c.hidden_dropout)
+        self.dropout = Dropout(c.hidden_dropout)
 
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array | None = None,
                  input_mask: jax.Array | None = None, perm_mask: jax.Array | None = None,
@@ -289,7 +290,7 @@ class XLNetForSequenceClassification(nn.Module):
                                               deterministic=deterministic)
         s = Dense(c.hidden_size, ("embed", "embed_out"), c.initializer_range, dtype=dtype_of(c.dtype),
                   name="sequence_summary")(last_real_token(h, input_mask))
-        s = nn.Dropout(self.classifier_dropout)(jnp.tanh(s), deterministic=deterministic)
+        s = Dropout(self.classifier_dropout)(jnp.tanh(s), deterministic=deterministic)
         return Dense(self.num_labels, ("embed", "classes"), c.initializer_range, name="classifier")(s).astype(
             jnp.float32)
 
