@@ -184,6 +184,11 @@ class FinetuneConfig:
     null_score_threshold: float = 0.0
     lm_coef: float = 0.5
     """gpt: weight of the auxiliary language-model loss during finetuning (Radford et al. 2018 Sec. 3.2)."""
+    pack_examples: bool = False
+    """bert sequence classification: pack several short training examples into each row, attention kept inside
+    each example (data/tasks/packing.py); batch_size then counts rows. Evaluation stays one example per row."""
+    max_examples_per_row: int = 8
+    """With pack_examples: at most this many examples share a row."""
 
 
 @dataclass
@@ -405,6 +410,8 @@ def validate(cfg: RunConfig) -> None:
          f"{t.spike_factor}"),
         (t.spike_window >= 2, f"train.spike_window must be >= 2, got {t.spike_window}"),
         (0.0 <= m.hidden_dropout < 1.0 and 0.0 <= m.attention_dropout < 1.0, "dropout rates must be in [0, 1)"),
+        (cfg.finetune.max_examples_per_row >= 1, "finetune.max_examples_per_row must be >= 1, got "
+         f"{cfg.finetune.max_examples_per_row}"),
     ]
     for ok, msg in checks:
         if not ok:

@@ -7,7 +7,7 @@ start is not at its max-context window, end < start, or it is longer than max_an
 Candidates of all windows are ranked by start+end logit. The text of a span is the original
 whitespace words it covers, trimmed to the de-tokenized pieces by a character alignment under
 BERT's basic tokenization (get_final_text). v2: the null score is the minimum over windows of
-start[0] + end[0]; the answer is "" iff null_score - best_non_null > null_threshold, and that
+start[c] + end[c] at the window's null position c (BERT's [CLS] at 0, XLNet's <cls> at ``cls_index``); the answer is "" iff null_score - best_non_null > null_threshold, and that
 difference is returned per question for threshold search.
 """
 from __future__ import annotations
@@ -118,7 +118,10 @@ def _softmax(scores: Sequence[float]) -> list[float]:
 
 def _span_text(feature: SquadFeature, example: SquadExample, s: int, e: int,
                do_lower_case: bool) -> str:
-    tok_text = " ".join(feature.tokens[s:e + 1]).replace(" ##", "").replace("##", "")
+    if feature.sentencepiece:  # U+2581 starts a word
+        tok_text = "".join(feature.tokens[s:e + 1]).replace("\u2581", " ")
+    else:
+        tok_text = " ".join(feature.tokens[s:e + 1]).replace(" ##", "").replace("##", "")
     tok_text = " ".join(tok_text.strip().split())
     orig_text = " ".join(example.doc_tokens[feature.token_to_orig[s]:feature.token_to_orig[e] + 1])
     return get_final_text(tok_text, orig_text, do_lower_case)
@@ -166,8 +169,9 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeatur
         score_null, null_row, null_s, null_e = 1e6, -1, 0.0, 0.0
         for row in rows:
             feat, start, end = features[row], start_all[row], end_all[row]
-            if version_2 and start[0] + end[0] < score_null:
-                score_null, null_row, null_s, null_e = start[0] + end[0], row, start[0], end[0]
+            c = feat.cls_index
+            if version_2 and start[c] + end[c] < score_null:
+                score_null, null_row, null_s, null_e = start[c] + end[c], row, start[c], end[c]
             ss, ee = _candidates(feat, start, end, n_best_size, max_answer_length)
             cand_f.append(np.full(len(ss), row))
             cand_s.append(ss)
@@ -175,8 +179,8 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeatur
             cand_score.append(start[ss] + end[ee])
         if version_2:  # the null span of the window with the lowest null score
             cand_f.append(np.array([null_row]))
-            cand_s.append(np.array([0]))
-            cand_e.append(np.array([0]))
+            cand_s.append(np.array([-1]))  # -1: the null answer (a document span never starts there)
+            cand_e.append(np.array([-1]))
             cand_score.append(np.array([null_s + null_e]))
         nbest: list[tuple[str, float, float]] = []
         if cand_f:
@@ -187,7 +191,7 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeatur
                 if len(nbest) >= n_best_size:
                     break
                 row, s, e = int(fs[k]), int(ss[k]), int(ee[k])
-                if s > 0:
+                if s >= 0:
                     text = _span_text(features[row], ex, s, e, do_lower_case)
                     if text in seen:
                         continue

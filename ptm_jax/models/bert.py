@@ -114,13 +114,18 @@ class BertModel(nn.Module):
                                 dtype=dtype_of(c.dtype))
 
     def __call__(self, input_ids, input_mask, segment_ids, position_ids=None, *, deterministic: bool = True,
-                 attention_mask=None):
+                 attention_mask=None, cls_positions=None):
+        """``attention_mask`` [B, 1, S, S] replaces the padding mask (packed rows: ``segment_mask``);
+        ``cls_positions`` [B, K] pools K [CLS] states per row ([B, K, H]) instead of position 0 ([B, H])."""
         if position_ids is None:
             position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
         x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
         mask = padding_mask(input_mask) if attention_mask is None else attention_mask
         x = self.encoder(x, mask, deterministic)
-        pooled = jnp.tanh(self.pooler(x[:, 0])) if self.add_pooler else None
+        pooled = None
+        if self.add_pooler:
+            first = x[:, 0] if cls_positions is None else jnp.take_along_axis(x, cls_positions[..., None], axis=1)
+            pooled = jnp.tanh(self.pooler(first))
         return x, pooled
 
     def word_embedding_table(self) -> jax.Array:

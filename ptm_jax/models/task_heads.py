@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.config import ModelConfig
+from ptm_jax.models.attention import segment_mask
 from ptm_jax.models.bert import BertModel
 from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.layers import Dense
@@ -31,8 +32,15 @@ class BertForSequenceClassification(nn.Module):
     classifier_dropout: float = 0.1
 
     @nn.compact
-    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True) -> jax.Array:
-        _, pooled = BertModel(self.cfg, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic)
+    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True, packed=None) -> jax.Array:
+        """``packed``: (position_ids, pack_ids, cls_positions [B, K]) of rows holding several examples
+        (``data/tasks/packing.py``) -> [B, K, num_labels]; attention stays inside each example."""
+        kw = {}
+        if packed is not None:
+            position_ids, pack_ids, cls_positions = packed
+            kw = dict(position_ids=position_ids, attention_mask=segment_mask(pack_ids), cls_positions=cls_positions)
+        _, pooled = BertModel(self.cfg, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic,
+                                                     **kw)
         pooled = Dropout(self.classifier_dropout)(pooled, deterministic=deterministic)
         return _classifier(self.cfg, self.num_labels, "classifier")(pooled).astype(jnp.float32)
 

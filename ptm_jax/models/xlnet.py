@@ -195,6 +195,10 @@ class XLNetModel(nn.Module):
         b, qlen = input_ids.shape
         if mems is None or len(mems) == 0:
             mems_NBMH = jnp.zeros((c.num_layers, b, 0, c.hidden_size), dt)
+        elif isinstance(mems, jax.Array) and mems.ndim == 4:  # already stacked [layers, B, M, H]
+            if mems.shape[0] != c.num_layers:
+                raise ValueError(f"mems has {mems.shape[0]} layers; the model has {c.num_layers}")
+            mems_NBMH = mems.astype(dt)
         else:
             if len(mems) != c.num_layers:
                 raise ValueError(f"mems has {len(mems)} entries; the model has {c.num_layers} layers")

@@ -50,6 +50,19 @@ class Objective(Protocol):
         """Derived figures for the final report (e.g. perplexity, majority baseline)."""
 
 
+class CarriesState(Protocol):
+    """Optional: an objective whose step feeds state to the next one (XLNet's Transformer-XL memory: the
+    hidden states of a segment are the memory of the next segment of the same batch row, Dai et al. 2019
+    Sec. 3.2). The loop keeps it in ``TrainState.carry``; the step stops gradients through it."""
+
+    def init_carry(self, global_batch: int) -> Any:
+        """Boxed (``nn.LogicallyPartitioned``) initial carry for a global batch, or None to carry nothing."""
+
+    def loss_carrying(self, params: Any, batch: Batch, carry: Any, rng: jax.Array | None,
+                      normalizers: dict[str, jax.Array], train: bool) -> tuple[jax.Array, Terms, Any]:
+        """As ``Objective.loss``, reading ``carry`` and also returning the carry of the next step."""
+
+
 def is_decayed(path: tuple[Any, ...], _leaf: Any) -> bool:
     """BERT's AdamW decay mask: every weight matrix and embedding, never LayerNorm parameters or biases."""
     name = str(getattr(path[-1], "key", path[-1]))

@@ -49,6 +49,7 @@ class SequenceClassificationObjective(ArrayTaskData):
         self.model = self.build_model(model_cfg)
         self.train = self.featurize(train, tokenizer)
         self.dev = self.featurize(dev, tokenizer) if dev else None
+        self.dev_labels = None if self.dev is None else self.dev["labels"]  # one per dev example, in order
         self.dev_examples = list(dev)
         self.num_train = len(train)
         self.primary_metric = PRIMARY.get(spec.name, "accuracy")
@@ -79,7 +80,7 @@ class SequenceClassificationObjective(ArrayTaskData):
         """Cross-entropy (or squared error for regression) and the accuracy terms."""
         w = batch["weights"]
         if self.regression:
-            per = jnp.square(logits[:, 0] - batch["labels"])
+            per = jnp.square(logits[..., 0] - batch["labels"])
             terms = {"loss": (jnp.sum(per * w), jnp.sum(w))}
         else:
             per = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
@@ -91,25 +92,26 @@ class SequenceClassificationObjective(ArrayTaskData):
         return {"logits": self._logits(params, batch, None, False)}
 
     def score(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
-        n = len(self.dev["labels"])
-        if not self.regression and np.any(self.dev["labels"] < 0):
+        labels = self.dev_labels
+        n = len(labels)
+        if not self.regression and np.any(labels < 0):
             return {}  # an unlabelled (test) split: predictions only
         logits = outputs["logits"][:n]
         preds = logits[:, 0] if self.regression else logits
         if self.spec.name == "embedded":
-            return {"accuracy": accuracy(np.argmax(logits, -1), self.dev["labels"])}
-        return task_metrics(self.spec.name, preds, self.dev["labels"])
+            return {"accuracy": accuracy(np.argmax(logits, -1), labels)}
+        return task_metrics(self.spec.name, preds, labels)
 
     def write_predictions(self, outputs: dict[str, np.ndarray], out_dir, split: str) -> list[str]:
         """GLUE submission TSV (test split) or dev predictions in the same format."""
         from ptm_jax.evaluate.predictions import atomic_write_text, write_glue_submission
 
-        logits = outputs["logits"][: len(self.dev["labels"])]
+        logits = outputs["logits"][: len(self.dev_labels)]
         preds = logits[:, 0] if self.regression else np.argmax(logits, -1)
         indices = [e.guid.split("-")[-1] for e in self.dev_examples]
         if self.spec.name == "embedded":
             rows = ["index\tprediction\tlabel"] + [f"{i}\t{self.spec.labels[p]}\t{self.spec.labels[y]}"
-                                                     for i, p, y in zip(indices, preds, self.dev["labels"])]
+                                                     for i, p, y in zip(indices, preds, self.dev_labels)]
             return [atomic_write_text(f"{out_dir}/embedded-{split}.tsv", "\n".join(rows) + "\n")]
         path = write_glue_submission(out_dir, self.spec.name, preds, split="test", indices=indices)
         if split != "test":

@@ -6,14 +6,19 @@ targets only (Sec. 2.3): the query stream at each target, mapped by ``target_map
 embedding + bias; loss = sum(CE * w) / sum(w). The examples (span targets, one order per ``perm_size``
 block, ``perm_mask``, ``bi_data``) come from ``ptm_jax.data.pretraining.plm``.
 
-Memory: the model carries Transformer-XL memory within a forward pass and takes ``mems`` from a caller
-(``ptm_jax.models.xlnet``); this objective trains each sample on its own (no memory carried from one
-training step to the next), so ``reuse_len`` shapes the samples and the targets but no states are reused.
+Memory (Sec. 2.3, "Incorporating ideas from Transformer-XL"; train_gpu.py feeds each step's ``new_mems`` to the
+next): with ``model.mem_len > 0`` the objective carries, per batch row, the content-stream states of the
+``reuse_len`` leading tokens of each layer into the next step (``TrainState.carry``, [layers, batch, mem_len,
+hidden], zeros at step 0 as the reference's ``init_mems``, no gradient through it). The data stream lays rows out
+so that row r of step s+1 continues row r of step s (``ptm_jax.data.pretraining.plm``), so the memory really is
+the text that precedes. Evaluation reads each held-out sample on its own (no memory). With ``mem_len = 0`` each
+sample trains on its own.
 """
 from __future__ import annotations
 
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,6 +26,7 @@ import numpy as np
 from ptm_jax.config import RunConfig
 from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds
 from ptm_jax.errors import ConfigError
+from ptm_jax.models.layers import dtype_of
 from ptm_jax.objectives.base import SourceStreams
 from ptm_jax.objectives.causal_lm import LanguageModelReport, lm_terms
 
@@ -38,6 +44,10 @@ class PlmObjective(SourceStreams, LanguageModelReport):
         if d.bi_data and (cfg.train.batch_size % 2 or cfg.train.grad_accum_steps > 1):
             raise ConfigError("data.bi_data=true needs an even train.batch_size and train.grad_accum_steps=1 "
                               "(the reversed half of each batch must stay in the same microbatch)")
+        if cfg.model.mem_len > 0 and cfg.train.grad_accum_steps > 1:
+            raise ConfigError(f"model.mem_len={cfg.model.mem_len} carries Transformer-XL memory from one step to the "
+                              "next, which needs train.grad_accum_steps=1 (each row continues the same row of the "
+                              "previous step); set model.mem_len=0 to accumulate gradients")
         self.cfg, self.name = cfg, cfg.objective
         self.model = XLNetLMHeadModel(cfg.model, reuse_len=d.reuse_len, bi_data=d.bi_data)
         self.train_source, self.eval_source, self.special = train_source, eval_source, special
@@ -56,15 +66,28 @@ class PlmObjective(SourceStreams, LanguageModelReport):
         b = {k: jnp.asarray(v[:n]) for k, v in batch.items()}
         return self.model.init(rng, b["input_ids"], b["segment_ids"], None, b["perm_mask"], b["target_mapping"])
 
+    def init_carry(self, global_batch: int) -> Any:
+        c = self.cfg.model
+        if c.mem_len <= 0:
+            return None
+        zeros = jnp.zeros((c.num_layers, global_batch, c.mem_len, c.hidden_size), dtype_of(c.dtype))
+        return nn.LogicallyPartitioned(zeros, ("layers", "batch", "length", "act_embed"))
+
     def normalizers(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
         return {"lm": jnp.sum(batch["target_weights"].astype(jnp.float32))}
 
     def loss(self, params, batch, rng, normalizers, train: bool):
+        loss, terms, _ = self.loss_carrying(params, batch, None, rng, normalizers, train)
+        return loss, terms
+
+    def loss_carrying(self, params, batch, carry, rng, normalizers, train: bool):
         rngs = {"dropout": rng} if train and rng is not None else None
-        logits, _ = self.model.apply(params, batch["input_ids"], batch["segment_ids"], None, batch["perm_mask"],
-                                     batch["target_mapping"], deterministic=not train, rngs=rngs)
+        logits, new_mems = self.model.apply(params, batch["input_ids"], batch["segment_ids"], None,
+                                            batch["perm_mask"], batch["target_mapping"], carry,
+                                            deterministic=not train, rngs=rngs)
         terms = lm_terms(logits, batch["target_ids"], batch["target_weights"])
-        return terms["lm_loss"][0] / jnp.maximum(normalizers["lm"], 1.0), terms
+        new_carry = None if carry is None else jnp.stack(new_mems).astype(carry.dtype)
+        return terms["lm_loss"][0] / jnp.maximum(normalizers["lm"], 1.0), terms, new_carry
 
     def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
         from ptm_jax.data.pretraining.plm import plm_dataset

@@ -58,6 +58,8 @@ def logical_to_sharding(logical_specs: Any, shapes: Any, mesh: Mesh) -> Any:
     """Tree of logical PartitionSpecs + tree of shapes -> tree of NamedShardings on ``mesh``."""
 
     def one(spec, shape):
+        if shape is None:  # an empty field of the state (TrainState.carry of an objective that carries nothing)
+            return None
         mesh_spec = nn.logical_to_mesh_axes(spec, LOGICAL_RULES) if spec is not None else P()
         return NamedSharding(mesh, _divisible(mesh_spec, tuple(shape.shape), mesh))
 

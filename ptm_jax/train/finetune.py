@@ -40,9 +40,16 @@ def _subset(examples: list, n: int, seed: int) -> list:
     return rows[:n]
 
 
-def _classifier_objective(model_cfg):
-    """Sequence classification for the model family: BERT's pooled [CLS], GPT's input transformations or
-    XLNet's final <cls> state."""
+def _classifier_objective(model_cfg, fcfg=None):
+    """Sequence classification for the model family: BERT's pooled [CLS] (on packed rows with
+    ``finetune.pack_examples``), GPT's input transformations or XLNet's final <cls> state."""
+    if fcfg is not None and fcfg.pack_examples:
+        if model_cfg.family != "bert":
+            raise ConfigError(f"finetune.pack_examples=true is implemented for BERT classification; this model is "
+                              f"model.family={model_cfg.family!r}: set finetune.pack_examples=false")
+        from ptm_jax.objectives.packed_classification import PackedSequenceClassificationObjective
+
+        return PackedSequenceClassificationObjective
     if model_cfg.family == "gpt":
         from ptm_jax.objectives.gpt_classification import GptClassificationObjective
 
@@ -64,7 +71,7 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev") ->
         from ptm_jax.data.tasks.embedded_task import DESCRIPTION, embedded_task
 
         spec, train, dev = embedded_task()
-        return _classifier_objective(model_cfg)(model_cfg, spec, _subset(train, f.train_subset, f.subset_seed), dev,
+        return _classifier_objective(model_cfg, f)(model_cfg, spec, _subset(train, f.train_subset, f.subset_seed), dev,
                                                tokenizer, f), DESCRIPTION
     if task in GLUE_DIRS:
         from ptm_jax.data.tasks.glue import get_task, glue_from_tfds, read_glue
@@ -81,14 +88,16 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev") ->
             raise ConfigError(f"finetune.task={f.task}: set finetune.data_dir to the GLUE folder "
                               f"(holding {GLUE_DIRS[task]}/) or to 'tfds'")
         desc = f"GLUE {spec.name}: {len(train)} train / {len(dev)} dev examples from {f.data_dir}"
-        return _classifier_objective(model_cfg)(model_cfg, spec, _subset(train, f.train_subset, f.subset_seed),
+        return _classifier_objective(model_cfg, f)(model_cfg, spec, _subset(train, f.train_subset, f.subset_seed),
                                                 dev, tokenizer, f), desc
     from ptm_jax.objectives.finetune_registry import TASK_BUILDERS  # span QA, tagging, multiple choice
 
     if task in TASK_BUILDERS:
-        if model_cfg.family != "bert" and not (task == "swag" and model_cfg.family == "gpt"):
+        supported = {"bert": set(TASK_BUILDERS), "gpt": {"swag"}, "xlnet": {"squad", "squad_v2"}}
+        if task not in supported[model_cfg.family]:
             raise ConfigError(f"finetune.task={f.task!r} is implemented for BERT encoders; this checkpoint is "
-                              f"model.family={model_cfg.family!r} (GPT finetunes on GLUE and SWAG, XLNet on GLUE)")
+                              f"model.family={model_cfg.family!r} (GPT finetunes on GLUE and SWAG, XLNet on GLUE "
+                              f"and SQuAD)")
         return TASK_BUILDERS[task](cfg, model_cfg, tokenizer, eval_split)
     raise ConfigError(f"finetune.task={f.task!r} is not one of: embedded, {', '.join(GLUE_DIRS)}, "
                       f"{', '.join(TASK_BUILDERS)}")
@@ -173,6 +182,9 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
         # GPT-2's released vocabulary lacks the start/delimiter/extract tokens: the tokenizer appends them
         model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
     objective, description = build_task(cfg, model_cfg, tokenizer)
+    if getattr(objective, "num_examples", objective.num_train) != objective.num_train:
+        description += (f"; packed: {objective.num_examples} training examples in {objective.num_train} rows "
+                        f"(batch_size counts rows)")
     tcfg = finetune_train_config(cfg, objective.num_train)
     stage = Path(cfg.output_dir) / f"finetune-{f.task.lower()}"
     mesh = make_mesh(cfg.mesh)
@@ -210,7 +222,8 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
                "steps": tcfg.steps, "preempted": result.preempted, "init": str(init),
                "train": result.train_metrics, "final_eval": result.eval_metrics,
                "best": {"step": best["step"], "metrics": best["metrics"]},
-               "primary_metric": objective.primary_metric}
+               "primary_metric": objective.primary_metric, "train_rows": objective.num_train,
+               "train_examples": getattr(objective, "num_examples", objective.num_train)}
     if jax.process_index() == 0:
         stage.mkdir(parents=True, exist_ok=True)
         (stage / "summary.json").write_text(json.dumps(summary, indent=2))

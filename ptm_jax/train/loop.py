@@ -132,8 +132,11 @@ def compile_objective(objective: Objective, tcfg: TrainConfig, mesh: Mesh,
     example = objective.example_batch(tcfg.batch_size)
     tx, schedule = make_optimizer(tcfg, lr_scale)
 
+    init_carry = getattr(objective, "init_carry", None)
+
     def init_boxed(rng):
-        return TrainState.create(objective.init(rng, example), tx)
+        carry = init_carry(tcfg.batch_size) if init_carry is not None else None
+        return TrainState.create(objective.init(rng, example), tx, carry)
 
     with nn.logical_axis_rules(LOGICAL_RULES):
         abstract_boxed = jax.eval_shape(init_boxed, jax.random.key(0))
@@ -213,8 +216,8 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
         state = compiled.init_fn(jax.random.fold_in(rng, 1))
         if init_params is not None:
             params = init_params(state.params)
-            state = jax.jit(lambda p: TrainState.create(p, compiled.tx),
-                            out_shardings=compiled.state_shardings)(params)
+            state = jax.jit(lambda p, c: TrainState.create(p, compiled.tx, c),
+                            out_shardings=compiled.state_shardings)(params, state.carry)
         cursor, start, rollbacks = 0, 0, 0
 
     global_batch = tcfg.batch_size

@@ -50,7 +50,10 @@ def group_norms(grads: Any) -> dict[str, jax.Array]:
 def make_train_step(objective: Objective, tx: optax.GradientTransformation, schedule: Callable,
                     grad_accum_steps: int = 1) -> Callable[[TrainState, dict, jax.Array], tuple[TrainState, dict]]:
     """A non-finite loss or gradient skips the update (params and optimizer state unchanged) and is counted
-    in ``state.nonfinite_streak`` / ``state.nonfinite_total``; the loop stops after too many in a row."""
+    in ``state.nonfinite_streak`` / ``state.nonfinite_total``; the loop stops after too many in a row.
+
+    When ``state.carry`` is not None the objective's ``loss_carrying`` consumes it and returns the next one
+    (``objectives.base.CarriesState``); no gradient flows through it."""
 
     def grads_of(params, batch, rng, norms):
         def loss_fn(p):
@@ -58,10 +61,20 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
 
         return jax.value_and_grad(loss_fn, has_aux=True)(params)
 
+    def carrying_loss(params, batch, carry, rng, norms):
+        loss, terms, new_carry = objective.loss_carrying(params, batch, carry, rng, norms, train=True)
+        return loss, (terms, jax.lax.stop_gradient(new_carry))  # no gradient flows into the next step
+
     def train_step(state: TrainState, batch: dict, rng: jax.Array) -> tuple[TrainState, dict[str, Any]]:
         rng = jax.random.fold_in(rng, state.step)
         norms = objective.normalizers(batch)
-        if grad_accum_steps == 1:
+        new_carry = None
+        if state.carry is not None:
+            if grad_accum_steps != 1:
+                raise ValueError("an objective that carries state between steps needs grad_accum_steps=1")
+            (loss, (terms, new_carry)), grads = jax.value_and_grad(carrying_loss, has_aux=True)(
+                state.params, batch, state.carry, rng, norms)
+        elif grad_accum_steps == 1:
             (loss, terms), grads = grads_of(state.params, batch, rng, norms)
         else:
             micro = _microbatches(batch, grad_accum_steps)
@@ -82,12 +95,14 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
 
         # a branch, not a select over every parameter: the skip costs nothing on the finite path
         params, opt_state = jax.lax.cond(finite, apply, lambda _: (state.params, state.opt_state), None)
+        if new_carry is not None:  # a skipped step keeps the memory it started from
+            new_carry = jax.tree.map(lambda n, o: jnp.where(finite, n, o), new_carry, state.carry)
         streak = jnp.where(finite, 0, state.nonfinite_streak + 1)
         metrics = {"loss": loss, "grad_norm": grad_norm, "learning_rate": schedule(state.step),
                    "nonfinite_streak": streak, "nonfinite_total": state.nonfinite_total + (~finite),
                    **group_norms(grads), **terms}
         new = state.replace(step=state.step + 1, params=params, opt_state=opt_state, nonfinite_streak=streak,
-                            nonfinite_total=state.nonfinite_total + (~finite).astype(jnp.int32))
+                            nonfinite_total=state.nonfinite_total + (~finite).astype(jnp.int32), carry=new_carry)
         return new, metrics
 
     return train_step

@@ -53,6 +53,8 @@ class SquadFeature:
     start_position: int | None = None
     end_position: int | None = None
     is_impossible: bool = False
+    cls_index: int = 0          # position of the null answer (BERT: [CLS] at 0; XLNet: <cls> after the query)
+    sentencepiece: bool = False  # pieces mark word starts with U+2581 instead of continuations with '##'
 
     @property
     def token_to_orig_map(self) -> dict[int, int]:
@@ -115,9 +117,12 @@ def _pieces(tokenizer: Any, doc_tokens: list[str]) -> tuple[list[str], np.ndarra
 def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: Any,
                                  max_seq_length: int = 384, doc_stride: int = 128,
                                  max_query_length: int = 64, is_training: bool = False,
-                                 unique_id_start: int = UNIQUE_ID_START) -> list[SquadFeature]:
+                                 unique_id_start: int = UNIQUE_ID_START, layout: str = "bert"
+                                 ) -> list[SquadFeature]:
     """Featurize examples in order. In training mode, examples whose answer was not found in the
-    context (`not example.trainable`) are skipped, as run_squad drops them."""
+    context (`not example.trainable`) are skipped, as run_squad drops them. ``layout``: 'bert' or 'xlnet'."""
+    if layout not in ("bert", "xlnet"):
+        raise ConfigError(f"SQuAD feature layout must be 'bert' or 'xlnet', got {layout!r}")
     if max_seq_length <= max_query_length + 3:
         raise ConfigError(f"max_seq_length ({max_seq_length}) must be greater than "
                           f"max_query_length ({max_query_length}) + 3")
@@ -125,6 +130,7 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: An
         raise ConfigError(f"doc_stride must be positive, got {doc_stride}")
     features: list[SquadFeature] = []
     unique_id = unique_id_start
+    sentencepiece = any(p.startswith("\u2581") for p in tokenizer.tokenize("a b"))
     cache_key: tuple[int, str] | None = None
     pieces: list[str] = []
     tok_to_orig = orig_to_tok = doc_ids = np.zeros(0, dtype=np.int32)
@@ -151,28 +157,19 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: An
         max_tokens_for_doc = max_seq_length - len(query) - 3
         spans = doc_windows(len(pieces), max_tokens_for_doc, doc_stride)
         best_window = max_context_window(spans, len(pieces))
-        doc_offset = len(query) + 2
+        columns = _xlnet_columns if layout == "xlnet" else _bert_columns
         for span_index, (start, length) in enumerate(spans):
-            n = doc_offset + length + 1
-            input_ids = np.full(max_seq_length, tokenizer.pad_id, dtype=np.int32)
-            input_ids[0] = tokenizer.cls_id
-            input_ids[1:doc_offset - 1] = query_ids
-            input_ids[doc_offset - 1] = tokenizer.sep_id
-            input_ids[doc_offset:doc_offset + length] = doc_ids[start:start + length]
-            input_ids[n - 1] = tokenizer.sep_id
-            input_mask = np.zeros(max_seq_length, dtype=np.int32)
-            input_mask[:n] = 1
-            segment_ids = np.zeros(max_seq_length, dtype=np.int32)
-            segment_ids[doc_offset:n] = 1
+            tokens, input_ids, input_mask, segment_ids, doc_offset, cls_index = columns(
+                tokenizer, query, query_ids, pieces[start:start + length], doc_ids[start:start + length],
+                max_seq_length)
             to_orig = np.full(max_seq_length, -1, dtype=np.int32)
             to_orig[doc_offset:doc_offset + length] = tok_to_orig[start:start + length]
             is_max = np.zeros(max_seq_length, dtype=bool)
             is_max[doc_offset:doc_offset + length] = best_window[start:start + length] == span_index
-            tokens = ["[CLS]", *query, "[SEP]", *pieces[start:start + length], "[SEP]"]
 
             start_position = end_position = None
             if is_training:
-                start_position = end_position = 0
+                start_position = end_position = cls_index
                 if not ex.is_impossible and start <= tok_start and tok_end <= start + length - 1:
                     start_position = tok_start - start + doc_offset
                     end_position = tok_end - start + doc_offset
@@ -181,9 +178,45 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: An
                 tokens=tokens, token_to_orig=to_orig, token_is_max_context=is_max,
                 input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
                 start_position=start_position, end_position=end_position,
-                is_impossible=ex.is_impossible))
+                is_impossible=ex.is_impossible, cls_index=cls_index, sentencepiece=sentencepiece))
             unique_id += 1
     return features
+
+
+def _bert_columns(tokenizer, query, query_ids, doc_pieces, doc_ids, max_seq_length):
+    """`[CLS] query [SEP] doc [SEP]` -> (tokens, ids, mask, segments, doc offset, null position)."""
+    doc_offset = len(query) + 2
+    n = doc_offset + len(doc_ids) + 1
+    input_ids = np.full(max_seq_length, tokenizer.pad_id, dtype=np.int32)
+    input_ids[0] = tokenizer.cls_id
+    input_ids[1:doc_offset - 1] = query_ids
+    input_ids[doc_offset - 1] = tokenizer.sep_id
+    input_ids[doc_offset:n - 1] = doc_ids
+    input_ids[n - 1] = tokenizer.sep_id
+    input_mask = np.zeros(max_seq_length, dtype=np.int32)
+    input_mask[:n] = 1
+    segment_ids = np.zeros(max_seq_length, dtype=np.int32)
+    segment_ids[doc_offset:n] = 1
+    return ["[CLS]", *query, "[SEP]", *doc_pieces, "[SEP]"], input_ids, input_mask, segment_ids, doc_offset, 0
+
+
+def _xlnet_columns(tokenizer, query, query_ids, doc_pieces, doc_ids, max_seq_length):
+    """`doc <sep> query <sep> <cls>` (xlnet run_squad.py) -> as ``_bert_columns``; the null position is <cls>."""
+    d, q = len(doc_ids), len(query_ids)
+    cls_index = d + q + 2
+    input_ids = np.full(max_seq_length, tokenizer.pad_id, dtype=np.int32)
+    input_ids[:d] = doc_ids
+    input_ids[d] = tokenizer.sep_id
+    input_ids[d + 1:d + 1 + q] = query_ids
+    input_ids[d + 1 + q] = tokenizer.sep_id
+    input_ids[cls_index] = tokenizer.cls_id
+    input_mask = np.zeros(max_seq_length, dtype=np.int32)
+    input_mask[:cls_index + 1] = 1
+    segment_ids = np.zeros(max_seq_length, dtype=np.int32)
+    segment_ids[d + 1:cls_index] = 1
+    segment_ids[cls_index] = 2
+    tokens = [*doc_pieces, "<sep>", *query, "<sep>", "<cls>"]
+    return tokens, input_ids, input_mask, segment_ids, 0, cls_index
 
 
 def features_to_arrays(features: Sequence[SquadFeature]) -> dict[str, np.ndarray]:
