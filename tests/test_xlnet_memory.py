@@ -93,3 +93,23 @@ def test_memory_needs_grad_accum_1_and_mem_len_0_carries_nothing(shared_data):
     cfg, obj = _objective(shared_data, "model.mem_len=0", "train.grad_accum_steps=2")
     compiled = compile_objective(obj, cfg.train, make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1]))
     assert compiled.init_fn(jax.random.key(0)).carry is None
+
+
+def test_a_checkpoint_written_before_the_carry_existed_still_restores(shared_data, tmp_path):
+    """States without a carry are saved as they were before TrainState.carry existed (the five fields), so an
+    older run (written as exactly those fields) resumes, and a new one reads back bitwise."""
+    cfg, obj = _objective(shared_data, "model.mem_len=0")
+    compiled = compile_objective(obj, cfg.train, make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1]))
+    state = compiled.init_fn(jax.random.key(1))
+    assert state.carry is None
+    old_layout = {"step": state.step, "params": state.params, "opt_state": state.opt_state,
+                  "nonfinite_streak": state.nonfinite_streak, "nonfinite_total": state.nonfinite_total}
+    ckpt = Checkpointer(tmp_path / "ckpt", async_save=False)
+    ckpt.save(5, old_layout, {"cursor": 40, "step": 5})
+    ckpt.save(6, state, {"cursor": 48, "step": 6})
+    for step in (5, 6):
+        restored, meta = ckpt.restore(compiled.abstract_state, step=step)
+        assert type(restored).__name__ == "TrainState" and restored.carry is None and meta["step"] == step
+        for a, b in zip(jax.tree.leaves(restored.params), jax.tree.leaves(state.params)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    ckpt.close()

@@ -42,7 +42,8 @@ def padded_batches(features: dict[str, np.ndarray], global_batch: int, process_i
         idx = np.arange(start + process_index * per, start + (process_index + 1) * per)
         real = idx < n
         batch = {k: v[np.where(real, idx, 0)] for k, v in features.items()}
-        batch["weights"] = np.where(real, batch["weights"], 0.0).astype(np.float32)
+        w = batch["weights"]  # [rows] or [rows, examples per row] (packed)
+        batch["weights"] = np.where(real.reshape((-1,) + (1,) * (w.ndim - 1)), w, 0.0).astype(np.float32)
         yield batch
 
 

@@ -8,6 +8,7 @@ crash never leaves a step that ``latest_step`` would pick. Restores go into abst
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, meta: dict[str, Any], force: bool = True) -> bool:
         return self._mngr.save(
-            step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+            step, args=ocp.args.Composite(state=ocp.args.StandardSave(_fields(state)), meta=ocp.args.JsonSave(meta)),
             force=force)
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
@@ -41,10 +42,13 @@ class Checkpointer:
             raise CheckpointError(f"no complete checkpoint in {self.directory}")
         try:
             out = self._mngr.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+                state=ocp.args.StandardRestore(_fields(abstract_state)), meta=ocp.args.JsonRestore()))
         except (ValueError, KeyError, FileNotFoundError) as e:
             raise CheckpointError(f"checkpoint {self.directory}/{step} does not match this model/config: {e}") from e
-        return out.state, dict(out.meta)
+        state = out.state
+        if dataclasses.is_dataclass(abstract_state):
+            state = abstract_state.replace(**state)
+        return state, dict(out.meta)
 
     def restore_meta(self, step: int | None = None) -> dict[str, Any]:
         step = self.latest_step() if step is None else step
@@ -58,6 +62,14 @@ class Checkpointer:
     def close(self) -> None:
         self._mngr.wait_until_finished()
         self._mngr.close()
+
+
+def _fields(state: Any) -> Any:
+    """A dataclass state (TrainState) as a dict of its fields, leaving out fields that are None (a carry an
+    objective does not use), so checkpoints of states without a carry keep the layout they always had."""
+    if not dataclasses.is_dataclass(state):
+        return state
+    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state) if getattr(state, f.name) is not None}
 
 
 def abstract_with_shardings(shapes: Any, shardings: Any) -> Any:
