@@ -127,8 +127,24 @@ class Compiled:
     batch_keys: list[str]
 
 
+def _warn_one_row_shards(tcfg: TrainConfig, mesh: Mesh) -> None:
+    """XLA's SPMD partitioner (CPU, jax 0.10; Shardy and GSPMD alike) computed wrong gradients for kernels sharded
+    over both fsdp and tensor when each batch shard of a (micro)batch holds exactly one row (docs/architecture.md,
+    Known limitations; reproduced in session 3: MLM transform kernel off by 1.7e-3 after 2 steps)."""
+    shape = dict(mesh.shape)
+    shards = shape.get("data", 1) * shape.get("fsdp", 1)
+    rows = tcfg.batch_size // max(tcfg.grad_accum_steps, 1) // max(shards, 1)
+    if rows == 1 and shape.get("fsdp", 1) > 1 and shape.get("tensor", 1) > 1:
+        log.warning("each batch shard of a %s holds one row (train.batch_size=%d, grad_accum_steps=%d, mesh %s): "
+                    "XLA's partitioner has computed wrong gradients for fsdp x tensor kernels in this layout on "
+                    "CPU; use at least 2 rows per shard (a larger batch_size or fewer grad_accum_steps)",
+                    "microbatch" if tcfg.grad_accum_steps > 1 else "batch", tcfg.batch_size, tcfg.grad_accum_steps,
+                    shape)
+
+
 def compile_objective(objective: Objective, tcfg: TrainConfig, mesh: Mesh,
                       lr_scale: Callable | None = None) -> Compiled:
+    _warn_one_row_shards(tcfg, mesh)
     example = objective.example_batch(tcfg.batch_size)
     tx, schedule = make_optimizer(tcfg, lr_scale)
 
