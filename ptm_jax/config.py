@@ -129,6 +129,10 @@ class TrainConfig:
     async_checkpoints: bool = True
     seed: int = 0
     progress_bar: bool = True
+    donate_state: bool = True
+    """Donate the train state's buffers to the jitted step (outputs reuse them: one copy of the state in memory)."""
+    prefetch_batches: int = 2
+    """Global batches a background thread builds and places on the devices ahead of the step (0 = in the loop)."""
     max_nonfinite_steps: int = 5
     """A non-finite loss/gradient skips the update; this many in a row stop the run (0 = never stop)."""
     spike_factor: float = 0.0
@@ -409,6 +413,7 @@ def validate(cfg: RunConfig) -> None:
         (t.spike_factor == 0.0 or t.spike_factor > 1.0, f"train.spike_factor must be 0 (off) or > 1, got "
          f"{t.spike_factor}"),
         (t.spike_window >= 2, f"train.spike_window must be >= 2, got {t.spike_window}"),
+        (t.prefetch_batches >= 0, f"train.prefetch_batches must be >= 0, got {t.prefetch_batches}"),
         (0.0 <= m.hidden_dropout < 1.0 and 0.0 <= m.attention_dropout < 1.0, "dropout rates must be in [0, 1)"),
         (cfg.finetune.max_examples_per_row >= 1, "finetune.max_examples_per_row must be >= 1, got "
          f"{cfg.finetune.max_examples_per_row}"),

@@ -51,13 +51,18 @@ def gather_rows(x: Any) -> Any:
 
 
 class Prefetcher:
-    """Iterates (host_batch, global_batch) pairs, ``depth`` batches ahead of the consumer."""
+    """Iterates (host_batch, global_batch) pairs, ``depth`` batches ahead of the consumer on a background thread
+    (``depth=0``: built in the consumer's thread when asked for, ``train.prefetch_batches=0``)."""
 
     _END = object()
 
     def __init__(self, batches: Iterator[dict[str, np.ndarray]], mesh: Mesh, keys: list[str], depth: int = 2):
-        self._q: queue.Queue = queue.Queue(maxsize=max(depth, 1))
         self._stop = threading.Event()
+        self._inline = None
+        if depth <= 0:
+            self._inline = ((b, to_global(b, mesh, keys)) for b in batches)
+            return
+        self._q: queue.Queue = queue.Queue(maxsize=depth)
 
         def work():
             try:
@@ -82,6 +87,8 @@ class Prefetcher:
         return self
 
     def __next__(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        if self._inline is not None:
+            return next(self._inline)
         item = self._q.get()
         if item is self._END:
             raise StopIteration

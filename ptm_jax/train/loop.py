@@ -172,7 +172,7 @@ def compile_objective(objective: Objective, tcfg: TrainConfig, mesh: Mesh,
         return wrapped
 
     train_step = jax.jit(ruled(step), in_shardings=(shardings, batch_sh, replicated(mesh)),
-                         out_shardings=(shardings, replicated(mesh)), donate_argnums=0)
+                         out_shardings=(shardings, replicated(mesh)), donate_argnums=0 if tcfg.donate_state else ())
     eval_step = jax.jit(ruled(make_eval_step(objective)), in_shardings=(shardings.params, batch_sh),
                         out_shardings=replicated(mesh))
     init_jit = jax.jit(ruled(init_fn), out_shardings=shardings)
@@ -243,7 +243,7 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
     if start >= tcfg.steps:
         writer.log(f"{stage_dir.name}: already at step {start} of {tcfg.steps}")
     host_batches = objective.train_batches(cursor, global_batch, jax.process_index(), jax.process_count())
-    feed = Prefetcher(host_batches, mesh, compiled.batch_keys)
+    feed = Prefetcher(host_batches, mesh, compiled.batch_keys, depth=tcfg.prefetch_batches)
     pending: tuple[int, Any] | None = None
     last_train: dict[str, float] = {}
     last_eval: dict[str, float] = {}
