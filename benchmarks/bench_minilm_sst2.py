@@ -140,7 +140,8 @@ def run_torch(args: argparse.Namespace, data: dict) -> dict:
     with torch.no_grad():
         for i in range(0, len(data["dev_texts"]), args.eval_batch_size):
             sl = slice(i, i + args.eval_batch_size)
-            logits = model(input_ids=dev["input_ids"][sl].to(device), attention_mask=dev["attention_mask"][sl].to(device),
+            logits = model(input_ids=dev["input_ids"][sl].to(device),
+                           attention_mask=dev["attention_mask"][sl].to(device),
                            token_type_ids=dev["token_type_ids"][sl].to(device)).logits
             correct += int((logits.argmax(-1).cpu() == torch.tensor(data["dev_labels"][sl])).sum())
     return {"framework": f"transformers {transformers.__version__} / torch {torch.__version__} ({device})",

@@ -7,8 +7,9 @@ start is not at its max-context window, end < start, or it is longer than max_an
 Candidates of all windows are ranked by start+end logit. The text of a span is the original
 whitespace words it covers, trimmed to the de-tokenized pieces by a character alignment under
 BERT's basic tokenization (get_final_text). v2: the null score is the minimum over windows of
-start[c] + end[c] at the window's null position c (BERT's [CLS] at 0, XLNet's <cls> at ``cls_index``); the answer is "" iff null_score - best_non_null > null_threshold, and that
-difference is returned per question for threshold search.
+start[c] + end[c] at the window's null position c (BERT's [CLS] at 0, XLNet's <cls> at
+``cls_index``); the answer is "" iff null_score - best_non_null > null_threshold, and that difference
+is returned per question for threshold search.
 """
 from __future__ import annotations
 
