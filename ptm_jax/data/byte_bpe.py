@@ -172,7 +172,6 @@ class ByteBPETokenizer(RustTokenizer):
         self.unk_id = -1
         self._encode_many = getattr(self._hf, "encode_batch_fast", self._hf.encode_batch)
 
-
     def special_ids(self) -> list[int]:
         """eos (= pad), start, delim, extract; there is no unknown token."""
         return sorted({self.eos_id, self.start_id, self.delim_id, self.extract_id})

@@ -231,7 +231,6 @@ class WordPieceTokenizer(RustTokenizer):
         self._hf.decoder = decoders.WordPiece(prefix="##", cleanup=True)
         self._encode_many = getattr(self._hf, "encode_batch_fast", self._hf.encode_batch)
 
-
     def _continuation_mask(self) -> np.ndarray:
         return np.array([t.startswith("##") for t in self._tokens], dtype=bool)
 

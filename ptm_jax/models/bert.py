@@ -13,7 +13,8 @@ import jax.numpy as jnp
 from ptm_jax.config import ModelConfig
 from ptm_jax.models.attention import SelfAttention, padding_mask
 from ptm_jax.models.dropout import Dropout
-from ptm_jax.models.layers import ACTIVATIONS, Dense, LayerNorm, constrain, dtype_of, partitioned, truncated_normal
+from ptm_jax.models.layers import (ACTIVATIONS, Dense, LayerNorm, constrain, dtype_of, gather_positions, partitioned,
+                                  truncated_normal)
 
 REMAT_POLICIES = {
     "full": None,  # save nothing, recompute the whole block
@@ -124,7 +125,7 @@ class BertModel(nn.Module):
         x = self.encoder(x, mask, deterministic)
         pooled = None
         if self.add_pooler:
-            first = x[:, 0] if cls_positions is None else jnp.take_along_axis(x, cls_positions[..., None], axis=1)
+            first = x[:, 0] if cls_positions is None else gather_positions(x, cls_positions)
             pooled = jnp.tanh(self.pooler(first))
         return x, pooled
 

@@ -12,12 +12,7 @@ import jax.numpy as jnp
 
 from ptm_jax.config import ModelConfig
 from ptm_jax.models.bert import BertModel
-from ptm_jax.models.layers import ACTIVATIONS, Dense, LayerNorm, constrain, dtype_of, partitioned
-
-
-def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
-    """[B, S, H] x [B, P] -> [B, P, H]."""
-    return jnp.take_along_axis(sequence, positions[..., None].astype(jnp.int32), axis=1)
+from ptm_jax.models.layers import ACTIVATIONS, Dense, LayerNorm, constrain, dtype_of, gather_positions, partitioned
 
 
 class MlmHead(nn.Module):

@@ -34,6 +34,11 @@ def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
     return nn.with_logical_constraint(x, tuple(names))
 
 
+def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
+    """[B, S, H] x [B, P] -> [B, P, H]."""
+    return jnp.take_along_axis(sequence, positions[..., None].astype(jnp.int32), axis=1)
+
+
 class LayerNorm(nn.Module):
     eps: float = 1e-12
     dtype: Dtype = jnp.float32

@@ -40,10 +40,10 @@ def _subset(examples: list, n: int, seed: int) -> list:
     return rows[:n]
 
 
-def _classifier_objective(model_cfg, fcfg=None):
+def _classifier_objective(model_cfg, fcfg):
     """Sequence classification for the model family: BERT's pooled [CLS] (on packed rows with
     ``finetune.pack_examples``), GPT's input transformations or XLNet's final <cls> state."""
-    if fcfg is not None and fcfg.pack_examples:
+    if fcfg.pack_examples:
         if model_cfg.family != "bert":
             raise ConfigError(f"finetune.pack_examples=true is implemented for BERT classification; this model is "
                               f"model.family={model_cfg.family!r}: set finetune.pack_examples=false")
