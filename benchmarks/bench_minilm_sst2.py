@@ -15,6 +15,13 @@ the pooled output (dropout 0.1). Reported: accuracy on all 872 dev sentences and
 ``--pack`` (ptm_jax only) packs several training sentences into each row of 64 (``finetune.pack_examples``):
 a batch is then 32 rows holding about 3.5 times as many sentences, one epoch is fewer steps, and
 examples/s counts sentences.
+
+``--parity`` takes the randomness out to compare the two trainings themselves: dropout off on both sides,
+and ptm_jax starts from the very classifier torch drew (saved with ``save_pretrained``, imported with
+``finetune.keep_head=true``). Both then see the same batches in the same order, so any gap in the per-step
+losses or the dev accuracy is a difference of implementation, not of seed.
+
+    python benchmarks/bench_minilm_sst2.py --parity --control-threads 1 --out parity.json
 """
 from __future__ import annotations
 
@@ -54,6 +61,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0, help="classifier init / dropout seed")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--pack", action="store_true", help="ptm_jax: finetune.pack_examples=true (batch = 32 rows)")
+    ap.add_argument("--parity", action="store_true",
+                    help="both sides, dropout off, ptm_jax from torch's initial classifier; per-step loss gaps")
+    ap.add_argument("--control-threads", type=int, default=0,
+                    help="with --parity: run torch again with this many threads (another summation order) "
+                         "for the torch-vs-torch gaps, the floor of what two correct implementations can agree on")
     ap.add_argument("--out", default="", help="write the results as JSON here too")
     ap.add_argument("--out-dir", default="", help="ptm_jax run folder (default: a temporary one)")
     return ap.parse_args(argv)
@@ -104,7 +116,12 @@ def run_torch(args: argparse.Namespace, data: dict) -> dict:
     tok = transformers.AutoTokenizer.from_pretrained(path)
     transformers.logging.set_verbosity_error()  # the fresh classifier is expected to be "newly initialized"
     torch.manual_seed(args.seed)
-    model = transformers.BertForSequenceClassification.from_pretrained(path, num_labels=2).to(device)
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout=0.0)
+    model = transformers.BertForSequenceClassification.from_pretrained(
+        path, num_labels=2, **(no_dropout if args.parity else {})).to(device)
+    if args.parity:  # the starting point of both sides, classifier included
+        model.save_pretrained(parity_init_dir(args))
+        tok.save_pretrained(parity_init_dir(args))
 
     def encode(texts):
         return tok(texts, max_length=args.max_length, truncation=True, padding="max_length", return_tensors="pt")
@@ -148,7 +165,16 @@ def run_torch(args: argparse.Namespace, data: dict) -> dict:
             "steps": data["steps"], "train_seconds": round(train_s, 2),
             "train_examples_per_s": round(data["steps"] * b / train_s, 1),
             "first_loss": round(losses[0], 4), "last_loss": round(losses[-1], 4),
-            "dev_accuracy": round(correct / len(data["dev_texts"]), 4), "dev_examples": len(data["dev_texts"])}
+            "dev_accuracy": round(correct / len(data["dev_texts"]), 4), "dev_examples": len(data["dev_texts"]),
+            **({"losses": losses} if args.parity else {})}
+
+
+def parity_init_dir(args: argparse.Namespace) -> Path:
+    import tempfile
+
+    if not args.out_dir:
+        args.out_dir = tempfile.mkdtemp(prefix="ptm_sst2_")
+    return Path(args.out_dir) / "torch_init"
 
 
 def run_ptm(args: argparse.Namespace, data: dict) -> dict:
@@ -166,15 +192,17 @@ def run_ptm(args: argparse.Namespace, data: dict) -> dict:
     steps = data["steps"]
     overrides = [
         f"output_dir={str(out)!r}", "finetune.task='sst2'", f"finetune.data_dir={str(Path(args.data).parent)!r}",
-        f"finetune.init={model_path(args)!r}", f"finetune.max_seq_length={args.max_length}",
+        f"finetune.init={str(parity_init_dir(args)) if args.parity else model_path(args)!r}",
+        f"finetune.max_seq_length={args.max_length}", "finetune.shuffle=false",  # the protocol's order
         f"finetune.batch_size={args.batch_size}", f"finetune.epochs={steps * args.batch_size / args.train_examples}",
         f"finetune.learning_rate={args.lr}", f"finetune.weight_decay={args.weight_decay}",
         f"finetune.warmup_proportion={args.warmup_fraction}", f"finetune.clip_norm={args.clip_norm}",
         f"finetune.train_subset={args.train_examples}", "finetune.subset_seed=0", f"finetune.seed={args.seed}",
         f"finetune.eval_every={0 if args.pack else steps}", f"train.adam_eps={args.adam_eps}",
-        "train.adam_bias_correction=true", f"train.log_every={5 if args.pack else 25}", "train.progress_bar=false",
+        "train.adam_bias_correction=true", f"train.log_every={1 if args.parity else 5 if args.pack else 25}",
+        "train.progress_bar=false",
         "mesh.data=-1", f"finetune.pack_examples={str(args.pack).lower()}",
-    ]
+    ] + (["finetune.keep_head=true", "finetune.classifier_dropout=0.0"] if args.parity else [])
     cfg = load_config("bert_small", overrides)
     t0 = time.perf_counter()
     summary = finetune(cfg)
@@ -191,7 +219,18 @@ def run_ptm(args: argparse.Namespace, data: dict) -> dict:
             "examples_per_row": round(per_row, 3),
             "first_loss": round(rows[0]["loss"], 4), "last_loss": round(rows[-1]["loss"], 4),
             "dev_accuracy": round(summary["best"]["metrics"]["accuracy"], 4), "dev_examples": len(data["dev_texts"]),
-            "output_dir": str(out)}
+            "output_dir": str(out), **({"losses": [r["loss"] for r in rows]} if args.parity else {})}
+
+
+def loss_gaps(torch_losses: list[float], ptm_losses: list[float]) -> dict:
+    """Per-step |loss_torch - loss_ptm| summaries (step 1 = the first batch)."""
+    gaps = [abs(a - b) for a, b in zip(torch_losses, ptm_losses)]
+    out = {"steps_compared": len(gaps), "max_gap_first_10": max(gaps[:10]), "max_gap": max(gaps),
+           "mean_gap": sum(gaps) / len(gaps), "step_of_max_gap": 1 + gaps.index(max(gaps))}
+    for lo, hi in ((1, 50), (51, 150), (151, len(gaps))):
+        if hi >= lo:
+            out[f"mean_gap_steps_{lo}_{hi}"] = sum(gaps[lo - 1:hi]) / (hi - lo + 1)
+    return {k: float(f"{v:.3e}") if isinstance(v, float) else v for k, v in out.items()}
 
 
 def main(argv=None) -> int:
@@ -199,12 +238,27 @@ def main(argv=None) -> int:
     data = protocol_data(args)
     print(f"SST-2: {len(data['train_texts'])} train examples, {data['steps']} steps of {args.batch_size} "
           f"(warmup {data['warmup_steps']}), {len(data['dev_texts'])} dev", file=sys.stderr)
+    if args.parity and (args.which != "both" or args.pack):
+        sys.exit("--parity runs both sides unpacked: drop --which/--pack")
     results = {}
     if args.which in ("torch", "both"):
         results["torch"] = run_torch(args, data)
     if args.which in ("ptm", "both"):
         results["ptm"] = run_ptm(args, data)
-    print(json.dumps(results, indent=2))
+    if args.parity:
+        curves = {"torch": results["torch"].pop("losses"), "ptm": results["ptm"].pop("losses")}
+        results["parity"] = loss_gaps(curves["torch"], curves["ptm"])
+        results["parity"]["accuracy_gap"] = round(results["torch"]["dev_accuracy"] - results["ptm"]["dev_accuracy"], 4)
+        if args.control_threads:
+            threads, args.threads = args.threads, args.control_threads
+            results["torch_control"] = run_torch(args, data)
+            args.threads = threads
+            curves["torch_control"] = results["torch_control"].pop("losses")
+            results["torch_vs_torch"] = loss_gaps(curves["torch"], curves["torch_control"])
+            results["torch_vs_torch"]["accuracy_gap"] = round(
+                results["torch"]["dev_accuracy"] - results["torch_control"]["dev_accuracy"], 4)
+        results["loss_curves"] = curves
+    print(json.dumps({k: v for k, v in results.items() if k != "loss_curves"}, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     return 0

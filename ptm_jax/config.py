@@ -133,6 +133,9 @@ class TrainConfig:
     """Donate the train state's buffers to the jitted step (outputs reuse them: one copy of the state in memory)."""
     prefetch_batches: int = 2
     """Global batches a background thread builds and places on the devices ahead of the step (0 = in the loop)."""
+    metrics_one_step_late: bool = True
+    """Read a step's logged metrics and non-finite counter while the next step runs (the host never waits for
+    the device); false reads them right after their own step."""
     max_nonfinite_steps: int = 5
     """A non-finite loss/gradient skips the update; this many in a row stop the run (0 = never stop)."""
     spike_factor: float = 0.0
@@ -181,6 +184,12 @@ class FinetuneConfig:
     eval_every: int = 0
     """Evaluate (and keep the best checkpoint by the task metric) every N steps; 0 = once per epoch."""
     seed: int = 0
+    shuffle: bool = True
+    """Train on a fresh permutation of the examples each epoch, keyed on (seed, epoch); false keeps the file
+    order (after train_subset) in every epoch."""
+    keep_head: bool = False
+    """Start from the task head stored in finetune.init (e.g. a Hugging Face BertForSequenceClassification) instead
+    of a fresh one; its shapes must fit the task."""
     doc_stride: int = 128
     max_query_length: int = 64
     n_best_size: int = 20

@@ -100,3 +100,32 @@ def test_bench_data_mode_streams_real_text(shared_data, tmp_path, capsys):
         r["examples_per_s"] / r["cores"])
     assert 30 < r["real_tokens_per_example"] <= 64
     assert r["prepare_s"] > r["reopen_s"] > 0
+
+
+BLOCK_TENSORFLOW = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('tensorflow', 'tensorflow_datasets'):
+            raise ImportError('no TensorFlow on this host: ' + name)
+sys.meta_path.insert(0, Block())
+from ptm_jax.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("preset", ["bert_tiny", "gpt_tiny", "xlnet_tiny"])
+def test_bench_runs_where_tensorflow_is_not_installed(preset, tmp_path):
+    """The GPU hosts of issue #8 have no TensorFlow: `ptm bench` (in-memory batches) must not import it."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    proc = subprocess.run([sys.executable, "-c", BLOCK_TENSORFLOW, "bench", "-c", preset, "--steps", "2",
+                           "--warmup", "1", "--json", str(out)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert math.isfinite(result["final_loss"]) and result["tokens_per_s"] > 0

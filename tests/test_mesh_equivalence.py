@@ -52,20 +52,8 @@ def test_gradient_accumulation_gives_the_whole_batch_loss(shared_data):
     obj = MlmNspObjective(cfg, source, None, special)
     mesh = make_mesh(MeshConfig(2, 2, 2))
     full, s1 = _losses(cfg, obj, mesh, accum=1)
-    # 2 microbatches of 8 rows: 2 rows per batch shard (see docs/architecture.md on 1-row shards)
+    # 2 microbatches of 8 rows (one row per shard: tests/test_one_row_shards.py)
     acc, s2 = _losses(cfg, obj, mesh, accum=2)
     np.testing.assert_allclose(acc, full, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6)
-
-
-def test_one_row_per_batch_shard_on_fsdp_x_tensor_is_warned(objective, caplog):
-    cfg, obj = objective
-    mesh = make_mesh(MeshConfig(2, 2, 2))
-    for batch, accum, warned in [(4, 1, True), (16, 4, True), (16, 2, False), (8, 1, False)]:
-        tcfg = cfg.train.__class__(**{**cfg.train.__dict__, "batch_size": batch, "grad_accum_steps": accum})
-        caplog.clear()
-        with caplog.at_level("WARNING", logger="ptm_jax.train.loop"):
-            compile_objective(obj, tcfg, mesh)
-        hits = [r for r in caplog.records if "holds one row" in r.getMessage()]
-        assert len(hits) == int(warned), (batch, accum)

@@ -1,4 +1,6 @@
 """Non-finite loss/gradients skip the update and are counted; K in a row stop the run with a clear error."""
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ from ptm_jax.objectives.mlm_nsp import MlmNspObjective
 from ptm_jax.parallel.feed import to_global
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.loop import compile_objective, fit
+from ptm_jax.train.metrics import read_metrics
 from ptm_jax.train.step import layer_group
 from corpus_util import word_source
 
@@ -54,11 +57,27 @@ def test_nonfinite_step_is_skipped_and_counted(parts):
     assert int(after.step) == 2
 
 
-def test_k_consecutive_nonfinite_steps_stop_with_last_good_checkpoint(parts, tmp_path):
+@pytest.mark.parametrize("late", [True, False])
+def test_k_consecutive_nonfinite_steps_stop_with_last_good_checkpoint(parts, tmp_path, late):
     cfg, source, special = parts
     obj = PoisonedObjective(cfg, source, None, special, poison_every=1)
-    with pytest.raises(NumericalError, match=r"3 consecutive steps.*last good checkpoint is step"):
-        fit(obj, cfg.train, make_mesh(MeshConfig(8, 1, 1)), tmp_path / "stage")
+    tcfg = dataclasses.replace(cfg.train, metrics_one_step_late=late)
+    with pytest.raises(NumericalError, match=r"3 consecutive steps up to step 3 .*last good checkpoint is step"):
+        fit(obj, tcfg, make_mesh(MeshConfig(8, 1, 1)), tmp_path / "stage")
+
+
+def test_metrics_read_one_step_late_or_at_once_are_the_same_rows(parts, tmp_path):
+    """train.metrics_one_step_late only moves when the host reads a step's metrics, not what it logs."""
+    cfg, source, special = parts
+    rows = {}
+    for late in (True, False):
+        tcfg = dataclasses.replace(cfg.train, steps=4, metrics_one_step_late=late, progress_bar=False)
+        fit(MlmNspObjective(cfg, source, None, special), tcfg, make_mesh(MeshConfig(8, 1, 1)), tmp_path / str(late))
+        rows[late] = [r for r in read_metrics(tmp_path / str(late) / "metrics.jsonl") if r["split"] == "train"]
+    assert [r["step"] for r in rows[True]] == [r["step"] for r in rows[False]] == [1, 2, 3, 4]
+    for a, b in zip(rows[True], rows[False]):
+        for key in ("loss", "mlm_loss", "nsp_loss", "grad_norm", "learning_rate"):
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-6, err_msg=f"step {a['step']} {key}")
 
 
 def test_group_norms_name_layers_embeddings_and_heads():

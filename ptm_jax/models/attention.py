@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.models.dropout import dropout
+from ptm_jax.models.layers import partitioned
 
 
 def padding_mask(input_mask: jax.Array) -> jax.Array:
@@ -74,9 +75,8 @@ class SelfAttention(nn.Module):
                 use_bias=self.use_bias,
                 dtype=self.dtype,
                 param_dtype=jnp.float32,
-                kernel_init=nn.with_logical_partitioning(
-                    nn.initializers.truncated_normal(self.init_std), ("embed", "heads", "kv")),
-                bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")),
+                kernel_init=partitioned(nn.initializers.truncated_normal(self.init_std), ("embed", "heads", "kv")),
+                bias_init=partitioned(nn.initializers.zeros, ("heads", "kv")),
                 name=name,
             )(x)
 
@@ -93,8 +93,7 @@ class SelfAttention(nn.Module):
             use_bias=self.use_bias,
             dtype=self.dtype,
             param_dtype=jnp.float32,
-            kernel_init=nn.with_logical_partitioning(
-                nn.initializers.truncated_normal(self.init_std), ("heads", "kv", "embed")),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+            kernel_init=partitioned(nn.initializers.truncated_normal(self.init_std), ("heads", "kv", "embed")),
+            bias_init=partitioned(nn.initializers.zeros, ("embed",)),
             name="output",
         )(out)

@@ -25,12 +25,27 @@ def truncated_normal(stddev: float) -> Callable:
     return nn.initializers.truncated_normal(stddev=stddev)
 
 
+class Partitioned(nn.LogicallyPartitioned):
+    """A parameter with logical axis names. Unboxing adds no sharding constraint: the jitted init's out_shardings
+    place the parameters, and flax's DenseGeneral unboxes its kernel while it is still flat (a rank the names do
+    not fit), also in apply, where flax re-runs the initialiser abstractly to check shapes."""
+
+    def unbox(self, apply_constraint: bool = True) -> Any:
+        return self.value
+
+
 def partitioned(init: Callable, names: Sequence[str | None]) -> Callable:
-    return nn.with_logical_partitioning(init, tuple(names))
+    """``init`` whose result carries the logical axis ``names`` (the sharding rules map them to mesh axes)."""
+
+    def boxed(*args, **kwargs):
+        return Partitioned(init(*args, **kwargs), tuple(names))
+
+    return boxed
 
 
 def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
-    """Activation sharding hint by logical names (a no-op outside a mesh/rules context)."""
+    """Activation sharding by logical names. The loop traces the model with the mesh in context
+    (train/loop.py); outside one this is a no-op."""
     return nn.with_logical_constraint(x, tuple(names))
 
 

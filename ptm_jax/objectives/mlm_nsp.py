@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from ptm_jax.config import RunConfig
-from ptm_jax.data.pretraining.mlm_nsp import mlm_nsp_dataset
 from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds
 from ptm_jax.models.heads import BertForPreTraining
 from ptm_jax.objectives.base import SourceStreams
@@ -72,6 +71,9 @@ class MlmNspObjective(SourceStreams):
 
     # -- data -------------------------------------------------------------------------------------------
     def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+        # lazy: the model, its loss and `ptm bench` run where TensorFlow is not installed (a GPU host)
+        from ptm_jax.data.pretraining.mlm_nsp import mlm_nsp_dataset
+
         return mlm_nsp_dataset(source, self.special, self.cfg.data, seed=self.cfg.data.seed, start_index=start,
                                global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat)
 

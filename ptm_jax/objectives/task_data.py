@@ -1,8 +1,9 @@
 """Data streams shared by the finetuning objectives: featurised examples held as numpy arrays.
 
-Training: epochs of a permutation keyed on (seed, epoch), this process's rows of each global batch, resumable
-at any global example (the loop's data cursor). Evaluation: every row once, in order, the last global batch
-padded with weight-0 rows so that metrics see each example exactly once.
+Training: epochs of a permutation keyed on (seed, epoch) (file order with finetune.shuffle=false), this
+process's rows of each global batch, resumable at any global example (the loop's data cursor). Evaluation:
+every row once, in order, the last global batch padded with weight-0 rows so that metrics see each example
+exactly once.
 """
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import numpy as np
 from ptm_jax.errors import DataError
 
 
-def shuffled_stream(n: int, seed: int, start: int, global_batch: int, process_index: int, process_count: int
-                    ) -> Iterator[np.ndarray]:
+def shuffled_stream(n: int, seed: int, start: int, global_batch: int, process_index: int, process_count: int,
+                    shuffle: bool = True) -> Iterator[np.ndarray]:
     """Row indices of this process's share of successive global batches over epochs of a seeded permutation
-    (keyed on (seed, epoch): the same stream whatever the number of processes, resumable at any example)."""
+    (keyed on (seed, epoch): the same stream whatever the number of processes, resumable at any example).
+    ``shuffle=False``: every epoch in row order."""
     per = global_batch // process_count
     k = start
     perms: dict[int, np.ndarray] = {}
@@ -26,7 +28,7 @@ def shuffled_stream(n: int, seed: int, start: int, global_batch: int, process_in
         out = np.empty(per, np.int64)
         for e in np.unique(epochs):
             if e not in perms:
-                perms = {e: np.random.default_rng([seed, int(e)]).permutation(n)}
+                perms = {e: np.random.default_rng([seed, int(e)]).permutation(n) if shuffle else np.arange(n)}
             sel = epochs == e
             out[sel] = perms[e][idx[sel] % n]
         yield out
@@ -63,7 +65,7 @@ class ArrayTaskData:
         if self.train is None:
             raise DataError(f"{self.name}: no training features (evaluation-only objective)")
         for idx in shuffled_stream(self.num_train, self.fcfg.seed, start_example, global_batch, process_index,
-                                   process_count):
+                                   process_count, shuffle=self.fcfg.shuffle):
             yield {k: v[idx] for k, v in self.train.items()}
 
     def eval_batches(self, global_batch: int, process_index: int, process_count: int):

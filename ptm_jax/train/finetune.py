@@ -23,21 +23,11 @@ from ptm_jax import config as config_lib
 from ptm_jax.config import RunConfig, TrainConfig
 from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import load_params, load_tokenizer, save_params
+from ptm_jax.objectives.finetune_registry import take_subset
 from ptm_jax.parallel.mesh import make_mesh
 
 GLUE_DIRS = {"sst2": "SST-2", "cola": "CoLA", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
              "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
-
-
-def _subset(examples: list, n: int, seed: int) -> list:
-    """The SST-2 protocol of the interop issue: file order, random.Random(seed).shuffle, keep the first n."""
-    import random
-
-    if n <= 0 or n >= len(examples):
-        return examples
-    rows = list(examples)
-    random.Random(seed).shuffle(rows)
-    return rows[:n]
 
 
 def _classifier_objective(model_cfg, fcfg):
@@ -71,8 +61,8 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev") ->
         from ptm_jax.data.tasks.embedded_task import DESCRIPTION, embedded_task
 
         spec, train, dev = embedded_task()
-        return _classifier_objective(model_cfg, f)(model_cfg, spec, _subset(train, f.train_subset, f.subset_seed), dev,
-                                               tokenizer, f), DESCRIPTION
+        train = take_subset(train, f.train_subset, f.subset_seed)
+        return _classifier_objective(model_cfg, f)(model_cfg, spec, train, dev, tokenizer, f), DESCRIPTION
     if task in GLUE_DIRS:
         from ptm_jax.data.tasks.glue import get_task, glue_from_tfds, read_glue
 
@@ -88,8 +78,8 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev") ->
             raise ConfigError(f"finetune.task={f.task}: set finetune.data_dir to the GLUE folder "
                               f"(holding {GLUE_DIRS[task]}/) or to 'tfds'")
         desc = f"GLUE {spec.name}: {len(train)} train / {len(dev)} dev examples from {f.data_dir}"
-        return _classifier_objective(model_cfg, f)(model_cfg, spec, _subset(train, f.train_subset, f.subset_seed),
-                                                dev, tokenizer, f), desc
+        train = take_subset(train, f.train_subset, f.subset_seed)
+        return _classifier_objective(model_cfg, f)(model_cfg, spec, train, dev, tokenizer, f), desc
     from ptm_jax.objectives.finetune_registry import TASK_BUILDERS  # span QA, tagging, multiple choice
 
     if task in TASK_BUILDERS:
@@ -150,8 +140,9 @@ def _fit(fresh: Any, value: Any, where: str) -> Any:
     raise ConfigError(f"pretrained encoder '{where}' does not fit the finetuning model: {got} vs {ref}")
 
 
-def _merge_encoder(pretrained: dict, trunk: str = "bert"):
-    """Fresh head + pretrained trunk (a pooler missing from the checkpoint stays freshly initialised)."""
+def _merge_encoder(pretrained: dict, trunk: str = "bert", keep_head: bool = False, where: str = ""):
+    """Fresh head + pretrained trunk (a pooler missing from the checkpoint stays freshly initialised).
+    ``keep_head``: the checkpoint's task head too (finetune.keep_head); it must exist and fit."""
 
     def merge(fresh):
         fresh = jax.tree.map(lambda x: x, fresh)
@@ -162,6 +153,15 @@ def _merge_encoder(pretrained: dict, trunk: str = "bert"):
         for key, value in pretrained[trunk].items():
             if key in enc:
                 enc[key] = _fit(enc[key], value, key)
+        if keep_head:
+            head = [k for k in fresh["params"] if k != trunk]
+            missing = [k for k in head if k not in pretrained]
+            if missing:
+                raise ConfigError(f"finetune.keep_head=true but {where} has no '{', '.join(missing)}' head "
+                                  f"parameters (it holds {', '.join(pretrained)}); set finetune.keep_head=false "
+                                  f"for a fresh head")
+            for k in head:
+                fresh["params"][k] = _fit(fresh["params"][k], pretrained[k], k)
         return fresh
 
     return merge
@@ -214,7 +214,7 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
 
     from ptm_jax.train.loop import fit
 
-    merge = _merge_encoder(pretrained, model_cfg.family)
+    merge = _merge_encoder(pretrained, model_cfg.family, f.keep_head, init)
     result = fit(objective, tcfg, mesh, stage, init_params=merge, lr_scale=lr_scale,
                  meta={"config": config_lib.to_dict(cfg), "head": objective.head, "task": f.task,
                        "init": str(init)}, stop_after=stop_after, on_eval=on_eval)

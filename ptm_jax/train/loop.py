@@ -2,13 +2,12 @@
 
 fit(): build shardings from the model's logical axes -> restore the latest checkpoint or initialise ->
 jit the pure train step with in/out shardings and a donated state -> stream this process's rows of each
-global batch from the data cursor -> log metrics one step late -> evaluate and checkpoint periodically ->
-on SIGTERM, checkpoint at the next step boundary and return (the caller exits 0).
+global batch from the data cursor -> log metrics one step late (train.metrics_one_step_late) -> evaluate and
+checkpoint periodically -> on SIGTERM, checkpoint at the next step boundary and return (the caller exits 0).
 """
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import signal
 import threading
@@ -31,8 +30,6 @@ from ptm_jax.train.metrics import MetricsWriter, reduce_terms
 from ptm_jax.train.optim import make_optimizer
 from ptm_jax.train.state import TrainState
 from ptm_jax.train.step import make_eval_step, make_train_step
-
-log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -127,24 +124,8 @@ class Compiled:
     batch_keys: list[str]
 
 
-def _warn_one_row_shards(tcfg: TrainConfig, mesh: Mesh) -> None:
-    """XLA's SPMD partitioner (CPU, jax 0.10; Shardy and GSPMD alike) computed wrong gradients for kernels sharded
-    over both fsdp and tensor when each batch shard of a (micro)batch holds exactly one row (docs/architecture.md,
-    Known limitations; reproduced in session 3: MLM transform kernel off by 1.7e-3 after 2 steps)."""
-    shape = dict(mesh.shape)
-    shards = shape.get("data", 1) * shape.get("fsdp", 1)
-    rows = tcfg.batch_size // max(tcfg.grad_accum_steps, 1) // max(shards, 1)
-    if rows == 1 and shape.get("fsdp", 1) > 1 and shape.get("tensor", 1) > 1:
-        log.warning("each batch shard of a %s holds one row (train.batch_size=%d, grad_accum_steps=%d, mesh %s): "
-                    "XLA's partitioner has computed wrong gradients for fsdp x tensor kernels in this layout on "
-                    "CPU; use at least 2 rows per shard (a larger batch_size or fewer grad_accum_steps)",
-                    "microbatch" if tcfg.grad_accum_steps > 1 else "batch", tcfg.batch_size, tcfg.grad_accum_steps,
-                    shape)
-
-
 def compile_objective(objective: Objective, tcfg: TrainConfig, mesh: Mesh,
                       lr_scale: Callable | None = None) -> Compiled:
-    _warn_one_row_shards(tcfg, mesh)
     example = objective.example_batch(tcfg.batch_size)
     tx, schedule = make_optimizer(tcfg, lr_scale)
 
@@ -166,8 +147,11 @@ def compile_objective(objective: Objective, tcfg: TrainConfig, mesh: Mesh,
     step = make_train_step(objective, tx, schedule, tcfg.grad_accum_steps)
 
     def ruled(fn):
+        """Traces ``fn`` with the logical rules and the mesh in context: without a mesh the models' activation
+        constraints (layers.constrain) are silently dropped, and XLA's partitioner, left to itself, computed
+        wrong MLM-head gradients for one row per batch shard on a (2,2,2) mesh (docs/architecture.md)."""
         def wrapped(*args):
-            with nn.logical_axis_rules(LOGICAL_RULES):
+            with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(LOGICAL_RULES):
                 return fn(*args)
         return wrapped
 
@@ -269,6 +253,7 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
                 "rollbacks": rollbacks, **(meta or {})}
         ckpt.save(s, state, info)
 
+    late = int(tcfg.metrics_one_step_late)
     with _Preemption() as preemption:
         try:
             prev_streak = None
@@ -276,12 +261,14 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
                 _, batch = next(feed)
                 state, metrics = compiled.train_step(state, batch, rng)
                 step += 1
+                if not late:
+                    prev_streak = metrics["nonfinite_streak"]  # this step's counter: the host waits for the step
                 if prev_streak is not None and tcfg.max_nonfinite_steps > 0:
-                    # the previous step's counter, read while this step runs (one step late: no stall)
+                    # one step late: the previous step's counter, read while this step runs (no stall)
                     streak = int(host_value(prev_streak))
                     if streak >= tcfg.max_nonfinite_steps:
                         raise NumericalError(
-                            f"{stage_dir}: {streak} consecutive steps up to step {step - 1} had a non-finite loss "
+                            f"{stage_dir}: {streak} consecutive steps up to step {step - late} had a non-finite loss "
                             f"or gradient (their updates were skipped). The last good checkpoint is step "
                             f"{ckpt.latest_step()} in {ckpt.directory}. Lower train.learning_rate, check the data, "
                             "or raise train.max_nonfinite_steps.")
@@ -309,6 +296,9 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
                     pending = None
                 if step % tcfg.log_every == 0 or step == tcfg.steps:
                     pending = (step, metrics)
+                    if not late:
+                        flush(pending)
+                        pending = None
                 if tcfg.eval_every > 0 and (step % tcfg.eval_every == 0 or step == tcfg.steps):
                     last_eval = evaluate(objective, compiled, state.params, mesh, global_batch, tcfg.eval_batches)
                     writer.write(step, "eval", last_eval)
