@@ -185,8 +185,8 @@ class FinetuneConfig:
     """Evaluate (and keep the best checkpoint by the task metric) every N steps; 0 = once per epoch."""
     seed: int = 0
     shuffle: bool = True
-    """Train on a fresh permutation of the examples each epoch, keyed on (seed, epoch); false keeps the file
-    order (after train_subset) in every epoch."""
+    """Train on a fresh permutation of the rows each epoch, keyed on (seed, epoch); false keeps the row order in
+    every epoch: the file order after train_subset (packed rows: the packing's own seeded order)."""
     keep_head: bool = False
     """Start from the task head stored in finetune.init (e.g. a Hugging Face BertForSequenceClassification) instead
     of a fresh one; its shapes must fit the task."""

@@ -107,7 +107,7 @@ import importlib.abc, sys
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split('.')[0] in ('tensorflow', 'tensorflow_datasets'):
-            raise ImportError('no TensorFlow on this host: ' + name)
+            raise ModuleNotFoundError('no TensorFlow on this host: ' + name)
 sys.meta_path.insert(0, Block())
 from ptm_jax.cli import main
 sys.exit(main(sys.argv[1:]))

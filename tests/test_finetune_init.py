@@ -61,6 +61,9 @@ def test_keep_head_errors_name_the_missing_or_misfit_head(tmp_path):
     with pytest.raises(ConfigError, match=r"keep_head=true but enc-dir has no 'classifier'.*keep_head=false"):
         _merge_encoder(encoder, "bert", keep_head=True, where="enc-dir")(_fresh(cfg, 2))
     three, cfg, _, _ = hf_bert.import_hf(_hf_dir(tmp_path, "BertForSequenceClassification", num_labels=3))
+    partial = {**three, "classifier": {"dense": {"kernel": three["classifier"]["dense"]["kernel"]}}}
+    with pytest.raises(ConfigError, match=r"'classifier/dense' lacks bias .*keep_head=false"):
+        _merge_encoder(partial, "bert", keep_head=True)(_fresh(cfg, 3))
     with pytest.raises(ConfigError, match=r"'classifier/dense/(kernel|bias)' does not fit the finetuning model: "
                                           r"\((16, )?3,?\) vs \((16, )?2,?\)"):
         _merge_encoder(three, "bert", keep_head=True, where="hf")(_fresh(cfg, 2))

@@ -52,7 +52,7 @@ def test_gradient_accumulation_gives_the_whole_batch_loss(shared_data):
     obj = MlmNspObjective(cfg, source, None, special)
     mesh = make_mesh(MeshConfig(2, 2, 2))
     full, s1 = _losses(cfg, obj, mesh, accum=1)
-    # 2 microbatches of 8 rows (one row per shard: tests/test_one_row_shards.py)
+    # 2 microbatches of 8 rows, 2 per batch shard (one row per shard: tests/test_one_row_shards.py)
     acc, s2 = _losses(cfg, obj, mesh, accum=2)
     np.testing.assert_allclose(acc, full, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):

@@ -66,6 +66,16 @@ def test_k_consecutive_nonfinite_steps_stop_with_last_good_checkpoint(parts, tmp
         fit(obj, tcfg, make_mesh(MeshConfig(8, 1, 1)), tmp_path / "stage")
 
 
+def test_nonfinite_last_steps_of_a_run_stop_it_in_both_modes(parts, tmp_path):
+    """The run ends on its 3rd non-finite step in a row: read one step late, that counter comes after the loop."""
+    cfg, source, special = parts
+    for late in (True, False):
+        obj = PoisonedObjective(cfg, source, None, special, poison_every=1)
+        tcfg = dataclasses.replace(cfg.train, steps=3, metrics_one_step_late=late)
+        with pytest.raises(NumericalError, match=r"3 consecutive steps up to step 3 "):
+            fit(obj, tcfg, make_mesh(MeshConfig(8, 1, 1)), tmp_path / str(late))
+
+
 def test_metrics_read_one_step_late_or_at_once_are_the_same_rows(parts, tmp_path):
     """train.metrics_one_step_late only moves when the host reads a step's metrics, not what it logs."""
     cfg, source, special = parts

