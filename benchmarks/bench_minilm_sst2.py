@@ -3,7 +3,8 @@
 Protocol (both sides): SST-2 train.tsv rows in file order, ``random.Random(0).shuffle``, the first 8,000;
 max length 64 (padded to 64), batch 32, 1 epoch = 250 steps in that order; AdamW lr 5e-5, weight decay 0.01
 (not on biases and LayerNorm, as google-research/bert optimization.py), eps 1e-6, 10% linear warmup then
-linear decay to 0, global-norm clip 1.0; the encoder of all-MiniLM-L6-v2 with a fresh 2-way classifier on
+linear decay to 0 from the peak (transformers' get_linear_schedule_with_warmup; ptm_jax:
+train.lr_decay=from_peak), global-norm clip 1.0; the encoder of all-MiniLM-L6-v2 with a fresh 2-way classifier on
 the pooled output (dropout 0.1). Reported: accuracy on all 872 dev sentences and training examples/s.
 
     python benchmarks/bench_minilm_sst2.py --which torch            # full run (250 steps)
@@ -199,7 +200,8 @@ def run_ptm(args: argparse.Namespace, data: dict) -> dict:
         f"finetune.warmup_proportion={args.warmup_fraction}", f"finetune.clip_norm={args.clip_norm}",
         f"finetune.train_subset={args.train_examples}", "finetune.subset_seed=0", f"finetune.seed={args.seed}",
         f"finetune.eval_every={0 if args.pack else steps}", f"train.adam_eps={args.adam_eps}",
-        "train.adam_bias_correction=true", f"train.log_every={1 if args.parity else 5 if args.pack else 25}",
+        "train.adam_bias_correction=true", "train.lr_decay='from_peak'",
+        f"train.log_every={1 if args.parity else 5 if args.pack else 25}",
         "train.progress_bar=false",
         "mesh.data=-1", f"finetune.pack_examples={str(args.pack).lower()}",
     ] + (["finetune.keep_head=true", "finetune.classifier_dropout=0.0"] if args.parity else [])

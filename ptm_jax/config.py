@@ -119,6 +119,10 @@ class TrainConfig:
     adam_eps: float = 1e-6
     adam_bias_correction: bool = False
     """False: BERT's AdamWeightDecayOptimizer (no bias correction); True: optax/torch AdamW moments."""
+    lr_decay: Literal["bert", "from_peak"] = "bert"
+    """After warmup, the learning rate falls linearly to 0 at `steps`. 'bert': the line starts at step 0
+    (google-research/bert polynomial_decay), so the rate drops at the end of warmup; 'from_peak': the line
+    starts at the peak at the end of warmup (transformers' get_linear_schedule_with_warmup)."""
     clip_norm: float = 1.0
     grad_accum_steps: int = 1
     log_every: int = 10

@@ -14,6 +14,25 @@ def test_schedule_warmup_then_linear_decay_counted_from_step_zero():
                                [0.0, 5e-4, 1e-3 * 0.9, 1e-3 * 0.5, 0.0, 0.0], rtol=1e-6, atol=1e-12)
 
 
+def test_from_peak_schedule_equals_transformers_linear_schedule_with_warmup_at_every_step():
+    """train.lr_decay='from_peak' is transformers' get_linear_schedule_with_warmup (the MiniLM SST-2 protocol)."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=5e-5)
+    sched = transformers.get_linear_schedule_with_warmup(opt, num_warmup_steps=25, num_training_steps=250)
+    want = []
+    for _ in range(260):
+        want.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    ours = bert_schedule(5e-5, warmup_steps=25, total_steps=250, from_peak=True)
+    np.testing.assert_allclose([float(ours(k)) for k in range(260)], want, rtol=1e-6, atol=1e-12)
+    bert = bert_schedule(5e-5, warmup_steps=25, total_steps=250)
+    assert float(bert(25)) == pytest.approx(4.5e-5) and want[25] == pytest.approx(5e-5)  # BERT drops at warmup end
+
+
 def test_adamw_matches_hand_computed_updates_without_bias_correction():
     cfg = TrainConfig(learning_rate=0.1, warmup_steps=0, steps=1000, weight_decay=0.01, clip_norm=0.0,
                       adam_b1=0.9, adam_b2=0.999, adam_eps=1e-6)

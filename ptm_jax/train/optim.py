@@ -2,7 +2,8 @@
 
 update = m / (sqrt(v) + eps) + weight_decay * param (decoupled, masked to weights), scaled by the learning rate;
 gradients clipped to global norm ``clip_norm`` first. Learning rate: linear warmup to ``learning_rate`` over
-``warmup_steps``, and a linear decay to 0 at ``steps`` counted from step 0 (polynomial_decay, power 1).
+``warmup_steps``, and a linear decay to 0 at ``steps`` counted from step 0 (polynomial_decay, power 1), or with
+``lr_decay='from_peak'`` from the peak at the end of warmup (transformers' get_linear_schedule_with_warmup).
 """
 from __future__ import annotations
 
@@ -16,10 +17,18 @@ from ptm_jax.config import TrainConfig
 from ptm_jax.objectives.base import decay_mask
 
 
-def bert_schedule(peak: float, warmup_steps: int, total_steps: int) -> Callable[[jax.Array], jax.Array]:
+def bert_schedule(peak: float, warmup_steps: int, total_steps: int, from_peak: bool = False
+                  ) -> Callable[[jax.Array], jax.Array]:
+    """Step k (0 = the first update) -> learning rate: ``peak * k / warmup_steps`` during warmup, then
+    ``peak * (1 - k / total_steps)`` (BERT) or ``peak * (total_steps - k) / (total_steps - warmup_steps)``
+    (``from_peak``), never below 0."""
+
     def schedule(step):
         step = jnp.asarray(step, jnp.float32)
-        decayed = peak * jnp.maximum(0.0, 1.0 - step / max(total_steps, 1))
+        if from_peak:
+            decayed = peak * jnp.maximum(0.0, (total_steps - step) / max(total_steps - warmup_steps, 1))
+        else:
+            decayed = peak * jnp.maximum(0.0, 1.0 - step / max(total_steps, 1))
         warm = peak * step / max(warmup_steps, 1)
         return jnp.where(step < warmup_steps, warm, decayed)
 
@@ -52,7 +61,7 @@ def make_optimizer(cfg: TrainConfig, lr_scale: Callable[[Any], Any] | None = Non
                    ) -> tuple[optax.GradientTransformation, Callable]:
     """Returns (transformation, schedule). ``lr_scale`` optionally maps params -> per-leaf lr multipliers
     (layer-wise learning-rate decay for finetuning)."""
-    schedule = bert_schedule(cfg.learning_rate, cfg.warmup_steps, cfg.steps)
+    schedule = bert_schedule(cfg.learning_rate, cfg.warmup_steps, cfg.steps, from_peak=cfg.lr_decay == "from_peak")
     parts = []
     if cfg.clip_norm > 0:
         parts.append(optax.clip_by_global_norm(cfg.clip_norm))
