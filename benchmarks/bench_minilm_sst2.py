@@ -171,10 +171,7 @@ def run_torch(args: argparse.Namespace, data: dict) -> dict:
 
 
 def parity_init_dir(args: argparse.Namespace) -> Path:
-    import tempfile
-
-    if not args.out_dir:
-        args.out_dir = tempfile.mkdtemp(prefix="ptm_sst2_")
+    """Where torch saves its starting point for ptm_jax (--parity; main() sets --out-dir)."""
     return Path(args.out_dir) / "torch_init"
 
 
@@ -242,6 +239,10 @@ def main(argv=None) -> int:
           f"(warmup {data['warmup_steps']}), {len(data['dev_texts'])} dev", file=sys.stderr)
     if args.parity and (args.which != "both" or args.pack):
         sys.exit("--parity runs both sides unpacked: drop --which/--pack")
+    if args.parity and not args.out_dir:
+        import tempfile
+
+        args.out_dir = tempfile.mkdtemp(prefix="ptm_sst2_")
     results = {}
     if args.which in ("torch", "both"):
         results["torch"] = run_torch(args, data)

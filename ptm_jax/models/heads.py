@@ -21,13 +21,13 @@ class MlmHead(nn.Module):
     @nn.compact
     def __call__(self, h: jax.Array, embedding_table: jax.Array) -> jax.Array:
         c, dt = self.cfg, dtype_of(self.cfg.dtype)
-        h = constrain(h, ("batch", "predictions", "act_embed"))
-        h = Dense(c.hidden_size, ("embed", "embed_out"), c.initializer_range, dtype=dt, name="transform")(h)
+        rows = ("batch", "predictions", "act_embed")
+        h = Dense(c.hidden_size, ("embed", "embed_out"), c.initializer_range, dtype=dt, name="transform")(
+            constrain(h, rows))
         # the transform's activation is pinned to the batch sharding on both sides of the nonlinearity: left to
         # itself, XLA's partitioner (jax 0.10, Shardy and GSPMD) got this head's gradients wrong with one row per
         # (data, fsdp) shard on a (2,2,2) mesh (benchmarks/xla_one_row_shard_repro.py, tests/test_one_row_shards.py)
-        h = constrain(ACTIVATIONS[c.hidden_act](constrain(h, ("batch", "predictions", "act_embed"))),
-                      ("batch", "predictions", "act_embed"))
+        h = constrain(ACTIVATIONS[c.hidden_act](constrain(h, rows)), rows)
         h = LayerNorm(c.layer_norm_eps, dtype=dt, name="transform_norm")(h)
         bias = self.param("output_bias", partitioned(nn.initializers.zeros, ("vocab",)), (c.vocab_size,),
                           jnp.float32)
