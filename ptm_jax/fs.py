@@ -12,6 +12,15 @@ Commit rules (object stores have no atomic directory rename):
 Libraries that need a real local file (memory-mapped token caches, the Rust and C++ tokenizers) work on a
 local copy: ``local_copy`` downloads a remote directory once into ``scratch_dir()`` (keyed by its URL), and
 ``upload_tree`` publishes a locally built directory, marker last.
+
+Backend: ``gs://`` goes through fsspec/gcsfs, not TensorFlow's GCS file system. etils picks ``tf.io.gfile``
+whenever TensorFlow is importable, but TensorFlow's GCS client has its endpoints compiled in
+(``https://www.googleapis.com/storage/v1/``) and so cannot be tested against a local emulator; gcsfs honours
+``STORAGE_EMULATOR_HOST`` and uses the same Application Default Credentials (the TPU VM's service account).
+We set ``EPATH_USE_TF=0`` (an etils switch, etils/epath/gpath.py ``_epath_use_tf``) unless the user set it,
+and turn off gcsfs's listing cache: another process's files must be seen at once (GCS reads are strongly
+consistent, a cached listing is not). Orbax writes arrays through tensorstore's own GCS driver
+(``TENSORSTORE_GCS_HTTP_URL`` points it elsewhere) and everything else through epath, i.e. through here.
 """
 from __future__ import annotations
 
@@ -19,10 +28,19 @@ import hashlib
 import os
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Union
 
 from etils import epath
+
+os.environ.setdefault("EPATH_USE_TF", "0")  # read (and cached) by etils at the first gs:// operation
+try:  # fsspec applies conf[protocol] as default kwargs when it builds the gcsfs file system
+    import fsspec.config as _fsspec_config
+
+    _fsspec_config.conf.setdefault("gs", {}).setdefault("use_listings_cache", False)
+except ImportError:  # pragma: no cover - fsspec comes with etils[epath]
+    pass
 
 PathLike = Union[str, os.PathLike]
 MARKER = "COMPLETE"
@@ -93,8 +111,9 @@ def rmtree(p: PathLike) -> None:
 
 
 def mark_complete(directory: PathLike, name: str = MARKER) -> None:
-    """Writes the marker that commits ``directory``: call it after every other file is written."""
-    write_text_atomic(path(directory) / name, "ok\n")
+    """Writes the marker that commits ``directory``: call it after every other file is written. Its content
+    is a fresh token, so a local copy can tell a re-published directory from the one it copied."""
+    write_text_atomic(path(directory) / name, f"ok {uuid.uuid4().hex}\n")
 
 
 def is_complete(directory: PathLike, name: str = MARKER) -> bool:
@@ -110,25 +129,34 @@ def scratch_dir() -> Path:
 
 def local_copy(directory: PathLike, marker: str | None = MARKER) -> Path:
     """A local directory with the contents of ``directory``: the directory itself when local, else a copy in
-    ``scratch_dir()`` made once (re-made when the remote marker is newer than the copy's). With ``marker``
-    set, the remote directory must be complete."""
+    ``scratch_dir()`` made once and re-made when the remote marker's token differs from the copy's (the
+    directory was published again). With ``marker`` set, the remote directory must be complete; without it
+    the copy is made afresh on each call."""
     src = path(directory)
     if not is_remote(src):
         return Path(os.fspath(src))
-    if marker is not None and not is_complete(src, marker):
-        raise FileNotFoundError(f"{src} is not complete (no {marker} marker)")
+    token = None
+    if marker is not None:
+        try:
+            token = (src / marker).read_text()
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{src} is not complete (no {marker} marker)") from None
     key = hashlib.sha256(str(src).encode()).hexdigest()[:16]
     dst = scratch_dir() / f"{src.name}-{key}"
-    if marker is not None and (dst / marker).is_file():
+    if token is not None and (dst / marker).is_file() and (dst / marker).read_text() == token:
         return dst
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
     try:
         _download(src, tmp, skip=marker)
-        if marker is not None:
-            (tmp / marker).write_text("ok\n")
-        if dst.exists():
-            shutil.rmtree(dst)
-        os.replace(tmp, dst)
+        if token is not None:
+            (tmp / marker).write_text(token)
+        shutil.rmtree(dst, ignore_errors=True)  # a stale copy
+        try:
+            os.replace(tmp, dst)
+        except OSError:  # another process on this host put the same copy in place first
+            if token is None or not (dst / marker).is_file() or (dst / marker).read_text() != token:
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
