@@ -29,8 +29,22 @@ def mesh_shape(cfg: MeshConfig, num_devices: int) -> tuple[int, int, int]:
     return tuple(sizes)  # type: ignore[return-value]
 
 
+def check_tensor_within_host(tensor: int, devices: list) -> None:
+    """Tensor parallelism all-reduces inside every layer: its groups must stay on one host's fast links
+    (ICI/NVLink). Refuses mesh.tensor larger than, or not dividing, the devices of one process."""
+    per_process: dict[int, int] = {}
+    for d in devices:
+        per_process[d.process_index] = per_process.get(d.process_index, 0) + 1
+    local = min(per_process.values())
+    if tensor > local or local % tensor:
+        raise ConfigError(f"mesh.tensor={tensor} but each host (process) has {local} devices: tensor-parallel "
+                          "groups must fit inside one host; set mesh.tensor to a divisor of "
+                          f"{local} (e.g. {local}) and put the rest on mesh.fsdp or mesh.data")
+
+
 def make_mesh(cfg: MeshConfig, devices: list | None = None) -> Mesh:
     devices = list(devices if devices is not None else jax.devices())
     shape = mesh_shape(cfg, len(devices))
+    check_tensor_within_host(shape[2], devices)
     # Auto axes: GSPMD propagation from the in/out shardings and the logical constraints.
     return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=devices)
