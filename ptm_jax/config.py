@@ -68,6 +68,9 @@ class TokenizerConfig:
     vocab_size: int = 8000
     """Size of a vocabulary trained on the corpus (ignored when vocab_file is set)."""
     lower_case: bool = True
+    train_sample_bytes: int = 100_000_000
+    """Training a vocabulary reads at most about this many bytes of the corpus: 1 MiB windows spread evenly
+    over it, the same on every process and run (``corpus.sample_sentences``); 0 = the whole corpus."""
 
 
 @dataclass
@@ -82,7 +85,10 @@ class DataConfig:
     """paragraphs format: a document is cut at a paragraph end once it reaches this many sentences."""
     max_line_bytes: int = 1_000_000
     cache_dir: str = ""
-    """Tokenized-corpus cache. Empty: <output_dir>/cache."""
+    """Tokenized-corpus cache (local or gs://). Empty: <output_dir>/cache."""
+    cache_chunk_bytes: int = 32 * 1024 * 1024
+    """The token cache is built in chunks of about this many corpus bytes, cut at document boundaries and
+    numbered independently of the process count (process p builds chunks c % P == p): any host count reuses it."""
     max_seq_length: int = 128
     max_predictions_per_seq: int = 20
     masked_lm_prob: float = 0.15

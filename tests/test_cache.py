@@ -1,7 +1,8 @@
 """Token cache: exact round trip against direct encoding, reuse without retokenizing, atomic builds, corrupt
-caches, and a two-process build (run sequentially) that presents the same corpus as one process."""
+caches, and chunked builds: 2 processes build, 1 and 3 processes reopen the same corpus without rebuilding."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -10,8 +11,8 @@ import numpy as np
 import pytest
 
 from ptm_jax.config import DataConfig
-from ptm_jax.data.cache import TokenCache, build_cache, build_or_load_cache, build_shard
-from ptm_jax.data.corpus import iter_documents
+from ptm_jax.data.cache import TokenCache, build_cache, build_chunks, build_or_load_cache
+from ptm_jax.data.corpus import ChunkLayout, iter_documents, read_documents
 from ptm_jax.data.tokenizers import WordPieceTokenizer, train_wordpiece
 from ptm_jax.errors import DataError
 
@@ -72,7 +73,7 @@ def test_cache_round_trip_equals_direct_encoding(corpus, tok, tmp_path):
 def test_reopen_does_not_retokenize(corpus, tok, tmp_path):
     first = build_or_load_cache(corpus, tok, tmp_path / "cache")
     (root,) = (tmp_path / "cache").iterdir()
-    bin_file = root / "shard-00000-of-00001" / "tokens.int32.bin"
+    bin_file = root / "chunk-000000-of-000001" / "tokens.int32.bin"
     mtime = bin_file.stat().st_mtime_ns
     calls = []
     tok.encode_batch_flat = lambda texts: calls.append(len(texts))  # any retokenization would record a call
@@ -92,25 +93,57 @@ def test_reopen_does_not_retokenize(corpus, tok, tmp_path):
     assert changed.num_sentences == first.num_sentences + 1
 
 
-def test_two_hosts_build_the_same_global_corpus(corpus, tok, tmp_path):
-    single = build_or_load_cache(corpus, tok, tmp_path / "one")
-    # process 0 alone cannot open the corpus before process 1 has built its shard
-    with pytest.raises(DataError, match="missing shard.*shard-00001-of-00002"):
-        build_or_load_cache(corpus, tok, tmp_path / "two", process_index=0, process_count=2, barrier=lambda: None)
-    host1 = build_or_load_cache(corpus, tok, tmp_path / "two", 1, 2)
-    host0 = build_or_load_cache(corpus, tok, tmp_path / "two", 0, 2)
-    shard_docs = [s["num_docs"] for s in host0.meta["shards"]]
-    assert len(shard_docs) == 2 and sum(shard_docs) == host0.num_docs and min(shard_docs) > 5
-    # shard 0 holds files 0, 2, 4 and shard 1 files 1, 3, 5; the global order is still file order
-    assert _docs_as_tuples(host0) == _docs_as_tuples(host1) == _docs_as_tuples(single)
-    assert host0.doc_num_sentences().tolist() == single.doc_num_sentences().tolist()
-    assert host0.num_tokens == single.num_tokens and host0.num_docs == single.num_docs
-    # the same directory also serves a later run on 3 processes (new shards, same corpus)
-    for i in (2, 0):
-        build_shard(corpus, tok, tmp_path / "two", i, 3)
-    three = build_or_load_cache(corpus, tok, tmp_path / "two", 1, 3)
-    assert len(three.meta["shards"]) == 3
-    assert _docs_as_tuples(three) == _docs_as_tuples(single)
+def test_chunks_built_by_2_processes_reopen_on_1_and_3_without_rebuilding(corpus, tok, tmp_path):
+    """Chunks of ~12 KB over six files: 2 processes build them (run one after the other here; the barrier is
+    the caller's), then 1 and 3 processes open the same documents in the same order and tokenize nothing."""
+    small = dataclasses.replace(corpus, cache_chunk_bytes=12_000)
+    single = build_or_load_cache(corpus, tok, tmp_path / "one")  # one chunk: the whole corpus
+    assert len(single.meta["shards"]) == 1
+    # process 0 alone cannot open the corpus before process 1 has built its chunks
+    with pytest.raises(DataError, match="missing chunk.*chunk-000001-of-0000"):
+        build_or_load_cache(small, tok, tmp_path / "two", process_index=0, process_count=2)
+    host1 = build_or_load_cache(small, tok, tmp_path / "two", 1, 2)
+    host0 = build_or_load_cache(small, tok, tmp_path / "two", 0, 2)
+    chunks = host0.meta["shards"]
+    n = len(chunks)
+    assert n == ChunkLayout(small).num_chunks >= 15
+    assert [c["built_by_process"] for c in chunks] == [c % 2 for c in range(n)]
+    assert _docs_as_tuples(host0) == _docs_as_tuples(host1)
+    # the same sentences as the one-chunk corpus; a document is cut only where a chunk starts mid-file
+    flat = lambda cache: [s for d in _docs_as_tuples(cache) for s in d]  # noqa: E731
+    assert flat(host0) == flat(single) and host0.num_tokens == single.num_tokens
+    assert single.num_docs <= host0.num_docs <= single.num_docs + n
+    calls = []
+    tok.encode_batch_flat = lambda texts: calls.append(len(texts))  # any retokenization would record a call
+    try:
+        reopened = {count: [build_or_load_cache(small, tok, tmp_path / "two", i, count) for i in range(count)]
+                    for count in (1, 3)}
+    finally:
+        del tok.encode_batch_flat
+    assert calls == []
+    for caches in reopened.values():
+        for cache in caches:
+            assert _docs_as_tuples(cache) == _docs_as_tuples(host0)
+    held_out = lambda cache: _docs_as_tuples(cache)[-4:]  # noqa: E731  (data.eval_documents from the end)
+    assert held_out(reopened[3][2]) == held_out(host0)
+
+
+def test_one_big_file_is_split_across_processes_by_bytes(shared_data, tok, tmp_path):
+    """tinyshakespeare (1.1 MB, one file) in 100 KB chunks: each of 2 processes tokenizes about half of its
+    bytes, and the chunked documents equal the whole file's (its chunks end at blank lines, where its
+    documents end)."""
+    cfg = DataConfig(corpus=str(shared_data / "corpus/tinyshakespeare/input.txt"), format="lines",
+                     cache_chunk_bytes=100_000)
+    layout = ChunkLayout(cfg)
+    assert layout.num_chunks == 12
+    for p in (0, 1):
+        build_chunks(cfg, tok, tmp_path / "c", p, 2)
+    cache = build_or_load_cache(cfg, tok, tmp_path / "c", 0, 2)
+    per_process = [sum(c["pieces"][0]["end"] - c["pieces"][0]["start"] for c in cache.meta["shards"]
+                       if c["built_by_process"] == p) for p in (0, 1)]
+    assert sum(per_process) == layout.total_bytes and all(0.4 < b / layout.total_bytes < 0.6 for b in per_process)
+    whole = [tuple(tuple(i) for i in tok.encode_batch(d) if i) for d in read_documents(layout.files[0], "lines")]
+    assert _docs_as_tuples(cache) == [d for d in whole if d]
 
 
 def test_failed_build_leaves_nothing_that_opens(corpus, tok, tmp_path):
@@ -131,7 +164,7 @@ def test_failed_build_leaves_nothing_that_opens(corpus, tok, tmp_path):
 
 def test_corrupt_or_incomplete_cache_is_refused_then_rebuilt(corpus, tok, tmp_path):
     cache = build_or_load_cache(corpus, tok, tmp_path / "cache")
-    shard = next((tmp_path / "cache").iterdir()) / "shard-00000-of-00001"
+    shard = next((tmp_path / "cache").iterdir()) / "chunk-000000-of-000001"
     n_tokens = cache.num_tokens
     del cache
     with open(shard / "tokens.int32.bin", "r+b") as f:

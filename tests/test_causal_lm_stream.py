@@ -194,7 +194,7 @@ def test_sharded_token_cache_of_byte_bpe_text_packs_like_its_documents(shared_da
     tok = train_byte_bpe((s for d in documents for s in d), 1000, tmp_path / "tok")
     for shard in range(2):  # documents interleaved between two shards by source key, as two hosts build them
         build_cache([(k, documents[k]) for k in range(shard, 300, 2)], tok,
-                    tmp_path / f"cache/shard-{shard:05d}-of-00002", fingerprint="test", keyed=True,
+                    tmp_path / f"cache/chunk-{shard:06d}-of-000002", fingerprint="test", keyed=True,
                     background=False)
     cache = TokenCache.open(tmp_path / "cache", fingerprint="test")
     assert cache.num_docs == 300 and cache._order is not None

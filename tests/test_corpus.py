@@ -1,4 +1,4 @@
-"""Corpus reading: file resolution, host shares, lines/paragraphs/auto formats, sentence splitting, bad-input
+"""Corpus reading: file resolution, byte-range chunks and tokenizer samples, lines/paragraphs/auto formats, sentence splitting, bad-input
 errors (file + line in the message), TFDS record conversion (in-memory tf.data) and the embedded corpus."""
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import pytest
 import tensorflow as tf
 
 from ptm_jax.config import DataConfig
-from ptm_jax.data.corpus import (detect_format, host_share, iter_documents, parse_tfds_spec, read_documents,
-                                 record_to_document, resolve_files, split_sentences, dataset_documents)
+from ptm_jax.data.corpus import (ChunkLayout, detect_format, document_boundary, iter_documents, parse_tfds_spec,
+                                 read_documents, record_to_document, resolve_files, sample_sentences,
+                                 split_sentences, dataset_documents)
 from ptm_jax.data.embedded import embedded_corpus_stats, embedded_documents
 from ptm_jax.errors import ConfigError, DataError
 
@@ -41,17 +42,51 @@ def test_resolve_files_dirs_globs_commas_sorted_deduped(tmp_path):
         resolve_files(str(tmp_path / "missing.txt"))
 
 
-def test_host_share_partitions_files_exactly(shared_data):
-    files = resolve_files(str(shared_data / "corpus/gutenberg"))
-    assert len(files) == 13
-    for count in (1, 2, 3, 5, 13, 16):
-        shares = [host_share(files, i, count) for i in range(count)]
-        flat = [f for s in shares for f in s]
-        assert sorted(flat) == files and len(set(flat)) == len(files)
-        assert max(map(len, shares)) - min(map(len, shares)) <= 1
-    assert host_share(files, 1, 3) == files[1::3]
+def test_chunk_layout_cuts_at_blank_lines_and_partitions_every_byte(shared_data):
+    """The 12 books (11 MB) in 1 MB chunks: the cuts tile the corpus exactly, each lies just after a blank
+    line (or at a file start or a Gutenberg file's end), and they do not depend on any process count."""
+    cfg = DataConfig(corpus=str(shared_data / "corpus/gutenberg/[0-9]*.txt"), cache_chunk_bytes=1_000_000)
+    layout = ChunkLayout(cfg)
+    assert layout.num_chunks == 12 and layout.total_bytes == sum(f.stat().st_size for f in layout.files)
+    covered = [(p.file, p.start, p.end) for c in range(layout.num_chunks) for p in layout.pieces(c)]
+    for f, size in enumerate(layout.sizes):  # every byte of every file in exactly one piece, in order
+        ranges = [(a, b) for g, a, b in covered if g == f]
+        assert ranges[0][0] == 0 and ranges[-1][1] == size
+        assert all(b == a2 for (_, b), (a2, _) in zip(ranges, ranges[1:]))
+    for c in range(1, layout.num_chunks):
+        first = layout.pieces(c)[0] if layout.pieces(c) else None
+        if first is not None and first.start:
+            head = layout.files[first.file].read_bytes()[: first.start]
+            assert head.endswith(b"\n\n") or head.endswith(b"\r\n\r\n"), (c, head[-20:])
+    assert [ChunkLayout(cfg).cut(c) for c in range(13)] == [layout.cut(c) for c in range(13)]
     with pytest.raises(ConfigError, match="process_index=2"):
-        host_share(files, 2, 2)
+        list(iter_documents(cfg, 2, 2))
+
+
+def test_document_boundary_rules(tmp_path):
+    f = write(tmp_path / "a.txt", "Aaa.\nBbb.\n\nCcc.\nDdd.\nEee.\n\nFff.\n")
+    size = f.stat().st_size
+    assert document_boundary(f, 0, size, 100, 1000) == 0
+    assert document_boundary(f, 2, size, 100, 1000) == len("Aaa.\nBbb.\n\n")  # after the blank line
+    assert document_boundary(f, 10, size, 100, 1000) == 11  # a blank line starting right there
+    assert document_boundary(f, 11, size, 100, 1000) == len("Aaa.\nBbb.\n\nCcc.\nDdd.\nEee.\n\n")
+    assert document_boundary(f, 12, size, 3, 1000) == len("Aaa.\nBbb.\n\nCcc.\n")  # no blank line near: a line
+    assert document_boundary(f, size - 1, size, 100, 1000) == size
+
+
+def test_tokenizer_sample_is_bounded_spread_and_deterministic(shared_data):
+    cfg = DataConfig(corpus=str(shared_data / "corpus/gutenberg/[0-9]*.txt"))
+    sample = list(sample_sentences(cfg, 500_000, window_bytes=100_000))
+    size = sum(len(s.encode()) for s in sample)
+    assert 350_000 < size < 600_000
+    assert sample == list(sample_sentences(cfg, 500_000, window_bytes=100_000))
+    # windows spread over the corpus: sentences of the first and of the last book are in it
+    first, last = (list(read_documents(f, doc_max_sentences=256)) for f in ChunkLayout(cfg).files[::11])
+    book = lambda docs: {s for d in docs for s in d}  # noqa: E731
+    assert book(first) & set(sample) and book(last) & set(sample)
+    # a corpus within the budget is read whole, in order
+    small = DataConfig(corpus=str(shared_data / "corpus/tinyshakespeare/input.txt"), format="lines")
+    assert list(sample_sentences(small, 2_000_000)) == [s for d in iter_documents(small) for s in d]
 
 
 def test_lines_format_blank_lines_separate_documents(tmp_path):
@@ -150,12 +185,13 @@ def test_missing_path_is_named(tmp_path):
         list(iter_documents(DataConfig(corpus=str(tmp_path / "absent*.txt"))))
 
 
-def test_iter_documents_over_files_splits_by_host(tmp_path):
+def test_iter_documents_over_files_splits_by_chunks(tmp_path):
     for i in range(5):
         write(tmp_path / f"f{i}.txt", f"Doc {i} a.\nDoc {i} b.\n\nDoc {i} c.\n")
-    cfg = DataConfig(corpus=str(tmp_path), format="lines")
+    cfg = DataConfig(corpus=str(tmp_path), format="lines", cache_chunk_bytes=28)
     everything = list(iter_documents(cfg))
     assert len(everything) == 10 and everything[0] == ["Doc 0 a.", "Doc 0 b."]
+    assert ChunkLayout(cfg).num_chunks == 5  # 5 files of 28 bytes: a chunk is a file
     shares = [list(iter_documents(cfg, i, 2)) for i in range(2)]
     assert shares[0][0] == ["Doc 0 a.", "Doc 0 b."] and shares[1][0] == ["Doc 1 a.", "Doc 1 b."]
     assert sorted(map(tuple, shares[0] + shares[1])) == sorted(map(tuple, everything))
@@ -200,9 +236,9 @@ def test_embedded_corpus_size_determinism_and_no_imports(capsys):
     assert other.returncode == 0 and json.loads(out) == stats
 
 
-def test_embedded_documents_shard_by_index():
+def test_embedded_documents_are_one_chunk():
     first = list(itertools.islice(embedded_documents(), 120))
     assert first[0][0].startswith("The \"assert\" statement")
-    cfg = DataConfig(corpus="embedded")
-    shares = [list(itertools.islice(iter_documents(cfg, i, 3), 40)) for i in range(3)]
-    assert [shares[d % 3][d // 3] for d in range(120)] == first
+    cfg = DataConfig(corpus="embedded")  # one chunk, built by process 0
+    assert list(itertools.islice(iter_documents(cfg, 0, 3), 120)) == first
+    assert list(iter_documents(cfg, 1, 3)) == []

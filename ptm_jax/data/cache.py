@@ -12,18 +12,24 @@ never leaves a directory that opens. Sentences that tokenize to nothing and docu
 sentences are dropped and counted in meta.json.
 
 ``build_or_load_cache`` keys the cache directory by a hash of the tokenizer fingerprint, the sources (with
-sizes and mtimes) and the format settings, so a changed input or tokenizer rebuilds. Each of N processes
-tokenizes its share (``corpus.host_share`` of the files; document index % N for 'embedded' and TFDS) into
-``shard-{i:05d}-of-{N:05d}``; after the barrier every process opens all N shards as one corpus. Its global
-document order sorts documents by source key (file order, then position in the file; or record index), so
-it is the same for any number of processes: a run resumed on another host count, and the held-out
-documents taken from the end, see the same corpus. Sources are keyed by size and mtime:
-hosts with separate copies of the files must keep those equal (copy with ``cp -p``/``rsync -t``).
+sizes and mtimes) and the format settings, so a changed input or tokenizer rebuilds. The corpus is cut into
+fixed chunks of about ``data.cache_chunk_bytes`` bytes at document boundaries (``corpus.ChunkLayout``),
+numbered independently of the number of processes: ``chunk-{c:06d}-of-{C:06d}`` is one shard directory.
+Process p of P builds the chunks c with c % P == p that are not built yet; after the barrier every process
+opens all C chunks as one corpus, in key order (chunk, then position). So a run resumed on another host
+count re-tokenizes nothing, and the held-out documents taken from the end are the same. Sources are keyed
+by size and mtime: hosts with separate copies of the files must keep those equal (``cp -p``/``rsync -t``).
+
+A ``gs://`` cache directory: each chunk is built in ``fs.scratch_dir()``, uploaded with its COMPLETE marker
+last (``fs.upload_tree``), and every process reads all chunks through ``fs.local_copy`` (the arrays are
+memory-mapped, so they must be on local disk; the copy is made once per host).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import logging
 import os
 import queue
 import re
@@ -37,16 +43,17 @@ from pathlib import Path
 
 import numpy as np
 
+from ptm_jax import fs
 from ptm_jax.config import DataConfig
-from ptm_jax.data.corpus import (READER_VERSION, Document, check_file, check_process, iter_keyed_documents,
-                                 resolve_files)
+from ptm_jax.data.corpus import READER_VERSION, ChunkLayout, Document, check_file, check_process, resolve_files
 from ptm_jax.data.tokenizers import Tokenizer
 from ptm_jax.errors import DataError
 
-FORMAT_VERSION = 2
+log = logging.getLogger(__name__)
+FORMAT_VERSION = 3
 TOKENS, SENTENCES, DOCS = "tokens.int32.bin", "sentence_offsets.int64.bin", "doc_offsets.int64.bin"
 KEYS = "doc_keys.int64.bin"
-_SHARD_NAME = re.compile(r"shard-\d{5}-of-(\d{5})")
+_CHUNK_NAME = re.compile(r"chunk-\d{6}-of-(\d{6})")
 META, COMPLETE = "meta.json", "COMPLETE"
 
 
@@ -112,30 +119,35 @@ class TokenCache:
                      "num_tokens": self.num_tokens, "shards": [s.meta for s in shards]}
 
     @classmethod
-    def open(cls, directory, num_shards: int | None = None, fingerprint: str | None = None) -> "TokenCache":
-        """A shard directory, or a directory of ``shard-*-of-N`` (``num_shards`` picks N when several)."""
+    def open(cls, directory, num_chunks: int | None = None, fingerprint: str | None = None) -> "TokenCache":
+        """A shard directory, or a directory of ``chunk-*-of-C`` (``num_chunks`` picks C when several)."""
         directory = Path(directory)
         if (directory / META).exists() or (directory / COMPLETE).exists():
-            shards = [_Shard(directory)]
-        else:
-            names = (_SHARD_NAME.fullmatch(p.name) for p in directory.glob("shard-*-of-*"))
-            totals = sorted({int(m.group(1)) for m in names if m})
-            if num_shards is None and len(totals) > 1:
-                raise DataError(f"{directory}: holds shards for {totals} processes; pass num_shards")
-            n = num_shards if num_shards is not None else (totals[0] if totals else 0)
-            if not n:
-                raise DataError(f"{directory}: no token cache here (no {META} and no shard-*-of-* folders)")
-            paths = [directory / f"shard-{i:05d}-of-{n:05d}" for i in range(n)]
-            missing = [p.name for p in paths if not p.is_dir()]
-            if missing:
-                raise DataError(f"{directory}: missing shard(s) {', '.join(missing[:4])}: every process must "
-                                "build its shard before the cache is opened (shared output directory?)")
-            shards = [_Shard(p) for p in paths]
+            return cls.from_dirs([directory], directory, fingerprint)
+        names = (_CHUNK_NAME.fullmatch(p.name) for p in directory.glob("chunk-*-of-*"))
+        totals = sorted({int(m.group(1)) for m in names if m})
+        if num_chunks is None and len(totals) > 1:
+            raise DataError(f"{directory}: holds chunks of {totals} layouts; pass num_chunks")
+        n = num_chunks if num_chunks is not None else (totals[0] if totals else 0)
+        if not n:
+            raise DataError(f"{directory}: no token cache here (no {META} and no chunk-*-of-* folders)")
+        paths = [directory / chunk_name(c, n) for c in range(n)]
+        missing = [p.name for p in paths if not p.is_dir()]
+        if missing:
+            raise DataError(f"{directory}: missing chunk(s) {', '.join(missing[:4])}"
+                            f"{' ...' if len(missing) > 4 else ''}: the processes that build them have not "
+                            "finished, or cannot write here (hosts without a shared disk need a gs:// "
+                            "data.cache_dir or output_dir)")
+        return cls.from_dirs(paths, directory, fingerprint)
+
+    @classmethod
+    def from_dirs(cls, paths: list[Path], directory: Path, fingerprint: str | None = None) -> "TokenCache":
+        shards = [_Shard(Path(p)) for p in paths]
         if fingerprint is not None:
             for s in shards:
                 if s.meta.get("fingerprint") != fingerprint:
                     raise DataError(f"{s.directory}: built for other inputs or tokenizer; delete it to rebuild")
-        return cls(shards, directory)
+        return cls(shards, Path(directory))
 
     def _locate(self, d: int) -> tuple[_Shard, int]:
         if not 0 <= d < self.num_docs:
@@ -348,39 +360,93 @@ def corpus_sources(cfg: DataConfig) -> list[dict]:
     return out
 
 
-def build_shard(cfg: DataConfig, tokenizer: Tokenizer, directory, process_index: int = 0,
-                process_count: int = 1) -> tuple[Path, str]:
-    """Builds this process's shard unless a complete one with the same key exists; returns (cache root,
-    key). Files are validated (exist, non-empty, not binary) before anything is written."""
-    check_process(process_index, process_count)
+def chunk_name(c: int, num_chunks: int) -> str:
+    return f"chunk-{c:06d}-of-{num_chunks:06d}"
+
+
+def cache_root(cfg: DataConfig, tokenizer: Tokenizer, directory) -> tuple[fs.epath.Path, str, ChunkLayout, dict]:
+    """(cache root ``<directory>/<kind>-<key>``, key, chunk layout, format settings) for these inputs.
+    Files are validated (exist, non-empty, not binary) before anything is written."""
     sources = corpus_sources(cfg)
+    layout = ChunkLayout(cfg)
     settings = {"corpus": cfg.corpus.strip(), "format": cfg.format, "doc_max_sentences": cfg.doc_max_sentences,
                 "max_line_bytes": cfg.max_line_bytes, "format_version": FORMAT_VERSION,
-                "reader_version": READER_VERSION}
+                "reader_version": READER_VERSION, "chunk_bytes": layout.chunk_bytes,
+                "num_chunks": layout.num_chunks}
     if sentence_joiner(tokenizer):
         settings["sentence_joiner"] = sentence_joiner(tokenizer)
     blob = json.dumps({"tokenizer": tokenizer.fingerprint(), "sources": sources, "settings": settings},
                       sort_keys=True)
     key = hashlib.sha256(blob.encode()).hexdigest()[:20]
-    root = Path(directory) / f"{tokenizer.kind}-{key}"
-    shard_dir = root / f"shard-{process_index:05d}-of-{process_count:05d}"
+    return fs.path(directory) / f"{tokenizer.kind}-{key}", key, layout, settings
+
+
+def _chunk_built(path, key: str) -> bool:
+    if fs.is_remote(path):
+        return fs.is_complete(path)
     try:
-        reuse = _Shard(shard_dir).meta.get("fingerprint") == key
+        return _Shard(Path(path)).meta.get("fingerprint") == key
     except DataError:
-        reuse = False
-    if not reuse:
-        mine = sources[process_index::process_count] if "path" in sources[0] else sources
-        build_cache(lambda: iter_keyed_documents(cfg, process_index, process_count), tokenizer, shard_dir,
-                    fingerprint=key, keyed=True, meta={"sources": mine, "settings": settings,
-                                                       "process_index": process_index,
-                                                       "process_count": process_count})
-    return root, key
+        return False
+
+
+def build_chunks(cfg: DataConfig, tokenizer: Tokenizer, directory, process_index: int = 0,
+                 process_count: int = 1) -> tuple[fs.epath.Path, str, ChunkLayout]:
+    """Builds the chunks c % process_count == process_index that are not built yet; returns (cache root,
+    key, layout). A remote root gets each chunk built locally, then uploaded, COMPLETE last."""
+    check_process(process_index, process_count)
+    root, key, layout, settings = cache_root(cfg, tokenizer, directory)
+    n = layout.num_chunks
+    for c in range(process_index, n, process_count):
+        target = root / chunk_name(c, n)
+        if _chunk_built(target, key):
+            continue
+        local = Path(fs.scratch_dir()) / f"build-{key}" / target.name if fs.is_remote(root) else Path(target)
+        pieces = [dataclasses.asdict(p) for p in layout.pieces(c)] if layout.kind == "files" else []
+        start = time.perf_counter()
+        build_cache(lambda c=c: layout.documents(c), tokenizer, local, fingerprint=key, keyed=True,
+                    meta={"sources": [s for s in corpus_sources_of(cfg, layout, pieces)], "settings": settings,
+                          "chunk": c, "num_chunks": n, "pieces": pieces, "built_by_process": process_index})
+        if fs.is_remote(root):
+            fs.upload_tree(local, target)
+            shutil.rmtree(local, ignore_errors=True)
+        log.info("token cache: chunk %d of %d (%d bytes) in %.1f s", c, n, layout.chunk_bytes_of(c),
+                 time.perf_counter() - start)
+    return root, key, layout
+
+
+def corpus_sources_of(cfg: DataConfig, layout: ChunkLayout, pieces: list[dict]) -> list[dict]:
+    """The files a chunk reads (paths), for its meta.json."""
+    if layout.kind != "files":
+        return [{"corpus": cfg.corpus.strip()}]
+    return [{"path": str(layout.files[p["file"]]), "start": p["start"], "end": p["end"]} for p in pieces]
 
 
 def build_or_load_cache(cfg: DataConfig, tokenizer: Tokenizer, directory, process_index: int = 0,
-                        process_count: int = 1, barrier: Callable[[], None] = lambda: None) -> TokenCache:
-    """``build_shard`` for this process, then ``barrier()``, then all ``process_count`` shards opened as
-    one corpus. Reopening with unchanged inputs reads nothing but meta.json and maps the arrays."""
-    root, key = build_shard(cfg, tokenizer, directory, process_index, process_count)
-    barrier()
-    return TokenCache.open(root, num_shards=process_count, fingerprint=key)
+                        process_count: int = 1, barrier: Callable[..., None] = lambda *a, **k: None) -> TokenCache:
+    """``build_chunks`` for this process, then ``barrier(name, timeout_s)`` (a timeout that fits this
+    process's share of the corpus), then all chunks opened as one corpus. Reopening with unchanged inputs reads
+    nothing but meta.json and maps the arrays, whatever the number of processes."""
+    from ptm_jax.parallel.distributed import timeout_for
+
+    root, key, layout = build_chunks(cfg, tokenizer, directory, process_index, process_count)
+    n = layout.num_chunks
+    share = -(-n // process_count)  # chunks of the busiest process
+    work = share * (layout.chunk_bytes if layout.kind == "files" else 0)
+    barrier("token_cache", timeout_s=timeout_for(work, TOKENIZE_BYTES_PER_S) + (
+        0 if layout.kind == "files" else 1800.0 * share))
+    if not fs.is_remote(root):
+        return TokenCache.open(Path(root), num_chunks=n, fingerprint=key)
+    paths = []
+    for c in range(n):
+        target = root / chunk_name(c, n)
+        if not fs.is_complete(target):
+            raise DataError(f"{target}: chunk not built (no {COMPLETE} marker); process {c % process_count} "
+                            "builds it: check its log")
+        paths.append(fs.local_copy(target))
+    return TokenCache.from_dirs(paths, Path(fs.scratch_dir()), fingerprint=key)
+
+
+TOKENIZE_BYTES_PER_S = 1 << 20
+"""A pessimistic tokenization rate of one process (corpus bytes per second) for the cache barrier's timeout;
+the Rust tokenizers reach 10-50 MB/s here."""

@@ -19,10 +19,13 @@ document is cut after 16 * doc_max_sentences sentences.
 """
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import glob
 import itertools
+import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from ptm_jax.config import DataConfig
@@ -120,12 +123,6 @@ def check_process(process_index: int, process_count: int) -> None:
         raise ConfigError(f"process_index={process_index} is not in [0, process_count={process_count})")
 
 
-def host_share(files: list[Path], process_index: int, process_count: int) -> list[Path]:
-    """The files process ``process_index`` of ``process_count`` reads: files[index::count]."""
-    check_process(process_index, process_count)
-    return list(files[process_index::process_count])
-
-
 def check_file(path: Path) -> None:
     """Fast validation before anything is written: the file exists, is not empty and is not binary."""
     if not path.exists():
@@ -144,25 +141,32 @@ def check_file(path: Path) -> None:
                         "If it is UTF-16 text, convert it: iconv -f utf-16 -t utf-8")
 
 
-def _read_lines(path: Path, max_line_bytes: int) -> Iterator[tuple[int, str]]:
-    """(1-based line number, decoded line without its end-of-line) pairs; errors name file and line."""
-    offset = 0
+def _read_lines(path: Path, max_line_bytes: int, start: int = 0,
+                end: int | None = None) -> Iterator[tuple[int, str]]:
+    """(1-based line number, decoded line without its end-of-line) pairs of the lines in bytes [start, end)
+    (``start`` a line start); errors name the file and line (the byte offset where the range starts
+    mid-file, since counting the lines before it would read them)."""
+    offset = start
     with open(path, "rb") as f:
+        f.seek(start)
         for lineno in itertools.count(1):
+            if end is not None and offset >= end:
+                return
             raw = f.readline(max_line_bytes + 1)
             if not raw:
                 return
+            where = f"{path}:{lineno}" if start == 0 else f"{path} (line at byte {offset})"
             if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
-                raise DataError(f"{path}:{lineno}: line is longer than data.max_line_bytes={max_line_bytes} "
+                raise DataError(f"{where}: line is longer than data.max_line_bytes={max_line_bytes} "
                                 "bytes; is this a text corpus? Raise data.max_line_bytes or insert line breaks")
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise DataError(
-                    f"{path}:{lineno}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start} of the "
+                    f"{where}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start} of the "
                     f"line, file offset {offset + e.start}); convert the file, e.g. "
                     f"iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8.txt") from None
-            if lineno == 1:
+            if offset == 0:
                 text = text.lstrip("\ufeff")
             offset += len(raw)
             yield lineno, text.rstrip("\r\n")
@@ -245,8 +249,10 @@ def _gutenberg_body(lines: Iterator[tuple[int, str]]) -> Iterator[tuple[int, str
 
 
 def read_documents(path: Path, fmt: str = "auto", doc_max_sentences: int = 256,
-                   max_line_bytes: int = 1_000_000) -> Iterator[Document]:
-    """Documents of one text file in ``fmt`` ('auto' | 'lines' | 'paragraphs'), streamed."""
+                   max_line_bytes: int = 1_000_000, start: int = 0, end: int | None = None) -> Iterator[Document]:
+    """Documents of one text file in ``fmt`` ('auto' | 'lines' | 'paragraphs'), streamed; with ``start`` /
+    ``end``, of the lines in that byte range only (a chunk: ``chunk_pieces``). The format and the Gutenberg
+    markers are decided from the file's head, so every range of a file is read the same way."""
     path = Path(path)
     check_file(path)
     if fmt not in ("auto", "lines", "paragraphs"):
@@ -254,7 +260,7 @@ def read_documents(path: Path, fmt: str = "auto", doc_max_sentences: int = 256,
     gutenberg, sample = _sniff(path)
     if fmt == "auto":
         fmt = _decide_format(gutenberg, sample)
-    lines = _read_lines(path, max_line_bytes)
+    lines = _read_lines(path, max_line_bytes, start, end)
     if gutenberg:
         lines = _gutenberg_body(lines)
     seen = [False]
@@ -269,9 +275,176 @@ def read_documents(path: Path, fmt: str = "auto", doc_max_sentences: int = 256,
         yield from _lines_documents(track(lines), LINES_DOC_CAP_FACTOR * doc_max_sentences)
     else:
         yield from _paragraph_documents(track(lines), doc_max_sentences)
-    if not seen[0]:
+    if not seen[0] and start == 0 and end in (None, path.stat().st_size):
         raise DataError(f"{path}: file has no text (empty, only whitespace, or nothing between the Gutenberg "
                         "markers); remove it from data.corpus")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Chunks: fixed byte ranges of the corpus, independent of the number of processes
+
+
+def is_gutenberg(path: Path) -> bool:
+    return _sniff(Path(path))[0]
+
+
+def document_boundary(path: Path, offset: int, size: int, search_bytes: int, max_line_bytes: int) -> int:
+    """The first document boundary of ``path`` at or after byte ``offset``: just after the first blank line
+    that starts at or after it (a document ends there in 'lines' format, a paragraph in 'paragraphs'), else,
+    when none starts within ``search_bytes``, the first line start. A function of the file's bytes alone."""
+    if offset <= 0:
+        return 0
+    if offset >= size:
+        return size
+    with open(path, "rb") as f:
+        f.seek(offset - 1)
+        if f.read(1) != b"\n":
+            while True:  # finish the line that holds ``offset``
+                raw = f.readline(max_line_bytes + 1)
+                if not raw or raw.endswith(b"\n"):
+                    break
+        first_line = pos = f.tell()
+        while pos < size and pos - offset <= search_bytes:
+            raw = f.readline(max_line_bytes + 1)
+            if not raw:
+                break
+            pos += len(raw)
+            if not raw.strip():  # a blank line (or whitespace at the end of the file)
+                return min(pos, size)
+        return min(first_line, size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """Bytes [start, end) of corpus file ``file`` (an index into ``resolve_files``)."""
+    file: int
+    start: int
+    end: int
+
+
+class ChunkLayout:
+    """The corpus as fixed chunks that do not depend on the number of processes.
+
+    Files: the sorted files are laid end to end and cut every ``chunk_bytes`` bytes; each cut moves forward to a
+    document boundary (``document_boundary``), or to the end of the file for Project Gutenberg files, whose
+    header/footer markers are read per file. Chunk ``c`` is the bytes between cuts ``c`` and ``c + 1``: the tail
+    of one file, whole files, the head of another (possibly nothing). 'embedded' is one chunk; TFDS
+    ``TFDS_CHUNKS`` even sub-splits (``tfds.even_splits``). Process p of P reads chunks c with c % P == p;
+    a document's key is ``(c << 32) + its index in the chunk``, so key order is corpus order.
+    """
+
+    def __init__(self, cfg: DataConfig, chunk_bytes: int | None = None):
+        self.cfg = cfg
+        self.chunk_bytes = int(chunk_bytes or cfg.cache_chunk_bytes)
+        if self.chunk_bytes < 1:
+            raise ConfigError(f"data.cache_chunk_bytes={self.chunk_bytes} must be positive")
+        spec = cfg.corpus.strip()
+        self.kind = "embedded" if spec == "embedded" else "tfds" if spec.startswith("tfds:") else "files"
+        self.files: list[Path] = []
+        self.sizes: list[int] = []
+        if self.kind == "files":
+            self.files = resolve_files(spec)
+            self.sizes = [p.stat().st_size for p in self.files]
+            self.total_bytes = sum(self.sizes)
+            self.num_chunks = max(1, -(-self.total_bytes // self.chunk_bytes))
+        else:
+            self.total_bytes = 0
+            self.num_chunks = 1 if self.kind == "embedded" else TFDS_CHUNKS
+        self._starts = list(itertools.accumulate(self.sizes, initial=0))
+        self._cuts: dict[int, int] = {}
+
+    def cut(self, c: int) -> int:
+        """Global byte offset where chunk ``c`` starts (``num_chunks``: the end of the corpus)."""
+        if c <= 0:
+            return 0
+        if c >= self.num_chunks:
+            return self.total_bytes
+        if c not in self._cuts:
+            x = c * self.chunk_bytes
+            f = bisect.bisect_right(self._starts, x) - 1
+            base = self._starts[f]
+            if x == base:
+                cut = x
+            elif is_gutenberg(self.files[f]):
+                cut = self._starts[f + 1]
+            else:
+                cut = base + document_boundary(self.files[f], x - base, self.sizes[f], self.chunk_bytes,
+                                               self.cfg.max_line_bytes)
+            self._cuts[c] = cut  # cuts are non-decreasing in c: the search only moves forward
+        return self._cuts[c]
+
+    def pieces(self, c: int) -> list[Piece]:
+        """The file ranges of chunk ``c`` (files only), in corpus order."""
+        a, b = self.cut(c), self.cut(c + 1)
+        out = []
+        for f in range(bisect.bisect_right(self._starts, a) - 1, len(self.files)):
+            lo, hi = max(a, self._starts[f]), min(b, self._starts[f + 1])
+            if lo >= b:
+                break
+            if lo < hi or (self.sizes[f] == 0 and lo == self._starts[f]):
+                out.append(Piece(f, lo - self._starts[f], hi - self._starts[f]))
+        return out
+
+    def chunk_bytes_of(self, c: int) -> int:
+        return self.cut(c + 1) - self.cut(c) if self.kind == "files" else 0
+
+    def documents(self, c: int) -> Iterator[tuple[int, Document]]:
+        """(key, document) pairs of chunk ``c``."""
+        if not 0 <= c < self.num_chunks:
+            raise IndexError(f"chunk {c} out of range [0, {self.num_chunks})")
+        cfg = self.cfg
+        if self.kind == "embedded":
+            from ptm_jax.data.embedded import embedded_documents
+
+            docs: Iterable[Document] = embedded_documents()
+        elif self.kind == "tfds":
+            name, split = parse_tfds_spec(cfg.corpus.strip())
+            docs = (d for _, d in _keyed_tfds_documents(name, tfds_chunk_split(split, c), None, 0, 1))
+        else:
+            docs = (doc for piece in self.pieces(c) for doc in read_documents(
+                self.files[piece.file], cfg.format, cfg.doc_max_sentences, cfg.max_line_bytes, piece.start,
+                piece.end))
+        return (((c << 32) + k, doc) for k, doc in enumerate(docs))
+
+
+TFDS_CHUNKS = 64
+"""Sub-splits a TFDS corpus is read in (``tfds.even_splits``), whatever the number of processes."""
+
+
+def tfds_chunk_split(split: str, c: int) -> str:
+    import tensorflow_datasets as tfds
+
+    return tfds.even_splits(split, n=TFDS_CHUNKS)[c]
+
+
+def sample_sentences(cfg: DataConfig, budget_bytes: int | None = None,
+                     window_bytes: int = 1 << 20) -> Iterator[str]:
+    """A bounded, deterministic sample of the corpus's sentences for training a tokenizer (at most about
+    ``budget_bytes``, default ``tokenizer``'s ``train_sample_bytes`` passed by the caller; 0 = everything).
+
+    Files: the corpus is cut into windows of ``window_bytes`` (``ChunkLayout``) and ``budget / window`` of them,
+    evenly spaced over the whole corpus, are read; a corpus within the budget is read whole. 'embedded' is
+    read whole; TFDS records are read in order until the budget. The same sample on every process and run:
+    it depends only on the files' bytes."""
+    budget = int(budget_bytes or 0)
+    if budget and budget < window_bytes:
+        window_bytes = budget
+    layout = ChunkLayout(cfg, window_bytes)
+    if layout.kind == "files":
+        n = layout.num_chunks
+        k = n if not budget or layout.total_bytes <= budget else max(1, budget // layout.chunk_bytes)
+        for c in sorted({i * n // k for i in range(k)}):
+            for _, doc in layout.documents(c):
+                yield from doc
+        return
+    seen = 0
+    docs = (d for c in range(layout.num_chunks) for _, d in layout.documents(c))
+    for doc in docs:
+        for s in doc:
+            yield s
+            seen += len(s.encode("utf-8"))
+        if budget and seen >= budget and layout.kind == "tfds":
+            return
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -333,36 +506,53 @@ def _keyed_tfds_documents(name: str, split: str, text_key: str | None, process_i
         import tensorflow_datasets as tfds
     except ImportError as e:
         raise DataError(f"tfds:{name}: tensorflow_datasets is not installed ({e})") from None
-    ds = tfds.load(name, split=split, shuffle_files=False)
+    try:
+        ds = tfds.load(name, split=split, shuffle_files=False, download=False)
+    except (AssertionError, FileNotFoundError, ValueError) as e:  # tfds: "Dataset ... not found in data_dir"
+        raise DataError(f"tfds:{name}: not prepared in the TFDS data dir ({os.environ.get('TFDS_DATA_DIR', '~/tensorflow_datasets')}): "
+                        f"{str(e).splitlines()[0][:200]}. `ptm data` / `ptm pretrain` prepare it first "
+                        "(prepare_tfds)") from None
     yield from keyed_dataset_documents(ds, text_key, process_index, process_count, where=f"tfds:{name}:{split}")
+
+
+TFDS_PREPARE_TIMEOUT_S = float(os.environ.get("PTM_TFDS_PREPARE_TIMEOUT_S", 6 * 3600))
+"""How long the other processes wait at the barrier while process 0 downloads and prepares a TFDS corpus."""
+
+
+def prepare_tfds(cfg: DataConfig, process_index: int, barrier: Callable[..., None]) -> None:
+    """For a ``tfds:`` corpus: process 0 downloads and prepares it (``download_and_prepare``) while the others
+    wait at ``barrier``; then they call it too, which is a no-op where the TFDS data dir is shared (e.g.
+    TFDS_DATA_DIR=gs://bucket/tfds) and prepares a local copy where it is not. Reading never downloads."""
+    spec = cfg.corpus.strip()
+    if not spec.startswith("tfds:"):
+        return
+    name, _ = parse_tfds_spec(spec)
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as e:
+        raise DataError(f"tfds:{name}: tensorflow_datasets is not installed ({e})") from None
+    if process_index == 0:
+        tfds.builder(name).download_and_prepare()
+    barrier("tfds_prepare", timeout_s=TFDS_PREPARE_TIMEOUT_S)
+    if process_index != 0:
+        tfds.builder(name).download_and_prepare()
 
 
 # ----------------------------------------------------------------------------------------------------
 
 
 def iter_documents(cfg: DataConfig, process_index: int = 0, process_count: int = 1) -> Iterator[Document]:
-    """This process's documents of ``cfg.corpus``: 'embedded' and TFDS by document index % count, files by
-    ``host_share`` of the sorted file list."""
+    """This process's documents of ``cfg.corpus``: those of the chunks c with c % count == index
+    (``ChunkLayout``), in corpus order."""
     return (doc for _, doc in iter_keyed_documents(cfg, process_index, process_count))
 
 
 def iter_keyed_documents(cfg: DataConfig, process_index: int = 0,
                          process_count: int = 1) -> Iterator[tuple[int, Document]]:
-    """(key, document) pairs of ``iter_documents``. Keys order the whole corpus independently of the
-    number of processes: (global file index << 32) + document index in the file for files, the
-    record/document index for 'embedded' and TFDS."""
+    """(key, document) pairs of ``iter_documents``; keys order the whole corpus independently of the number
+    of processes (``ChunkLayout.documents``). Files are validated before anything is read."""
     check_process(process_index, process_count)
-    spec = cfg.corpus.strip()
-    if spec == "embedded":
-        from ptm_jax.data.embedded import embedded_documents
-
-        return ((i, d) for i, d in enumerate(embedded_documents()) if i % process_count == process_index)
-    if spec.startswith("tfds:"):
-        name, split = parse_tfds_spec(spec)
-        return _keyed_tfds_documents(name, split, None, process_index, process_count)
-    files = resolve_files(spec)
-    mine = range(process_index, len(files), process_count)
-    for f in mine:
-        check_file(files[f])
-    return (((f << 32) + k, doc) for f in mine for k, doc in enumerate(
-        read_documents(files[f], cfg.format, cfg.doc_max_sentences, cfg.max_line_bytes)))
+    layout = ChunkLayout(cfg)
+    for f in layout.files:
+        check_file(f)
+    return (item for c in range(process_index, layout.num_chunks, process_count) for item in layout.documents(c))

@@ -411,59 +411,120 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, out_dir, model_ty
 
 
 def _load_file(cfg: TokenizerConfig) -> Tokenizer:
+    from ptm_jax import fs
+
+    vocab_file = cfg.vocab_file
+    if fs.is_remote(vocab_file):  # the Rust/C++ libraries read local files: copy the file (and merges.txt)
+        src = fs.path(vocab_file)
+        local = fs.scratch_dir() / f"vocab-{_sha256(str(src))[:16]}"
+        local.mkdir(parents=True, exist_ok=True)
+        names = [src.name] + (["merges.txt"] if cfg.kind == "byte_bpe" else [])
+        for name in names:
+            if not (local / name).is_file():
+                try:
+                    _atomic_write(local / name, (src.parent / name).read_bytes())
+                except (OSError, FileNotFoundError) as e:
+                    raise DataError(f"{src.parent / name}: cannot read ({e})") from None
+        vocab_file = str(local / src.name)
     if cfg.kind == "byte_bpe":
         from ptm_jax.data.byte_bpe import ByteBPETokenizer
 
-        return ByteBPETokenizer(cfg.vocab_file)
+        return ByteBPETokenizer(vocab_file)
     if cfg.kind == "wordpiece":
-        return WordPieceTokenizer(cfg.vocab_file, lower_case=cfg.lower_case)
-    return SentencePieceTokenizer(cfg.vocab_file)
+        return WordPieceTokenizer(vocab_file, lower_case=cfg.lower_case)
+    return SentencePieceTokenizer(vocab_file)
+
+
+TRAIN_BYTES_PER_S = 128 * 1024
+"""A pessimistic tokenizer-training rate (sample bytes per second), for the timeout of the barrier the other
+processes wait at while process 0 trains."""
 
 
 def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]] | None, out_dir, *,
                    corpus_key: str = "", process_index: int = 0,
-                   barrier: Callable[[], None] = lambda: None) -> Tokenizer:
-    """``cfg.vocab_file`` set: load it (``cfg.kind`` picks the class). Otherwise train on ``train_texts()``
-    into ``out_dir/tokenizer/`` on process 0 (others wait at ``barrier``), or reuse the one there when its
-    settings (kind, vocab_size, lower_case, ``corpus_key``) are unchanged."""
+                   barrier: Callable[..., None] = lambda *a, **k: None) -> Tokenizer:
+    """``cfg.vocab_file`` set (local or gs://): load it (``cfg.kind`` picks the class). Otherwise train on
+    ``train_texts()`` (the caller passes a bounded sample: ``corpus.sample_sentences``) into
+    ``out_dir/tokenizer/`` on process 0, or reuse the one there when its settings (kind, vocab_size,
+    lower_case, train_sample_bytes, ``corpus_key``) are unchanged. The other processes wait at
+    ``barrier(name, timeout_s)`` (a timeout that fits the training), then get it:
+      - local out_dir on a shared disk: they read it there;
+      - local out_dir on each host's own disk: process 0 also puts the files into the jax.distributed
+        key-value store (``distributed.publish_files``) and the others write them into their out_dir;
+      - gs:// out_dir: process 0 trains in ``fs.scratch_dir()`` and uploads, COMPLETE last; every process
+        reads it through ``fs.local_copy`` (a copy in its scratch dir).
+    """
+    from ptm_jax import fs
+    from ptm_jax.parallel import distributed
+
     if cfg.vocab_file:
         return _load_file(cfg)
-    tok_dir = Path(out_dir) / "tokenizer"
+    tok_dir = fs.path(out_dir) / "tokenizer"
+    remote = fs.is_remote(tok_dir)
     settings = {"kind": cfg.kind, "vocab_size": cfg.vocab_size, "lower_case": cfg.lower_case,
-                "corpus_key": corpus_key, "version": 1}
+                "corpus_key": corpus_key, "train_sample_bytes": cfg.train_sample_bytes, "version": 2}
     key = _sha256(json.dumps(settings, sort_keys=True))
-    model = tok_dir / {"wordpiece": "vocab.txt", "byte_bpe": "vocab.json"}.get(cfg.kind, "spm.model")
+    names = {"wordpiece": ["vocab.txt"], "byte_bpe": ["vocab.json", "merges.txt"]}.get(cfg.kind, ["spm.model",
+                                                                                                  "spm.vocab"])
 
     def reusable() -> bool:
         try:
-            return json.loads((tok_dir / "settings.json").read_text())["key"] == key and model.is_file()
+            ok = json.loads(fs.read_text(tok_dir / "settings.json"))["key"] == key and (tok_dir / names[0]).exists()
+            return ok and (not remote or fs.is_complete(tok_dir))
         except (OSError, ValueError, KeyError):
             return False
 
-    if process_index == 0 and not reusable():
-        if train_texts is None:
-            raise ConfigError("tokenizer.vocab_file is empty and there is no corpus to train a tokenizer on; "
-                              "set tokenizer.vocab_file")
-        tmp = Path(out_dir) / f".tokenizer-tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            if cfg.kind == "byte_bpe":
-                from ptm_jax.data.byte_bpe import train_byte_bpe
-
-                train_byte_bpe(train_texts(), cfg.vocab_size, tmp)
-            elif cfg.kind == "wordpiece":
-                train_wordpiece(train_texts(), cfg.vocab_size, tmp, lower_case=cfg.lower_case)
-            else:
-                train_sentencepiece(train_texts(), cfg.vocab_size, tmp, cfg.kind.removeprefix("sentencepiece_"),
-                                    lower_case=cfg.lower_case)
-        except BaseException:
+    if process_index == 0:
+        if not reusable():
+            if train_texts is None:
+                raise ConfigError("tokenizer.vocab_file is empty and there is no corpus to train a tokenizer on; "
+                                  "set tokenizer.vocab_file")
+            base = fs.scratch_dir() if remote else Path(os.fspath(fs.makedirs(out_dir)))
+            tmp = base / f".tokenizer-tmp-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        (tmp / "settings.json").write_text(json.dumps({"key": key, **settings}, indent=1))
-        shutil.rmtree(tok_dir, ignore_errors=True)
-        os.replace(tmp, tok_dir)
-    barrier()
+            try:
+                if cfg.kind == "byte_bpe":
+                    from ptm_jax.data.byte_bpe import train_byte_bpe
+
+                    train_byte_bpe(train_texts(), cfg.vocab_size, tmp)
+                elif cfg.kind == "wordpiece":
+                    train_wordpiece(train_texts(), cfg.vocab_size, tmp, lower_case=cfg.lower_case)
+                else:
+                    train_sentencepiece(train_texts(), cfg.vocab_size, tmp, cfg.kind.removeprefix("sentencepiece_"),
+                                        lower_case=cfg.lower_case)
+                (tmp / "settings.json").write_text(json.dumps({"key": key, **settings}, indent=1))
+                if remote:
+                    fs.rmtree(tok_dir)
+                    fs.upload_tree(tmp, tok_dir)  # COMPLETE last
+                else:
+                    local_dir = Path(os.fspath(tok_dir))
+                    shutil.rmtree(local_dir, ignore_errors=True)
+                    os.replace(tmp, local_dir)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        if not remote:
+            distributed.publish_files(f"tokenizer-{key}", {n: (tok_dir / n).read_bytes()
+                                                           for n in names + ["settings.json"]})
+    barrier("tokenizer", timeout_s=distributed.timeout_for(cfg.train_sample_bytes or 1e9, TRAIN_BYTES_PER_S))
+    if not reusable() and not remote and process_index != 0 and jax_process_count() > 1:
+        files = distributed.fetch_files(f"tokenizer-{key}", timeout_s=120)
+        local_dir = Path(os.fspath(tok_dir))
+        tmp = local_dir.parent / f".tokenizer-tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+        shutil.rmtree(local_dir, ignore_errors=True)
+        os.replace(tmp, local_dir)
     if not reusable():
         raise DataError(f"{tok_dir}: no trained tokenizer with the current settings; process 0 trains it "
-                        "(is the output directory shared between hosts?)")
-    return _load_file(TokenizerConfig(kind=cfg.kind, vocab_file=str(model), lower_case=cfg.lower_case))
+                        "(check process 0's log for an error)")
+    local_dir = fs.local_copy(tok_dir) if remote else Path(os.fspath(tok_dir))
+    return _load_file(TokenizerConfig(kind=cfg.kind, vocab_file=str(local_dir / names[0]),
+                                      lower_case=cfg.lower_case))
+
+
+def jax_process_count() -> int:
+    import jax
+
+    return jax.process_count()

@@ -232,9 +232,9 @@ def publish_files(name: str, files: Mapping[str, bytes]) -> None:
     for fname, data in files.items():
         pieces = [data[i: i + _KV_PIECE] for i in range(0, len(data), _KV_PIECE)] or [b""]
         for i, piece in enumerate(pieces):
-            client.key_value_set_bytes(f"{prefix}/{fname}/{i}", piece)
-        client.key_value_set(f"{prefix}/{fname}/pieces", str(len(pieces)))
-    client.key_value_set(f"{prefix}/index", "\n".join(files))
+            client.key_value_set_bytes(f"{prefix}/{fname}/{i}", piece, allow_overwrite=True)
+        client.key_value_set(f"{prefix}/{fname}/pieces", str(len(pieces)), allow_overwrite=True)
+    client.key_value_set(f"{prefix}/index", "\n".join(files), allow_overwrite=True)
 
 
 def fetch_files(name: str, timeout_s: float) -> dict[str, bytes]:

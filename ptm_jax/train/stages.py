@@ -18,7 +18,7 @@ import numpy as np
 from ptm_jax import config as config_lib
 from ptm_jax.config import RunConfig
 from ptm_jax.data.cache import TokenCache, build_or_load_cache
-from ptm_jax.data.corpus import iter_documents
+from ptm_jax.data.corpus import prepare_tfds, sample_sentences
 from ptm_jax.data.pretraining.source import SpecialIds, SubsetSource
 from ptm_jax.data.tokenizers import Tokenizer, load_tokenizer
 from ptm_jax.errors import ConfigError
@@ -38,16 +38,15 @@ class Corpus:
 
 
 def _sentences(cfg: RunConfig) -> Callable[[], Any]:
-    def texts():
-        for doc in iter_documents(cfg.data):
-            yield from doc
-    return texts
+    """The tokenizer's training text: a bounded sample of the corpus, the same on every process."""
+    return lambda: sample_sentences(cfg.data, cfg.tokenizer.train_sample_bytes)
 
 
 def prepare_corpus(cfg: RunConfig) -> Corpus:
     """Tokenizer (loaded, or trained on the corpus once) and the tokenized cache, split by documents."""
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    prepare_tfds(cfg.data, jax.process_index(), barrier)
     tok = load_tokenizer(cfg.tokenizer, _sentences(cfg), out, corpus_key=cfg.data.corpus,
                          process_index=jax.process_index(), barrier=barrier)
     if tok.vocab_size > cfg.model.vocab_size:

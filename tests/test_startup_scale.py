@@ -1,0 +1,84 @@
+"""Start-up at scale with real processes (launch/local_multiprocess.py, jax.distributed on 127.0.0.1):
+2 processes build the token cache's chunks between them and 1 process reuses them; a tokenizer trained by
+process 0 reaches a process whose output_dir is on another disk through the distributed key-value store."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ptm_jax.config import DataConfig
+from ptm_jax.data.corpus import ChunkLayout
+
+REPO = Path(__file__).resolve().parent.parent
+LAUNCH = [sys.executable, str(REPO / "launch/local_multiprocess.py"), "-n", "2", "--devices-per-process", "1",
+          "--timeout", "300", "--"]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PTM_", "SLURM_"))}
+    env.update(PTM_LOCAL_SCRATCH=str(tmp_path / "scratch"), JAX_PLATFORMS="cpu")
+    return env
+
+
+def test_two_processes_build_the_chunks_and_one_process_reuses_them(shared_data, tmp_path):
+    corpus = shared_data / "corpus/tinyshakespeare/input.txt"
+    args = ["data", "-c", "bert_tiny", f"data.corpus={corpus}", "data.format='lines'",
+            "data.cache_chunk_bytes=200000", "tokenizer.vocab_size=1000", "tokenizer.train_sample_bytes=300000",
+            f"output_dir={tmp_path / 'run'}"]
+    two = subprocess.run([*LAUNCH, "ptm", *args], cwd=REPO, env=_env(tmp_path), capture_output=True, text=True,
+                         timeout=600)
+    assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
+    (root,) = (tmp_path / "run/cache").iterdir()
+    chunks = sorted(root.iterdir())
+    n = ChunkLayout(DataConfig(corpus=str(corpus), cache_chunk_bytes=200000)).num_chunks
+    assert [c.name for c in chunks] == [f"chunk-{c:06d}-of-{n:06d}" for c in range(n)] and n == 6
+    built_by = [json.loads((c / "meta.json").read_text())["built_by_process"] for c in chunks]
+    assert built_by == [0, 1, 0, 1, 0, 1]
+    stamps = {c.name: (c / "tokens.int32.bin").stat().st_mtime_ns for c in chunks}
+    one = subprocess.run([sys.executable, "-m", "ptm_jax.cli", *args], cwd=REPO, env=_env(tmp_path),
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr[-3000:]
+    figures = json.loads(one.stdout[one.stdout.index("{"):])
+    assert figures["documents"] > 7000 and figures["vocab_size"] == 1000
+    assert {c.name: (c / "tokens.int32.bin").stat().st_mtime_ns for c in sorted(root.iterdir())} == stamps
+    # the sample: 300 KB of the 1.1 MB file; the tokenizer's settings record it
+    settings = json.loads((tmp_path / "run/tokenizer/settings.json").read_text())
+    assert settings["train_sample_bytes"] == 300000
+
+
+_CHILD = """
+import json, os, sys
+from pathlib import Path
+from ptm_jax.config import DataConfig, TokenizerConfig
+from ptm_jax.data.corpus import sample_sentences
+from ptm_jax.data.tokenizers import load_tokenizer
+from ptm_jax.parallel import distributed
+distributed.initialize()
+import jax
+me = jax.process_index()
+out = Path(sys.argv[1]) / f"host{me}"   # each process its own disk: nothing shared
+data = DataConfig(corpus=sys.argv[2], format="lines")
+tok = load_tokenizer(TokenizerConfig(kind="byte_bpe", vocab_size=400, train_sample_bytes=100000),
+                     lambda: sample_sentences(data, 100000), out, corpus_key=data.corpus,
+                     process_index=me, barrier=distributed.barrier)
+print("RESULT", json.dumps({"process": me, "vocab": tok.vocab_size, "ids": tok.encode("To be, or not to be")}))
+"""
+
+
+def test_tokenizer_reaches_a_host_without_a_shared_disk(shared_data, tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    corpus = shared_data / "corpus/tinyshakespeare/input.txt"
+    done = subprocess.run([*LAUNCH, sys.executable, str(script), str(tmp_path), str(corpus)], cwd=REPO,
+                          env={**_env(tmp_path), "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = sorted((json.loads(line.split("RESULT ", 1)[1]) for line in done.stdout.splitlines()
+                      if "RESULT " in line), key=lambda r: r["process"])
+    assert [r["process"] for r in results] == [0, 1]
+    assert results[0]["vocab"] == results[1]["vocab"] == 400 and results[0]["ids"] == results[1]["ids"]
+    for name in ("vocab.json", "merges.txt", "settings.json"):
+        assert (tmp_path / f"host1/tokenizer/{name}").read_bytes() == (tmp_path / f"host0/tokenizer/{name}").read_bytes()
