@@ -82,3 +82,40 @@ def test_tokenizer_reaches_a_host_without_a_shared_disk(shared_data, tmp_path):
     assert results[0]["vocab"] == results[1]["vocab"] == 400 and results[0]["ids"] == results[1]["ids"]
     for name in ("vocab.json", "merges.txt", "settings.json"):
         assert (tmp_path / f"host1/tokenizer/{name}").read_bytes() == (tmp_path / f"host0/tokenizer/{name}").read_bytes()
+
+
+def test_tokenizer_and_cache_on_gs_are_built_once_and_read_through_local_copies(shared_data, tmp_path):
+    """output_dir=gs://... on a local GCS emulator: 2 processes train/upload the tokenizer and build/upload
+    the chunks (COMPLETE last); a later process on a fresh "host" (empty scratch dir) downloads, builds
+    nothing, and sees the same corpus."""
+    from tests.gcs_emulator import GcsEmulator
+
+    emu = GcsEmulator(tmp_path / "gcs").start()
+    try:
+        bucket = emu.create_bucket("ptm-startup")
+        args = ["data", "-c", "bert_tiny", f"data.corpus={shared_data / 'corpus/tinyshakespeare/input.txt'}",
+                "data.format='lines'", "data.cache_chunk_bytes=300000", "tokenizer.vocab_size=1000",
+                f"output_dir={bucket}/run"]
+        env = {**_env(tmp_path), **emu.env}
+        two = subprocess.run([*LAUNCH, "ptm", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
+        objects = emu.objects("ptm-startup", "run/")
+        chunks = sorted({o.split("/")[3] for o in objects if "/cache/" in o})
+        assert chunks == [f"chunk-{c:06d}-of-000004" for c in range(4)]
+        key_dir = next(o.split("/")[2] for o in objects if "/cache/" in o)
+        assert all(f"run/cache/{key_dir}/{c}/COMPLETE" in objects for c in chunks)
+        assert {"run/tokenizer/COMPLETE", "run/tokenizer/vocab.txt", "run/tokenizer/settings.json"} <= set(objects)
+        fresh = {**env, "PTM_LOCAL_SCRATCH": str(tmp_path / "other-host")}
+        one = subprocess.run([sys.executable, "-m", "ptm_jax.cli", *args], cwd=REPO, env=fresh, capture_output=True,
+                             text=True, timeout=300)
+        assert one.returncode == 0, one.stderr[-3000:]
+        assert "token cache: chunk" not in one.stderr  # nothing built again
+        assert emu.objects("ptm-startup", "run/") == objects
+        figures = json.loads(one.stdout[one.stdout.index("{"):])
+        two_figures = json.loads("\n".join(line.split("] ", 1)[1] for line in two.stdout.splitlines()
+                                           if line.startswith("[p1] ") and not line.startswith("[p1] INFO")))
+        assert figures == two_figures and figures["documents"] == 7222
+        copies = list((tmp_path / "other-host").iterdir())
+        assert len([c for c in copies if c.name.startswith("chunk-")]) == 4
+    finally:
+        emu.stop()
