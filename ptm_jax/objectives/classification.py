@@ -39,19 +39,20 @@ def featurize(examples: Sequence[Example], tokenizer, max_len: int, regression: 
 class SequenceClassificationObjective(ArrayTaskData):
     head = "sequence_classification"
 
-    def __init__(self, model_cfg: ModelConfig, spec: TaskSpec, train: Sequence[Example], dev: Sequence[Example],
-                 tokenizer, fcfg: FinetuneConfig):
-        if not train:
+    def __init__(self, model_cfg: ModelConfig, spec: TaskSpec, train: Sequence[Example] | None,
+                 dev: Sequence[Example], tokenizer, fcfg: FinetuneConfig):
+        """``train=None``: evaluation only (``ptm eval``), no training split is read or featurised."""
+        if train is not None and not train:
             raise DataError(f"task {spec.name}: no training examples")
         self.name, self.spec, self.fcfg = f"finetune-{spec.name}", spec, fcfg
         self.regression = spec.is_regression
         self.num_labels = spec.num_labels
         self.model = self.build_model(model_cfg)
-        self.train = self.featurize(train, tokenizer)
+        self.train = self.featurize(train, tokenizer) if train else None
         self.dev = self.featurize(dev, tokenizer) if dev else None
         self.dev_labels = None if self.dev is None else self.dev["labels"]  # one per dev example, in order
         self.dev_examples = list(dev)
-        self.num_train = len(train)
+        self.num_train = len(train or ())
         self.primary_metric = PRIMARY.get(spec.name, "accuracy")
 
     # the two hooks a model family overrides (GPT: gpt_classification.py, XLNet: xlnet_classification.py)

@@ -1,6 +1,9 @@
 """finetune.task -> builder for the tasks beyond sentence classification (span QA, tagging, choice).
 
-Each builder takes (cfg, model_cfg, tokenizer, eval_split) and returns (objective, description).
+Each builder takes (cfg, model_cfg, tokenizer, eval_split, *, train=True, model_info=None) and returns
+(objective, description). ``train=False`` (``ptm eval``): only the evaluation split is read and featurised;
+what training would derive from the training split (CoNLL's label list) comes from ``model_info``, the
+saved model's ptm.json (``label_names``).
 
 ``finetune.data_dir`` per task:
 
@@ -13,6 +16,9 @@ Each builder takes (cfg, model_cfg, tokenizer, eval_split) and returns (objectiv
   train.txt / valid.txt / test.txt (also under iob2/), or 'tfds'. Evaluation split 'dev' = testa,
   'test' = testb.
 - ``swag``: a folder with train.csv / val.csv / test.csv of the SWAG release; 'test' is unlabelled.
+
+Evaluation (``train=False``) needs only the split it reads: dev-v1.1.json / dev-v2.0.json, eng.testa
+(valid.txt) or eng.testb (test.txt), val.csv or test.csv.
 
 ``finetune.train_subset`` keeps the first N training examples (questions, sentences, SWAG items) after
 ``random.Random(finetune.subset_seed).shuffle``, as for the GLUE tasks.
@@ -72,8 +78,8 @@ def _need_data_dir(f, what: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- SQuAD
 
-def build_squad(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, version_2: bool = False
-                ) -> tuple[Any, str]:
+def build_squad(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, version_2: bool = False,
+                train: bool = True, model_info: dict | None = None) -> tuple[Any, str]:
     from ptm_jax.data.tasks.squad import read_squad, squad_from_tfds
     from ptm_jax.objectives.span_qa import SpanQAObjective
 
@@ -86,8 +92,9 @@ def build_squad(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, version_2
     data_dir = _need_data_dir(f, f"a folder with train-{ver}.json and dev-{ver}.json, "
                                  f"'PATH/dev-{ver}.json#fold=K/N' or 'tfds'")
     fold = parse_fold(data_dir)
+    want_train = train
     if data_dir == "tfds":
-        train, _ = squad_from_tfds(f"squad/{ver}", "train")
+        train = squad_from_tfds(f"squad/{ver}", "train")[0] if want_train else None
         dev, _ = squad_from_tfds(f"squad/{ver}", "validation")
         source = f"tfds squad/{ver}"
     elif fold is not None:
@@ -97,25 +104,34 @@ def build_squad(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, version_2
                               f"one SQuAD JSON file, e.g. '.../dev-{ver}.json#fold=0/2'")
         examples, _ = read_squad(path)
         train, dev = article_folds(examples, k, n)
+        train = train if want_train else None
         source = f"{path}, article fold {k} of {n} (train: the other folds)"
     else:
         folder = Path(data_dir)
         train_file, dev_file = folder / f"train-{ver}.json", folder / f"dev-{ver}.json"
-        if not train_file.is_file():
+        if not want_train and not dev_file.is_file():
+            raise ConfigError(f"finetune.data_dir={data_dir!r}: {dev_file} does not exist; evaluation reads "
+                              f"dev-{ver}.json from this folder (or use 'tfds')")
+        if want_train and not train_file.is_file():
             hint = (f"; only {dev_file.name} is here: set finetune.data_dir='{dev_file}#fold=0/2' (and "
                     f"#fold=1/2) to train and evaluate on article folds of the dev file" if dev_file.is_file()
                     else "")
             raise ConfigError(f"finetune.data_dir={data_dir!r}: {train_file} does not exist; download SQuAD "
                               f"{ver} (train-{ver}.json, dev-{ver}.json) into it or use 'tfds'{hint}")
-        train, _ = read_squad(train_file)
+        train = read_squad(train_file)[0] if want_train else None
         dev, _ = read_squad(dev_file)
-        source = str(folder)
-    train = take_subset(train, f.train_subset, f.subset_seed)
+        source = str(dev_file) if not want_train else str(folder)
+    if want_train:
+        train = take_subset(train, f.train_subset, f.subset_seed)
     obj = SpanQAObjective(model_cfg, f, train, dev, tokenizer, version_2=version_2, name=name,
                           do_lower_case=getattr(tokenizer, "lower_case", True))
-    skipped = len(train) - obj.num_train_questions
-    desc = (f"SQuAD {ver}: {len(train)} train questions ({obj.num_train} windows"
-            f"{f', {skipped} without a locatable answer skipped' if skipped else ''}) / {len(dev)} dev "
+    if want_train:
+        skipped = len(train) - obj.num_train_questions
+        head = (f"{len(train)} train questions ({obj.num_train} windows"
+                f"{f', {skipped} without a locatable answer skipped' if skipped else ''}) / ")
+    else:
+        head = ""
+    desc = (f"SQuAD {ver}: {head}{len(dev)} dev "
             f"questions ({len(obj.dev_features)} windows) from {source}; max_seq_length {f.max_seq_length}, "
             f"doc_stride {f.doc_stride}, max_query_length {f.max_query_length}")
     return obj, desc
@@ -123,69 +139,92 @@ def build_squad(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, version_2
 
 # ---------------------------------------------------------------------------------------------- CoNLL
 
-def conll_files(data_dir: str, eval_split: str) -> tuple[Path, Path]:
-    """(train file, evaluation file) of the first complete layout found in ``data_dir``."""
+def conll_files(data_dir: str, eval_split: str, train: bool = True) -> tuple[Path | None, Path]:
+    """(train file, evaluation file) of the first complete layout found in ``data_dir``; ``train=False``:
+    (None, evaluation file), the training file need not exist."""
     col = {"dev": 1, "test": 2}.get(eval_split)
     if col is None:
         raise ConfigError(f"CoNLL-2003 evaluation split must be 'dev' (testa) or 'test' (testb), got {eval_split!r}")
     folder = Path(data_dir)
     for layout in CONLL_LAYOUTS:
-        if (folder / layout[0]).is_file() and (folder / layout[col]).is_file():
-            return folder / layout[0], folder / layout[col]
-    names = " or ".join("/".join((layout[0], layout[col])) for layout in CONLL_LAYOUTS)
+        if (not train or (folder / layout[0]).is_file()) and (folder / layout[col]).is_file():
+            return (folder / layout[0] if train else None), folder / layout[col]
+    names = " or ".join("/".join((layout[0], layout[col])[1 - train:]) for layout in CONLL_LAYOUTS)
     raise ConfigError(f"finetune.data_dir={data_dir!r}: no CoNLL-2003 files for split {eval_split!r}; "
                       f"expected {names} in it, or use 'tfds'")
 
 
-def build_conll(cfg, model_cfg, tokenizer, eval_split: str = "dev") -> tuple[Any, str]:
+def saved_labels(model_info: dict | None, task: str) -> list[str]:
+    """The label list a finetuned model was trained with (its ptm.json ``label_names``)."""
+    names = (model_info or {}).get("label_names")
+    if not names:
+        raise ConfigError(f"finetune.task={task}: the model's ptm.json has no 'label_names', so the tag of "
+                          f"each output cannot be known without the training file; evaluate a model saved by "
+                          f"`ptm finetune` (<run>/finetune-{task}/best)")
+    n = (model_info or {}).get("num_labels")
+    if n is not None and int(n) != len(names):
+        raise ConfigError(f"the model's ptm.json lists {len(names)} label_names but num_labels={n}")
+    return [str(x) for x in names]
+
+
+def build_conll(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: bool = True,
+                model_info: dict | None = None) -> tuple[Any, str]:
     from ptm_jax.data.tasks.conll import conll_from_tfds, label_list, read_conll
     from ptm_jax.objectives.tagging import TaggingObjective
 
     f = cfg.finetune
+    want_train = train
     data_dir = _need_data_dir(f, "the CoNLL-2003 folder (eng.train/eng.testa/eng.testb) or 'tfds'")
     if data_dir == "tfds":
         if eval_split not in ("dev", "test"):
             raise ConfigError(f"CoNLL-2003 evaluation split must be 'dev' or 'test', got {eval_split!r}")
-        train, held = conll_from_tfds("train"), conll_from_tfds(eval_split)
+        train, held = (conll_from_tfds("train") if want_train else None), conll_from_tfds(eval_split)
         source = "tfds conll2003"
     else:
-        train_file, eval_file = conll_files(data_dir, eval_split)
-        train, _ = read_conll(train_file)
+        train_file, eval_file = conll_files(data_dir, eval_split, train=want_train)
+        train = read_conll(train_file)[0] if want_train else None
         held, _ = read_conll(eval_file)
-        source = f"{train_file} -> {eval_file}"
-    labels = label_list(train)  # of the whole training file: a subset keeps the same label ids
-    train = take_subset(train, f.train_subset, f.subset_seed)
+        source = f"{train_file} -> {eval_file}" if want_train else str(eval_file)
+    if want_train:
+        labels = label_list(train)  # of the whole training file: a subset keeps the same label ids
+        train = take_subset(train, f.train_subset, f.subset_seed)
+    else:
+        labels = saved_labels(model_info, "conll2003")
     obj = TaggingObjective(model_cfg, f, train, held, tokenizer, labels=labels, name="conll2003")
     cut = f", {obj.dev_truncated_words} {eval_split} words cut by max_seq_length (predicted O)" \
         if obj.dev_truncated_words else ""
-    desc = (f"CoNLL-2003 NER: {len(train)} train / {len(held)} {eval_split} sentences, "
+    counts = f"{len(train)} train / " if want_train else ""
+    desc = (f"CoNLL-2003 NER: {counts}{len(held)} {eval_split} sentences, "
             f"{obj.num_labels} labels, from {source}{cut}")
     return obj, desc
 
 
 # ---------------------------------------------------------------------------------------------- SWAG
 
-def build_swag(cfg, model_cfg, tokenizer, eval_split: str = "dev") -> tuple[Any, str]:
+def build_swag(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: bool = True,
+               model_info: dict | None = None) -> tuple[Any, str]:
     from ptm_jax.objectives.multiple_choice import MultipleChoiceObjective, read_swag
 
     f = cfg.finetune
     folder = Path(_need_data_dir(f, "the SWAG folder (train.csv, val.csv, test.csv)"))
     if eval_split not in ("dev", "test"):
         raise ConfigError(f"SWAG evaluation split must be 'dev' or 'test', got {eval_split!r}")
-    train = take_subset(read_swag(folder / "train.csv"), f.train_subset, f.subset_seed)
+    want_train = train
+    train = take_subset(read_swag(folder / "train.csv"), f.train_subset, f.subset_seed) if want_train else None
     held_file = folder / ("val.csv" if eval_split == "dev" else "test.csv")
     held = read_swag(held_file, labelled=eval_split == "dev")
     objective_cls = MultipleChoiceObjective
     if model_cfg.family == "gpt":  # one row per option through GPT's input transformation
         from ptm_jax.objectives.gpt_classification import GptMultipleChoiceObjective as objective_cls
     obj = objective_cls(model_cfg, f, train, held, tokenizer, name="swag")
-    return obj, f"SWAG: {len(train)} train / {len(held)} {eval_split} examples, 4 options, from {folder}"
+    counts = f"{len(train)} train / " if want_train else ""
+    return obj, f"SWAG: {counts}{len(held)} {eval_split} examples, 4 options, from {folder if want_train else held_file}"
 
 
 TASK_BUILDERS: dict[str, Callable[..., tuple[Any, str]]] = {
     "squad": build_squad,
-    "squad_v2": lambda cfg, model_cfg, tokenizer, eval_split="dev": build_squad(
-        cfg, model_cfg, tokenizer, eval_split, version_2=True),
+    "squad_v2": lambda cfg, model_cfg, tokenizer, eval_split="dev", **kw: build_squad(
+        cfg, model_cfg, tokenizer, eval_split, version_2=True, **kw),
     "conll2003": build_conll,
     "swag": build_swag,
 }

@@ -98,18 +98,21 @@ class MultipleChoiceObjective(ArrayTaskData):
     head = "multiple_choice"
     primary_metric = "accuracy"
 
-    def __init__(self, model_cfg: ModelConfig, fcfg: FinetuneConfig, train: Sequence[ChoiceExample],
+    def __init__(self, model_cfg: ModelConfig, fcfg: FinetuneConfig, train: Sequence[ChoiceExample] | None,
                  dev: Sequence[ChoiceExample], tokenizer, *, name: str = "swag"):
-        if not train:
+        """``train=None``: evaluation only (``ptm eval``), no training split is read or featurised."""
+        if train is not None and not train:
             raise DataError(f"{name}: no training examples")
+        if not train and not dev:
+            raise DataError(f"{name}: no examples to evaluate")
         self.name, self.fcfg = f"finetune-{name}", fcfg
         self.task = name
         self.model = self.build_model(model_cfg)
-        self.train = self.featurize(train, tokenizer)
-        self.num_choices = self.train["input_ids"].shape[1]
-        self.num_train = len(train)
+        self.train = self.featurize(train, tokenizer) if train else None
+        self.num_train = len(train or ())
         self.dev_examples = list(dev)
         self.dev = self.featurize(dev, tokenizer) if dev else None
+        self.num_choices = (self.train if self.train is not None else self.dev)["input_ids"].shape[1]
         if self.dev is not None and self.dev["input_ids"].shape[1] != self.num_choices:
             raise DataError(f"{name}: dev examples have {self.dev['input_ids'].shape[1]} options, training "
                             f"examples {self.num_choices}")

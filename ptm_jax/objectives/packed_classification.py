@@ -20,13 +20,14 @@ from ptm_jax.objectives.classification import SequenceClassificationObjective
 
 
 class PackedSequenceClassificationObjective(SequenceClassificationObjective):
-    def __init__(self, model_cfg: ModelConfig, spec: TaskSpec, train: Sequence[Example], dev: Sequence[Example],
-                 tokenizer, fcfg: FinetuneConfig):
+    def __init__(self, model_cfg: ModelConfig, spec: TaskSpec, train: Sequence[Example] | None,
+                 dev: Sequence[Example], tokenizer, fcfg: FinetuneConfig):
         super().__init__(model_cfg, spec, train, dev, tokenizer, fcfg)
         k = fcfg.max_examples_per_row
         self.num_examples = self.num_train
-        self.train = pack_examples(self.train, k, fcfg.seed)
-        self.num_train = len(self.train["input_ids"])  # rows: the loop's epochs and data cursor count rows
+        if self.train is not None:  # None: evaluation only
+            self.train = pack_examples(self.train, k, fcfg.seed)
+            self.num_train = len(self.train["input_ids"])  # rows: the loop's epochs and data cursor count rows
         if self.dev is not None:
             self.dev = one_per_row(self.dev, k)
 

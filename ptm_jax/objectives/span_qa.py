@@ -76,9 +76,11 @@ class SpanQAObjective(ArrayTaskData):
     head = "question_answering"
     primary_metric = "f1"
 
-    def __init__(self, model_cfg: ModelConfig, fcfg: FinetuneConfig, train: Sequence[SquadExample],
+    def __init__(self, model_cfg: ModelConfig, fcfg: FinetuneConfig, train: Sequence[SquadExample] | None,
                  dev: Sequence[SquadExample], tokenizer, *, version_2: bool = False, name: str = "squad",
                  do_lower_case: bool = True):
+        """``train=None`` (or empty): evaluation only, no training windows are built."""
+        train = train or []
         self.name, self.fcfg, self.version_2 = f"finetune-{name}", fcfg, version_2
         self.do_lower_case = do_lower_case
         if model_cfg.family == "xlnet":

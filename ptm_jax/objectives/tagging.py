@@ -72,11 +72,13 @@ class TaggingObjective(ArrayTaskData):
     head = "token_classification"
     primary_metric = "f1"
 
-    def __init__(self, model_cfg: ModelConfig, fcfg: FinetuneConfig, train: Sequence[ConllSentence],
+    def __init__(self, model_cfg: ModelConfig, fcfg: FinetuneConfig, train: Sequence[ConllSentence] | None,
                  dev: Sequence[ConllSentence], tokenizer, *, labels: Sequence[str] | None = None,
                  name: str = "conll2003"):
+        """``train=None``: evaluation only; ``labels`` then come from the saved model (``label_names``)."""
         if not train and labels is None:
             raise DataError(f"{name}: no training sentences")
+        train = train or []
         self.name, self.fcfg = f"finetune-{name}", fcfg
         self.spec = TagSet(name, tuple(labels) if labels is not None else tuple(label_list(train)))
         self.label_to_id = {t: i for i, t in enumerate(self.spec.labels)}

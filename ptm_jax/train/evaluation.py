@@ -17,7 +17,8 @@ from ptm_jax.train.loop import compile_objective, evaluate
 def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str | None = None) -> dict[str, Any]:
     params, model_cfg, info, tok_dir = load_params(model)
     tokenizer = load_tokenizer(info, tok_dir)
-    objective, description = build_task(cfg, model_cfg, tokenizer, eval_split=split)
+    # only the split that is scored is read; label lists come from the saved model's ptm.json (info)
+    objective, description = build_task(cfg, model_cfg, tokenizer, eval_split=split, train=False, model_info=info)
     tcfg = finetune_train_config(cfg, objective.num_train)
     mesh = make_mesh(cfg.mesh)
     compiled = compile_objective(objective, tcfg, mesh)

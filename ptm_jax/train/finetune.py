@@ -53,33 +53,48 @@ def _classifier_objective(model_cfg, fcfg):
     return SequenceClassificationObjective
 
 
-def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev") -> tuple[Any, str]:
-    """-> (objective, description of the task). ``eval_split``: 'dev' or 'test' (unlabelled, for submissions)."""
+def _check_num_labels(model_info: dict | None, spec, task: str) -> None:
+    n = (model_info or {}).get("num_labels")
+    if n is not None and spec.num_labels is not None and int(n) != spec.num_labels:
+        raise ConfigError(f"finetune.task={task}: the model has {n} outputs (its ptm.json num_labels) but "
+                          f"{spec.name} has {spec.num_labels} labels; evaluate a model finetuned on {spec.name}")
+
+
+def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev", *, train: bool = True,
+               model_info: dict | None = None) -> tuple[Any, str]:
+    """-> (objective, description of the task). ``eval_split``: 'dev' or 'test' (unlabelled, for submissions).
+
+    ``train=False`` (``ptm eval``): only the evaluation split is read and featurised; what the objective
+    would derive from the training split comes from ``model_info`` (the saved model's ptm.json:
+    ``label_names``, ``num_labels``) or the task's spec."""
     f = cfg.finetune
     task = f.task.lower().replace("-", "")
     if task == "embedded":
         from ptm_jax.data.tasks.embedded_task import DESCRIPTION, embedded_task
 
-        spec, train, dev = embedded_task()
-        train = take_subset(train, f.train_subset, f.subset_seed)
-        return _classifier_objective(model_cfg, f)(model_cfg, spec, train, dev, tokenizer, f), DESCRIPTION
+        spec, train_rows, dev = embedded_task()
+        _check_num_labels(model_info, spec, task)
+        train_rows = take_subset(train_rows, f.train_subset, f.subset_seed) if train else None
+        return _classifier_objective(model_cfg, f)(model_cfg, spec, train_rows, dev, tokenizer, f), DESCRIPTION
     if task in GLUE_DIRS:
         from ptm_jax.data.tasks.glue import get_task, glue_from_tfds, read_glue
 
         spec = get_task(task)
+        _check_num_labels(model_info, spec, task)
         dev_split = ("dev_matched" if task == "mnli" else "dev") if eval_split == "dev" else (
             "test_matched" if task == "mnli" else "test")
-        if f.data_dir == "tfds":
-            train, dev = glue_from_tfds(task, "train"), glue_from_tfds(task, dev_split)
-        elif f.data_dir:
-            train, _ = read_glue(f.data_dir, task, "train")
-            dev, _ = read_glue(f.data_dir, task, dev_split)
-        else:
+        if not f.data_dir:
             raise ConfigError(f"finetune.task={f.task}: set finetune.data_dir to the GLUE folder "
                               f"(holding {GLUE_DIRS[task]}/) or to 'tfds'")
-        desc = f"GLUE {spec.name}: {len(train)} train / {len(dev)} dev examples from {f.data_dir}"
-        train = take_subset(train, f.train_subset, f.subset_seed)
-        return _classifier_objective(model_cfg, f)(model_cfg, spec, train, dev, tokenizer, f), desc
+        read = (lambda split: glue_from_tfds(task, split)) if f.data_dir == "tfds" else (
+            lambda split: read_glue(f.data_dir, task, split)[0])
+        train_rows = read("train") if train else None
+        dev = read(dev_split)
+        counts = f"{len(train_rows)} train / " if train else ""
+        desc = f"GLUE {spec.name}: {counts}{len(dev)} {eval_split} examples from {f.data_dir}"
+        if train:
+            train_rows = take_subset(train_rows, f.train_subset, f.subset_seed)
+        return _classifier_objective(model_cfg, f)(model_cfg, spec, train_rows, dev, tokenizer, f), desc
     from ptm_jax.objectives.finetune_registry import TASK_BUILDERS  # span QA, tagging, multiple choice
 
     if task in TASK_BUILDERS:
@@ -88,7 +103,7 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev") ->
             raise ConfigError(f"finetune.task={f.task!r} is implemented for BERT encoders; this checkpoint is "
                               f"model.family={model_cfg.family!r} (GPT finetunes on GLUE and SWAG, XLNet on GLUE "
                               f"and SQuAD)")
-        return TASK_BUILDERS[task](cfg, model_cfg, tokenizer, eval_split)
+        return TASK_BUILDERS[task](cfg, model_cfg, tokenizer, eval_split, train=train, model_info=model_info)
     raise ConfigError(f"finetune.task={f.task!r} is not one of: embedded, {', '.join(GLUE_DIRS)}, "
                       f"{', '.join(TASK_BUILDERS)}")
 

@@ -8,6 +8,8 @@ subsampling, so always answering one class scores 50%.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ptm_jax.data.embedded import _module_documents, _topic_documents
@@ -36,7 +38,10 @@ def _balanced(pos: list, neg: list, cap: int, seed: int) -> list:
     return [rows[j] for j in order]
 
 
+@functools.lru_cache(maxsize=2)
 def embedded_task(max_train: int = 6000, max_dev: int = 1000) -> tuple[TaskSpec, list[Example], list[Example]]:
+    """(spec, train, dev); built once per process (parsing the standard library takes seconds): callers copy
+    the lists before changing them."""
     topic_train, topic_dev = _sentences(_topic_documents(), 1)
     mod_train, mod_dev = _sentences(_module_documents({"parse_failures": 0, "short_modules": 0}), 0)
     train = _balanced(topic_train, mod_train, max_train, seed=0)
