@@ -346,20 +346,15 @@ def _nonempty(texts: Iterable[str]) -> Iterable[str]:
 
 def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir, lower_case: bool = True,
                     min_frequency: int = 2, limit_alphabet: int = 1000) -> WordPieceTokenizer:
-    """Trains a WordPiece vocabulary (HF WordPieceTrainer) and writes ``out_dir/vocab.txt``, specials first."""
-    from tokenizers import Tokenizer as HFTokenizer, models, trainers
+    """Trains a WordPiece vocabulary and writes ``out_dir/vocab.txt``, specials first: Hugging Face's
+    WordPieceTrainer algorithm with every order defined (ptm_jax/data/wordpiece_training.py), so the same texts
+    give a byte-identical vocab.txt in any run and on any process."""
+    from ptm_jax.data.wordpiece_training import count_words, train_vocab
 
     if vocab_size <= len(SPECIALS):
         raise ConfigError(f"tokenizer.vocab_size={vocab_size} is too small (must exceed {len(SPECIALS)})")
-    hf = HFTokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=200))
-    hf.normalizer = bert_normalizer(lower_case)
-    hf.pre_tokenizer = bert_pre_tokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                        special_tokens=list(SPECIALS), limit_alphabet=limit_alphabet,
-                                        continuing_subword_prefix="##", show_progress=False)
-    hf.train_from_iterator(_nonempty(texts), trainer=trainer)
-    vocab = hf.get_vocab()
-    tokens = sorted(vocab, key=vocab.__getitem__)
+    words = count_words(_nonempty(texts), bert_normalizer(lower_case), bert_pre_tokenizer())
+    tokens = train_vocab(words, vocab_size, SPECIALS, min_frequency=min_frequency, limit_alphabet=limit_alphabet)
     if len(tokens) <= len(SPECIALS):
         raise DataError("WordPiece training saw no text: the corpus is empty")
     assert tuple(tokens[: len(SPECIALS)]) == SPECIALS, tokens[:8]
@@ -369,6 +364,11 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir, lower_case: 
     return WordPieceTokenizer(out / "vocab.txt", lower_case=lower_case)
 
 
+SPM_THREADS = 8
+"""SentencePiece trainer threads: fixed, because the unigram EM's pieces depend on the thread count (1, 2 and 4
+threads gave three different models of the same text), so os.cpu_count() would differ between machines."""
+
+
 def train_sentencepiece(texts: Iterable[str], vocab_size: int, out_dir, model_type: str = "unigram", *,
                         lower_case: bool = False, input_sentence_size: int = 1_000_000,
                         character_coverage: float = 0.9995, seed: int = 0) -> SentencePieceTokenizer:
@@ -376,13 +376,14 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, out_dir, model_ty
     ``input_sentence_size`` sentences). Ids: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4; no BOS/EOS.
     ``lower_case`` selects SentencePiece's case-folding normalisation (nmt_nfkc_cf)."""
     import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2 as sp_pb2
 
     if model_type not in ("unigram", "bpe"):
         raise ConfigError(f"SentencePiece model_type must be 'unigram' or 'bpe', got {model_type!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     prefix = out / f".spm-tmp-{os.getpid()}"
-    spm.set_random_generator_seed(seed)
+    spm.set_random_generator_seed(seed)  # the sentence sample (shuffle_input_sentence)
     failures: list[BaseException] = []
 
     def sentences() -> Iterable[str]:  # keeps an error of the corpus reader for re-raising as is
@@ -400,13 +401,17 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, out_dir, model_ty
             input_sentence_size=input_sentence_size, shuffle_input_sentence=True,
             character_coverage=character_coverage, hard_vocab_limit=False,
             normalization_rule_name="nmt_nfkc_cf" if lower_case else "nmt_nfkc",
-            num_threads=os.cpu_count() or 1, minloglevel=2)
+            num_threads=SPM_THREADS, minloglevel=2)
     except RuntimeError as e:
         if failures:
             raise failures[0] from None
         raise DataError(f"SentencePiece training on the corpus failed: {e}") from None
-    for ext in ("model", "vocab"):
-        os.replace(f"{prefix}.{ext}", out / f"spm.{ext}")
+    model = sp_pb2.ModelProto()
+    model.ParseFromString(Path(f"{prefix}.model").read_bytes())
+    model.trainer_spec.model_prefix = ""  # the temporary path (with a process id) would differ in every run
+    _atomic_write(out / "spm.model", model.SerializeToString(deterministic=True))
+    os.remove(f"{prefix}.model")
+    os.replace(f"{prefix}.vocab", out / "spm.vocab")
     return SentencePieceTokenizer(out / "spm.model")
 
 
