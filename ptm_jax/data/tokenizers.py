@@ -18,8 +18,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -28,6 +30,7 @@ import numpy as np
 from ptm_jax.config import TokenizerConfig
 from ptm_jax.errors import ConfigError, DataError
 
+log = logging.getLogger(__name__)
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 SP_SPECIAL_ALIASES = {"pad": ("[PAD]", "<pad>"), "cls": ("[CLS]", "<cls>"), "sep": ("[SEP]", "<sep>"),
                       "mask": ("[MASK]", "<mask>")}
@@ -487,6 +490,7 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
             base = fs.scratch_dir() if remote else Path(os.fspath(fs.makedirs(out_dir)))
             tmp = base / f".tokenizer-tmp-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
+            start = time.perf_counter()
             try:
                 if cfg.kind == "byte_bpe":
                     from ptm_jax.data.byte_bpe import train_byte_bpe
@@ -507,6 +511,8 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
                     os.replace(tmp, local_dir)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
+            log.info("tokenizer: %s trained on a sample of at most %d bytes in %.1f s -> %s", cfg.kind,
+                     cfg.train_sample_bytes, time.perf_counter() - start, tok_dir)
         if not remote:
             distributed.publish_files(f"tokenizer-{key}", {n: (tok_dir / n).read_bytes()
                                                            for n in names + ["settings.json"]})
@@ -521,6 +527,8 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
             (tmp / name).write_bytes(data)
         shutil.rmtree(local_dir, ignore_errors=True)
         os.replace(tmp, local_dir)
+        log.info("tokenizer: not on this host's disk; received from process 0 through the key-value store "
+                 "-> %s", local_dir)
     if not reusable():
         raise DataError(f"{tok_dir}: no trained tokenizer with the current settings; process 0 trains it "
                         "(check process 0's log for an error)")
