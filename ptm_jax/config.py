@@ -11,6 +11,7 @@ import ast
 import dataclasses
 import difflib
 import os
+import re
 import tomllib
 import types
 import typing
@@ -111,6 +112,27 @@ class DataConfig:
 
 
 @dataclass
+class ParamGroupConfig:
+    """One parameter-group rule (``[[train.param_groups]]`` tables in TOML; ptm_jax/train/param_groups.py):
+    the parameters whose path ('params/bert/encoder/layers_3/attention/query/kernel'; a scanned stack:
+    '.../layers/layer/...') contains a match of ``pattern`` (a regular expression) get these multipliers; the
+    multipliers of every matching rule multiply."""
+
+    pattern: str = ""
+    lr: float = 1.0
+    """Learning-rate multiplier."""
+    weight_decay: float = 1.0
+    """Weight-decay multiplier (0: no decay)."""
+    frozen: bool = False
+    """No update and no optimizer state for these parameters."""
+    start_step: int = 0
+    """The lr multiplier is 0 before this step (gradual unfreezing, ULMFiT Sec. 3.3)."""
+
+
+OPTIMIZERS = Literal["adamw", "adam", "sgd", "adagrad"]
+
+
+@dataclass
 class TrainConfig:
     """Optimisation and loop. AdamW as in google-research/bert optimization.py."""
 
@@ -125,10 +147,20 @@ class TrainConfig:
     adam_eps: float = 1e-6
     adam_bias_correction: bool = False
     """False: BERT's AdamWeightDecayOptimizer (no bias correction); True: optax/torch AdamW moments."""
-    lr_decay: Literal["bert", "from_peak"] = "bert"
+    lr_decay: Literal["bert", "from_peak", "constant"] = "bert"
     """After warmup, the learning rate falls linearly to 0 at `steps`. 'bert': the line starts at step 0
     (google-research/bert polynomial_decay), so the rate drops at the end of warmup; 'from_peak': the line
-    starts at the peak at the end of warmup (transformers' get_linear_schedule_with_warmup)."""
+    starts at the peak at the end of warmup (transformers' get_linear_schedule_with_warmup); 'constant': no decay."""
+    optimizer: OPTIMIZERS = "adamw"
+    """adamw: BERT's (decoupled decay; adam_bias_correction picks the moments); adam: Adam with bias correction;
+    sgd: plain SGD (word2vec); adagrad (GloVe, ELMo). For adam/sgd/adagrad weight_decay is an L2 term on the
+    gradient (torch's weight_decay). ptm_jax/train/optim.py."""
+    adagrad_initial_accumulator: float = 0.1
+    """adagrad: starting value of the squared-gradient sums (optax/TF 0.1; glove.c 1.0)."""
+    param_groups: list[ParamGroupConfig] = field(default_factory=list)
+    """Rules for parameter groups (lr and weight-decay multipliers, freezing), after the model's own (BERT: no
+    decay on LayerNorm and biases). In TOML: [[train.param_groups]] tables; on the command line
+    train.param_groups='[{"pattern": "embeddings", "frozen": True}]'."""
     clip_norm: float = 1.0
     grad_accum_steps: int = 1
     log_every: int = 10
@@ -187,6 +219,10 @@ class FinetuneConfig:
     clip_norm: float = 1.0
     layerwise_lr_decay: float = 1.0
     """lr of layer l = lr * decay**(num_layers - l); embeddings get decay**(num_layers + 1). 1.0 = off."""
+    optimizer: OPTIMIZERS = "adamw"
+    """As train.optimizer, for the finetuning stage."""
+    param_groups: list[ParamGroupConfig] = field(default_factory=list)
+    """As train.param_groups, for the finetuning stage (train.param_groups do not apply to it)."""
     classifier_dropout: float = 0.1
     train_subset: int = 0
     """Keep the first N training examples after random.Random(subset_seed).shuffle (0 = all)."""
@@ -365,6 +401,11 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}: expected a table of {tp.__name__} fields, got {value!r}")
             kwargs[key] = from_dict(tp, value, prefix=f"{where}.")
+        elif typing.get_origin(tp) is list and dataclasses.is_dataclass(item := typing.get_args(tp)[0]):
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                raise ConfigError(f"{where}: expected a list of tables of {item.__name__} fields ([[{where}]] in "
+                                  f"TOML), got {value!r:.120}")
+            kwargs[key] = [from_dict(item, v, prefix=f"{where}[{i}].") for i, v in enumerate(value)]
         else:
             kwargs[key] = _coerce(value, tp, where)
     return cls(**kwargs)
@@ -437,6 +478,19 @@ def validate(cfg: RunConfig) -> None:
         (cfg.finetune.max_examples_per_row >= 1, "finetune.max_examples_per_row must be >= 1, got "
          f"{cfg.finetune.max_examples_per_row}"),
     ]
+    for section, groups in (("train", t.param_groups), ("finetune", cfg.finetune.param_groups)):
+        for i, g in enumerate(groups):
+            where = f"{section}.param_groups[{i}]"
+            checks += [(bool(g.pattern), f"{where}.pattern is empty; give a regular expression over parameter "
+                        "paths such as 'encoder/layers_0/' or 'embeddings'"),
+                       (g.lr >= 0 and g.weight_decay >= 0 and g.start_step >= 0, f"{where}: lr, weight_decay and "
+                        f"start_step must be >= 0, got {g.lr}, {g.weight_decay}, {g.start_step}")]
+            try:
+                re.compile(g.pattern)
+            except re.error as e:
+                checks.append((False, f"{where}.pattern={g.pattern!r} is not a regular expression ({e})"))
+    checks.append((t.adagrad_initial_accumulator >= 0, "train.adagrad_initial_accumulator must be >= 0, got "
+                   f"{t.adagrad_initial_accumulator}"))
     for ok, msg in checks:
         if not ok:
             raise ConfigError(msg)

@@ -63,16 +63,6 @@ class CarriesState(Protocol):
         """As ``Objective.loss``, reading ``carry`` and also returning the carry of the next step."""
 
 
-def is_decayed(path: tuple[Any, ...], _leaf: Any) -> bool:
-    """BERT's AdamW decay mask: every weight matrix and embedding, never LayerNorm parameters or biases."""
-    name = str(getattr(path[-1], "key", path[-1]))
-    return name in ("kernel", "embedding")
-
-
-def decay_mask(params: Any) -> Any:
-    return jax.tree_util.tree_map_with_path(is_decayed, params)
-
-
 class SourceStreams:
     """Mixin of the pretraining objectives: their train and eval batches come from ``self.train_source`` /
     ``self.eval_source`` through one ``dataset(...)`` builder (a tf.data.Dataset of this process's rows)."""

@@ -60,6 +60,8 @@ def logical_to_sharding(logical_specs: Any, shapes: Any, mesh: Mesh) -> Any:
     def one(spec, shape):
         if shape is None:  # an empty field of the state (TrainState.carry of an objective that carries nothing)
             return None
+        if not hasattr(shape, "shape"):  # optax.MaskedNode: no optimizer state for a frozen parameter
+            return shape
         mesh_spec = nn.logical_to_mesh_axes(spec, LOGICAL_RULES) if spec is not None else P()
         return NamedSharding(mesh, _divisible(mesh_spec, tuple(shape.shape), mesh))
 

@@ -12,7 +12,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import load_params, load_tokenizer, save_params
 from ptm_jax.objectives.finetune_registry import take_subset
 from ptm_jax.parallel.mesh import make_mesh
+from ptm_jax.train.param_groups import DEFAULT_RULES, layerwise_decay_rules, rules_from_config
 
 GLUE_DIRS = {"sst2": "SST-2", "cola": "CoLA", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
              "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
@@ -117,26 +117,7 @@ def finetune_train_config(cfg: RunConfig, num_train: int) -> TrainConfig:
         cfg.train, batch_size=f.batch_size, steps=steps, learning_rate=f.learning_rate,
         warmup_steps=int(f.warmup_proportion * steps), weight_decay=f.weight_decay, clip_norm=f.clip_norm,
         grad_accum_steps=1, eval_every=every, checkpoint_every=every, log_every=min(cfg.train.log_every, every),
-        seed=f.seed)
-
-
-def layerwise_lr_scale(decay: float, num_layers: int):
-    """lr multiplier per parameter: encoder layer l gets decay**(L - l), embeddings decay**(L + 1), heads 1."""
-
-    def scale(tree):
-        def one(path, leaf):
-            keys = [str(getattr(k, "key", k)) for k in path]
-            joined = "/".join(keys)
-            m = re.search(r"layers_(\d+)", joined)
-            if m:
-                return decay ** (num_layers - int(m.group(1)))
-            if "embeddings" in joined:
-                return decay ** (num_layers + 1)
-            return 1.0
-
-        return jax.tree_util.tree_map_with_path(one, tree)
-
-    return scale
+        seed=f.seed, optimizer=f.optimizer, param_groups=[])
 
 
 def _fit(fresh: Any, value: Any, where: str, strict: bool = False) -> Any:
@@ -208,7 +189,10 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
     tcfg = finetune_train_config(cfg, objective.num_train)
     stage = Path(cfg.output_dir) / f"finetune-{f.task.lower()}"
     mesh = make_mesh(cfg.mesh)
-    lr_scale = layerwise_lr_scale(f.layerwise_lr_decay, model_cfg.num_layers) if f.layerwise_lr_decay != 1.0 else None
+    # parameter groups: the model's own (BERT's decay mask), layer-wise lr decay, then finetune.param_groups
+    param_groups = [*DEFAULT_RULES, *rules_from_config(f.param_groups, "finetune.param_groups")]
+    if f.layerwise_lr_decay != 1.0:
+        param_groups[1:1] = layerwise_decay_rules(f.layerwise_lr_decay, model_cfg.num_layers)
     best = {"step": -1, "value": -math.inf, "metrics": {}}
     best_file = stage / "best.json"
     if best_file.exists():
@@ -235,7 +219,7 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
     from ptm_jax.train.loop import fit
 
     merge = _merge_encoder(pretrained, model_cfg.family, f.keep_head, init)
-    result = fit(objective, tcfg, mesh, stage, init_params=merge, lr_scale=lr_scale,
+    result = fit(objective, tcfg, mesh, stage, init_params=merge, lr_scale=param_groups,
                  meta={"config": config_lib.to_dict(cfg), "head": objective.head, "task": f.task,
                        "init": str(init)}, stop_after=stop_after, on_eval=on_eval)
     summary = {"stage": "finetune", "task": f.task, "description": description, "step": result.step,

@@ -1,12 +1,19 @@
-"""BERT's optimizer (google-research/bert optimization.py): AdamW without bias correction.
+"""The optimizer, chosen by ``train.optimizer``, with parameter groups (``ptm_jax.train.param_groups``).
 
+adamw (default): BERT's optimizer (google-research/bert optimization.py): AdamW without bias correction,
 update = m / (sqrt(v) + eps) + weight_decay * param (decoupled, masked to weights), scaled by the learning rate;
-gradients clipped to global norm ``clip_norm`` first. Learning rate: linear warmup to ``learning_rate`` over
-``warmup_steps``, and a linear decay to 0 at ``steps`` counted from step 0 (polynomial_decay, power 1), or with
-``lr_decay='from_peak'`` from the peak at the end of warmup (transformers' get_linear_schedule_with_warmup).
+gradients clipped to global norm ``clip_norm`` first. adam: Adam with bias correction (Kingma & Ba 2015), weight
+decay as an L2 term added to the gradient (torch.optim.Adam's weight_decay). sgd: plain SGD (word2vec.c's update;
+its linear decay is ``lr_decay='bert'`` with no warmup), L2 as for adam. adagrad: AdaGrad (Duchi et al. 2011;
+GloVe, ELMo) with accumulators starting at ``adagrad_initial_accumulator`` (glove.c: 1.0), L2 as for adam.
+
+Learning rate: linear warmup to ``learning_rate`` over ``warmup_steps``, and a linear decay to 0 at ``steps``
+counted from step 0 (polynomial_decay, power 1), or with ``lr_decay='from_peak'`` from the peak at the end of
+warmup (transformers' get_linear_schedule_with_warmup), or none (``lr_decay='constant'``).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -14,7 +21,7 @@ import jax.numpy as jnp
 import optax
 
 from ptm_jax.config import TrainConfig
-from ptm_jax.objectives.base import decay_mask
+from ptm_jax.train import param_groups as pg
 
 
 def bert_schedule(peak: float, warmup_steps: int, total_steps: int, from_peak: bool = False
@@ -57,32 +64,103 @@ def scale_by_adam_no_bias_correction(b1: float, b2: float, eps: float) -> optax.
     return optax.GradientTransformation(init, update)
 
 
-def make_optimizer(cfg: TrainConfig, lr_scale: Callable[[Any], Any] | None = None
+def lr_schedule(cfg: TrainConfig) -> Callable[[jax.Array], jax.Array]:
+    """``cfg``'s learning rate by step: warmup, then ``cfg.lr_decay``."""
+    if cfg.lr_decay == "constant":
+        peak, warmup = cfg.learning_rate, cfg.warmup_steps
+
+        def constant(step):
+            step = jnp.asarray(step, jnp.float32)
+            return jnp.where(step < warmup, peak * step / max(warmup, 1), jnp.float32(peak))
+
+        return constant
+    return bert_schedule(cfg.learning_rate, cfg.warmup_steps, cfg.steps, from_peak=cfg.lr_decay == "from_peak")
+
+
+def make_optimizer(cfg: TrainConfig, rules: Sequence[pg.Rule] | None = None
                    ) -> tuple[optax.GradientTransformation, Callable]:
-    """Returns (transformation, schedule). ``lr_scale`` optionally maps params -> per-leaf lr multipliers
-    (layer-wise learning-rate decay for finetuning)."""
-    schedule = bert_schedule(cfg.learning_rate, cfg.warmup_steps, cfg.steps, from_peak=cfg.lr_decay == "from_peak")
+    """Returns (transformation, schedule) for ``cfg.optimizer``. ``rules``: the parameter groups of the model
+    family and stage (default: BERT's weight-decay mask); the rules of ``cfg.param_groups`` follow them.
+
+    With the default settings the chain is today's BERT AdamW op for op (same state tree, bit-identical
+    updates): clip -> Adam moments -> masked decoupled decay -> [lr multipliers] -> -learning rate."""
+    rules = list(pg.DEFAULT_RULES if rules is None else rules)
+    rules += pg.rules_from_config(cfg.param_groups, "train.param_groups")
+    schedule = lr_schedule(cfg)
+    decay = _weight_decay(cfg.weight_decay, rules)
     parts = []
     if cfg.clip_norm > 0:
         parts.append(optax.clip_by_global_norm(cfg.clip_norm))
-    adam = (optax.scale_by_adam(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps) if cfg.adam_bias_correction
-            else scale_by_adam_no_bias_correction(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps))
-    parts += [
-        adam,
-        optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask),
-    ]
-    if lr_scale is not None:
-        parts.append(_scale_per_leaf(lr_scale))
+    if cfg.optimizer == "adamw":
+        parts += [optax.scale_by_adam(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps) if cfg.adam_bias_correction
+                  else scale_by_adam_no_bias_correction(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps), decay]
+    else:  # coupled L2: the decay term joins the gradient before the scaling
+        if cfg.weight_decay > 0:
+            parts.append(decay)
+        if cfg.optimizer == "adam":
+            parts.append(optax.scale_by_adam(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps))
+        elif cfg.optimizer == "adagrad":
+            parts.append(optax.scale_by_rss(initial_accumulator_value=cfg.adagrad_initial_accumulator))
+    if any(r.lr != 1.0 for r in rules):
+        parts.append(scale_per_leaf(lambda tree, step: pg.multipliers(rules, tree, "lr", step),
+                                    pg.is_dynamic(rules, "lr")))
     parts.append(optax.scale_by_learning_rate(schedule))
-    return optax.chain(*parts), schedule
+    tx = optax.chain(*parts)
+    if any(r.frozen for r in rules):  # frozen leaves: a zero update and no optimizer state
+        tx = optax.multi_transform({"trainable": tx, "frozen": optax.set_to_zero()},
+                                   lambda params: pg.frozen_labels(rules, params))
+    return _checked(tx, rules), schedule
 
 
-def _scale_per_leaf(lr_scale: Callable[[Any], Any]) -> optax.GradientTransformation:
+def _weight_decay(rate: float, rules: list[pg.Rule]) -> optax.GradientTransformation:
+    """``update + rate * multiplier * param`` per leaf. Multipliers that are all 0 or 1 and static give optax's
+    masked ``add_decayed_weights`` (BERT's mask: the state tree of checkpoints written before the seam)."""
+    if not pg.is_dynamic(rules, "weight_decay") and not any(
+            isinstance(r.weight_decay, pg.PerLayer) or r.weight_decay not in (0.0, 1.0) for r in rules):
+        def mask(tree):
+            return jax.tree.map(lambda m: m == 1.0, pg.multipliers(rules, tree, "weight_decay"))
+
+        return optax.add_decayed_weights(rate, mask=mask)
+    dynamic = pg.is_dynamic(rules, "weight_decay")
+
     def init(params):
-        return optax.EmptyState()
+        return CountState(jnp.zeros([], jnp.int32)) if dynamic else optax.EmptyState()
 
     def update(updates, state, params=None):
-        scales = lr_scale(updates)
-        return jax.tree.map(lambda u, s: u * s, updates, scales), state
+        step = state.count if dynamic else None
+        mults = pg.multipliers(rules, updates, "weight_decay", step)
+        updates = jax.tree.map(lambda u, m, p: u if isinstance(m, float) and m == 0.0 else u + rate * m * p,
+                               updates, mults, params)
+        return updates, CountState(optax.safe_increment(state.count)) if dynamic else state
 
     return optax.GradientTransformation(init, update)
+
+
+class CountState(NamedTuple):
+    count: jax.Array
+
+
+def scale_per_leaf(multipliers: Callable[[Any, jax.Array | None], Any], dynamic: bool
+                   ) -> optax.GradientTransformation:
+    """``update * multiplier`` leaf by leaf (``multipliers(updates, step)``); a static 1.0 leaves its leaf as is.
+    ``dynamic``: the multipliers depend on the step (counted in the state)."""
+
+    def init(params):
+        return CountState(jnp.zeros([], jnp.int32)) if dynamic else optax.EmptyState()
+
+    def update(updates, state, params=None):
+        mults = multipliers(updates, state.count if dynamic else None)
+        updates = jax.tree.map(lambda u, m: u if isinstance(m, float) and m == 1.0 else u * m, updates, mults)
+        return updates, CountState(optax.safe_increment(state.count)) if dynamic else state
+
+    return optax.GradientTransformation(init, update)
+
+
+def _checked(tx: optax.GradientTransformation, rules: list[pg.Rule]) -> optax.GradientTransformation:
+    """``tx`` whose init first checks that every rule matches some parameter (a ConfigError otherwise)."""
+
+    def init(params):
+        pg.check_rules_match(rules, params)
+        return tx.init(params)
+
+    return optax.GradientTransformation(init, tx.update)
