@@ -286,7 +286,8 @@ def test_adam_is_optax_adam_with_l2_on_weights_only():
 
 
 def test_frozen_group_gets_no_update_and_no_optimizer_state():
-    cfg = TrainConfig(learning_rate=0.1, warmup_steps=0, steps=10, param_groups=[ParamGroupConfig("norm/", frozen=True)])
+    cfg = TrainConfig(learning_rate=0.1, warmup_steps=0, steps=10,
+                      param_groups=[ParamGroupConfig("norm/", frozen=True)])
     got, state, _ = _apply(cfg)
     params, _ = _small()
     assert np.array_equal(got["norm"]["scale"], params["norm"]["scale"])

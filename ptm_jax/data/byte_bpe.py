@@ -209,7 +209,12 @@ def _merges_txt(merges: list[tuple[str, str]]) -> bytes:
 def train_byte_bpe(texts: Iterable[str], vocab_size: int, out_dir, *, min_frequency: int = 2) -> ByteBPETokenizer:
     """Trains a byte-level BPE (HF BpeTrainer over the 256-character byte alphabet) and writes
     ``out_dir/vocab.json`` and ``out_dir/merges.txt``. ``vocab_size`` counts everything: ids 0..3 are
-    <|endoftext|>, <|start|>, <|delim|>, <|extract|>, then the 256 byte characters, then the merges."""
+    <|endoftext|>, <|start|>, <|delim|>, <|extract|>, then the 256 byte characters, then the merges.
+
+    Reproducible: every symbol of a word is one of the 256 byte characters, numbered in code-point order before
+    training, and the trainer breaks ties between equally frequent pairs by those ids, so no hash-map order
+    reaches the result (unlike its WordPiece mode, where '##' symbols are numbered as they are met:
+    data/wordpiece_training.py). tests/test_tokenizer_determinism.py trains twice in fresh processes."""
     from tokenizers import Tokenizer as HFTokenizer, models, pre_tokenizers, trainers
 
     floor = len(SPECIAL_TOKENS) + 256
