@@ -1,0 +1,145 @@
+"""The family registry: everything the spine needs to know about a model family, in one record per family.
+
+A family is one package under ``ptm_jax/families/`` whose ``__init__`` builds a :class:`Family` and calls
+:func:`register`. The loop, the stages, the CLI, export and bench ask this module; none of them names a family
+(DESIGN.md "Families as plug-ins"; levanter's ``LmConfig.register_subclass`` is the model). Families are found by
+importing every package under ``ptm_jax/families`` (``load_all``), so adding a family is adding a package.
+
+Every hook but the identity fields is optional: a family that has no Hugging Face counterpart leaves ``hf`` None,
+one without finetuning leaves ``classifier`` None, and the spine says so in a clear error when asked for it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from typing import Any, Callable
+
+from ptm_jax.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class HfConverter:
+    """Hugging Face interop of a family: ``config.json`` ``model_type`` values it imports, and the converters."""
+
+    model_types: tuple[str, ...]
+    import_dir: Callable[..., Any]
+    """(hf_dir, out, head=None, overwrite=False) -> params directory."""
+    export_dir: Callable[..., Any]
+    """(src, out, overwrite=False) -> report dict."""
+    load: Callable[..., Any] | None = None
+    """(hf_dir) -> (params, model_cfg, info, tokenizer_dir): read an HF folder in place (``load_params``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One model family. ``name`` is the value of ``model.family`` in configs and params directories."""
+
+    name: str
+    model_config: type
+    """Dataclass of the ``[model]`` section (holds only this family's fields)."""
+    objectives: dict[str, Callable[..., Any]]
+    """Pretraining objective name -> builder(cfg: RunConfig, corpus) -> Objective."""
+    data_config: type | None = None
+    """Dataclass of the ``[data]`` section when the family needs fields beyond the shared ones."""
+    trunk: str | None = None
+    """Key of the family's trunk in a params tree (``params[trunk]``)."""
+    stack: str | None = None
+    """Sub-tree of the trunk holding the layer stack (``layers_0..N-1`` or scanned ``layers/layer``)."""
+    heads: tuple[str, ...] = ()
+    """Heads a params directory of this family may hold (``ptm.json`` ``head``)."""
+    infer_head: Callable[[dict], str] | None = None
+    """params tree -> head name, for trees saved without one."""
+    param_groups: Callable[..., list] | None = None
+    """(model_cfg, stage) -> parameter-group rules (``train/param_groups.py``): decay masks, layer-wise rates."""
+    layer_of: Callable[[tuple[str, ...]], str] | None = None
+    """Parameter path (keys) -> layer-group name for per-group gradient norms."""
+    classifier: Callable[[Any], type] | None = None
+    """finetune config -> sequence-classification objective class (GLUE and the embedded task)."""
+    tasks: dict[str, Callable[..., Any]] = dataclasses.field(default_factory=dict)
+    """finetune.task -> builder(cfg, model_cfg, tokenizer, eval_split, **kw) for the tasks beyond sentence
+    classification that this family supports (span QA, tagging, multiple choice)."""
+    prepare_finetune: Callable[..., Any] | None = None
+    """(model_cfg, tokenizer) -> model_cfg before finetuning (e.g. GPT grows its vocabulary for task tokens)."""
+    hf: HfConverter | None = None
+    flops: Callable[[Any], Any] | None = None
+    """RunConfig -> analytic FLOPs of one train step (bench/flops.py); None: XLA's count stands in."""
+    synthetic_batch: Callable[..., dict] | None = None
+    """(example, cfg, rng) -> a random batch in the shapes of ``example`` for ``ptm bench``."""
+    capabilities: frozenset[str] = frozenset()
+    """What commands may ask of it: 'causal_lm' (generate, perplexity), 'embed' (sentence vectors), ..."""
+
+
+_FAMILIES: dict[str, Family] = {}
+_LOADED = False
+
+
+def register(family: Family) -> Family:
+    """Adds ``family``; its objective names must be new (an objective names exactly one family)."""
+    for other in _FAMILIES.values():
+        if other.name == family.name:
+            continue
+        clash = set(other.objectives) & set(family.objectives)
+        if clash:
+            raise ValueError(f"family {family.name!r} registers objective(s) {sorted(clash)} that family "
+                             f"{other.name!r} already owns")
+    _FAMILIES[family.name] = family
+    return family
+
+
+def load_all() -> None:
+    """Imports every package under ``ptm_jax/families`` once (each registers itself)."""
+    global _LOADED
+    if _LOADED:
+        return
+    import ptm_jax.families as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        if info.ispkg:
+            importlib.import_module(f"{pkg.__name__}.{info.name}")
+    _LOADED = True
+
+
+def families() -> dict[str, Family]:
+    load_all()
+    return dict(_FAMILIES)
+
+
+def get(name: str) -> Family:
+    fams = families()
+    if name not in fams:
+        raise ConfigError(f"model.family={name!r} is not a registered family; known: {', '.join(sorted(fams))}")
+    return fams[name]
+
+
+def objective_names() -> dict[str, str]:
+    """Pretraining objective name -> family name, over every registered family."""
+    return {obj: fam.name for fam in families().values() for obj in fam.objectives}
+
+
+def family_of_objective(objective: str) -> Family:
+    owners = objective_names()
+    if objective not in owners:
+        import difflib
+
+        close = difflib.get_close_matches(objective, list(owners), n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"objective={objective!r} is not registered by any family.{hint} Known objectives: "
+                          f"{', '.join(f'{o} ({f})' for o, f in sorted(owners.items()))}")
+    return get(owners[objective])
+
+
+def family_of_params(params: dict) -> Family | None:
+    """The family whose trunk key is at the top of a params tree (None when no family claims it)."""
+    for fam in families().values():
+        if fam.trunk is not None and fam.trunk in params:
+            return fam
+    return None
+
+
+def require(family: Family, hook: str, what: str) -> Any:
+    """``family.<hook>``, or a ConfigError saying that this family does not support ``what``."""
+    value = getattr(family, hook)
+    if value is None or value == {}:
+        raise ConfigError(f"model.family={family.name!r} does not support {what}")
+    return value
