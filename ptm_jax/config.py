@@ -155,6 +155,8 @@ class TrainConfig:
     """adamw: BERT's (decoupled decay; adam_bias_correction picks the moments); adam: Adam with bias correction;
     sgd: plain SGD (word2vec); adagrad (GloVe, ELMo). For adam/sgd/adagrad weight_decay is an L2 term on the
     gradient (torch's weight_decay). ptm_jax/train/optim.py."""
+    min_lr_ratio: float = 0.0
+    """The learning rate never falls below min_lr_ratio x learning_rate after warmup (word2vec.c: 1e-4)."""
     adagrad_initial_accumulator: float = 0.1
     """adagrad: starting value of the squared-gradient sums (optax/TF 0.1; glove.c 1.0)."""
     param_groups: list[ParamGroupConfig] = field(default_factory=list)
@@ -489,6 +491,7 @@ def validate(cfg: RunConfig) -> None:
                 re.compile(g.pattern)
             except re.error as e:
                 checks.append((False, f"{where}.pattern={g.pattern!r} is not a regular expression ({e})"))
+    checks.append((0.0 <= t.min_lr_ratio <= 1.0, f"train.min_lr_ratio must be in [0, 1], got {t.min_lr_ratio}"))
     checks.append((t.adagrad_initial_accumulator >= 0, "train.adagrad_initial_accumulator must be >= 0, got "
                    f"{t.adagrad_initial_accumulator}"))
     for ok, msg in checks:

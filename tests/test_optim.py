@@ -254,6 +254,17 @@ def test_sgd_is_minus_lr_times_gradient_plus_l2_on_weights_with_linear_decay():
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
+def test_sgd_schedule_with_min_lr_ratio_is_word2vecs_alpha_at_every_step():
+    """word2vec.c: alpha = starting_alpha * (1 - progress), floored at starting_alpha * 0.0001."""
+    from ptm_jax.train.optim import lr_schedule
+
+    cfg = TrainConfig(optimizer="sgd", learning_rate=0.025, warmup_steps=0, steps=1000, min_lr_ratio=1e-4)
+    want = [max(0.025 * (1 - k / 1000), 0.025 * 1e-4) for k in range(1010)]
+    sched = lr_schedule(cfg)
+    np.testing.assert_allclose([float(sched(k)) for k in range(0, 1010, 7)], want[::7], rtol=1e-6, atol=1e-9)
+    assert float(sched(1005)) == pytest.approx(2.5e-6)
+
+
 def test_adagrad_divides_by_the_root_of_the_summed_squares_from_the_initial_accumulator():
     cfg = TrainConfig(optimizer="adagrad", learning_rate=0.05, warmup_steps=0, steps=10, lr_decay="constant",
                       weight_decay=0.0, clip_norm=0.0, adagrad_initial_accumulator=1.0)

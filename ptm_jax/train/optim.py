@@ -13,6 +13,7 @@ warmup (transformers' get_linear_schedule_with_warmup), or none (``lr_decay='con
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, Callable, NamedTuple
 
@@ -65,7 +66,15 @@ def scale_by_adam_no_bias_correction(b1: float, b2: float, eps: float) -> optax.
 
 
 def lr_schedule(cfg: TrainConfig) -> Callable[[jax.Array], jax.Array]:
-    """``cfg``'s learning rate by step: warmup, then ``cfg.lr_decay``."""
+    """``cfg``'s learning rate by step: warmup, then ``cfg.lr_decay``, never below ``cfg.min_lr_ratio`` x the
+    peak after warmup (word2vec.c: ``alpha = max(alpha, starting_alpha * 0.0001)``)."""
+    if cfg.min_lr_ratio > 0:
+        inner, floor = lr_schedule(dataclasses.replace(cfg, min_lr_ratio=0.0)), cfg.min_lr_ratio * cfg.learning_rate
+
+        def floored(step):
+            return jnp.where(jnp.asarray(step) < cfg.warmup_steps, inner(step), jnp.maximum(inner(step), floor))
+
+        return floored
     if cfg.lr_decay == "constant":
         peak, warmup = cfg.learning_rate, cfg.warmup_steps
 
