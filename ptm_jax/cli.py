@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from typing import Any, Callable
 
@@ -191,6 +190,9 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ptm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also show the libraries' start-up and INFO logs (TensorFlow, absl, orbax, JAX); "
+                        "same as PTM_VERBOSE=1")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -225,13 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _quiet_tensorflow() -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("USE_TF", "0")
-
-
 def main(argv: list[str] | None = None) -> int:
-    _quiet_tensorflow()
+    from ptm_jax import logs
+
+    verbose = logs.wants_verbose(sys.argv[1:] if argv is None else argv)
+    logs.quiet_startup(verbose)  # before anything imports TensorFlow or JAX
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # overrides may come after options (`--task sst2 train.steps=10`): argparse leaves them over
@@ -243,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("absl", "jax._src", "orbax", "tensorflow"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if verbose:
+        logs.verbose_libraries()
     if args.command in ("run", "pretrain", "finetune"):
         from ptm_jax.train.loop import install_startup_sigterm_handler
 

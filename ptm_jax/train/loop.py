@@ -241,6 +241,7 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
         scalars = reduce_terms(host_value(metrics))
         now = time.time()
         scalars["tokens_per_sec"] = tokens_per_step * (s - step_last) / max(now - t_last, 1e-9)
+        scalars["examples_per_sec"] = global_batch * (s - step_last) / max(now - t_last, 1e-9)
         t_last, step_last = now, s
         last_train = scalars
         writer.write(s, "train", scalars)

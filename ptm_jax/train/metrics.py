@@ -1,17 +1,56 @@
 """The one metrics writer: TensorBoard scalars (tensorboardX event files), a JSONL log, a progress bar, and a curves plot at the end.
 
-Only process 0 writes. Scalars arrive as host floats (the loop fetches them one step late by default, so logging
+Only process 0 writes. On the console: a tqdm progress bar when ``train.progress_bar`` is on and stderr is
+a terminal; otherwise (``progress_bar=false``, or output to a file / pipe: batch jobs, SLURM logs, TPU pod
+workers) one plain line per logged train record (every ``train.log_every`` steps): step, loss, the
+objective's metrics, learning rate, examples/s and an ETA, never carriage-return redraws
+(``format_line``). Scalars arrive as host floats (the loop fetches them one step late by default, so logging
 never stalls the device: train.metrics_one_step_late).
 """
 from __future__ import annotations
 
+import datetime
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import jax
+
+LINE_SKIP = ("tokens_per_sec", "examples_per_sec", "learning_rate", "grad_norm")
+"""Train scalars that ``format_line`` shows in its own way or leaves to metrics.jsonl (so do per-layer grad
+norms and the non-finite step counters)."""
+
+
+def use_progress_bar(requested: bool, stream=None) -> bool:
+    """The bar only on a terminal: a file or pipe gets plain lines (tqdm would write carriage-return redraws)."""
+    stream = sys.stderr if stream is None else stream
+    return bool(requested) and bool(getattr(stream, "isatty", lambda: False)())
+
+
+def format_eta(seconds: float) -> str:
+    if not math.isfinite(seconds) or seconds < 0:
+        return "?"
+    return str(datetime.timedelta(seconds=int(round(seconds))))
+
+
+def format_line(step: int, total: int, scalars: dict[str, float], eta_seconds: float) -> str:
+    """``step 20/100 | loss 0.6931 | accuracy 0.5 | lr 1.00e-04 | 812.3 examples/s | ETA 0:01:05``."""
+    parts = [f"step {step}/{total}"]
+    for k, v in scalars.items():
+        if k in LINE_SKIP or k.startswith(("grad_norm/", "nonfinite")) or not isinstance(v, (int, float)):
+            continue
+        parts.append(f"{k} {v:.4g}" if k != "loss" else f"loss {v:.4f}")
+    if "learning_rate" in scalars:
+        parts.append(f"lr {scalars['learning_rate']:.3g}")
+    if "examples_per_sec" in scalars:
+        parts.append(f"{scalars['examples_per_sec']:.1f} examples/s")
+    elif "tokens_per_sec" in scalars:
+        parts.append(f"{scalars['tokens_per_sec']:.0f} tokens/s")
+    parts.append(f"ETA {format_eta(eta_seconds)}")
+    return " | ".join(parts)
 
 
 def reduce_terms(metrics: dict[str, Any]) -> dict[str, float]:
@@ -40,12 +79,15 @@ class MetricsWriter:
         from tensorboardX import SummaryWriter
 
         self._tb = SummaryWriter(str(self.directory / "tb"))
-        if progress_bar:
+        if use_progress_bar(progress_bar):
             from tqdm.auto import tqdm
 
             self._bar = tqdm(total=total_steps, initial=initial_step, dynamic_ncols=True, leave=True)
+        self._total = total_steps
         self._last_step = initial_step
         self._t0 = time.time()
+        self._first: tuple[int, float] | None = None  # (step, time) of the first train record: the rate after it
+        self._prev = (initial_step, self._t0)  # excludes compilation
 
     def write(self, step: int, split: str, scalars: dict[str, float]) -> None:
         if not self.enabled:
@@ -63,6 +105,18 @@ class MetricsWriter:
             show = {k: f"{v:.4g}" for k, v in scalars.items() if k in ("loss", "mlm_accuracy", "accuracy",
                                                                         "tokens_per_sec")}
             self._bar.set_postfix(show, refresh=False)
+        elif split == "train":
+            print(format_line(step, self._total, scalars, self._eta(step)), flush=True)
+
+    def _eta(self, step: int) -> float:
+        """Seconds left at the mean step rate since the first train record (before it: the last interval's)."""
+        now = time.time()
+        (s0, t0) = self._first or self._prev
+        if self._first is None:
+            self._first = (step, now)
+        self._prev = (step, now)
+        rate = (step - s0) / max(now - t0, 1e-9)
+        return (self._total - step) / rate if rate > 0 else math.inf
 
     def log(self, message: str) -> None:
         if not self.enabled:
