@@ -14,6 +14,9 @@ first imported, so ``quiet_startup`` must run before TensorFlow or JAX are impor
 - ``GRPC_VERBOSITY=ERROR`` and ``GLOG_minloglevel=2``: gRPC (multi-host coordination) and glog-based
   native libraries.
 
+Left over: multi-process runs on CPU (JAX's Gloo collectives) print "[Gloo] Rank r is connected to n peer
+ranks ..." from native code straight to stdout, with no switch to turn it off; GPU and TPU runs do not use Gloo.
+
 Python-side loggers (absl, orbax, jax) are set to WARNING by the CLI; ``verbose_libraries`` sets them to INFO.
 References: TensorFlow's ``tensorflow/core/util/port.cc`` (the oneDNN notice), abseil's log initialisation
 notice (``absl/log/internal/globals.cc``), gRPC's environment variables (doc/environment_variables.md).
