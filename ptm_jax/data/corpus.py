@@ -431,6 +431,8 @@ def sample_sentences(cfg: DataConfig, budget_bytes: int | None = None,
         window_bytes = budget
     layout = ChunkLayout(cfg, window_bytes)
     if layout.kind == "files":
+        for f in layout.files:  # empty, missing or binary files are named before anything is read
+            check_file(f)
         n = layout.num_chunks
         k = n if not budget or layout.total_bytes <= budget else max(1, budget // layout.chunk_bytes)
         for c in sorted({i * n // k for i in range(k)}):
