@@ -41,7 +41,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="section.key=value",
                    help="config overrides, e.g. train.steps=100 model.num_layers=2 output_dir=runs/x")
     p.add_argument("--output-dir", default=None, help="shorthand for output_dir=...")
-    g = p.add_argument_group("multi-host (auto-detected on Cloud TPU pods and SLURM)")
+    g = p.add_argument_group("multi-host (auto-detected on Cloud TPU VMs, srun steps and mpirun; docs/scaling.md)")
     g.add_argument("--coordinator", default=None, help="HOST:PORT of process 0")
     g.add_argument("--num-processes", type=int, default=None)
     g.add_argument("--process-id", type=int, default=None)
