@@ -5,6 +5,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from ptm_jax.config import TrainConfig, load_config
@@ -100,3 +101,30 @@ def test_finetune_stage_uses_its_own_optimizer_and_not_the_pretraining_groups():
                                     "finetune.optimizer=sgd"])
     tcfg = finetune_train_config(cfg, 100)
     assert tcfg.optimizer == "sgd" and tcfg.param_groups == [] and cfg.train.optimizer == "adamw"
+
+
+def test_boxed_parameters_get_the_paths_and_state_shardings_of_unboxed_ones():
+    """The loop calls tx.init on boxed (LogicallyPartitioned) parameters and tx.update on unboxed ones: an anchored
+    frozen pattern must match both, and the frozen leaves' empty optimizer state must pass through the sharding
+    rules (parallel/rules.py) on a (2,2,2) mesh."""
+    from ptm_jax.config import MeshConfig
+    from ptm_jax.models.heads import BertForPreTraining
+    from ptm_jax.parallel.mesh import make_mesh
+    from ptm_jax.parallel.rules import LOGICAL_RULES, state_shardings
+    from ptm_jax.train.state import TrainState
+
+    cfg = load_config("bert_tiny", ['train.param_groups=[{"pattern": "bias$", "frozen": True}]'])
+    tx, _ = make_optimizer(cfg.train)
+    ids = jnp.zeros((2, 8), jnp.int32)
+    with nn.logical_axis_rules(LOGICAL_RULES):
+        boxed = jax.eval_shape(lambda: TrainState.create(
+            BertForPreTraining(cfg.model).init(jax.random.key(0), ids, ids, ids, ids[:, :2]), tx))
+    unboxed = nn.meta.unbox(boxed)
+    assert jax.tree.structure(tx.init(unboxed.params)) == jax.tree.structure(unboxed.opt_state)
+    adam = unboxed.opt_state.inner_states["trainable"].inner_state[1]
+    mu = adam.mu["params"]["bert"]["encoder"]["layers_0"]["attention"]["query"]
+    assert mu["kernel"].shape == (32, 2, 16) and isinstance(mu["bias"], optax.MaskedNode)  # no state: frozen
+    shardings = state_shardings(boxed, make_mesh(MeshConfig(data=2, fsdp=2, tensor=2)))
+    kernel = shardings.params["params"]["bert"]["encoder"]["layers_0"]["attention"]["query"]["kernel"]
+    assert shardings.opt_state.inner_states["trainable"].inner_state[1].mu["params"]["bert"]["encoder"][
+        "layers_0"]["attention"]["query"]["kernel"] == kernel

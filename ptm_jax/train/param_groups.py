@@ -94,7 +94,10 @@ def layerwise_decay_rules(decay: float, num_layers: int) -> list[Rule]:
 
 
 def path_keys(path: tuple[Any, ...]) -> list[str]:
-    return [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path]
+    """A key path's names. Attribute steps are skipped (the ``value`` of a flax ``LogicallyPartitioned`` box:
+    ``tx.init`` sees boxed parameters in the loop, ``tx.update`` unboxed ones, and both must get the same paths)."""
+    return [str(getattr(k, "key", getattr(k, "idx", k))) for k in path
+            if not isinstance(k, jax.tree_util.GetAttrKey)]
 
 
 def _value(m: Multiplier, rule: Rule, field: str, keys: list[str], leaf: Any, step: jax.Array | None):
