@@ -30,7 +30,7 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Union
+from typing import Sequence, Union
 
 from etils import epath
 
@@ -59,6 +59,11 @@ def is_remote(p: PathLike) -> bool:
 def to_str(p: PathLike) -> str:
     """The string form to hand to other libraries (orbax takes ``gs://`` strings as they are)."""
     return os.fspath(p) if not isinstance(p, str) else p
+
+
+def absolute(p: PathLike) -> epath.Path:
+    """The absolute path (``epath.Path.absolute`` would turn ``gs://b/x`` into ``<cwd>/gs:/b/x``)."""
+    return path(p) if is_remote(p) else epath.Path(os.path.abspath(os.fspath(p)))
 
 
 def exists(p: PathLike) -> bool:
@@ -127,11 +132,12 @@ def scratch_dir() -> Path:
     return root
 
 
-def local_copy(directory: PathLike, marker: str | None = MARKER) -> Path:
+def local_copy(directory: PathLike, marker: str | None = MARKER, only: Sequence[str] | None = None) -> Path:
     """A local directory with the contents of ``directory``: the directory itself when local, else a copy in
     ``scratch_dir()`` made once and re-made when the remote marker's token differs from the copy's (the
     directory was published again). With ``marker`` set, the remote directory must be complete; without it
-    the copy is made afresh on each call."""
+    the copy is made afresh on each call. ``only``: copy just these files of the directory's top level (the
+    tokenizer files of a params directory, without its weights)."""
     src = path(directory)
     if not is_remote(src):
         return Path(os.fspath(src))
@@ -141,13 +147,17 @@ def local_copy(directory: PathLike, marker: str | None = MARKER) -> Path:
             token = (src / marker).read_text()
         except FileNotFoundError:
             raise FileNotFoundError(f"{src} is not complete (no {marker} marker)") from None
-    key = hashlib.sha256(str(src).encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{src} {sorted(only) if only is not None else ''}".encode()).hexdigest()[:16]
     dst = scratch_dir() / f"{src.name}-{key}"
     if token is not None and (dst / marker).is_file() and (dst / marker).read_text() == token:
         return dst
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
     try:
-        _download(src, tmp, skip=marker)
+        if only is None:
+            _download(src, tmp, skip=marker)
+        else:
+            for name in only:
+                (tmp / name).write_bytes((src / name).read_bytes())
         if token is not None:
             (tmp / marker).write_text(token)
         shutil.rmtree(dst, ignore_errors=True)  # a stale copy

@@ -19,8 +19,9 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
     result = {"model": str(args.model), "file": str(args.file), **result}
     print(json.dumps(result, indent=2))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        from ptm_jax import fs
+
+        fs.write_text_atomic(args.json, json.dumps(result, indent=2))
     return 0
 
 

@@ -49,9 +49,11 @@ def perplexity(params: Any, cfg: ModelConfig, tokenizer, path: str | Path, *, se
     newline (ptm's corpus reader joins the sentences of a document with single spaces)."""
     from ptm_jax.models.gpt import GPTLMHeadModel
 
-    p = Path(path)
+    from ptm_jax import fs
+
+    p = fs.path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = fs.read_bytes(p).decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{p}: cannot read the evaluation text ({e}); pass a UTF-8 text file") from None
     if not text.strip():

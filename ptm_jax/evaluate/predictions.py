@@ -5,14 +5,14 @@ task's training files (0/1, entailment/not_entailment, MNLI class names, STS-B s
 as the GLUE server expects (CoLA.tsv, SST-2.tsv, MNLI-m.tsv, MNLI-mm.tsv, AX.tsv, ...).
 SQuAD: predictions.json (qid -> text), nbest_predictions.json and null_odds.json, the names and
 layout of google-research/bert run_squad.py. CoNLL: `token gold pred` per line, blank line between
-sentences, which conlleval reads (last two columns). Every file is written to a temporary file in
-the target directory and moved into place with os.replace, so a reader never sees half a file.
+sentences, which conlleval reads (last two columns). Every file is written whole through ptm_jax/fs.py
+(a temporary sibling and os.replace on local disk, one object upload on gs://), so a reader never sees
+half a file.
 """
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -22,22 +22,11 @@ from ptm_jax.errors import ConfigError, DataError
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> str:
-    """Write `text` to `path` via a temp file in the same directory and os.replace."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    """Write `text` to `path` (local or gs://) whole or not at all; returns the path as a string."""
+    from ptm_jax import fs
+
+    fs.write_text_atomic(path, text)
+    return fs.to_str(path)
 
 
 def glue_submission_name(task: str, split: str = "test") -> str:
@@ -50,11 +39,13 @@ def glue_submission_name(task: str, split: str = "test") -> str:
 
 
 def write_glue_submission(out_dir: str | os.PathLike, task: str, predictions: Sequence | np.ndarray,
-                          split: str = "test", indices: Sequence[Any] | None = None) -> str:
+                          split: str = "test", indices: Sequence[Any] | None = None, suffix: str = "") -> str:
     """Write one GLUE test-set submission file; `predictions` are class ids ([N] or [N, C] logits)
-    or STS-B scores. `indices` default to 0..N-1 (the test files' index column)."""
+    or STS-B scores. `indices` default to 0..N-1 (the test files' index column). `suffix` goes before
+    '.tsv' (dev predictions in the submission format: 'SST-2.dev.tsv')."""
     spec = get_task(task)
     name = glue_submission_name(spec.name, split)
+    name = name[: -len(".tsv")] + suffix + ".tsv" if suffix else name
     pred = np.asarray(predictions)
     if spec.labels is not None and pred.ndim == 2:
         pred = pred.argmax(axis=-1)

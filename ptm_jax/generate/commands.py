@@ -44,11 +44,13 @@ def _prompts(args: argparse.Namespace) -> list[tuple[str, str]]:
     """(where, text) for each prompt: '--prompt N' or 'FILE:LINE'."""
     out = [(f"--prompt {i + 1}", p) for i, p in enumerate(args.prompt or [])]
     if args.prompts_file:
-        f = Path(args.prompts_file)
+        from ptm_jax import fs
+
+        f = fs.path(args.prompts_file)
         if not f.is_file():
             raise DataError(f"{f}: prompts file not found; pass a UTF-8 text file with one prompt per line")
         try:
-            lines = f.read_text(encoding="utf-8").splitlines()
+            lines = fs.read_bytes(f).decode("utf-8").splitlines()
         except UnicodeDecodeError as e:
             raise DataError(f"{f}: not UTF-8 ({e.reason} at byte {e.start}); save the prompts as UTF-8") from None
         out += [(f"{f}:{n}", line) for n, line in enumerate(lines, 1)]
@@ -64,7 +66,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from ptm_jax.export.params import load_params
     from ptm_jax.generate.decode import generate
 
-    if not Path(args.model).exists():
+    from ptm_jax import fs
+
+    if not fs.exists(args.model):
         raise ConfigError(f"{args.model}: model not found; pass a GPT params directory, run directory or Hugging "
                           "Face GPT-2 folder")
     if args.batch_size < 1:

@@ -6,7 +6,6 @@ with the task's GLUE metrics.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
 import jax
@@ -114,10 +113,6 @@ class SequenceClassificationObjective(ArrayTaskData):
             rows = ["index\tprediction\tlabel"] + [f"{i}\t{self.spec.labels[p]}\t{self.spec.labels[y]}"
                                                      for i, p, y in zip(indices, preds, self.dev_labels)]
             return [atomic_write_text(f"{out_dir}/embedded-{split}.tsv", "\n".join(rows) + "\n")]
-        path = write_glue_submission(out_dir, self.spec.name, preds, split="test", indices=indices)
-        if split != "test":
-            dev_path = path.replace(".tsv", f".{split}.tsv")
-            Path(path).replace(dev_path)
-            path = dev_path
-        return [path]
+        return [write_glue_submission(out_dir, self.spec.name, preds, split="test", indices=indices,
+                                      suffix="" if split == "test" else f".{split}")]
 

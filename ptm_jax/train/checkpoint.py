@@ -5,6 +5,10 @@ gathered to one host) and ``meta`` (JSON: the data cursor, i.e. the next global 
 config). Saves are asynchronous; orbax writes into a temporary directory and renames it on completion, so a
 crash never leaves a step that ``latest_step`` would pick. Restores go into abstract targets that carry the
 *current* shardings, so a checkpoint written on one mesh or process count loads on another.
+
+The directory may be ``gs://``: orbax gets the bucket path itself (an ``epath.Path`` from ptm_jax/fs.py; a
+``pathlib.Path`` would turn ``gs://b/x`` into the local folder ``gs:/b/x``). There orbax has no atomic rename
+and commits a step by writing ``commit_success.txt`` into it last; steps without it are not listed.
 """
 from __future__ import annotations
 
@@ -15,12 +19,13 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
+from ptm_jax import fs
 from ptm_jax.errors import CheckpointError
 
 
 class Checkpointer:
     def __init__(self, directory: str | Path, keep: int = 3, async_save: bool = True):
-        self.directory = Path(directory).absolute()
+        self.directory = fs.absolute(directory)
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
         self._mngr = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
 

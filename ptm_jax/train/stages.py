@@ -2,20 +2,21 @@
 
 ``ptm run`` calls the stages in order in one process; ``ptm pretrain`` / ``ptm data`` call one each. Every
 stage writes under ``output_dir`` and is resumable: the tokenizer and cache are reused, and the training
-stages resume from their latest checkpoint.
+stages resume from their latest checkpoint. ``output_dir`` may be local or ``gs://``: every path goes through
+ptm_jax/fs.py, and each JSON file is written whole (never half a file).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import logging
-from pathlib import Path
 from typing import Any, Callable
 
 import jax
 import numpy as np
 
 from ptm_jax import config as config_lib
+from ptm_jax import fs
 from ptm_jax.config import RunConfig
 from ptm_jax.data.cache import TokenCache, build_or_load_cache
 from ptm_jax.data.corpus import prepare_tfds, sample_sentences
@@ -44,15 +45,14 @@ def _sentences(cfg: RunConfig) -> Callable[[], Any]:
 
 def prepare_corpus(cfg: RunConfig) -> Corpus:
     """Tokenizer (loaded, or trained on the corpus once) and the tokenized cache, split by documents."""
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = fs.makedirs(cfg.output_dir)
     prepare_tfds(cfg.data, jax.process_index(), barrier)
     tok = load_tokenizer(cfg.tokenizer, _sentences(cfg), out, corpus_key=cfg.data.corpus,
                          process_index=jax.process_index(), barrier=barrier)
     if tok.vocab_size > cfg.model.vocab_size:
         raise ConfigError(f"the tokenizer has {tok.vocab_size} ids but model.vocab_size={cfg.model.vocab_size}; "
                           f"set model.vocab_size={tok.vocab_size} (or larger)")
-    cache_dir = Path(cfg.data.cache_dir) if cfg.data.cache_dir else out / "cache"
+    cache_dir = fs.path(cfg.data.cache_dir) if cfg.data.cache_dir else out / "cache"
     cache = build_or_load_cache(cfg.data, tok, cache_dir, jax.process_index(), jax.process_count(), barrier)
     n_eval = min(cfg.data.eval_documents, cache.num_docs // 2)
     need = 2 if cfg.objective in ("mlm_nsp", "plm") else 1  # sentence pairs draw B from another document
@@ -68,10 +68,9 @@ def prepare_corpus(cfg: RunConfig) -> Corpus:
 
 
 def write_config(cfg: RunConfig) -> None:
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     if jax.process_index() == 0:
-        (out / "config.json").write_text(json.dumps(config_lib.to_dict(cfg), indent=2))
+        fs.write_text_atomic(fs.makedirs(cfg.output_dir) / "config.json",
+                             json.dumps(config_lib.to_dict(cfg), indent=2))
 
 
 def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | None = None) -> dict[str, Any]:
@@ -83,7 +82,7 @@ def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | 
     corpus = corpus or prepare_corpus(cfg)
     objective = build_objective(cfg, corpus)
     mesh = make_mesh(cfg.mesh)
-    result = fit(objective, cfg.train, mesh, Path(cfg.output_dir) / "pretrain", stop_after=stop_after,
+    result = fit(objective, cfg.train, mesh, fs.path(cfg.output_dir) / "pretrain", stop_after=stop_after,
                  meta={"config": config_lib.to_dict(cfg)})
     summary: dict[str, Any] = {"stage": "pretrain", "step": result.step, "preempted": result.preempted,
                                "train": result.train_metrics, "eval": objective.summarize(result.eval_metrics),
@@ -92,7 +91,7 @@ def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | 
     if hasattr(objective, "baseline") and not result.preempted:
         summary["baseline"] = objective.baseline(cfg.train.batch_size)
     if jax.process_index() == 0:
-        (Path(cfg.output_dir) / "pretrain" / "summary.json").write_text(json.dumps(summary, indent=2))
+        fs.write_text_atomic(fs.path(cfg.output_dir) / "pretrain" / "summary.json", json.dumps(summary, indent=2))
     return summary
 
 
@@ -104,5 +103,5 @@ def run(cfg: RunConfig) -> dict[str, Any]:
 
         summary["finetune"] = finetune(cfg)
     if jax.process_index() == 0:
-        (Path(cfg.output_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
+        fs.write_text_atomic(fs.path(cfg.output_dir) / "summary.json", json.dumps(summary, indent=2))
     return summary
