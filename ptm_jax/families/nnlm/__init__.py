@@ -1,0 +1,36 @@
+"""Bengio et al. 2003's neural probabilistic language model as one family package (issue 15, item 7).
+
+``config.py`` the ``[model]`` section, ``model.py`` the Flax module, ``data.py`` the tf.data rows,
+``objective.py`` the loss and streams, ``hooks.py`` parameter groups, FLOPs and the bench batch. Its tokenizer
+is the word vocabulary with counts (``ptm_jax/data/word_vocab.py``). Importing this package registers it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ptm_jax.families.nnlm import hooks
+from ptm_jax.families.nnlm.config import NnlmConfig
+from ptm_jax.families.registry import Family, register
+
+
+def build_nnlm(cfg: Any, corpus: Any):
+    """The registry's objective builder: ``corpus`` holds the word tokenizer and the train/eval sources."""
+    from ptm_jax.families.nnlm.objective import NnlmObjective
+
+    tok = corpus.tokenizer
+    return NnlmObjective(cfg, corpus.train, corpus.eval, eos_id=tok.eos_id, pad_id=tok.pad_id)
+
+
+FAMILY = register(Family(
+    name="nnlm",
+    model_config=NnlmConfig,
+    objectives={"nnlm": build_nnlm},
+    trunk=hooks.TRUNK,
+    heads=("language_model",),
+    infer_head=hooks.infer_head,
+    param_groups=hooks.param_groups,
+    layer_of=hooks.layer_of,
+    flops=hooks.step_flops,
+    synthetic_batch=hooks.synthetic_batch,
+    capabilities=frozenset({"perplexity"}),
+))
