@@ -57,3 +57,23 @@ def test_trained_vocabularies_have_the_asked_size(two_runs):
     assert len((run / "wordpiece/vocab.txt").read_text("utf-8").splitlines()) == 2000
     assert len((run / "unigram/spm.vocab").read_text("utf-8").splitlines()) == 1500
     assert b".spm-tmp" not in (run / "unigram/spm.model").read_bytes()  # no per-run path inside the model
+
+
+def test_wordpiece_vocabulary_is_hugging_faces_trainer_up_to_its_tie_breaks(shared_data, two_runs):
+    """The same algorithm as tokenizers' WordPieceTrainer: on the same book the vocabularies share >= 99% of their
+    tokens (HF's own runs differ from each other in the tied merges: 'gryphon' here)."""
+    from tokenizers import Tokenizer as HFTokenizer, models, trainers
+
+    from ptm_jax.data.tokenizers import SPECIALS, bert_normalizer, bert_pre_tokenizer
+
+    lines = (shared_data / "corpus" / "gutenberg" / "11-0.txt").read_text(encoding="utf-8-sig").splitlines()
+    hf = HFTokenizer(models.WordPiece(unk_token="[UNK]"))
+    hf.normalizer, hf.pre_tokenizer = bert_normalizer(True), bert_pre_tokenizer()
+    hf.train_from_iterator([t for t in lines if t.strip()], trainer=trainers.WordPieceTrainer(
+        vocab_size=2000, min_frequency=2, special_tokens=list(SPECIALS), limit_alphabet=1000,
+        continuing_subword_prefix="##", show_progress=False))
+    theirs = set(hf.get_vocab())
+    ours = (two_runs[0] / "wordpiece/vocab.txt").read_text("utf-8").splitlines()
+    assert len(theirs) == len(ours) == 2000
+    assert len(theirs & set(ours)) >= 0.99 * 2000
+    assert ours[:5] == list(SPECIALS)
