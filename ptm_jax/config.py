@@ -126,7 +126,8 @@ class ParamGroupConfig:
     frozen: bool = False
     """No update and no optimizer state for these parameters."""
     start_step: int = 0
-    """The lr multiplier is 0 before this step (gradual unfreezing, ULMFiT Sec. 3.3)."""
+    """The lr multiplier is 0 before this step (gradual unfreezing, ULMFiT Sec. 3.3); the optimizer's moments
+    still follow the gradients until then, only the update is zero."""
 
 
 OPTIMIZERS = Literal["adamw", "adam", "sgd", "adagrad"]
