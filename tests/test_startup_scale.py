@@ -119,3 +119,60 @@ def test_tokenizer_and_cache_on_gs_are_built_once_and_read_through_local_copies(
         assert len([c for c in copies if c.name.startswith("chunk-")]) == 4
     finally:
         emu.stop()
+
+
+_TFDS_CHILD = '''
+import json, sys
+import tensorflow_datasets as tfds
+from ptm_jax.config import DataConfig
+from ptm_jax.data.byte_bpe import train_byte_bpe
+from ptm_jax.data.cache import build_chunks, build_or_load_cache
+from ptm_jax.data.corpus import iter_documents, prepare_tfds, sample_sentences
+
+
+class PtmTinyCorpus(tfds.core.GeneratorBasedBuilder):
+    """130 records generated in memory: a real TFDS dataset, prepared locally, nothing downloaded."""
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self):
+        return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({"text": tfds.features.Text()}))
+
+    def _split_generators(self, dl_manager):
+        return {"train": self._generate_examples()}
+
+    def _generate_examples(self):
+        for i in range(130):
+            yield i, {"text": f"Record {i} opens here. It says {i * 7} twice.\\n\\nA new paragraph of record {i}."}
+
+
+cfg = DataConfig(corpus="tfds:ptm_tiny_corpus")
+calls = []
+prepare_tfds(cfg, 0, lambda *a, **k: calls.append(a[0]))
+docs = list(iter_documents(cfg))
+tok = train_byte_bpe((s for d in docs for s in d), 300, sys.argv[1] + "/tok")
+for p in (0, 1):
+    build_chunks(cfg, tok, sys.argv[1] + "/cache", p, 2)
+two = build_or_load_cache(cfg, tok, sys.argv[1] + "/cache", 0, 2)
+one = build_or_load_cache(cfg, tok, sys.argv[1] + "/cache", 0, 1)
+print("RESULT", json.dumps({
+    "barriers": calls, "docs": [len(d) for d in docs], "sample": list(sample_sentences(cfg, 200)),
+    "chunks": len(two.meta["shards"]), "built_by": sorted({s["built_by_process"] for s in two.meta["shards"]}),
+    "two": [tok.decode(two.doc_tokens(d).tolist()) for d in range(two.num_docs)],
+    "one": [tok.decode(one.doc_tokens(d).tolist()) for d in range(one.num_docs)]}))
+'''
+
+
+def test_tfds_corpus_prepared_by_process_0_and_cut_into_host_independent_chunks(tmp_path):
+    """A local TFDS dataset (generated in memory, no hub): prepare_tfds prepares it on process 0 before the
+    barrier; reading never downloads; 64 sub-split chunks give the same documents to 1 and 2 processes."""
+    script = tmp_path / "tfds_child.py"
+    script.write_text(_TFDS_CHILD)
+    env = {**_env(tmp_path), "TFDS_DATA_DIR": str(tmp_path / "tfds"), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    r = json.loads(done.stdout.split("RESULT ", 1)[1])
+    assert r["barriers"] == ["tfds_prepare"] and (tmp_path / "tfds/ptm_tiny_corpus/1.0.0").is_dir()
+    assert r["docs"] == [3] * 130 and r["chunks"] == 64 and r["built_by"] == [0, 1]
+    assert r["two"] == r["one"] and len(r["two"]) == 130
+    assert 200 <= sum(len(s) for s in r["sample"]) < 300  # records in order until the 200-byte budget
