@@ -198,6 +198,10 @@ class MeshConfig:
     data: int = -1
     fsdp: int = 1
     tensor: int = 1
+    device_order: str = "default"
+    """'default': JAX's device order (jax.make_mesh). 'interleaved': consecutive mesh positions alternate
+    between processes (process 0's device 0, process 1's device 0, ...), so no process holds a contiguous
+    block of the batch, as on TPU pods; for testing that nothing assumes host-ordered meshes."""
 
 
 @dataclass

@@ -10,13 +10,14 @@ last batch is padded with empty rows, so a whole file compiles at most ``len(BUC
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ptm_jax import fs
 from ptm_jax.config import ModelConfig, to_dict
 from ptm_jax.data.tasks.features import encode_inputs
 from ptm_jax.errors import ConfigError, DataError
@@ -34,10 +35,10 @@ def read_lines(source: str) -> list[str]:
     if source == "-":
         data, name = sys.stdin.buffer.read(), "<stdin>"
     else:
-        p = Path(source)
+        p = fs.path(source)
         if not p.is_file():
             raise DataError(f"{p}: input file not found; pass a text file with one example per line, or '-'")
-        data, name = p.read_bytes(), str(p)
+        data, name = fs.read_bytes(p), str(p)
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -179,6 +180,22 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    """In a multi-process run every process reads the source; a params directory is written by all of them
+    together (orbax), an HF folder or .npz file (plain files) by process 0 alone while the others wait."""
+    import jax
+
+    from ptm_jax.parallel.distributed import barrier, initialize
+
+    initialize(args.coordinator, args.num_processes, args.process_id)
+    if args.format in ("hf", "npz") and jax.process_count() > 1:
+        try:
+            return _export(args) if jax.process_index() == 0 else 0
+        finally:  # also after an error on process 0: the others must not wait for it until the timeout
+            barrier("ptm_export")
+    return _export(args)
+
+
+def _export(args: argparse.Namespace) -> int:
     from ptm_jax.export import params as params_lib
 
     if args.format == "hf":
@@ -189,7 +206,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             from ptm_jax.export.hf_xlnet import export_hf_xlnet as export_hf
         else:
             from ptm_jax.export.hf_bert import export_hf
-        report = export_hf(args.src, args.out, overwrite=args.force)
+        report = _export_hf_to(export_hf, args.src, args.out, args.force)
         print(f"exported {args.src} -> {args.out} ({report['architecture']}, {report['tensors']} tensors"
               + (f"; left out {', '.join(report['left_out'])}" if report["left_out"] else "") + ")")
         return 0
@@ -204,19 +221,43 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_hf_to(export_hf: Callable, src: str, out: str, force: bool) -> dict[str, Any]:
+    """An HF folder at ``out``. On gs:// (no directory rename there) it is built in ``fs.scratch_dir()`` and
+    uploaded, the ``COMPLETE`` marker last; the old folder's marker goes first, so a reader never takes a
+    half-replaced folder for a finished one."""
+    if not fs.is_remote(out):
+        return export_hf(src, out, overwrite=force)
+    import hashlib
+    import shutil
+
+    if fs.exists(out) and any(fs.path(out).iterdir()) and not force:
+        raise ConfigError(f"{out} already exists and is not empty; choose another output path or pass --force")
+    local = fs.scratch_dir() / f"export-{hashlib.sha256(out.encode()).hexdigest()[:16]}"
+    shutil.rmtree(local, ignore_errors=True)
+    try:
+        report = export_hf(src, local, overwrite=True)
+        fs.rmtree(fs.path(out) / fs.MARKER)
+        fs.rmtree(out)
+        fs.upload_tree(local, out)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+    return {**report, "out": out}
+
+
 def _write_embeddings(vectors: np.ndarray, texts: list[str], out: str | None) -> None:
     if out and out.endswith(".npy"):
-        np.save(out, vectors)
+        buf = io.BytesIO()
+        np.save(buf, vectors)
+        fs.write_bytes_atomic(out, buf.getvalue())
         return
     if out and not out.endswith(".jsonl"):
         raise ConfigError(f"--out {out}: use a .npy or .jsonl file name (or omit it for JSON lines on stdout)")
-    f = open(out, "w", encoding="utf-8") if out else sys.stdout
-    try:
-        for t, v in zip(texts, vectors):
-            f.write(json.dumps({"text": t, "embedding": [round(float(x), 7) for x in v]}) + "\n")
-    finally:
-        if out:
-            f.close()
+    lines = [json.dumps({"text": t, "embedding": [round(float(x), 7) for x in v]}) + "\n"
+             for t, v in zip(texts, vectors)]
+    if out:
+        fs.write_text_atomic(out, "".join(lines))
+    else:
+        sys.stdout.write("".join(lines))
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
@@ -263,10 +304,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write("".join(f"{label}\n" for label, _ in rows))
         return 0
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.write("\t".join(header) + "\n")
-        for i, (label, ps) in enumerate(rows):
-            f.write("\t".join([str(i), label] + ps) + "\n")
+    fs.write_text_atomic(args.out, "".join("\t".join(r) + "\n" for r in
+                                          [header] + [[str(i), label] + ps for i, (label, ps) in enumerate(rows)]))
     print(f"{len(rows)} predictions -> {args.out}", file=sys.stderr)
     return 0
 
@@ -296,6 +335,11 @@ def register(subparsers) -> None:
     p.add_argument("--format", choices=("hf", "params", "npz"), default="hf")
     p.add_argument("--out", required=True, help="output folder (hf, params) or .npz file")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    g = p.add_argument_group("multi-host (auto-detected on Cloud TPU pods and SLURM): every process runs the "
+                             "same export command")
+    g.add_argument("--coordinator", default=None, help="HOST:PORT of process 0")
+    g.add_argument("--num-processes", type=int, default=None)
+    g.add_argument("--process-id", type=int, default=None)
     p.set_defaults(handler=cmd_export)
 
     for name, text in (("embed", "sentence embeddings of each input line"),

@@ -14,6 +14,7 @@ heads sit beside it ('mlm', 'nsp', 'classifier', 'qa_outputs'). Apply a model wi
 """
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
+from ptm_jax import fs
 from ptm_jax.config import ModelConfig, from_dict, to_dict
 from ptm_jax.errors import CheckpointError, ConfigError
 
@@ -47,12 +49,24 @@ def plain_tree(params: Any) -> dict:
     params = nn.meta.unbox(params)
     if isinstance(params, dict) and set(params) == {"params"}:
         params = params["params"]
-    params = jax.tree.map(lambda x: np.asarray(jax.device_get(x)), params)
+    params = jax.tree.map(_on_host, params)
     if not isinstance(params, dict) or not any(t in params for t in TRUNKS):
         raise CheckpointError("a parameter tree must have its trunk under 'bert', 'gpt' or 'xlnet' (e.g. "
                               "params['bert']['encoder'] ...); got top-level keys "
                               f"{sorted(params) if isinstance(params, dict) else params}")
     return _to_dict(params)
+
+
+def _on_host(x: Any) -> np.ndarray:
+    """The whole value of a leaf as numpy. An array spread over several processes is gathered (a collective:
+    every process must call this for it); a replicated one is read from this process's copy."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        if x.is_fully_replicated:
+            return np.asarray(x.addressable_data(0))
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(jax.device_get(x))
 
 
 TRUNKS = {"bert": "encoder", "gpt": "decoder", "xlnet": "encoder"}
@@ -149,28 +163,63 @@ def infer_head(params: dict, hint: str | None = None) -> str:
 
 # ----------------------------------------------------------------------------------------------------
 # Atomic directory writes
+#
+# Multi-process runs: a folder that orbax writes (save_params) is staged and committed by every process
+# (``shared=True``, in the same order on all; orbax's save synchronises them and only process 0 writes numpy
+# leaves). The staging folder's name is the same on every process; process 0 alone creates, renames and
+# removes folders, and a barrier (ptm_jax.parallel.distributed) after each step keeps the others from going
+# on before it is done. Folders of plain files (Hugging Face exports) are written by one process alone.
 
 
-def staging_dir(out: Path, overwrite: bool) -> Path:
-    out = Path(out)
+def _barrier(name: str) -> None:
+    from ptm_jax.parallel.distributed import barrier
+
+    barrier(name)
+
+
+def staging_dir(out: Path, overwrite: bool, shared: bool = False) -> Path:
+    """``.<name>.partial`` beside ``out``, empty. ``shared``: every process calls this and gets the same
+    path; process 0 makes it."""
+    out = fs.path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise ConfigError(f"{out} already exists and is not empty; choose another output path or remove it")
-    stage = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir(parents=True)
+    if fs.is_remote(out):  # no directory rename on an object store: write in place, the marker commits it
+        if not shared or jax.process_index() == 0:
+            fs.rmtree(out / fs.MARKER)  # readers treat ``out`` as absent from here on
+            fs.rmtree(out)
+        if shared:
+            _barrier("ptm_params_stage")
+        return out
+    stage = out.parent / f".{out.name}.partial"
+    if not shared or jax.process_index() == 0:
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir(parents=True)
+    if shared:
+        _barrier("ptm_params_stage")
     return stage
 
 
-def commit_dir(stage: Path, out: Path) -> None:
-    """Renames the finished staging folder into place (the old ``out``, if any, is removed first)."""
-    out = Path(out)
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
-        os.replace(stage, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(stage, out)
+def commit_dir(stage: Path, out: Path, shared: bool = False) -> None:
+    """Renames the finished staging folder into place (the old ``out``, if any, is removed first).
+    ``shared``: every process calls this after its last write; process 0 renames once all have arrived, and
+    all return after it has."""
+    out = fs.path(out)
+    if shared:
+        _barrier("ptm_params_written")
+    if fs.is_remote(out):
+        if not shared or jax.process_index() == 0:
+            fs.mark_complete(out)
+    elif not shared or jax.process_index() == 0:
+        if out.exists():
+            old = out.parent / f".{out.name}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out, old)
+            os.replace(stage, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(stage, out)
+    if shared:
+        _barrier("ptm_params_committed")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -180,15 +229,16 @@ def commit_dir(stage: Path, out: Path) -> None:
 def save_params(directory: str | Path, params: Any, model_cfg: ModelConfig, head: str,
                 extra: dict[str, Any] | None = None, tokenizer_files: Sequence[str | Path] = (), *,
                 overwrite: bool = False) -> Path:
-    """Writes a params directory; the tree is stored in the layout ``model_cfg.scan_layers`` names."""
+    """Writes a params directory; the tree is stored in the layout ``model_cfg.scan_layers`` names.
+    In a multi-process run every process calls it with the same arguments (see "Atomic directory writes")."""
     import orbax.checkpoint as ocp
 
     if head not in HEADS:
         raise ConfigError(f"head={head!r} is not one of {', '.join(HEADS)}")
-    out = Path(directory)
+    out = fs.path(directory)
     tree = to_layout(plain_tree(params), model_cfg.scan_layers)
     extra = dict(extra or {})
-    files = [Path(f) for f in tokenizer_files]
+    files = [fs.path(f) for f in tokenizer_files]
     for f in files:
         if not f.is_file():
             raise ConfigError(f"tokenizer file {f} does not exist")
@@ -197,17 +247,19 @@ def save_params(directory: str | Path, params: Any, model_cfg: ModelConfig, head
         extra["tokenizer"] = {"kind": kind, "lower_case": True, "files": [f.name for f in files]}
     elif files:
         extra["tokenizer"] = {**extra["tokenizer"], "files": [f.name for f in files]}
-    stage = staging_dir(out, overwrite)
+    stage = staging_dir(out, overwrite, shared=True)
     try:
         ckptr = ocp.PyTreeCheckpointer()
-        ckptr.save((stage / "params").absolute(), tree)
-        for f in files:
-            shutil.copyfile(f, stage / f.name)
-        meta = {"format": FORMAT, "version": VERSION, "head": head, "model": to_dict(model_cfg), **extra}
-        (stage / "ptm.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
-        commit_dir(stage, out)
+        ckptr.save(fs.absolute(stage / "params"), tree)  # every process: orbax synchronises them
+        if jax.process_index() == 0:  # files that one process writes
+            for f in files:
+                fs.write_bytes_atomic(stage / f.name, fs.read_bytes(f))
+            meta = {"format": FORMAT, "version": VERSION, "head": head, "model": to_dict(model_cfg), **extra}
+            (stage / "ptm.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        commit_dir(stage, out, shared=True)
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        if jax.process_index() == 0 and not fs.is_remote(stage):
+            shutil.rmtree(stage, ignore_errors=True)
         raise
     return out
 
@@ -230,9 +282,14 @@ def _restore_numpy(path: Path, subtree: str | None = None) -> Any:
 
 
 def _restore(ocp: Any, path: Path, subtree: str | None) -> Any:
-    ckptr = ocp.PyTreeCheckpointer()
+    # numpy leaves are read by each process on its own: no barrier with the others, so a load works on any
+    # subset of processes (``ptm export --format hf`` on process 0 of a multi-process run)
+    me = jax.process_index()
+    local = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
+    ckptr = ocp.Checkpointer(ocp.PyTreeCheckpointHandler(multiprocessing_options=local),
+                             multiprocessing_options=local)
     try:
-        tree = ckptr.metadata(path.absolute()).item_metadata
+        tree = ckptr.metadata(fs.absolute(path)).item_metadata
     except (FileNotFoundError, ValueError, OSError) as e:
         raise CheckpointError(f"{path}: not a readable orbax checkpoint ({e})") from None
     if subtree is not None:
@@ -241,7 +298,7 @@ def _restore(ocp: Any, path: Path, subtree: str | None) -> Any:
         tree = {subtree: tree[subtree]}
     restore_args = jax.tree.map(lambda m: ocp.RestoreArgs(restore_type=np.ndarray), _to_dict(tree))
     item = jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), _to_dict(tree))
-    out = ckptr.restore(path.absolute(), args=ocp.args.PyTreeRestore(
+    out = ckptr.restore(fs.absolute(path), args=ocp.args.PyTreeRestore(
         item=item, restore_args=restore_args, partial_restore=subtree is not None))
     out = _to_dict(out)
     return out[subtree] if subtree is not None else out
@@ -276,7 +333,8 @@ def _run_tokenizer(out_dir: Path, run_cfg: dict[str, Any]) -> tuple[dict[str, An
             return {**info, "files": [f.name] + (["merges.txt"] if kind == "byte_bpe" else [])}, f.parent
     names = {"wordpiece": ["vocab.txt"], "byte_bpe": ["vocab.json", "merges.txt"]}.get(kind, ["spm.model"])
     if (out_dir / "tokenizer" / names[0]).is_file():
-        return {**info, "files": names}, out_dir / "tokenizer"
+        tok_dir = out_dir / "tokenizer"
+        return {**info, "files": names}, fs.local_copy(tok_dir) if fs.is_remote(tok_dir) else tok_dir
     log.warning("%s: the run's tokenizer (%s) was not found", out_dir, tc.get("vocab_file") or out_dir / "tokenizer")
     return info, None
 
@@ -321,11 +379,14 @@ def load_params(path: str | Path) -> tuple[dict, ModelConfig, dict[str, Any], Pa
     run (output dir, stage dir or checkpoints dir), a Hugging Face BERT folder or a params .npz (no tokenizer). ``info`` has at least
     'head' and 'tokenizer' ({'kind', 'lower_case', 'files'}); classifiers add 'num_labels' (and
     'label_names' when known). The tree's layout matches ``model_cfg.scan_layers``."""
-    p = Path(path)
+    p = fs.path(path) if fs.is_remote(path) else Path(path)
     if not p.exists():
         raise CheckpointError(f"{p}: does not exist; pass a params directory, a run directory or a Hugging "
                               "Face model folder")
     if (p / "ptm.json").is_file():
+        if fs.is_remote(p) and not fs.is_complete(p):
+            raise CheckpointError(f"{p}: has no {fs.MARKER} marker: it was not completely written (the writer "
+                                  "stopped mid-way); write it again")
         try:
             meta = json.loads((p / "ptm.json").read_text())
         except ValueError as e:
@@ -337,6 +398,9 @@ def load_params(path: str | Path) -> tuple[dict, ModelConfig, dict[str, Any], Pa
         except ConfigError as e:
             raise CheckpointError(f"{p / 'ptm.json'}: {e}") from None
         params = to_layout(plain_tree(_restore_numpy(p / "params")), cfg.scan_layers)
+        files = list((meta.get("tokenizer") or {}).get("files") or [])
+        if fs.is_remote(p):  # tokenizers read local files: a local copy of those files alone (no weights)
+            return params, cfg, meta, fs.local_copy(p, only=files) if files else None
         return params, cfg, meta, p
     if p.is_file() and p.suffix == ".npz":
         params, cfg, meta = load_npz(p)
@@ -345,6 +409,8 @@ def load_params(path: str | Path) -> tuple[dict, ModelConfig, dict[str, Any], Pa
     if ckpt is not None:
         return _load_run(ckpt)
     if (p / "config.json").is_file() or (p / "modules.json").is_file():
+        if fs.is_remote(p):  # the HF readers (safetensors, tokenizers) read local files
+            p = fs.local_copy(p)
         kind = hf_model_type(p)
         if kind == "gpt2":
             from ptm_jax.export.hf_gpt2 import import_hf_gpt2
@@ -395,18 +461,17 @@ def load_tokenizer(info: dict[str, Any], tokenizer_dir: Path | None):
 def save_npz(path: str | Path, params: Any, model_cfg: ModelConfig, head: str,
              extra: dict[str, Any] | None = None) -> Path:
     """Params only, as one .npz of flat 'a/b/c' -> array, plus the ptm.json text under the key 'ptm.json'."""
-    out = Path(path)
+    out = fs.path(path)
     flat = flatten(to_layout(plain_tree(params), model_cfg.scan_layers))
     meta = {"format": FORMAT, "version": VERSION, "head": head, "model": to_dict(model_cfg), **(extra or {})}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}.npz")
-    np.savez(tmp, **flat, **{"ptm.json": np.array(json.dumps(meta, default=str))})
-    os.replace(tmp, out)
+    buf = io.BytesIO()
+    np.savez(buf, **flat, **{"ptm.json": np.array(json.dumps(meta, default=str))})
+    fs.write_bytes_atomic(out, buf.getvalue())
     return out
 
 
 def load_npz(path: str | Path) -> tuple[dict, ModelConfig, dict[str, Any]]:
-    with np.load(Path(path), allow_pickle=False) as z:
+    with np.load(io.BytesIO(fs.read_bytes(path)), allow_pickle=False) as z:
         meta = json.loads(str(z["ptm.json"]))
         flat = {k: z[k] for k in z.files if k != "ptm.json"}
     cfg = from_dict(ModelConfig, meta.pop("model"), prefix="model.")

@@ -40,11 +40,14 @@ class Objective(Protocol):
 
     def train_batches(self, start_example: int, global_batch: int, process_index: int,
                       process_count: int) -> Iterator[dict[str, np.ndarray]]:
-        """This process's rows of successive global batches, starting at global example ``start_example``."""
+        """Share ``process_index`` of ``process_count`` equal blocks of successive global batches (rows
+        [i*B/n, (i+1)*B/n) of each), starting at global example ``start_example``; the same examples whatever
+        ``process_count``. The loop asks for the blocks a process's devices hold (``parallel/feed.py``
+        ``local_batches``): on a host-ordered mesh block ``process_index`` of ``jax.process_count()``."""
 
     def eval_batches(self, global_batch: int, process_index: int, process_count: int
                      ) -> Iterator[dict[str, np.ndarray]]:
-        """Held-out batches (finite)."""
+        """Held-out batches (finite), shared out as ``train_batches`` are."""
 
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
         """Derived figures for the final report (e.g. perplexity, majority baseline)."""

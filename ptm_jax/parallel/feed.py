@@ -2,12 +2,22 @@
 
 Each process passes only its own rows; ``jax.make_array_from_process_local_data`` assembles the global
 array without gathering anything to one host.
+
+Which rows a process owns comes from the batch sharding itself (``process_rows``: the rows its devices hold,
+from ``Sharding.devices_indices_map``), never from the process index. On GPU clusters these are one
+contiguous block (process p: rows [p*B/P, (p+1)*B/P)); on TPU meshes they are not (by JAX's device order,
+process 0 of a v5e-256 holds rows [0, 1, 16, 17] of a 512-row batch). ``make_array_from_process_local_data``
+places a process's local rows on its shards in ascending global order (jax/_src/array.py, ``local_slice``),
+so ``local_batches`` builds exactly those rows, in that order, from the objectives' streams: global row r of
+every batch holds global example r, whatever the mesh, and ``gather_rows`` (``process_allgather``: a
+reshard to replicated, rows in global order) returns the rows in example order.
 """
 from __future__ import annotations
 
+import math
 import queue
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
@@ -16,14 +26,59 @@ from jax.sharding import Mesh
 from ptm_jax.parallel.rules import batch_sharding
 
 
-def to_global(batch: dict[str, np.ndarray], mesh: Mesh, keys: list[str] | None = None) -> dict[str, jax.Array]:
+def process_rows(mesh: Mesh, global_rows: int, process_index: int | None = None) -> np.ndarray:
+    """Global batch rows that ``process_index``'s devices hold (default: this process), ascending: the order
+    in which ``jax.make_array_from_process_local_data`` fills them from a process's local rows. Rows held by
+    several devices (replicated over ``tensor``) count once."""
+    me = jax.process_index() if process_index is None else process_index
+    rows: set[int] = set()
+    for device, index in batch_sharding(mesh, 1).devices_indices_map((global_rows,)).items():
+        if device.process_index == me:
+            rows.update(range(*index[0].indices(global_rows)))
+    return np.array(sorted(rows), np.int64)
+
+
+def row_shares(rows: np.ndarray, global_rows: int) -> tuple[int, list[int]]:
+    """``rows`` as equal aligned blocks of a global batch: ``(count, indices)`` such that blocks ``indices`` of
+    ``count`` equal blocks, concatenated, are exactly ``rows``. A host-ordered mesh gives one block:
+    ``(process_count, [process_index])``, the objectives' usual share."""
+    rows = np.asarray(rows, np.int64)
+    if rows.size == 0:
+        raise ValueError("this process holds no rows of the batch")
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    starts = np.concatenate([[0], breaks])
+    lengths = np.diff(np.concatenate([starts, [rows.size]]))
+    size = math.gcd(global_rows, *map(int, rows[starts]), *map(int, lengths))
+    indices = [int(r) // size for r in rows[::size]]
+    assert np.array_equal(np.concatenate([np.arange(i * size, (i + 1) * size) for i in indices]), rows)
+    return global_rows // size, indices
+
+
+def local_batches(open_share: Callable[[int, int], Iterator[dict[str, np.ndarray]]], mesh: Mesh,
+                 global_rows: int) -> Iterator[dict[str, np.ndarray]]:
+    """This process's rows of successive global batches, in the order ``to_global`` places them.
+    ``open_share(index, count)``: the objective's stream of share ``index`` of ``count`` (its
+    ``train_batches``/``eval_batches`` with that process index and count). One share (host-ordered meshes)
+    is the objective's stream itself; several are read in step and concatenated."""
+    count, indices = row_shares(process_rows(mesh, global_rows), global_rows)
+    if len(indices) == 1:
+        yield from open_share(indices[0], count)
+        return
+    for parts in zip(*[open_share(i, count) for i in indices]):
+        yield {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def to_global(batch: dict[str, np.ndarray], mesh: Mesh, keys: list[str] | None = None,
+              global_rows: int | None = None) -> dict[str, jax.Array]:
+    """This process's rows (``local_batches``) -> global arrays of ``global_rows`` rows (default: local rows x
+    process count, right when no two processes hold the same rows)."""
     keys = keys or list(batch)
     out = {}
     for k in keys:
         local = np.asarray(batch[k])
         sharding = batch_sharding(mesh, local.ndim)
-        global_shape = (local.shape[0] * jax.process_count(),) + local.shape[1:]
-        out[k] = jax.make_array_from_process_local_data(sharding, local, global_shape)
+        rows = global_rows if global_rows is not None else local.shape[0] * jax.process_count()
+        out[k] = jax.make_array_from_process_local_data(sharding, local, (rows,) + local.shape[1:])
     return out
 
 
@@ -56,18 +111,19 @@ class Prefetcher:
 
     _END = object()
 
-    def __init__(self, batches: Iterator[dict[str, np.ndarray]], mesh: Mesh, keys: list[str], depth: int = 2):
+    def __init__(self, batches: Iterator[dict[str, np.ndarray]], mesh: Mesh, keys: list[str], depth: int = 2,
+                 global_rows: int | None = None):
         self._stop = threading.Event()
         self._inline = None
         if depth <= 0:
-            self._inline = ((b, to_global(b, mesh, keys)) for b in batches)
+            self._inline = ((b, to_global(b, mesh, keys, global_rows)) for b in batches)
             return
         self._q: queue.Queue = queue.Queue(maxsize=depth)
 
         def work():
             try:
                 for b in batches:
-                    item = (b, to_global(b, mesh, keys))
+                    item = (b, to_global(b, mesh, keys, global_rows))
                     while not self._stop.is_set():
                         try:
                             self._q.put(item, timeout=0.1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import jax
+import numpy as np
 from jax.sharding import AxisType, Mesh
 
 from ptm_jax.config import MeshConfig
@@ -42,9 +43,24 @@ def check_tensor_within_host(tensor: int, devices: list) -> None:
                           f"{local} (e.g. {local}) and put the rest on mesh.fsdp or mesh.data")
 
 
+def interleave_processes(devices: list) -> list:
+    """Devices round-robin over processes (p0's first, p1's first, ..., p0's second, ...): mesh.device_order
+    'interleaved', a mesh on which each process's batch rows are not contiguous, as on TPU pods."""
+    by_process: dict[int, list] = {}
+    for d in devices:
+        by_process.setdefault(d.process_index, []).append(d)
+    groups = [by_process[p] for p in sorted(by_process)]
+    return [g[i] for i in range(max(map(len, groups))) for g in groups if i < len(g)]
+
+
 def make_mesh(cfg: MeshConfig, devices: list | None = None) -> Mesh:
     devices = list(devices if devices is not None else jax.devices())
     shape = mesh_shape(cfg, len(devices))
     check_tensor_within_host(shape[2], devices)
+    if cfg.device_order == "interleaved":
+        devices = interleave_processes(devices)
+        return Mesh(np.array(devices).reshape(shape), MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
+    if cfg.device_order != "default":
+        raise ConfigError(f"mesh.device_order={cfg.device_order!r}: expected 'default' or 'interleaved'")
     # Auto axes: GSPMD propagation from the in/out shardings and the logical constraints.
     return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=devices)

@@ -1,14 +1,21 @@
-"""`ptm eval`: score a finetuned model on a task split and write the prediction files (no training)."""
+"""`ptm eval`: score a finetuned model on a task split and write the prediction files (no training).
+
+The prediction folder holds the task's files (GLUE submission TSV, SQuAD JSON, ...), ``eval.json`` (metrics)
+and ``outputs.npz``: the model's raw outputs (logits, scores) at full precision, one row per evaluated row in
+the split's order (the last batch's padding rows at the end)."""
 from __future__ import annotations
 
+import io
 import json
-from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 
+from ptm_jax import fs
 from ptm_jax.config import RunConfig
 from ptm_jax.export.params import load_params, load_tokenizer
+from ptm_jax.parallel.distributed import barrier
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.finetune import build_task, finetune_train_config
 from ptm_jax.train.loop import compile_objective, evaluate
@@ -24,11 +31,17 @@ def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str |
     compiled = compile_objective(objective, tcfg, mesh)
     placed = jax.device_put({"params": params}, compiled.state_shardings.params)
     metrics, outputs = evaluate(objective, compiled, placed, mesh, tcfg.batch_size, return_outputs=True)
-    out = Path(out_dir or Path(model) / f"predictions-{split}")
-    out.mkdir(parents=True, exist_ok=True)
-    files = objective.write_predictions(outputs, out, split) if hasattr(objective, "write_predictions") else []
+    out = fs.path(out_dir or fs.path(model) / f"predictions-{split}")
+    files = []
+    if jax.process_index() == 0:  # every process holds all predictions (gathered); one writes them
+        fs.makedirs(out)
+        files = objective.write_predictions(outputs, out, split) if hasattr(objective, "write_predictions") else []
+        raw = io.BytesIO()
+        np.savez(raw, **outputs)
+        fs.write_bytes_atomic(out / "outputs.npz", raw.getvalue())
     result = {"task": cfg.finetune.task, "split": split, "description": description, "model": str(model),
               "metrics": metrics, "prediction_files": [str(f) for f in files]}
     if jax.process_index() == 0:
-        (out / "eval.json").write_text(json.dumps(result, indent=2))
+        fs.write_text_atomic(out / "eval.json", json.dumps(result, indent=2))
+    barrier("ptm_eval_written")  # the files exist when any process returns
     return result

@@ -11,14 +11,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
 from ptm_jax import config as config_lib
+from ptm_jax import fs
 from ptm_jax.config import RunConfig, TrainConfig
 from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import load_params, load_tokenizer, save_params
@@ -170,7 +169,7 @@ def _merge_encoder(pretrained: dict, trunk: str = "bert", keep_head: bool = Fals
 
 def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     f = cfg.finetune
-    init = f.init or str(Path(cfg.output_dir) / "pretrain")
+    init = f.init or fs.to_str(fs.path(cfg.output_dir) / "pretrain")
     pretrained, model_cfg, info, tok_dir = load_params(init)
     # architecture from the checkpoint; compute settings (dtype, attention, remat) from this run's config
     model_cfg = dataclasses.replace(model_cfg, dtype=cfg.model.dtype, attention_impl=cfg.model.attention_impl,
@@ -187,7 +186,7 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
         description += (f"; packed: {objective.num_examples} training examples in {objective.num_train} rows "
                         f"(batch_size counts rows)")
     tcfg = finetune_train_config(cfg, objective.num_train)
-    stage = Path(cfg.output_dir) / f"finetune-{f.task.lower()}"
+    stage = fs.path(cfg.output_dir) / f"finetune-{f.task.lower()}"
     mesh = make_mesh(cfg.mesh)
     # parameter groups: the model's own (BERT's decay mask), layer-wise lr decay, then finetune.param_groups
     param_groups = [*DEFAULT_RULES, *rules_from_config(f.param_groups, "finetune.param_groups")]
@@ -195,8 +194,9 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
         param_groups[1:1] = layerwise_decay_rules(f.layerwise_lr_decay, model_cfg.num_layers)
     best = {"step": -1, "value": -math.inf, "metrics": {}}
     best_file = stage / "best.json"
-    if best_file.exists():
-        best = json.loads(best_file.read_text())
+    if best_file.exists() and fs.exists(stage / "best" / "ptm.json") and (
+            not fs.is_remote(stage) or fs.is_complete(stage / "best")):  # best/ written in full
+        best = json.loads(fs.read_text(best_file))
     lower_is_better = objective.primary_metric.endswith("loss")
     tok_info = dict(info.get("tokenizer") or {})
     tok_files = [tok_dir / name for name in tok_info.get("files", [])] if tok_dir else []
@@ -205,16 +205,16 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
         value = metrics.get(objective.primary_metric, float("nan"))
         value = -value if lower_is_better else value
         if math.isfinite(value) and value > best["value"]:
+            # every process: the metrics are the same on all (computed from gathered predictions), and
+            # orbax's save inside save_params synchronises all processes
             best.update(step=step, value=value, metrics=metrics)
+            save_params(stage / "best", state.params, model_cfg, objective.head, overwrite=True,
+                        extra={"task": f.task, "step": step, "metrics": metrics, "tokenizer": tok_info,
+                               "label_names": getattr(getattr(objective, "spec", None), "labels", None),
+                               "num_labels": getattr(objective, "num_labels", None)},
+                        tokenizer_files=tok_files)
             if jax.process_index() == 0:
-                save_params(stage / "best", state.params, model_cfg, objective.head, overwrite=True,
-                            extra={"task": f.task, "step": step, "metrics": metrics, "tokenizer": tok_info,
-                                   "label_names": getattr(getattr(objective, "spec", None), "labels", None),
-                                   "num_labels": getattr(objective, "num_labels", None)},
-                            tokenizer_files=tok_files)
-                tmp = best_file.with_suffix(".json.tmp")
-                tmp.write_text(json.dumps(best, indent=2))
-                os.replace(tmp, best_file)
+                fs.write_text_atomic(best_file, json.dumps(best, indent=2))
 
     from ptm_jax.train.loop import fit
 
@@ -229,6 +229,5 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
                "primary_metric": objective.primary_metric, "train_rows": objective.num_train,
                "train_examples": getattr(objective, "num_examples", objective.num_train)}
     if jax.process_index() == 0:
-        stage.mkdir(parents=True, exist_ok=True)
-        (stage / "summary.json").write_text(json.dumps(summary, indent=2))
+        fs.write_text_atomic(stage / "summary.json", json.dumps(summary, indent=2))
     return summary

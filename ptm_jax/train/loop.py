@@ -20,10 +20,11 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from ptm_jax import fs
 from ptm_jax.config import TrainConfig
 from ptm_jax.errors import NumericalError
 from ptm_jax.objectives.base import Objective
-from ptm_jax.parallel.feed import Prefetcher, gather_rows, host_value, to_global
+from ptm_jax.parallel.feed import Prefetcher, gather_rows, host_value, local_batches, to_global
 from ptm_jax.parallel.rules import LOGICAL_RULES, batch_sharding, replicated, state_shardings
 from ptm_jax.train.checkpoint import Checkpointer, abstract_with_shardings
 from ptm_jax.train.metrics import MetricsWriter, reduce_terms
@@ -121,6 +122,7 @@ class Compiled:
     train_step: Callable
     eval_step: Callable
     predict_step: Callable | None
+    """(params, batch) -> (loss terms, predictions) in one call, for objectives with ``predict``."""
     batch_keys: list[str]
 
 
@@ -162,7 +164,14 @@ def compile_objective(objective: Objective, tcfg: TrainConfig, mesh: Mesh,
     init_jit = jax.jit(ruled(init_fn), out_shardings=shardings)
     predict_step = None
     if hasattr(objective, "predict"):
-        predict_step = jax.jit(ruled(objective.predict), in_shardings=(shardings.params, batch_sh))
+        eval_fn = make_eval_step(objective)
+
+        def eval_and_predict(params, batch):
+            """Loss terms and predictions of one batch: XLA's common-subexpression elimination computes their
+            shared forward pass once, so evaluation costs one forward pass per batch, not two."""
+            return eval_fn(params, batch), objective.predict(params, batch)
+
+        predict_step = jax.jit(ruled(eval_and_predict), in_shardings=(shardings.params, batch_sh))
     return Compiled(tx, schedule, shardings, abstract, init_jit, train_step, eval_step, predict_step,
                     list(example))
 
@@ -170,21 +179,29 @@ def compile_objective(objective: Objective, tcfg: TrainConfig, mesh: Mesh,
 def evaluate(objective: Objective, compiled: Compiled, params: Any, mesh: Mesh, global_batch: int,
              max_batches: int | None = None, return_outputs: bool = False):
     """Loss terms over the held-out batches; objectives with ``predict``/``score`` (finetuning tasks) predict
-    every held-out example and add the task metrics. ``return_outputs`` also returns the predictions."""
+    every held-out example and add the task metrics. ``return_outputs`` also returns the predictions.
+
+    Each process feeds exactly the rows its devices hold (``local_batches``), so row r of the k-th global
+    batch is held-out example k * global_batch + r on any mesh, and the gathered predictions (global order)
+    are in example order."""
     totals: dict[str, list[float]] = {}
     outputs: dict[str, list[np.ndarray]] = {}
-    for i, host_batch in enumerate(objective.eval_batches(global_batch, jax.process_index(), jax.process_count())):
+    batches = local_batches(lambda i, n: objective.eval_batches(global_batch, i, n), mesh, global_batch)
+    for i, host_batch in enumerate(batches):
         if max_batches is not None and compiled.predict_step is None and i >= max_batches:
             break
-        batch = to_global(host_batch, mesh, compiled.batch_keys)
-        terms = host_value(compiled.eval_step(params, batch))
+        batch = to_global(host_batch, mesh, compiled.batch_keys, global_batch)
+        if compiled.predict_step is not None:
+            terms, predictions = compiled.predict_step(params, batch)
+            for k, v in gather_rows(predictions).items():
+                outputs.setdefault(k, []).append(v)
+        else:
+            terms = compiled.eval_step(params, batch)
+        terms = host_value(terms)
         for k, (num, den) in terms.items():
             acc = totals.setdefault(k, [0.0, 0.0])
             acc[0] += float(num)
             acc[1] += float(den)
-        if compiled.predict_step is not None:
-            for k, v in gather_rows(compiled.predict_step(params, batch)).items():
-                outputs.setdefault(k, []).append(v)
     metrics = {k: (n / d if d else float("nan")) for k, (n, d) in totals.items()}
     joined = {k: np.concatenate(v) for k, v in outputs.items()}
     if compiled.predict_step is not None and joined:
@@ -203,7 +220,7 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
     ``stop_after``: stop (with a checkpoint) after this many steps in this call — used by tests and benchmarks.
     ``on_eval(step, metrics, state)``: called after each periodic evaluation (e.g. keep the best model).
     """
-    stage_dir = Path(stage_dir)
+    stage_dir = fs.path(stage_dir)  # local or gs:// (a pathlib.Path would turn gs://b/x into gs:/b/x)
     compiled = compile_objective(objective, tcfg, mesh, lr_scale)
     ckpt = Checkpointer(stage_dir / "checkpoints", keep=tcfg.keep_checkpoints, async_save=tcfg.async_checkpoints)
     rng = jax.random.key(tcfg.seed)
@@ -226,8 +243,10 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
     writer = MetricsWriter(stage_dir, tcfg.steps, tcfg.progress_bar, initial_step=start)
     if start >= tcfg.steps:
         writer.log(f"{stage_dir.name}: already at step {start} of {tcfg.steps}")
-    host_batches = objective.train_batches(cursor, global_batch, jax.process_index(), jax.process_count())
-    feed = Prefetcher(host_batches, mesh, compiled.batch_keys, depth=tcfg.prefetch_batches)
+    host_batches = local_batches(lambda i, n: objective.train_batches(cursor, global_batch, i, n), mesh,
+                                 global_batch)
+    feed = Prefetcher(host_batches, mesh, compiled.batch_keys, depth=tcfg.prefetch_batches,
+                      global_rows=global_batch)
     pending: tuple[int, Any] | None = None
     last_train: dict[str, float] = {}
     last_eval: dict[str, float] = {}
@@ -250,6 +269,11 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
     spikes = SpikeGuard(tcfg)
 
     def save(s: int) -> None:
+        nonlocal pending
+        if pending is not None:  # the records up to a checkpoint are stored before it: a resume loses none
+            flush(pending)
+            pending = None
+        writer.flush()
         info = {"step": s, "cursor": s * global_batch + skipped, "objective": objective.name,
                 "rollbacks": rollbacks, **(meta or {})}
         ckpt.save(s, state, info)
