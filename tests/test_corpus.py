@@ -1,5 +1,6 @@
-"""Corpus reading: file resolution, byte-range chunks and tokenizer samples, lines/paragraphs/auto formats, sentence splitting, bad-input
-errors (file + line in the message), TFDS record conversion (in-memory tf.data) and the embedded corpus."""
+"""Corpus reading: file resolution, byte-range chunks and tokenizer samples, lines/paragraphs/auto formats,
+sentence splitting, bad-input errors (file + line in the message), TFDS record conversion (in-memory tf.data)
+and the embedded corpus."""
 from __future__ import annotations
 
 import itertools
@@ -15,9 +16,9 @@ import pytest
 import tensorflow as tf
 
 from ptm_jax.config import DataConfig
-from ptm_jax.data.corpus import (ChunkLayout, detect_format, document_boundary, iter_documents, parse_tfds_spec,
-                                 read_documents, record_to_document, resolve_files, sample_sentences,
-                                 split_sentences, dataset_documents)
+from ptm_jax.data.chunks import ChunkLayout, document_boundary
+from ptm_jax.data.corpus import (detect_format, iter_documents, parse_tfds_spec, read_documents, record_to_document,
+                                 resolve_files, sample_sentences, split_sentences, dataset_documents)
 from ptm_jax.data.embedded import embedded_corpus_stats, embedded_documents
 from ptm_jax.errors import ConfigError, DataError
 

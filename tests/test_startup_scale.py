@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ptm_jax.config import DataConfig
-from ptm_jax.data.corpus import ChunkLayout
+from ptm_jax.data.chunks import ChunkLayout
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCH = [sys.executable, str(REPO / "launch/local_multiprocess.py"), "-n", "2", "--devices-per-process", "1",
@@ -81,7 +81,8 @@ def test_tokenizer_reaches_a_host_without_a_shared_disk(shared_data, tmp_path):
     assert [r["process"] for r in results] == [0, 1]
     assert results[0]["vocab"] == results[1]["vocab"] == 400 and results[0]["ids"] == results[1]["ids"]
     for name in ("vocab.json", "merges.txt", "settings.json"):
-        assert (tmp_path / f"host1/tokenizer/{name}").read_bytes() == (tmp_path / f"host0/tokenizer/{name}").read_bytes()
+        host0, host1 = (tmp_path / f"host{i}/tokenizer/{name}" for i in (0, 1))
+        assert host1.read_bytes() == host0.read_bytes()
 
 
 def test_tokenizer_and_cache_on_gs_are_built_once_and_read_through_local_copies(shared_data, tmp_path):

@@ -13,7 +13,7 @@ sentences are dropped and counted in meta.json.
 
 ``build_or_load_cache`` keys the cache directory by a hash of the tokenizer fingerprint, the sources (with
 sizes and mtimes) and the format settings, so a changed input or tokenizer rebuilds. The corpus is cut into
-fixed chunks of about ``data.cache_chunk_bytes`` bytes at document boundaries (``corpus.ChunkLayout``),
+fixed chunks of about ``data.cache_chunk_bytes`` bytes at document boundaries (``chunks.ChunkLayout``),
 numbered independently of the number of processes: ``chunk-{c:06d}-of-{C:06d}`` is one shard directory.
 Process p of P builds the chunks c with c % P == p that are not built yet; after the barrier every process
 opens all C chunks as one corpus, in key order (chunk, then position). So a run resumed on another host
@@ -45,7 +45,8 @@ import numpy as np
 
 from ptm_jax import fs
 from ptm_jax.config import DataConfig
-from ptm_jax.data.corpus import READER_VERSION, ChunkLayout, Document, check_file, check_process, resolve_files
+from ptm_jax.data.chunks import ChunkLayout
+from ptm_jax.data.corpus import READER_VERSION, Document, check_file, check_process, resolve_files
 from ptm_jax.data.tokenizers import Tokenizer
 from ptm_jax.errors import DataError
 

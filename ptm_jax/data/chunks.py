@@ -1,0 +1,150 @@
+"""The corpus as fixed chunks that do not depend on the number of processes: the unit in which the token cache
+is built, split between hosts and reused (``data/cache.py``), and the windows the tokenizer's sample is read
+from (``corpus.sample_sentences``). The rules are in the ``ChunkLayout`` docstring: files are cut by bytes at
+document boundaries; 'embedded' is one chunk; TFDS is ``TFDS_CHUNKS`` even sub-splits (``tfds.even_splits``).
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import itertools
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from ptm_jax.config import DataConfig
+from ptm_jax.data.corpus import (Document, _keyed_tfds_documents, _sniff, parse_tfds_spec, read_documents,
+                                 resolve_files)
+from ptm_jax.errors import ConfigError
+
+
+def is_gutenberg(path: Path) -> bool:
+    return _sniff(Path(path))[0]
+
+
+def document_boundary(path: Path, offset: int, size: int, search_bytes: int, max_line_bytes: int) -> int:
+    """The first document boundary of ``path`` at or after byte ``offset``: just after the first blank line
+    that starts at or after it (a document ends there in 'lines' format, a paragraph in 'paragraphs'), else,
+    when none starts within ``search_bytes``, the first line start. A function of the file's bytes alone."""
+    if offset <= 0:
+        return 0
+    if offset >= size:
+        return size
+    with open(path, "rb") as f:
+        f.seek(offset - 1)
+        if f.read(1) != b"\n":
+            while True:  # finish the line that holds ``offset``
+                raw = f.readline(max_line_bytes + 1)
+                if not raw or raw.endswith(b"\n"):
+                    break
+        first_line = pos = f.tell()
+        while pos < size and pos - offset <= search_bytes:
+            raw = f.readline(max_line_bytes + 1)
+            if not raw:
+                break
+            pos += len(raw)
+            if not raw.strip():  # a blank line (or whitespace at the end of the file)
+                return min(pos, size)
+        return min(first_line, size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """Bytes [start, end) of corpus file ``file`` (an index into ``resolve_files``)."""
+    file: int
+    start: int
+    end: int
+
+
+class ChunkLayout:
+    """The corpus as fixed chunks that do not depend on the number of processes.
+
+    Files: the sorted files are laid end to end and cut every ``chunk_bytes`` bytes; each cut moves forward to a
+    document boundary (``document_boundary``), or to the end of the file for Project Gutenberg files, whose
+    header/footer markers are read per file. Chunk ``c`` is the bytes between cuts ``c`` and ``c + 1``: the tail
+    of one file, whole files, the head of another (possibly nothing). 'embedded' is one chunk; TFDS
+    ``TFDS_CHUNKS`` even sub-splits (``tfds.even_splits``). Process p of P reads chunks c with c % P == p;
+    a document's key is ``(c << 32) + its index in the chunk``, so key order is corpus order.
+    """
+
+    def __init__(self, cfg: DataConfig, chunk_bytes: int | None = None):
+        self.cfg = cfg
+        self.chunk_bytes = int(chunk_bytes or cfg.cache_chunk_bytes)
+        if self.chunk_bytes < 1:
+            raise ConfigError(f"data.cache_chunk_bytes={self.chunk_bytes} must be positive")
+        spec = cfg.corpus.strip()
+        self.kind = "embedded" if spec == "embedded" else "tfds" if spec.startswith("tfds:") else "files"
+        self.files: list[Path] = []
+        self.sizes: list[int] = []
+        if self.kind == "files":
+            self.files = resolve_files(spec)
+            self.sizes = [p.stat().st_size for p in self.files]
+            self.total_bytes = sum(self.sizes)
+            self.num_chunks = max(1, -(-self.total_bytes // self.chunk_bytes))
+        else:
+            self.total_bytes = 0
+            self.num_chunks = 1 if self.kind == "embedded" else TFDS_CHUNKS
+        self._starts = list(itertools.accumulate(self.sizes, initial=0))
+        self._cuts: dict[int, int] = {}
+
+    def cut(self, c: int) -> int:
+        """Global byte offset where chunk ``c`` starts (``num_chunks``: the end of the corpus)."""
+        if c <= 0:
+            return 0
+        if c >= self.num_chunks:
+            return self.total_bytes
+        if c not in self._cuts:
+            x = c * self.chunk_bytes
+            f = bisect.bisect_right(self._starts, x) - 1
+            base = self._starts[f]
+            if x == base:
+                cut = x
+            elif is_gutenberg(self.files[f]):
+                cut = self._starts[f + 1]
+            else:
+                cut = base + document_boundary(self.files[f], x - base, self.sizes[f], self.chunk_bytes,
+                                               self.cfg.max_line_bytes)
+            self._cuts[c] = cut  # cuts are non-decreasing in c: the search only moves forward
+        return self._cuts[c]
+
+    def pieces(self, c: int) -> list[Piece]:
+        """The file ranges of chunk ``c`` (files only), in corpus order."""
+        a, b = self.cut(c), self.cut(c + 1)
+        out = []
+        for f in range(bisect.bisect_right(self._starts, a) - 1, len(self.files)):
+            lo, hi = max(a, self._starts[f]), min(b, self._starts[f + 1])
+            if lo >= b:
+                break
+            if lo < hi or (self.sizes[f] == 0 and lo == self._starts[f]):
+                out.append(Piece(f, lo - self._starts[f], hi - self._starts[f]))
+        return out
+
+    def chunk_bytes_of(self, c: int) -> int:
+        return self.cut(c + 1) - self.cut(c) if self.kind == "files" else 0
+
+    def documents(self, c: int) -> Iterator[tuple[int, Document]]:
+        """(key, document) pairs of chunk ``c``."""
+        if not 0 <= c < self.num_chunks:
+            raise IndexError(f"chunk {c} out of range [0, {self.num_chunks})")
+        cfg = self.cfg
+        if self.kind == "embedded":
+            from ptm_jax.data.embedded import embedded_documents
+
+            docs: Iterable[Document] = embedded_documents()
+        elif self.kind == "tfds":
+            name, split = parse_tfds_spec(cfg.corpus.strip())
+            docs = (d for _, d in _keyed_tfds_documents(name, tfds_chunk_split(split, c), None, 0, 1))
+        else:
+            docs = (doc for piece in self.pieces(c) for doc in read_documents(
+                self.files[piece.file], cfg.format, cfg.doc_max_sentences, cfg.max_line_bytes, piece.start,
+                piece.end))
+        return (((c << 32) + k, doc) for k, doc in enumerate(docs))
+
+
+TFDS_CHUNKS = 64
+"""Sub-splits a TFDS corpus is read in (``tfds.even_splits``), whatever the number of processes."""
+
+
+def tfds_chunk_split(split: str, c: int) -> str:
+    import tensorflow_datasets as tfds
+
+    return tfds.even_splits(split, n=TFDS_CHUNKS)[c]
