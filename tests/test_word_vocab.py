@@ -84,3 +84,16 @@ def test_wikitext2_round_trips_through_the_tokenizer_and_the_token_cache(tmp_pat
     assert cache.num_tokens == len(words)
     flat = np.concatenate([cache.doc_tokens(d) for d in range(cache.num_docs)])
     assert flat.tolist() == [t for i in ids for t in i]
+
+
+def test_load_tokenizer_kind_word_builds_vocab_tsv_once_and_reuses_it(tmp_path):
+    from ptm_jax.config import TokenizerConfig
+    from ptm_jax.data.tokenizers import load_tokenizer
+
+    cfg = TokenizerConfig(kind="word", vocab_size=6, lower_case=True)
+    tok = load_tokenizer(cfg, lambda: ["Z a é b", "a B b é"], tmp_path)
+    assert isinstance(tok, WordVocab) and tok.kind == "word" and tok.vocab_size == 6
+    assert (tmp_path / "tokenizer" / VOCAB_FILE).read_text(encoding="utf-8").splitlines()[3:] == ["b\t3", "a\t2",
+                                                                                                 "é\t2"]
+    again = load_tokenizer(cfg, None, tmp_path)  # no corpus needed: the vocabulary of these settings is there
+    assert again.fingerprint() == tok.fingerprint() and again.encode("A z") == [4, 1]

@@ -434,6 +434,10 @@ def _load_file(cfg: TokenizerConfig) -> Tokenizer:
                 except (OSError, FileNotFoundError) as e:
                     raise DataError(f"{src.parent / name}: cannot read ({e})") from None
         vocab_file = str(local / src.name)
+    if cfg.kind == "word":  # a word vocabulary with counts (NNLM, word2vec, ...)
+        from ptm_jax.data.word_vocab import WordVocab
+
+        return WordVocab(vocab_file, lower_case=cfg.lower_case)
     if cfg.kind == "byte_bpe":
         from ptm_jax.data.byte_bpe import ByteBPETokenizer
 
@@ -472,8 +476,8 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
     settings = {"kind": cfg.kind, "vocab_size": cfg.vocab_size, "lower_case": cfg.lower_case,
                 "corpus_key": corpus_key, "train_sample_bytes": cfg.train_sample_bytes, "version": 2}
     key = _sha256(json.dumps(settings, sort_keys=True))
-    names = {"wordpiece": ["vocab.txt"], "byte_bpe": ["vocab.json", "merges.txt"]}.get(cfg.kind, ["spm.model",
-                                                                                                  "spm.vocab"])
+    names = {"wordpiece": ["vocab.txt"], "byte_bpe": ["vocab.json", "merges.txt"],
+             "word": ["vocab.tsv"]}.get(cfg.kind, ["spm.model", "spm.vocab"])
 
     def reusable() -> bool:
         try:
@@ -496,6 +500,10 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
                     from ptm_jax.data.byte_bpe import train_byte_bpe
 
                     train_byte_bpe(train_texts(), cfg.vocab_size, tmp)
+                elif cfg.kind == "word":  # counts over the sample; tokenizer.vocab_size caps the entries
+                    from ptm_jax.data.word_vocab import build_word_vocab
+
+                    build_word_vocab(train_texts(), tmp, max_vocab=cfg.vocab_size, lower_case=cfg.lower_case)
                 elif cfg.kind == "wordpiece":
                     train_wordpiece(train_texts(), cfg.vocab_size, tmp, lower_case=cfg.lower_case)
                 else:
