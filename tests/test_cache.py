@@ -201,3 +201,30 @@ def test_byte_bpe_cache_keeps_the_space_between_sentences_and_documents_decode_t
     decoded = [bpe.decode(np.concatenate(cache.document(d)).tolist()) for d in range(2)]
     assert decoded == ["Hello there. General Kenobi!", "One more document. It has two sentences."]
     assert cache.document(1)[1].tolist() == bpe.encode(" It has two sentences.")
+
+
+_MANY_CHUNKS = """
+import resource, sys
+from ptm_jax.config import DataConfig
+from ptm_jax.data.cache import build_or_load_cache
+from ptm_jax.data.tokenizers import train_wordpiece
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+cfg = DataConfig(corpus=sys.argv[1], format="lines", cache_chunk_bytes=10_000)
+tok = train_wordpiece(["To be, or not to be: that is the question."] * 50, 200, sys.argv[2] + "/tok")
+cache = build_or_load_cache(cfg, tok, sys.argv[2] + "/cache")
+print(len(cache.meta["shards"]), cache.num_docs, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+"""
+
+
+def test_a_cache_of_more_chunks_than_the_open_file_limit_allows_still_opens(shared_data, tmp_path):
+    """112 chunks hold 448 memory maps, each with a file descriptor, under a soft limit of 256: the soft limit
+    is raised (up to the hard limit) instead of failing with 'Too many open files'."""
+    import subprocess
+    import sys
+
+    corpus = shared_data / "corpus/tinyshakespeare/input.txt"
+    done = subprocess.run([sys.executable, "-c", _MANY_CHUNKS, str(corpus), str(tmp_path)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    chunks, docs, soft = map(int, done.stdout.split())
+    assert chunks == 112 and docs > 7000 and soft >= 4 * chunks

@@ -94,6 +94,22 @@ class _Shard:
         self.num_docs, self.num_sentences, self.num_tokens = n_doc, n_sent, n_tok
 
 
+def _ensure_open_files(needed: int, directory) -> None:
+    """Each memory-mapped array holds a file descriptor (Python's mmap keeps a duplicate): 4 per chunk. Raises the
+    soft RLIMIT_NOFILE up to the hard limit when the chunks need it, and says what to do when even that is short."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = needed + 1024  # the rest of the process: sockets, TensorFlow, orbax
+    if want <= soft:
+        return
+    limit = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+    if limit < want:
+        raise DataError(f"{directory}: opening its {needed // 4} chunks needs about {want} open files, but the limit "
+                        f"is {hard} (ulimit -Hn); raise it, or rebuild with a larger data.cache_chunk_bytes")
+
+
 class TokenCache:
     """One or more shards presented as a single corpus of documents of sentences of token ids, in
     source-key order (shard order where keys are already sorted, e.g. a single shard)."""
@@ -143,6 +159,7 @@ class TokenCache:
 
     @classmethod
     def from_dirs(cls, paths: list[Path], directory: Path, fingerprint: str | None = None) -> "TokenCache":
+        _ensure_open_files(4 * len(paths), directory)
         shards = [_Shard(Path(p)) for p in paths]
         if fingerprint is not None:
             for s in shards:
