@@ -342,7 +342,7 @@ def _run_tokenizer(out_dir: Path, run_cfg: dict[str, Any]) -> tuple[dict[str, An
 def _load_run(ckpt_dir: Path) -> tuple[dict, ModelConfig, dict[str, Any], Path | None]:
     from ptm_jax.train.checkpoint import Checkpointer
 
-    mngr = Checkpointer(ckpt_dir, async_save=False)
+    mngr = Checkpointer(ckpt_dir, async_save=False, local=True)  # reads on this process alone
     try:
         step = mngr.latest_step()
         if step is None:

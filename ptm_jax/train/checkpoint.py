@@ -24,9 +24,17 @@ from ptm_jax.errors import CheckpointError
 
 
 class Checkpointer:
-    def __init__(self, directory: str | Path, keep: int = 3, async_save: bool = True):
+    def __init__(self, directory: str | Path, keep: int = 3, async_save: bool = True, local: bool = False):
+        """``local``: this process alone reads (no barrier with the other processes, nothing created): loading
+        a run's parameters outside training, e.g. ``ptm export --format hf`` on process 0 of several."""
         self.directory = fs.absolute(directory)
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
+        extra = {}
+        if local:
+            me = jax.process_index()
+            extra = {"multiprocessing_options": ocp.options.MultiprocessingOptions(primary_host=me,
+                                                                                    active_processes={me})}
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=async_save,
+                                               create=not local, **extra)
         self._mngr = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
 
     def latest_step(self) -> int | None:
