@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         args.overrides = list(args.overrides) + extra
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    for noisy in ("absl", "jax._src", "orbax", "tensorflow"):
+    for noisy in ("absl", "jax._src", "orbax", "tensorflow", "fsspec", "gcsfs"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if verbose:
         logs.verbose_libraries()

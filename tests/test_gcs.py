@@ -102,3 +102,42 @@ def test_orbax_writes_arrays_into_the_bucket(gcs):
     back = ck.restore(target)
     np.testing.assert_array_equal(back["w"], np.arange(12.0).reshape(3, 4))
     np.testing.assert_array_equal(back["b"], np.ones(5, np.int32))
+
+
+def test_metrics_writer_on_gs_rewrites_the_log_and_a_resumed_writer_keeps_the_records(gcs):
+    from ptm_jax import fs
+    from ptm_jax.train.metrics import MetricsWriter, read_metrics
+
+    stage = f"{gcs.bucket}/metrics/pretrain"
+    w = MetricsWriter(stage, total_steps=3, progress_bar=False)
+    w.write(1, "train", {"loss": 2.0})  # the first record is uploaded at once
+    w.write(2, "train", {"loss": 1.5})  # train records are then paced (REMOTE_FLUSH_SECS)
+    assert [r["step"] for r in read_metrics(f"{stage}/metrics.jsonl")] == [1]
+    w.flush()  # what the loop calls before each checkpoint
+    assert [r["step"] for r in read_metrics(f"{stage}/metrics.jsonl")] == [1, 2]
+    w.write(2, "eval", {"loss": 1.25})  # eval records are uploaded at once
+    assert read_metrics(f"{stage}/metrics.jsonl")[-1] == {**read_metrics(f"{stage}/metrics.jsonl")[-1],
+                                                         "step": 2, "split": "eval", "loss": 1.25}
+    w.close()
+    w = MetricsWriter(stage, total_steps=3, progress_bar=False, initial_step=2)  # a resumed run
+    w.write(3, "train", {"loss": 1.0})
+    w.close()
+    rows = read_metrics(f"{stage}/metrics.jsonl")
+    assert [(r["step"], r["split"], r["loss"]) for r in rows] == [
+        (1, "train", 2.0), (2, "train", 1.5), (2, "eval", 1.25), (3, "train", 1.0)]
+    assert fs.read_bytes(f"{stage}/curves.png")[:8] == b"\x89PNG\r\n\x1a\n"
+    events = [o for o in gcs.objects("ptm-test", "metrics/pretrain/tb/") if "tfevents" in o]
+    assert len(events) == 2, events  # one TensorBoard event file per writer, in the bucket
+
+
+def test_load_params_refuses_a_gs_params_directory_without_its_marker(gcs):
+    import json
+
+    from ptm_jax import fs
+    from ptm_jax.errors import CheckpointError
+    from ptm_jax.export.params import load_params
+
+    d = f"{gcs.bucket}/half-written-params"
+    fs.write_text_atomic(f"{d}/ptm.json", json.dumps({"format": "ptm_jax.params", "version": 1}))
+    with pytest.raises(CheckpointError, match="COMPLETE"):
+        load_params(d)

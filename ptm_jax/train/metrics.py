@@ -6,12 +6,25 @@ workers) one plain line per logged train record (every ``train.log_every`` steps
 objective's metrics, learning rate, examples/s and an ETA, never carriage-return redraws
 (``format_line``). Scalars arrive as host floats (the loop fetches them one step late by default, so logging
 never stalls the device: train.metrics_one_step_late).
+
+The directory may be local or ``gs://`` (ptm_jax/fs.py). An object store cannot append, so on ``gs://`` the
+writer keeps the records and rewrites ``metrics.jsonl`` whole (it first reads the records a previous, resumed
+run left there): at most every ``REMOTE_FLUSH_SECS`` for train records, at once for eval records, and at
+close, and whenever the loop saves a checkpoint (``flush``). TensorBoard event files are written to local
+scratch (``fs.scratch_dir()``) and uploaded to ``<dir>/tb/`` whole at each of those flushes (tensorboardX's own
+GCS writer re-uploads from its destructor at exit, which hangs once the store is gone). So every record up to
+the latest checkpoint is stored with it; a crash loses only records of steps after it, and a resume trains and
+logs those steps again.
 """
 from __future__ import annotations
 
 import datetime
+import hashlib
+import io
 import json
 import math
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -19,6 +32,9 @@ from typing import Any
 
 import jax
 
+from ptm_jax import fs
+
+REMOTE_FLUSH_SECS = 10.0
 LINE_SKIP = ("tokens_per_sec", "examples_per_sec", "learning_rate", "grad_norm")
 """Train scalars that ``format_line`` shows in its own way or leaves to metrics.jsonl (so do per-layer grad
 norms and the non-finite step counters)."""
@@ -67,18 +83,30 @@ def reduce_terms(metrics: dict[str, Any]) -> dict[str, float]:
 
 class MetricsWriter:
     def __init__(self, directory: str | Path, total_steps: int, progress_bar: bool = True, initial_step: int = 0):
-        self.directory = Path(directory)
+        self.directory = fs.path(directory)
         self.enabled = jax.process_index() == 0
         self._tb = None
         self._bar = None
         self._jsonl = None
+        self._remote = fs.is_remote(self.directory)
+        self._lines: list[str] = []
+        self._flushed = 0.0
         if not self.enabled:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._jsonl = open(self.directory / "metrics.jsonl", "a", encoding="utf-8")
+        fs.makedirs(self.directory)
+        jsonl = self.directory / "metrics.jsonl"
+        if self._remote:
+            if jsonl.exists():
+                self._lines = [line + "\n" for line in fs.read_text(jsonl).splitlines() if line]
+        else:
+            self._jsonl = open(jsonl, "a", encoding="utf-8")
         from tensorboardX import SummaryWriter
 
-        self._tb = SummaryWriter(str(self.directory / "tb"))
+        self._tb_local = None
+        if self._remote:  # event files are written locally and uploaded whole at each flush
+            key = hashlib.sha256(str(self.directory).encode()).hexdigest()[:16]
+            self._tb_local = fs.scratch_dir() / f"tb-{key}-{os.getpid()}"
+        self._tb = SummaryWriter(str(self._tb_local) if self._remote else fs.to_str(self.directory / "tb"))
         if use_progress_bar(progress_bar):
             from tqdm.auto import tqdm
 
@@ -93,12 +121,17 @@ class MetricsWriter:
         if not self.enabled:
             return
         record = {"step": step, "split": split, "time": round(time.time() - self._t0, 3), **scalars}
-        self._jsonl.write(json.dumps(record) + "\n")
-        self._jsonl.flush()
         for k, v in scalars.items():
             if isinstance(v, (int, float)) and math.isfinite(v):
                 self._tb.add_scalar(f"{split}/{k}", v, global_step=step)
-        self._tb.flush()
+        if self._remote:
+            self._lines.append(json.dumps(record) + "\n")
+            if split != "train" or time.time() - self._flushed >= REMOTE_FLUSH_SECS:
+                self._flush_remote()
+        else:
+            self._jsonl.write(json.dumps(record) + "\n")
+            self._jsonl.flush()
+            self._tb.flush()
         if self._bar is not None and split == "train":
             self._bar.update(step - self._last_step)
             self._last_step = step
@@ -118,6 +151,17 @@ class MetricsWriter:
         rate = (step - s0) / max(now - t0, 1e-9)
         return (self._total - step) / rate if rate > 0 else math.inf
 
+    def flush(self) -> None:
+        """Makes every record written so far durable (on gs:// the paced upload happens now)."""
+        if self.enabled and self._remote:
+            self._flush_remote()
+
+    def _flush_remote(self) -> None:
+        fs.write_text_atomic(self.directory / "metrics.jsonl", "".join(self._lines))
+        self._tb.flush()
+        fs.upload_tree(self._tb_local, self.directory / "tb", marker=None)
+        self._flushed = time.time()
+
     def log(self, message: str) -> None:
         if not self.enabled:
             return
@@ -131,26 +175,29 @@ class MetricsWriter:
             return
         if self._bar is not None:
             self._bar.close()
-        self._jsonl.close()
         self._tb.close()
+        if self._remote:
+            self._flush_remote()
+            shutil.rmtree(self._tb_local, ignore_errors=True)
+        else:
+            self._jsonl.close()
         plot_curves(self.directory / "metrics.jsonl", self.directory / "curves.png")
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Records of a metrics.jsonl; a line cut by a crash (the run was killed mid-write) is skipped."""
     rows = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    for line in fs.read_bytes(path).decode("utf-8", errors="replace").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
     return rows
 
 
-def plot_curves(jsonl: Path, out: Path) -> Path | None:
-    """Loss and accuracy curves (train and eval) saved as a PNG."""
-    if not jsonl.exists():
+def plot_curves(jsonl: str | Path, out: str | Path) -> Path | None:
+    """Loss and accuracy curves (train and eval) saved as a PNG (local or gs://)."""
+    if not fs.exists(jsonl):
         return None
     import matplotlib
 
@@ -171,6 +218,8 @@ def plot_curves(jsonl: Path, out: Path) -> Path | None:
         ax.set_xlabel("step")
         ax.legend()
     fig.tight_layout()
-    fig.savefig(out, dpi=90)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=90)
     plt.close(fig)
+    fs.write_bytes_atomic(out, png.getvalue())
     return out
