@@ -164,7 +164,9 @@ def local_copy(directory: PathLike, marker: str | None = MARKER, only: Sequence[
         try:
             os.replace(tmp, dst)
         except OSError:  # another process on this host put the same copy in place first
-            if token is None or not (dst / marker).is_file() or (dst / marker).read_text() != token:
+            same = (dst / marker).is_file() and (dst / marker).read_text() == token if token is not None \
+                else dst.is_dir()  # no marker: a copy of the same source made at the same moment
+            if not same:
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:

@@ -327,10 +327,12 @@ def _run_tokenizer(out_dir: Path, run_cfg: dict[str, Any]) -> tuple[dict[str, An
     family = kind if kind in ("wordpiece", "byte_bpe") else "sentencepiece"
     info = {"kind": family, "lower_case": tc.get("lower_case", True)}
     if tc.get("vocab_file"):
-        f = Path(tc["vocab_file"])
+        f = fs.path(tc["vocab_file"]) if fs.is_remote(tc["vocab_file"]) else Path(tc["vocab_file"])
         f = f / "vocab.json" if kind == "byte_bpe" and f.is_dir() else f
         if f.is_file():
-            return {**info, "files": [f.name] + (["merges.txt"] if kind == "byte_bpe" else [])}, f.parent
+            files = [f.name] + (["merges.txt"] if kind == "byte_bpe" else [])
+            return {**info, "files": files}, (fs.local_copy(f.parent, marker=None, only=files)
+                                              if fs.is_remote(f) else f.parent)
     names = {"wordpiece": ["vocab.txt"], "byte_bpe": ["vocab.json", "merges.txt"]}.get(kind, ["spm.model"])
     if (out_dir / "tokenizer" / names[0]).is_file():
         tok_dir = out_dir / "tokenizer"
