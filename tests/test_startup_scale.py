@@ -113,8 +113,9 @@ def test_tokenizer_and_cache_on_gs_are_built_once_and_read_through_local_copies(
         assert "token cache: chunk" not in one.stderr  # nothing built again
         assert emu.objects("ptm-startup", "run/") == objects
         figures = json.loads(one.stdout[one.stdout.index("{"):])
-        two_figures = json.loads("\n".join(line.split("] ", 1)[1] for line in two.stdout.splitlines()
-                                           if line.startswith("[p1] ") and not line.startswith("[p1] INFO")))
+        p1 = [line[len("[p1] "):] for line in two.stdout.splitlines() if line.startswith("[p1] ")]
+        start = p1.index("{")  # the figures `ptm data` prints, whatever else the process logged
+        two_figures = json.loads("\n".join(p1[start: p1.index("}", start) + 1]))
         assert figures == two_figures and figures["documents"] == 7222
         copies = list((tmp_path / "other-host").iterdir())
         assert len([c for c in copies if c.name.startswith("chunk-")]) == 4
