@@ -21,12 +21,23 @@ import numpy as np
 from jax.sharding import Mesh
 
 from ptm_jax import fs
+from ptm_jax.checkpoint import Checkpointer, abstract_with_shardings
 from ptm_jax.config import TrainConfig
 from ptm_jax.errors import NumericalError
 from ptm_jax.objectives.base import Objective
-from ptm_jax.parallel.feed import Prefetcher, gather_rows, host_value, local_batches, to_global
-from ptm_jax.parallel.rules import LOGICAL_RULES, batch_sharding, replicated, state_shardings
-from ptm_jax.train.checkpoint import Checkpointer, abstract_with_shardings
+from ptm_jax.parallel.feed import (
+    Prefetcher,
+    gather_rows,
+    host_value,
+    local_batches,
+    to_global,
+)
+from ptm_jax.parallel.rules import (
+    LOGICAL_RULES,
+    batch_sharding,
+    replicated,
+    state_shardings,
+)
 from ptm_jax.train.metrics import MetricsWriter, reduce_terms
 from ptm_jax.train.optim import make_optimizer
 from ptm_jax.train.state import TrainState

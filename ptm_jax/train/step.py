@@ -28,12 +28,20 @@ def _microbatches(batch: dict[str, jax.Array], accum: int) -> dict[str, jax.Arra
 
 
 def layer_group(path: tuple[Any, ...]) -> str:
-    """'params/bert/encoder/layers_3/...' -> 'layers_3'; '.../embeddings/...' -> 'embeddings'; heads by name."""
+    """'params/<trunk>/<stack>/layers_3/...' -> 'layers_3'; '.../embeddings/...' -> 'embeddings'; heads by
+    name. The trunk and stack keys are those of the registered families (``Family.trunk``, ``Family.stack``);
+    a family with its own grouping gives ``Family.layer_of``."""
+    from ptm_jax.families import registry
+
     keys = [str(getattr(k, "key", k)) for k in path if str(getattr(k, "key", k)) != "params"]
-    for stack in ("encoder", "decoder"):
+    fams = registry.families().values()
+    for fam in fams:
+        if fam.layer_of is not None and keys and keys[0] == fam.trunk:
+            return fam.layer_of(keys)
+    for stack in {f.stack for f in fams if f.stack}:
         if stack in keys and keys.index(stack) + 1 < len(keys):
             return keys[keys.index(stack) + 1]
-    if len(keys) > 1 and keys[0] in ("bert", "gpt", "xlnet"):
+    if len(keys) > 1 and keys[0] in {f.trunk for f in fams}:
         return keys[1]
     return keys[0]
 
