@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ptm_jax.objectives.base import Objective
+from ptm_jax.objectives.base import Objective, check_grad_accum
 from ptm_jax.train.state import TrainState
 
 
@@ -78,8 +78,7 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
         norms = objective.normalizers(batch)
         new_carry = None
         if state.carry is not None:
-            if grad_accum_steps != 1:
-                raise ValueError("an objective that carries state between steps needs grad_accum_steps=1")
+            check_grad_accum(objective, grad_accum_steps, carries=True)
             (loss, (terms, new_carry)), grads = jax.value_and_grad(carrying_loss, has_aux=True)(
                 state.params, batch, state.carry, rng, norms)
         elif grad_accum_steps == 1:
