@@ -160,19 +160,40 @@ def local_copy(directory: PathLike, marker: str | None = MARKER, only: Sequence[
                 (tmp / name).write_bytes((src / name).read_bytes())
         if token is not None:
             (tmp / marker).write_text(token)
-        shutil.rmtree(dst, ignore_errors=True)  # a stale copy
-        try:
-            os.replace(tmp, dst)
-        except OSError:  # another process on this host put the same copy in place first
-            same = (dst / marker).is_file() and (dst / marker).read_text() == token if token is not None \
-                else dst.is_dir()  # no marker: a copy of the same source made at the same moment
-            if not same:
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
+        _put_in_place(tmp, dst, marker, token)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dst
+
+
+def _current(dst: Path, marker: str | None, token: str | None) -> bool:
+    if token is None:  # no marker: any copy of the same source (made at the same moment by another process)
+        return dst.is_dir()
+    try:
+        return (dst / marker).read_text() == token
+    except OSError:
+        return False
+
+
+def _put_in_place(tmp: Path, dst: Path, marker: str | None, token: str | None) -> None:
+    """Renames the finished copy ``tmp`` to ``dst``. Several processes of one host may race here: a current copy
+    that another process put there first is kept (never removed under a reader), a stale one is moved aside."""
+    for _ in range(3):
+        try:
+            os.replace(tmp, dst)  # fails while dst is a non-empty folder
+            return
+        except OSError:
+            if _current(dst, marker, token):
+                shutil.rmtree(tmp, ignore_errors=True)
+                return
+            old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
+            try:
+                os.replace(dst, old)  # the stale copy goes aside (another process may have moved it already)
+            except OSError:
+                pass
+            shutil.rmtree(old, ignore_errors=True)
+    raise OSError(f"cannot put the local copy {tmp} in place at {dst}")
 
 
 def _download(src: epath.Path, dst: Path, skip: str | None) -> None:

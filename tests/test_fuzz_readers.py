@@ -186,7 +186,7 @@ def test_hf_folder_with_absurd_layers_or_malformed_json_is_refused_at_once(tmp_p
     start = time.perf_counter()
     with pytest.raises(CheckpointError, match=r"config\.json: num_hidden_layers=25000000000000000 .*fix that key"):
         import_hf(tmp_path)  # the layer loop ran ~forever before the bound
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < 20.0  # a hang guard: unbounded, the loop ran for hours
     (tmp_path / "config.json").write_bytes(b'{"vocab_size": 12,\n "model_type": "b\xe9rt"}')
     with pytest.raises(CheckpointError, match=r"config\.json:2: not UTF-8 \(byte 0xe9 at offset 36\)"):
         import_hf(tmp_path)

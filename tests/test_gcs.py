@@ -141,3 +141,32 @@ def test_load_params_refuses_a_gs_params_directory_without_its_marker(gcs):
     fs.write_text_atomic(f"{d}/ptm.json", json.dumps({"format": "ptm_jax.params", "version": 1}))
     with pytest.raises(CheckpointError, match="COMPLETE"):
         load_params(d)
+
+
+def test_local_copy_by_several_readers_of_one_host_at_once_never_shows_a_missing_file(gcs, tmp_path, monkeypatch):
+    """Two processes of one host share PTM_LOCAL_SCRATCH: a reader must never find the copy half-replaced."""
+    import threading
+
+    from ptm_jax import fs
+
+    monkeypatch.setenv("PTM_LOCAL_SCRATCH", str(tmp_path / "scratch"))
+    src = tmp_path / "tok"
+    src.mkdir()
+    remote = f"{gcs.bucket}/race/tokenizer"
+    errors, reads = [], []
+
+    def reader():
+        try:
+            for _ in range(3):
+                reads.append((fs.local_copy(remote) / "vocab.txt").read_text())
+        except Exception as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(repr(e))
+
+    for version in ("a\n", "a\nb\n"):  # first copy, then a stale copy refreshed by all readers at once
+        (src / "vocab.txt").write_text(version)
+        fs.upload_tree(src, remote)
+        threads = [threading.Thread(target=reader) for _ in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        assert not errors, errors
+        assert reads[-12:] == [version] * 12

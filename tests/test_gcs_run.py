@@ -9,8 +9,9 @@ checkpoint is committed in the bucket, and run again to the end; then `ptm eval`
 exported weights must equal R's. Tolerances as tests/test_resume.py: losses rtol 1e-5, weights 1e-6 (measured
 here: equal). Task: GLUE WNLI (64 training examples, 71 dev examples), bert_tiny, 8 pretraining steps.
 
-The tokenizer and token cache are local (``tokenizer.vocab_file``, ``data.cache_dir``): what this test proves is
-the output_dir on gs:// (config, metrics, TensorBoard, checkpoints, params, predictions, exports).
+Everything lives in the bucket, with the defaults: the tokenizer (trained by process 0 into
+``<output_dir>/tokenizer``), the token cache (``<output_dir>/cache``), config, metrics, TensorBoard, checkpoints,
+params, predictions and the export. The rerun reuses the killed run's tokenizer and cache from the bucket.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ import numpy as np
 import pytest
 
 from tests.gcs_emulator import GcsEmulator, apply_env
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 BUCKET = "ptm-show"
@@ -54,18 +57,16 @@ def show(shared_data, tmp_path_factory) -> dict:
     from ptm_jax.cli import main
 
     root = tmp_path_factory.mktemp("gcs_run")
+    (root / "scratch").mkdir()
     saved = dict(os.environ)
     emu = GcsEmulator(root / "gcs").start()
     try:
         apply_env(emu.env)
         emu.create_bucket(BUCKET)
-        assert main(["data", "-c", "bert_tiny", f"data.cache_dir={root / 'cache'}",
-                     f"output_dir={root / 'data'}"]) == 0
         env = {**ENV, **emu.env, "JAX_COMPILATION_CACHE_DIR": str(root / "jax_cache"),
                "PTM_LOCAL_SCRATCH": str(root / "scratch")}
         task = ["finetune.task=wnli", f"finetune.data_dir={shared_data / 'glue'}"]
-        common = ["-c", "bert_tiny", f"tokenizer.vocab_file={root / 'data/tokenizer/vocab.txt'}",
-                  f"data.cache_dir={root / 'cache'}", f"train.steps={STEPS}", "train.log_every=1",
+        common = ["-c", "bert_tiny", f"train.steps={STEPS}", "train.log_every=1",
                   f"train.eval_every={EVERY}", "train.eval_batches=1", f"train.checkpoint_every={EVERY}",
                   "finetune.train_subset=64", "finetune.epochs=1", "finetune.batch_size=16", "finetune.eval_every=2",
                   "finetune.learning_rate=1e-3", *task]
@@ -93,6 +94,9 @@ def show(shared_data, tmp_path_factory) -> dict:
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         killed_objects = emu.objects(BUCKET, "run/")
+        from ptm_jax import fs
+
+        tokenizer_marker = fs.read_text(f"gs://{BUCKET}/run/tokenizer/{fs.MARKER}")  # a fresh token per publish
         timings["killed run"] = time.time() - t
         t = time.time()
         resumed_log = run(["run", *common, f"output_dir=gs://{BUCKET}/run"], env, root, "resumed")
@@ -108,7 +112,7 @@ def show(shared_data, tmp_path_factory) -> dict:
         timings["export"] = time.time() - t
         print("timings (s):", {k: round(v, 1) for k, v in timings.items()})
         yield {"emu": emu, "root": root, "killed_objects": killed_objects, "resumed_log": resumed_log,
-               "returncode": proc.returncode}
+               "returncode": proc.returncode, "tokenizer_marker": tokenizer_marker}
     finally:
         emu.stop()
         os.environ.clear()
@@ -145,6 +149,12 @@ def test_the_kill_hit_mid_pretraining_and_the_rerun_resumed_from_the_bucket(show
         f"the rerun did not continue from the step-{EVERY} checkpoint: train steps logged {steps}"
     objects = show["emu"].objects(BUCKET, "run/")
     assert committed_steps(objects, "pretrain") == [EVERY, STEPS]
+    # tokenizer and token cache in the bucket, committed by their markers; the rerun reused the tokenizer
+    assert {"run/tokenizer/vocab.txt", "run/tokenizer/COMPLETE"} <= set(objects)
+    assert [o for o in objects if o.startswith("run/cache/") and o.endswith("/COMPLETE")]
+    from ptm_jax import fs
+
+    assert fs.read_text(f"gs://{BUCKET}/run/tokenizer/COMPLETE") == show["tokenizer_marker"]
     assert not (show["root"] / "gs:").exists(), "a gs:// path was turned into a local folder"
 
 

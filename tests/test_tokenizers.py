@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import itertools
 import os
-import time
 import unicodedata
 from pathlib import Path
 
@@ -258,9 +257,7 @@ def shakespeare(shared_data) -> list[str]:
 
 @pytest.mark.parametrize("model_type", ["unigram", "bpe"])
 def test_sentencepiece_train_load_round_trip(model_type, shakespeare, tmp_path):
-    start = time.perf_counter()
     sp = train_sentencepiece(iter(shakespeare), 500, tmp_path / "sp", model_type, input_sentence_size=6000)
-    assert time.perf_counter() - start < 15
     assert sp.kind == f"sentencepiece_{model_type}" and sp.vocab_size == 500
     assert (sp.pad_id, sp.unk_id, sp.cls_id, sp.sep_id, sp.mask_id) == (0, 1, 2, 3, 4)
     assert [sp.id_to_token(i) for i in range(5)] == list(SPECIALS)
@@ -321,13 +318,13 @@ def test_load_tokenizer_trains_once_then_reuses(tmp_path, shakespeare):
     assert sp.kind == "sentencepiece_bpe" and (tmp_path / "sp/tokenizer/spm.model").is_file()
 
 
-def test_encode_batch_throughput_is_batched(wp, shared_data):
-    texts = _book_lines(shared_data, 3000) * 3
-    start = time.perf_counter()
+def test_encode_batch_flat_equals_encode_batch(wp, shared_data):
+    """The array form used by the token cache (its speed is benchmarks/bench_tokenizers.py's business)."""
+    texts = _book_lines(shared_data, 3000)
     flat, lengths = wp.encode_batch_flat(texts)
-    seconds = time.perf_counter() - start
     assert flat.dtype == np.int32 and lengths.dtype == np.int64 and lengths.sum() == flat.size
-    assert flat.size / seconds > 20_000, f"{flat.size / seconds:.0f} tokens/s"
+    ids = wp.encode_batch(texts)
+    assert lengths.tolist() == [len(x) for x in ids] and flat.tolist() == [i for x in ids for i in x]
     assert os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "2"
 
 
