@@ -1,7 +1,7 @@
 """Decode cost per generated token at several prompt lengths, with a fixed-size KV cache.
 
 A GPT-2-shaped model (a preset, optionally resized) with random weights; for each prompt length the prompt
-is prefilled once, then the jitted decode loop (``ptm_jax.generate.decode``) generates ``--new-tokens``
+is prefilled once, then the jitted decode loop (``ptm_jax.families.gpt.decode``) generates ``--new-tokens``
 greedy tokens; the loop is timed ``--repeats`` times after a warm-up (lengths interleaved in a shuffled
 order) and the median and minimum are reported as ms per token. With a cache of ``--max-length`` slots the
 per-token cost should not depend on the prompt length (ratio longest/shortest ~ 1.0).
@@ -50,8 +50,8 @@ def main(argv=None) -> int:
     import numpy as np
 
     from ptm_jax.config import load_config
-    from ptm_jax.generate.decode import decode_functions, left_pad
-    from ptm_jax.models.gpt import GPTLMHeadModel
+    from ptm_jax.families.gpt.decode import decode_functions, left_pad
+    from ptm_jax.families.gpt.model import GPTLMHeadModel
 
     args = parse_args(argv)
     cfg = load_config(args.preset).model

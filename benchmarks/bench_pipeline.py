@@ -1,4 +1,4 @@
-"""Throughput of the BERT MLM+NSP tf.data pipeline (ptm_jax.data.pretraining.mlm_nsp).
+"""Throughput of the BERT MLM+NSP tf.data pipeline (ptm_jax.families.bert.mlm_nsp_data).
 
 Builds an in-memory ArraySource from text files (one sentence per line, blank line between documents, lower-cased
 whitespace words mapped to ids in order of first appearance), streams ``mlm_nsp_dataset`` and reports examples/s
@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     tf.config.threading.set_inter_op_parallelism_threads(threads)
 
     from ptm_jax.config import DataConfig
-    from ptm_jax.data.pretraining.mlm_nsp import mlm_nsp_dataset
     from ptm_jax.data.pretraining.source import SpecialIds
+    from ptm_jax.families.bert.mlm_nsp_data import mlm_nsp_dataset
 
     paths = sorted(glob.glob(args.corpus))
     if not paths:

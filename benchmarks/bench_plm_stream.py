@@ -1,4 +1,4 @@
-"""Throughput of the XLNet permutation-LM stream (ptm_jax.data.pretraining.plm).
+"""Throughput of the XLNet permutation-LM stream (ptm_jax.families.xlnet.plm_data).
 
 Tokenizes Project Gutenberg books with a SentencePiece unigram model trained on them (in a temporary
 directory), holds them in an in-memory ArraySource (a document = up to 40 sentences of a book) and reports
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     from ptm_jax.config import DataConfig
-    from ptm_jax.data.pretraining.plm import PlmBatchBuilder, plm_dataset
+    from ptm_jax.families.xlnet.plm_data import PlmBatchBuilder, plm_dataset
 
     paths = sorted(glob.glob(args.corpus))
     if not paths:

@@ -83,7 +83,7 @@ def cursor_of(ckpt: Path, step: int) -> int:
     meta = json.loads((ckpt / str(step) / "meta" / "metadata").read_text()) \
         if (ckpt / str(step) / "meta" / "metadata").is_file() else None
     if meta is None:  # the orbax JsonSave layout may differ between versions: ask orbax
-        from ptm_jax.train.checkpoint import Checkpointer
+        from ptm_jax.checkpoint import Checkpointer
 
         c = Checkpointer(ckpt, async_save=False)
         try:

@@ -213,7 +213,7 @@ def t_sentencepiece_encode(value, work: Path, tools: Tools) -> None:
 
 
 def t_hf_config(value, work: Path, tools: Tools) -> None:
-    from ptm_jax.export.hf_bert import model_config_from_hf
+    from ptm_jax.families.bert.hf import model_config_from_hf
 
     cfg = model_config_from_hf(value, work / "config.json")
     need(cfg.hidden_size > 0 and cfg.num_heads > 0 and cfg.num_layers > 0, "positive sizes")
@@ -221,7 +221,7 @@ def t_hf_config(value, work: Path, tools: Tools) -> None:
 
 
 def t_hf_dir(value, work: Path, tools: Tools) -> None:
-    from ptm_jax.export.hf_bert import import_hf
+    from ptm_jax.families.bert.hf import import_hf
 
     files = value
     for name, data in files.items():
@@ -292,13 +292,13 @@ def _check_family_config(cfg) -> None:
 
 
 def t_gpt2_config(value, work: Path, tools: Tools) -> None:
-    from ptm_jax.export.hf_gpt2 import model_config_from_hf_gpt2
+    from ptm_jax.families.gpt.hf import model_config_from_hf_gpt2
 
     _check_family_config(model_config_from_hf_gpt2(value, work / "config.json"))
 
 
 def t_xlnet_config(value, work: Path, tools: Tools) -> None:
-    from ptm_jax.export.hf_xlnet import model_config_from_hf
+    from ptm_jax.families.xlnet.hf import model_config_from_hf
 
     _check_family_config(model_config_from_hf(value, work / "config.json"))
 

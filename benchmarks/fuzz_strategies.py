@@ -8,7 +8,6 @@ import json
 import numpy as np
 from hypothesis import strategies as st
 
-
 BAD = [b"\x00", b"\xff", b"\xfe\xff", b"\xc3(", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xef\xbb\xbf", b"\r",
        b"\r\n", b"\t", b"\x1a", b"\x0b", b"\x85", "\u2028".encode()]
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64), st.floats(), st.text(max_size=12))
@@ -185,7 +184,7 @@ def hf_dir_case(draw):
     from safetensors.numpy import save
 
     from ptm_jax.config import ModelConfig
-    from ptm_jax.export.hf_bert import all_rules
+    from ptm_jax.families.bert.hf import all_rules
 
     files: dict[str, bytes] = {}
     cfg = {**SMALL_BERT, **draw(hf_config)} if draw(st.booleans()) else dict(SMALL_BERT)

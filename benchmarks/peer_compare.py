@@ -135,7 +135,7 @@ class ClassifyObjective:
     name, primary_metric = "classify", "accuracy"
 
     def __init__(self, cfg):
-        from ptm_jax.models.task_heads import BertForSequenceClassification
+        from ptm_jax.families.bert.task_heads import BertForSequenceClassification
 
         self.cfg, self.model = cfg, BertForSequenceClassification(cfg.model, num_labels=2)
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from ptm_jax.config import ModelConfig, load_config
-from ptm_jax.models.bert import BertModel
-from ptm_jax.models.heads import BertForPreTraining
+from ptm_jax.families.bert.heads import BertForPreTraining
+from ptm_jax.families.bert.model import BertModel
 
 TINY = ModelConfig(vocab_size=97, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=64,
                    max_position_embeddings=32, hidden_dropout=0.0, attention_dropout=0.0)

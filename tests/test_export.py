@@ -14,13 +14,15 @@ import numpy as np
 import optax
 import pytest
 
+from ptm_jax.checkpoint import Checkpointer
 from ptm_jax.config import ModelConfig, RunConfig, to_dict
 from ptm_jax.errors import CheckpointError, ConfigError, DataError
-from ptm_jax.export import commands, hf_bert, params as params_lib
-from ptm_jax.models.bert import BertModel
-from ptm_jax.models.heads import BertForPreTraining
-from ptm_jax.models.task_heads import BertForSequenceClassification
-from ptm_jax.train.checkpoint import Checkpointer
+from ptm_jax.export import commands
+from ptm_jax.export import params as params_lib
+from ptm_jax.families.bert import hf as hf_bert
+from ptm_jax.families.bert.heads import BertForPreTraining
+from ptm_jax.families.bert.model import BertModel
+from ptm_jax.families.bert.task_heads import BertForSequenceClassification
 from ptm_jax.train.state import TrainState
 
 LETTERS = list("abcdefghijklmnopqrstuvwxyz")

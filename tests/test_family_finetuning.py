@@ -9,9 +9,12 @@ import pytest
 from ptm_jax.config import FinetuneConfig, load_config
 from ptm_jax.data.byte_bpe import train_byte_bpe
 from ptm_jax.data.tasks.glue import get_task, read_glue
-from ptm_jax.data.tasks.gpt_transforms import gpt_features, transform_for
-from ptm_jax.objectives.gpt_classification import GptClassificationObjective
-from ptm_jax.objectives.xlnet_classification import XLNetClassificationObjective, xlnet_inputs
+from ptm_jax.families.gpt.classification import GptClassificationObjective
+from ptm_jax.families.gpt.transforms import gpt_features, transform_for
+from ptm_jax.families.xlnet.classification import (
+    XLNetClassificationObjective,
+    xlnet_inputs,
+)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +112,7 @@ def test_xlnet_layout_and_classifier_reads_cls_whatever_the_padding(glue, shared
 
 
 def test_gpt_multiple_choice_rows_and_scores_follow_the_options(bpe):
-    from ptm_jax.objectives.gpt_classification import GptMultipleChoiceObjective
+    from ptm_jax.families.gpt.classification import GptMultipleChoiceObjective
     from ptm_jax.objectives.multiple_choice import ChoiceExample
 
     options = ["he runs away.", "she sits down.", "they eat lunch.", "it rains."]

@@ -12,8 +12,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from ptm_jax.errors import ConfigError  # noqa: E402
-from ptm_jax.export import hf_bert, params as params_lib  # noqa: E402
-from ptm_jax.models.task_heads import BertForSequenceClassification  # noqa: E402
+from ptm_jax.export import params as params_lib  # noqa: E402
+from ptm_jax.families.bert import hf as hf_bert  # noqa: E402
+from ptm_jax.families.bert.task_heads import BertForSequenceClassification  # noqa: E402
 from ptm_jax.objectives.task_data import shuffled_stream  # noqa: E402
 from ptm_jax.train.finetune import _merge_encoder  # noqa: E402
 

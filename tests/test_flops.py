@@ -9,6 +9,7 @@ import pytest
 from ptm_jax.bench import flops
 from ptm_jax.bench.aot import compile_report
 from ptm_jax.config import load_config
+from ptm_jax.families.gpt import flops as gpt_flops
 
 ONE = (1, 1, 1)
 
@@ -107,7 +108,7 @@ def test_gpt_formula_equals_xla_matmul_count():
     model = flops.train_step_flops(cfg).train
     matmul, _ = _xla(cfg)
     assert matmul == pytest.approx(model, rel=1e-6)
-    fwd = flops.gpt_forward_flops(cfg)
+    fwd = gpt_flops.forward_flops(cfg)
     assert fwd["lm_head"] == 2.0 * 4 * 64 * 32 * 1000  # B S H V
 
 

@@ -163,7 +163,7 @@ SMALL_HF = {"vocab_size": 12, "hidden_size": 4, "num_hidden_layers": 1, "num_att
 ])
 def test_hf_config_values_of_the_wrong_type_or_size_are_refused_naming_the_key(key, value, message):
     from ptm_jax.errors import CheckpointError
-    from ptm_jax.export.hf_bert import model_config_from_hf
+    from ptm_jax.families.bert.hf import model_config_from_hf
 
     with pytest.raises(CheckpointError, match=rf"^m/config\.json: {message}"):
         model_config_from_hf({**SMALL_HF, key: value}, Path("m/config.json"))
@@ -179,7 +179,7 @@ def test_hf_folder_with_absurd_layers_or_malformed_json_is_refused_at_once(tmp_p
     from safetensors.numpy import save_file
 
     from ptm_jax.errors import CheckpointError
-    from ptm_jax.export.hf_bert import import_hf
+    from ptm_jax.families.bert.hf import import_hf
 
     save_file({"a": np.zeros(2, np.float32)}, str(tmp_path / "model.safetensors"))
     (tmp_path / "config.json").write_text(json.dumps({**SMALL_HF, "num_hidden_layers": 25_000_000_000_000_000}))

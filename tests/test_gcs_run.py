@@ -184,8 +184,8 @@ def test_eval_and_export_on_gs_give_the_uninterrupted_runs_weights_and_predictio
     from safetensors.numpy import load_file
 
     from ptm_jax import fs
-    from ptm_jax.export.hf_bert import params_to_hf
     from ptm_jax.export.params import load_params
+    from ptm_jax.families.bert.hf import params_to_hf
 
     ref, ref_cfg, ref_info, _ = load_params(f"gs://{BUCKET}/ref/finetune-wnli/best")
     got, _, got_info, tok_dir = load_params(f"gs://{BUCKET}/run/finetune-wnli/best")

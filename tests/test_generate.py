@@ -11,8 +11,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from ptm_jax.errors import ConfigError, DataError  # noqa: E402
-from ptm_jax.export.hf_gpt2 import import_hf_gpt2  # noqa: E402
-from ptm_jax.generate import generate, top_k_filter, top_p_filter  # noqa: E402
+from ptm_jax.families.gpt.decode import generate  # noqa: E402
+from ptm_jax.families.gpt.hf import import_hf_gpt2  # noqa: E402
+from ptm_jax.generate import top_k_filter, top_p_filter  # noqa: E402
 from ptm_jax.generate.commands import register  # noqa: E402
 
 torch.set_num_threads(1)

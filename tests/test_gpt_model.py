@@ -12,7 +12,7 @@ import pytest
 
 from ptm_jax.config import ModelConfig, load_config
 from ptm_jax.export.params import to_layout as gpt_to_layout
-from ptm_jax.models.gpt import GPTLMHeadModel, GPTModel
+from ptm_jax.families.gpt.model import GPTLMHeadModel, GPTModel
 
 TINY = ModelConfig(family="gpt", vocab_size=1000, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
                    max_position_embeddings=64, hidden_act="gelu_tanh", layer_norm_eps=1e-5,

@@ -14,11 +14,16 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from ptm_jax.export import hf_bert, params as params_lib  # noqa: E402
-from ptm_jax.models.bert import BertModel  # noqa: E402
-from ptm_jax.models.heads import BertForPreTraining, MlmHead  # noqa: E402
-from ptm_jax.models.task_heads import (BertForMultipleChoice, BertForQuestionAnswering,  # noqa: E402
-                                       BertForSequenceClassification, BertForTokenClassification)
+from ptm_jax.export import params as params_lib  # noqa: E402
+from ptm_jax.families.bert import hf as hf_bert  # noqa: E402
+from ptm_jax.families.bert.heads import BertForPreTraining, MlmHead  # noqa: E402
+from ptm_jax.families.bert.model import BertModel  # noqa: E402
+from ptm_jax.families.bert.task_heads import (  # noqa: E402
+    BertForMultipleChoice,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 
 TOL = 1e-5
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(300)]

@@ -10,10 +10,13 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from ptm_jax.errors import CheckpointError  # noqa: E402
-from ptm_jax.export.hf_gpt2 import (  # noqa: E402
-    export_hf_gpt2, import_hf_gpt2, import_hf_gpt2_to_params_dir)
 from ptm_jax.export.params import load_params  # noqa: E402
-from ptm_jax.models.gpt import GPTLMHeadModel  # noqa: E402
+from ptm_jax.families.gpt.hf import (  # noqa: E402
+    export_hf_gpt2,
+    import_hf_gpt2,
+    import_hf_gpt2_to_params_dir,
+)
+from ptm_jax.families.gpt.model import GPTLMHeadModel  # noqa: E402
 
 torch.set_num_threads(1)
 IDS = np.array([[5, 17, 42, 3, 99, 0, 64, 8, 8, 31, 2, 77], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]], np.int32)

@@ -19,9 +19,14 @@ transformers = pytest.importorskip("transformers")
 
 from ptm_jax.config import load_config  # noqa: E402
 from ptm_jax.errors import CheckpointError  # noqa: E402
-from ptm_jax.export import hf_xlnet, params as params_lib  # noqa: E402
-from ptm_jax.models.xlnet import (XLNetForQuestionAnswering, XLNetForSequenceClassification,  # noqa: E402
-                                  XLNetLMHeadModel, XLNetModel)
+from ptm_jax.export import params as params_lib  # noqa: E402
+from ptm_jax.families.xlnet import hf as hf_xlnet  # noqa: E402
+from ptm_jax.families.xlnet.model import (  # noqa: E402
+    XLNetForQuestionAnswering,
+    XLNetForSequenceClassification,
+    XLNetLMHeadModel,
+    XLNetModel,
+)
 
 torch.set_num_threads(1)
 TOL = 1e-5

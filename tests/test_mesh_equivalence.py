@@ -2,10 +2,10 @@
 import jax
 import numpy as np
 import pytest
-
 from corpus_util import word_source
+
 from ptm_jax.config import MeshConfig, load_config
-from ptm_jax.objectives.mlm_nsp import MlmNspObjective
+from ptm_jax.families.bert.mlm_nsp import MlmNspObjective
 from ptm_jax.parallel.feed import to_global
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.loop import compile_objective

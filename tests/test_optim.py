@@ -128,7 +128,7 @@ def _pre_seam_optimizer(cfg, lr_scale=None):
 
 def _model_params(preset, scan=False):
     """A real model's initial parameters (the tree the optimizer sees in training: {'params': {...}})."""
-    from ptm_jax.models.heads import BertForPreTraining
+    from ptm_jax.families.bert.heads import BertForPreTraining
 
     cfg = dataclasses.replace(load_config(preset).model, scan_layers=scan)
     ids = jnp.zeros((2, 8), jnp.int32)
@@ -205,9 +205,9 @@ def test_layerwise_decay_is_bit_identical_to_the_pre_seam_finetuning_optimizer()
 @pytest.mark.parametrize("preset", ["bert_tiny", "gpt_tiny", "xlnet_tiny"])
 def test_default_decay_mask_equals_the_pre_seam_mask_on_every_family(preset):
     """Every family's parameters (BERT, GPT, XLNet, both layer layouts): decayed exactly where the old mask said."""
-    from ptm_jax.models.gpt import GPTLMHeadModel
-    from ptm_jax.models.heads import BertForPreTraining
-    from ptm_jax.models.xlnet import XLNetLMHeadModel
+    from ptm_jax.families.bert.heads import BertForPreTraining
+    from ptm_jax.families.gpt.model import GPTLMHeadModel
+    from ptm_jax.families.xlnet.model import XLNetLMHeadModel
     from ptm_jax.train.param_groups import multipliers
 
     ids = jnp.zeros((2, 8), jnp.int32)

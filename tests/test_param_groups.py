@@ -12,7 +12,13 @@ from ptm_jax.config import TrainConfig, load_config
 from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import plain_tree, to_layout
 from ptm_jax.train.optim import make_optimizer
-from ptm_jax.train.param_groups import DEFAULT_RULES, PerLayer, Rule, layerwise_decay_rules, multipliers
+from ptm_jax.train.param_groups import (
+    DEFAULT_RULES,
+    PerLayer,
+    Rule,
+    layerwise_decay_rules,
+    multipliers,
+)
 
 DECAY, LAYERS = 0.8, 3
 
@@ -21,7 +27,7 @@ DECAY, LAYERS = 0.8, 3
 def unrolled():
     """bert_tiny's parameter tree with 3 layers, unrolled (layers_0..2), as the {'params': {...}} tree the optimizer
     sees; random values (numpy: no model initialisation to compile)."""
-    from ptm_jax.models.heads import BertForPreTraining
+    from ptm_jax.families.bert.heads import BertForPreTraining
 
     cfg = load_config("bert_tiny", [f"model.num_layers={LAYERS}"]).model
     ids = jnp.zeros((2, 8), jnp.int32)
@@ -108,7 +114,7 @@ def test_boxed_parameters_get_the_paths_and_state_shardings_of_unboxed_ones():
     frozen pattern must match both, and the frozen leaves' empty optimizer state must pass through the sharding
     rules (parallel/rules.py) on a (2,2,2) mesh."""
     from ptm_jax.config import MeshConfig
-    from ptm_jax.models.heads import BertForPreTraining
+    from ptm_jax.families.bert.heads import BertForPreTraining
     from ptm_jax.parallel.mesh import make_mesh
     from ptm_jax.parallel.rules import LOGICAL_RULES, state_shardings
     from ptm_jax.train.state import TrainState

@@ -8,7 +8,7 @@ import pytest
 
 from ptm_jax.config import load_config
 from ptm_jax.evaluate.perplexity import perplexity, stream_rows
-from ptm_jax.models.gpt import GPTLMHeadModel
+from ptm_jax.families.gpt.model import GPTLMHeadModel
 
 
 @pytest.mark.parametrize("n,seq_len,stride", [(10, 4, 4), (11, 4, 2), (100, 16, 5), (3, 8, 8), (17, 16, 16)])

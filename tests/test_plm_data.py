@@ -8,11 +8,11 @@ import pytest
 
 from ptm_jax.config import DataConfig
 from ptm_jax.data.corpus import read_documents
-from ptm_jax.data.pretraining.permutation import part_budgets, sample_spans
-from ptm_jax.data.pretraining.plm import PlmBatchBuilder, _pair_lengths, plm_dataset
 from ptm_jax.data.pretraining.source import ArraySource, SpecialIds
 from ptm_jax.data.tokenizers import train_sentencepiece
 from ptm_jax.errors import ConfigError, DataError
+from ptm_jax.families.xlnet.permutation import part_budgets, sample_spans
+from ptm_jax.families.xlnet.plm_data import PlmBatchBuilder, _pair_lengths, plm_dataset
 
 PAD, CLS, SEP, MASK, V = 0, 1, 2, 3, 200
 CFG = DataConfig(max_seq_length=64, max_predictions_per_seq=10, reuse_len=32, perm_size=16, bi_data=True)

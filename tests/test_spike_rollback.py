@@ -10,14 +10,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from corpus_util import word_source
 
+from ptm_jax.checkpoint import Checkpointer
 from ptm_jax.config import MeshConfig, load_config
 from ptm_jax.errors import NumericalError
-from ptm_jax.objectives.mlm_nsp import MlmNspObjective
+from ptm_jax.families.bert.mlm_nsp import MlmNspObjective
 from ptm_jax.parallel.mesh import make_mesh
-from ptm_jax.train.checkpoint import Checkpointer
 from ptm_jax.train.loop import fit
-from corpus_util import word_source
 
 BATCH = 8
 

@@ -35,7 +35,7 @@ def squad_sp(shared_data, tmp_path_factory):
 def test_xlnet_features_are_doc_sep_query_sep_cls_with_labels_at_the_answer(squad_sp):
     subset, sp = squad_sp
     feats = convert_examples_to_features(subset[:200], sp, max_seq_length=LEN, doc_stride=STRIDE,
-                                         max_query_length=QUERY, is_training=True, layout="xlnet")
+                                         max_query_length=QUERY, is_training=True, layout="document_first")
     assert len(feats) > 200
     in_window = 0
     for f in feats:
@@ -62,7 +62,7 @@ def test_xlnet_features_are_doc_sep_query_sep_cls_with_labels_at_the_answer(squa
 def test_xlnet_gold_logits_round_trip_to_the_answers_and_null_is_read_at_cls(squad_sp):
     subset, sp = squad_sp
     feats = convert_examples_to_features(subset, sp, max_seq_length=LEN, doc_stride=STRIDE, max_query_length=QUERY,
-                                         is_training=True, layout="xlnet")
+                                         is_training=True, layout="document_first")
     start = np.full((len(feats), LEN), -10.0)
     end = np.full((len(feats), LEN), -10.0)
     for i, f in enumerate(feats):

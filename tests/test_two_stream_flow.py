@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from ptm_jax.config import ModelConfig
-from ptm_jax.models.two_stream import rel_shift
-from ptm_jax.models.xlnet import XLNetModel
+from ptm_jax.families.xlnet.model import XLNetModel
+from ptm_jax.families.xlnet.two_stream import rel_shift
 
 L, V, H = 8, 50, 32
 ORDER = [4, 1, 6, 3]  # the factorization order of the targets; positions 0, 2, 5, 7 are context only

@@ -7,14 +7,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from corpus_util import word_source
+
+from ptm_jax.checkpoint import Checkpointer
 from ptm_jax.config import MeshConfig, load_config
 from ptm_jax.errors import ConfigError
-from ptm_jax.objectives.plm import PlmObjective
+from ptm_jax.families.xlnet.plm import PlmObjective
 from ptm_jax.parallel.feed import to_global
 from ptm_jax.parallel.mesh import make_mesh
-from ptm_jax.train.checkpoint import Checkpointer
 from ptm_jax.train.loop import compile_objective
 
 VOCAB = 512

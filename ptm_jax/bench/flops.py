@@ -7,24 +7,15 @@ Transformer this is the familiar ``6 N`` FLOPs per token for the non-embedding p
 attention term ``12 * n_layer * n_ctx * d_model`` per token. Recomputation (remat) is *not* model FLOPs
 (PaLM's MFU excludes it); it is returned separately as ``recompute`` for hardware-FLOPs utilisation.
 
-BERT (Devlin et al. 2019; google-research/bert modeling.py, run_pretraining.py), batch B, length S,
-hidden H, FFN I, layers L, vocabulary V, P gathered masked positions per sequence. Forward MACs:
-
-- embeddings: lookups, 0 (gathers are not matmuls);
-- per layer: Q, K, V and output projections ``4 B S H^2``; scores ``Q K^T`` and the weighted sum of V
-  ``2 B S^2 H`` (summed over heads, ``N * d_head = H``); FFN ``2 B S H I``;
-- pooler ``B H^2`` and NSP classifier ``2 B H`` (objective ``mlm_nsp`` only: with ``mlm`` XLA drops the
-  unused pooler);
-- MLM head at the P gathered positions only: transform ``B P H^2`` and the tied decoder ``B P H V``.
-
-A model family adds its formula with :func:`register_family`; ``train_step_flops`` dispatches on
-``cfg.model.family``.
+Each family gives its formula as ``Family.flops`` (e.g. ``ptm_jax/families/<name>/flops.py``);
+``train_step_flops`` asks the registry for ``cfg.model.family``. A family without one is measured by XLA's
+matmul count (``hlo_matmul_flops``), and ``ptm bench`` says so (``model_flops_source``).
 """
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Callable
+from typing import Any
 
 from ptm_jax.config import RunConfig
 from ptm_jax.errors import ConfigError
@@ -85,83 +76,33 @@ class StepFlops:
         return self.train / max(self.tokens, 1)
 
 
-FlopsFormula = Callable[[RunConfig], StepFlops]
-_FAMILIES: dict[str, FlopsFormula] = {}
-
-
-def register_family(family: str, formula: FlopsFormula) -> None:
-    """Adds the FLOPs formula of a model family (``cfg.model.family``)."""
-    _FAMILIES[family] = formula
-
-
 def train_step_flops(cfg: RunConfig) -> StepFlops:
-    """Model FLOPs of one train step of ``cfg`` (global batch ``cfg.train.batch_size``)."""
-    formula = _FAMILIES.get(cfg.model.family)
+    """Model FLOPs of one train step of ``cfg`` (global batch ``cfg.train.batch_size``): the formula of the
+    model's family (``Family.flops``)."""
+    from ptm_jax.families import registry
+
+    formula = registry.get(cfg.model.family).flops
     if formula is None:
-        raise ConfigError(f"no FLOPs formula for model.family={cfg.model.family!r}; known: {', '.join(_FAMILIES)}")
+        raise ConfigError(f"no FLOPs formula for model.family={cfg.model.family!r}; families with one: "
+                          f"{', '.join(n for n, f in registry.families().items() if f.flops)}")
     return formula(cfg)
 
 
-def bert_forward_flops(cfg: RunConfig) -> dict[str, float]:
-    """Forward matmul FLOPs of BertForPreTraining on one global batch, by component (module docstring)."""
-    m = cfg.model
-    B, S, P = cfg.train.batch_size, cfg.data.max_seq_length, cfg.data.max_predictions_per_seq
-    H, I, L, V = m.hidden_size, m.intermediate_size, m.num_layers, m.vocab_size
-    macs = {
-        "attention_projections": L * 4 * B * S * H * H,
-        "attention_scores": L * 2 * B * S * S * H,
-        "ffn": L * 2 * B * S * H * I,
-        "mlm_head": B * P * H * H + B * P * H * V,
-    }
-    if cfg.objective == "mlm_nsp":
-        macs["pooler_nsp"] = B * H * H + B * H * 2
-    return {k: 2.0 * v for k, v in macs.items()}
+def has_formula(family: str) -> bool:
+    from ptm_jax.families import registry
+
+    return registry.get(family).flops is not None
 
 
-def _bert_recompute(cfg: RunConfig, fwd: dict[str, float]) -> float:
-    """Forward FLOPs that ``model.remat`` re-runs: the whole block (full) or the batched attention matmuls,
+def transformer_recompute(cfg: RunConfig, fwd: dict[str, float]) -> float:
+    """Forward FLOPs that ``model.remat`` re-runs in a Transformer stack whose ``fwd`` has the terms
+    attention_projections, attention_scores and ffn: the whole block (full) or the batched attention matmuls,
     which ``dots_with_no_batch_dims_saveable`` does not save (save_dots)."""
     if cfg.model.remat == "full":
         return fwd["attention_projections"] + fwd["attention_scores"] + fwd["ffn"]
     if cfg.model.remat == "save_dots":
         return fwd["attention_scores"]
     return 0.0
-
-
-def bert_step_flops(cfg: RunConfig) -> StepFlops:
-    fwd = bert_forward_flops(cfg)
-    return StepFlops(forward=fwd, recompute=_bert_recompute(cfg, fwd),
-                     tokens=cfg.train.batch_size * cfg.data.max_seq_length)
-
-
-register_family("bert", bert_step_flops)
-
-
-def gpt_forward_flops(cfg: RunConfig) -> dict[str, float]:
-    """GPT (Radford et al. 2018/2019) on packed rows of S tokens: the BERT layer terms (the causal mask does
-    not skip any matmul work: full S x S scores are computed and masked) and the tied LM head at every
-    position, ``B S H V``. No pooler, no transform before the decoder."""
-    m = cfg.model
-    B, S = cfg.train.batch_size, cfg.data.max_seq_length
-    H, I, L, V = m.hidden_size, m.intermediate_size, m.num_layers, m.vocab_size
-    macs = {"attention_projections": L * 4 * B * S * H * H, "attention_scores": L * 2 * B * S * S * H,
-            "ffn": L * 2 * B * S * H * I, "lm_head": B * S * H * V}
-    return {k: 2.0 * v for k, v in macs.items()}
-
-
-def gpt_step_flops(cfg: RunConfig) -> StepFlops:
-    fwd = gpt_forward_flops(cfg)
-    return StepFlops(forward=fwd, recompute=_bert_recompute(cfg, fwd),
-                     tokens=cfg.train.batch_size * cfg.data.max_seq_length)
-
-
-register_family("gpt", gpt_step_flops)
-# XLNet has no analytic formula here (two streams, relative positions, target mapping): `ptm bench` reports
-# XLA's own matmul count (``hlo_matmul_flops``) as its model FLOPs and says so ("model_flops_source").
-
-
-def has_formula(family: str) -> bool:
-    return family in _FAMILIES
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ptm_jax.bench import flops as flops_lib
@@ -48,91 +47,49 @@ def _dummy_corpus(cfg: RunConfig) -> Any:
     return types.SimpleNamespace(train=ArraySource(docs), eval=None, special=special, tokenizer=tokenizer)
 
 
-class DenseMlmHead:
-    """Benchmark-only variant: the MLM head evaluated at *all* S positions ([B, S, V] logits), then the P
-    masked positions picked for the loss -- what an implementation without BERT's gather pays."""
-
-    def __init__(self, objective: Any):
-        self._inner = objective
-        self.name, self.model = objective.name, objective.model
-        self.primary_metric = objective.primary_metric
-
-    def __getattr__(self, item: str) -> Any:
-        return getattr(self._inner, item)
-
-    def loss(self, params, batch, rng, normalizers, train: bool):
-        from ptm_jax.objectives.mlm import mlm_loss, mlm_terms
-        from ptm_jax.objectives.nsp import nsp_terms
-
-        b, s = batch["input_ids"].shape
-        every = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
-        rngs = {"dropout": rng} if train and rng is not None else None
-        logits_BxSxV, nsp_logits = self.model.apply(params, batch["input_ids"], batch["input_mask"],
-                                                    batch["segment_ids"], every, deterministic=not train, rngs=rngs)
-        picked = jnp.take_along_axis(logits_BxSxV, batch["masked_lm_positions"][..., None].astype(jnp.int32), 1)
-        terms = mlm_terms(picked, batch["masked_lm_ids"], batch["masked_lm_weights"])
-        loss = mlm_loss(terms["mlm_loss"][0], normalizers["mlm"])
-        if nsp_logits is not None:
-            nsp = nsp_terms(nsp_logits, batch["next_sentence_labels"])
-            loss = loss + nsp["nsp_loss"][0] / normalizers["nsp"]
-            terms.update(nsp)
-        return loss, terms
-
-
 def build_bench_objective(cfg: RunConfig, mlm_head: str = "sparse") -> Any:
+    from ptm_jax.families import registry
     from ptm_jax.objectives.registry import build_objective
 
     objective = build_objective(cfg, _dummy_corpus(cfg))
-    if mlm_head == "dense":
-        return DenseMlmHead(objective)
-    if mlm_head != "sparse":
-        raise ConfigError(f"--mlm-head={mlm_head!r}: expected sparse or dense")
-    return objective
+    if mlm_head == "sparse":
+        return objective
+    variants = registry.get(cfg.model.family).bench_variants
+    if mlm_head not in variants:
+        raise ConfigError(f"--mlm-head={mlm_head!r}: expected sparse" + "".join(f" or {v}" for v in variants)
+                          + f" for model.family={cfg.model.family!r}")
+    return variants[mlm_head](objective)
 
 
 def synthetic_batch(example: dict[str, np.ndarray], cfg: RunConfig, rng: np.random.Generator
                     ) -> dict[str, np.ndarray]:
-    """Random ids and BERT-like masking in the shapes and dtypes of ``example`` (one global batch)."""
+    """Random data in the shapes and dtypes of ``example`` (one global batch): the family's own
+    (``Family.synthetic_batch``), else ``example`` unchanged."""
+    from ptm_jax.families import registry
+
+    make = registry.get(cfg.model.family).synthetic_batch
+    return make(example, cfg, rng) if make is not None else {k: np.array(v) for k, v in example.items()}
+
+
+def packed_lm_batch(example: dict[str, np.ndarray], cfg: RunConfig, rng: np.random.Generator
+                    ) -> dict[str, np.ndarray]:
+    """Rows packed full of random ids (no padding) and random language-model targets: ``target_ids`` /
+    ``target_weights`` and, where the example has them, a ``target_mapping`` of distinct positions and the
+    ``perm_mask`` of one random factorization order (the data builders are not part of the timed step)."""
     out = {k: np.array(v) for k, v in example.items()}
     v = cfg.model.vocab_size
-    if "input_ids" not in out:
-        return out
     b, s = out["input_ids"].shape
-    lengths = np.where(rng.random(b) < cfg.data.short_seq_prob, rng.integers(8, s + 1, b), s)
-    real = np.arange(s)[None, :] < lengths[:, None]
-    out["input_ids"] = np.where(real, rng.integers(5, max(v, 6), (b, s)), 0).astype(np.int32)
-    out["input_ids"][:, 0] = 1  # [CLS]
-    if "masked_lm_positions" not in out:  # GPT / XLNet rows are packed full: no padding
-        out["input_ids"] = rng.integers(5, max(v, 6), (b, s)).astype(np.int32)
-        return _lm_targets(out, v, b, s, rng)
-    if "input_mask" in out:
-        out["input_mask"] = real.astype(np.int32)
-    if "segment_ids" in out:
-        split = (lengths * rng.uniform(0.2, 0.8, b)).astype(np.int64)
-        out["segment_ids"] = ((np.arange(s)[None, :] > split[:, None]) & real).astype(np.int32)
-    if "masked_lm_positions" in out:
-        p = out["masked_lm_positions"].shape[1]
-        pos = np.zeros((b, p), np.int32)
-        w = np.zeros((b, p), np.float32)
-        for i in range(b):  # once per synthetic batch, outside the timed loop
-            n = min(p, max(1, int(round(lengths[i] * cfg.data.masked_lm_prob))))
-            pos[i, :n] = np.sort(rng.choice(np.arange(1, lengths[i]), size=n, replace=False))
-            w[i, :n] = 1.0
-        out["masked_lm_positions"] = pos
-        out["masked_lm_weights"] = w
-        out["masked_lm_ids"] = np.where(w > 0, rng.integers(5, max(v, 6), (b, p)), 0).astype(np.int32)
-    if "next_sentence_labels" in out:
-        out["next_sentence_labels"] = rng.integers(0, 2, out["next_sentence_labels"].shape).astype(np.int32)
-    return out
+    out["input_ids"] = rng.integers(5, max(v, 6), (b, s)).astype(np.int32)
+    return _lm_targets(out, v, b, s, rng)
 
 
 def _lm_targets(out: dict[str, np.ndarray], v: int, b: int, s: int, rng: np.random.Generator
                 ) -> dict[str, np.ndarray]:
     """Synthetic targets of the LM objectives (their data builders are not part of the timed step)."""
-    if "target_ids" in out:  # GPT (next tokens at every position) and XLNet (the P targets)
+    if "target_ids" in out:  # next tokens at every position, or the P targets
         out["target_ids"] = rng.integers(5, max(v, 6), out["target_ids"].shape).astype(np.int32)
         out["target_weights"] = np.ones(out["target_weights"].shape, np.float32)
-    if "target_mapping" in out:  # XLNet: P targets at random distinct positions, one permutation order
+    if "target_mapping" in out:  # P targets at random distinct positions, one permutation order
         p = out["target_mapping"].shape[1]
         pos = np.stack([np.sort(rng.choice(s, size=p, replace=False)) for _ in range(b)])
         out["target_mapping"] = (pos[:, :, None] == np.arange(s)[None, None, :]).astype(np.float32)

@@ -1,4 +1,4 @@
-"""`ptm perplexity`: held-out perplexity of a causal LM (GPT) on a text file."""
+"""`ptm perplexity`: held-out perplexity of a causal LM (a family with Family.perplexity) on a text file."""
 from __future__ import annotations
 
 import argparse
@@ -7,12 +7,15 @@ import json
 
 def cmd_perplexity(args: argparse.Namespace) -> int:
     from ptm_jax.errors import ConfigError
-    from ptm_jax.evaluate.perplexity import perplexity
     from ptm_jax.export.params import load_params, load_tokenizer
+    from ptm_jax.families import registry
 
     params, cfg, info, tok_dir = load_params(args.model)
-    if cfg.family != "gpt":
-        raise ConfigError(f"{args.model}: model.family={cfg.family!r}; perplexity needs a causal LM (gpt)")
+    perplexity = registry.get(cfg.family).perplexity
+    if perplexity is None:
+        able = [n for n, f in registry.families().items() if f.perplexity is not None]
+        raise ConfigError(f"{args.model}: model.family={cfg.family!r}; `ptm perplexity` needs a causal LM of a "
+                          f"family that scores text ({', '.join(able)})")
     result = perplexity(params, cfg, load_tokenizer(info, tok_dir), args.file, seq_len=args.seq_len,
                         stride=args.stride, batch_size=args.batch_size, max_tokens=args.max_tokens,
                         collapse_whitespace=args.collapse_whitespace)
@@ -26,11 +29,11 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("perplexity", help="held-out perplexity of a GPT checkpoint on a text file",
+    p = subparsers.add_parser("perplexity", help="held-out perplexity of a causal-LM checkpoint on a text file",
                               description="Tokenizes FILE as one stream, scores every token once (rows of "
                               "--seq-len, each predicting its last --stride tokens) and prints token and word "
                               "perplexity as JSON.")
-    p.add_argument("model", help="params directory, run directory or Hugging Face GPT-2 folder")
+    p.add_argument("model", help="params directory, run directory or Hugging Face folder of a causal LM")
     p.add_argument("file", help="UTF-8 text file, e.g. ../shared/data/corpus/wikitext-2-tokenized/test.txt")
     p.add_argument("--seq-len", type=int, default=None, help="tokens per row (default: the model's context)")
     p.add_argument("--stride", type=int, default=None, help="new tokens scored per row (default: --seq-len)")

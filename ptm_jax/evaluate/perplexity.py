@@ -47,9 +47,8 @@ def perplexity(params: Any, cfg: ModelConfig, tokenizer, path: str | Path, *, se
                collapse_whitespace: bool = False) -> dict[str, float]:
     """``collapse_whitespace``: score ``' '.join(text.split())``, for a model whose training text never held a
     newline (ptm's corpus reader joins the sentences of a document with single spaces)."""
-    from ptm_jax.models.gpt import GPTLMHeadModel
-
     from ptm_jax import fs
+    from ptm_jax.objectives.task_data import task_head
 
     p = fs.path(path)
     try:
@@ -68,7 +67,7 @@ def perplexity(params: Any, cfg: ModelConfig, tokenizer, path: str | Path, *, se
     if max_tokens:
         ids = ids[:max_tokens]
     inputs, targets, weights = stream_rows(ids, seq_len, stride)
-    model = GPTLMHeadModel(cfg)
+    model = task_head(cfg, "causal_lm")(cfg)
 
     @jax.jit
     def nll(x, y, w):

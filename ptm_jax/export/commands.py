@@ -97,14 +97,18 @@ def embed_texts(params: dict, cfg: ModelConfig, tokenizer, texts: Sequence[str],
     import jax
     import jax.numpy as jnp
 
-    from ptm_jax.models.bert import BertModel
+    from ptm_jax.families import registry
 
+    fam = registry.get(cfg.family)
+    encoder = registry.require(fam, "task_heads", "sentence embeddings").get("encoder")
+    if encoder is None:
+        raise ConfigError(f"model.family={cfg.family!r} does not support sentence embeddings (no encoder head)")
     if pooling not in ("mean", "cls"):
         raise ConfigError(f"--pooling={pooling!r}: expected 'mean' or 'cls'")
     max_length = min(max_length, cfg.max_position_embeddings)
     key = ("embed", json.dumps(to_dict(cfg), sort_keys=True), pooling, normalize)
     if key not in _COMPILED:
-        model = BertModel(_inference_cfg(cfg), add_pooler=False)
+        model = encoder()(_inference_cfg(cfg), add_pooler=False)
 
         def fn(p, input_ids, input_mask, segment_ids):
             h, _ = model.apply({"params": p}, input_ids, input_mask, segment_ids)
@@ -120,7 +124,7 @@ def embed_texts(params: dict, cfg: ModelConfig, tokenizer, texts: Sequence[str],
 
         _COMPILED[key] = jax.jit(fn)
     ids, segs = encode_inputs(tokenizer, texts, None, max_length)
-    out = run_batched(_COMPILED[key], jax.device_put(params["bert"]), ids, segs, max_length, batch_size)
+    out = run_batched(_COMPILED[key], jax.device_put(params[fam.trunk]), ids, segs, max_length, batch_size)
     return out.reshape(len(texts), cfg.hidden_size).astype(np.float32)
 
 
@@ -130,12 +134,16 @@ def classify_texts(params: dict, cfg: ModelConfig, num_labels: int, tokenizer, t
     """float32 [N, num_labels] logits of a sequence classifier."""
     import jax
 
-    from ptm_jax.models.task_heads import BertForSequenceClassification
+    from ptm_jax.families import registry
 
+    fam = registry.get(cfg.family)
+    classifier = fam.task_heads.get("sequence_classification")
+    if classifier is None or "classify" not in fam.capabilities:
+        raise ConfigError(f"model.family={cfg.family!r} does not support `ptm predict` (sequence classification)")
     max_length = min(max_length, cfg.max_position_embeddings)
     key = ("classify", json.dumps(to_dict(cfg), sort_keys=True), num_labels)
     if key not in _COMPILED:
-        model = BertForSequenceClassification(_inference_cfg(cfg), num_labels)
+        model = classifier()(_inference_cfg(cfg), num_labels)
         _COMPILED[key] = jax.jit(lambda p, i, m, s: model.apply({"params": p}, i, m, s))
     ids, segs = encode_inputs(tokenizer, texts, pairs, max_length)
     out = run_batched(_COMPILED[key], jax.device_put(params), ids, segs, max_length, batch_size)
@@ -155,23 +163,10 @@ def _load(model: str):
 
 def cmd_import_hf(args: argparse.Namespace) -> int:
     from ptm_jax.export.params import hf_model_type, load_params
+    from ptm_jax.families import registry
 
-    kind = hf_model_type(args.dir)
-    if kind == "gpt2":
-        from ptm_jax.export.hf_gpt2 import import_hf_gpt2_to_params_dir
-
-        if args.head not in (None, "causal_lm"):
-            raise ConfigError(f"--head {args.head}: a GPT-2 folder imports as head causal_lm (GPT2LMHeadModel)")
-
-        out = import_hf_gpt2_to_params_dir(args.dir, args.out, overwrite=args.force)
-    elif kind == "xlnet":
-        from ptm_jax.export.hf_xlnet import import_hf_xlnet_to_params_dir
-
-        out = import_hf_xlnet_to_params_dir(args.dir, args.out, head=args.head, overwrite=args.force)
-    else:
-        from ptm_jax.export.hf_bert import import_hf_to_params_dir
-
-        out = import_hf_to_params_dir(args.dir, args.out, head=args.head, overwrite=args.force)
+    fam = registry.hf_family(hf_model_type(args.dir))
+    out = fam.hf.import_dir(args.dir, args.out, head=args.head, overwrite=args.force)
     _, cfg, info, _ = load_params(out)
     print(f"imported {args.dir} -> {out}: head {info['head']}, {cfg.num_layers} layers, hidden "
           f"{cfg.hidden_size}, vocab {cfg.vocab_size}" + (f"; dropped {', '.join(info['dropped'])}"
@@ -199,13 +194,10 @@ def _export(args: argparse.Namespace) -> int:
     from ptm_jax.export import params as params_lib
 
     if args.format == "hf":
-        family = params_lib.load_params(args.src)[1].family
-        if family == "gpt":
-            from ptm_jax.export.hf_gpt2 import export_hf_gpt2 as export_hf
-        elif family == "xlnet":
-            from ptm_jax.export.hf_xlnet import export_hf_xlnet as export_hf
-        else:
-            from ptm_jax.export.hf_bert import export_hf
+        from ptm_jax.families import registry
+
+        fam = registry.get(params_lib.load_params(args.src)[1].family)
+        export_hf = registry.require(fam, "hf", "Hugging Face export (--format hf)").export_dir
         report = _export_hf_to(export_hf, args.src, args.out, args.force)
         print(f"exported {args.src} -> {args.out} ({report['architecture']}, {report['tensors']} tensors"
               + (f"; left out {', '.join(report['left_out'])}" if report["left_out"] else "") + ")")
@@ -316,16 +308,18 @@ HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def register(subparsers) -> None:
     """Adds the subcommands; each parser gets ``handler=`` (call it with the parsed args)."""
-    from ptm_jax.export.params import HEADS
+    from ptm_jax.export.params import heads
+    from ptm_jax.families import registry
 
-    p = subparsers.add_parser("import-hf", help="convert a local Hugging Face BERT, GPT-2 or XLNet folder to a "
+    types = ", ".join(t for f in registry.families().values() if f.hf for t in f.hf.model_types)
+    p = subparsers.add_parser("import-hf", help=f"convert a local Hugging Face folder ({types}) to a "
                               "params directory",
-                              description="Reads config.json (model_type bert, gpt2 or xlnet), "
+                              description=f"Reads config.json (model_type {types}), "
                               "model.safetensors (or pytorch_model.bin, weights only) and the tokenizer files; "
                               "writes a ptm_jax params directory.")
     p.add_argument("dir", help="Hugging Face model folder (or a sentence-transformers folder)")
     p.add_argument("--out", required=True, help="params directory to write")
-    p.add_argument("--head", choices=HEADS, default=None, help="override the head detected from the tensors")
+    p.add_argument("--head", choices=heads(), default=None, help="override the head detected from the tensors")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.set_defaults(handler=cmd_import_hf)
 

@@ -6,10 +6,11 @@ leaves), ``ptm.json`` (model config, head, labels, tokenizer settings, source) a
 never leaves a half-written directory that loads.
 
 ``load_params`` also accepts a training run (its output dir, a stage dir or a ``checkpoints`` dir written
-by ``ptm_jax.train.checkpoint.Checkpointer``: the latest step's ``state['params']`` is read alone, as numpy,
-whatever mesh wrote it) and a Hugging Face BERT folder (converted on the fly by ``hf_bert``).
+by ``ptm_jax.checkpoint.Checkpointer``: the latest step's ``state['params']`` is read alone, as numpy,
+whatever mesh wrote it) and a Hugging Face folder (converted on the fly by the converter of the family that
+claims its ``model_type``, ``Family.hf``).
 
-Tree convention: ``params['bert']`` is always the encoder (BertModel's variables), whatever the head;
+Tree convention: ``params[<trunk>]`` is always the family's trunk (``Family.trunk``), whatever the head;
 heads sit beside it ('mlm', 'nsp', 'classifier', 'qa_outputs'). Apply a model with ``{'params': params}``.
 """
 from __future__ import annotations
@@ -33,9 +34,21 @@ log = logging.getLogger(__name__)
 
 FORMAT = "ptm_jax.params"
 VERSION = 1
-HEADS = ("encoder", "pretraining", "masked_lm", "sequence_classification", "token_classification",
-         "question_answering", "multiple_choice", "causal_lm", "plm")
-"""``causal_lm``: GPT with its tied LM head; ``plm``: XLNet with its tied permutation-LM head."""
+
+
+def heads() -> tuple[str, ...]:
+    """Every head a params directory may name: the union of the registered families' ``Family.heads``."""
+    from ptm_jax.families import registry
+
+    return tuple(dict.fromkeys(h for fam in registry.families().values() for h in fam.heads))
+
+
+def trunks() -> dict[str, str]:
+    """Trunk key -> the sub-tree holding its layer stack (layers_0..N-1, or layers/layer stacked), of every
+    registered family (``Family.trunk``, ``Family.stack``)."""
+    from ptm_jax.families import registry
+
+    return {f.trunk: f.stack for f in registry.families().values() if f.trunk}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -50,9 +63,9 @@ def plain_tree(params: Any) -> dict:
     if isinstance(params, dict) and set(params) == {"params"}:
         params = params["params"]
     params = jax.tree.map(_on_host, params)
-    if not isinstance(params, dict) or not any(t in params for t in TRUNKS):
-        raise CheckpointError("a parameter tree must have its trunk under 'bert', 'gpt' or 'xlnet' (e.g. "
-                              "params['bert']['encoder'] ...); got top-level keys "
+    if not isinstance(params, dict) or not any(t in params for t in trunks()):
+        raise CheckpointError(f"a parameter tree must have its trunk under one of {', '.join(map(repr, trunks()))}"
+                              " (a registered family's trunk key); got top-level keys "
                               f"{sorted(params) if isinstance(params, dict) else params}")
     return _to_dict(params)
 
@@ -69,8 +82,6 @@ def _on_host(x: Any) -> np.ndarray:
     return np.asarray(jax.device_get(x))
 
 
-TRUNKS = {"bert": "encoder", "gpt": "decoder", "xlnet": "encoder"}
-"""Trunk key -> the sub-tree holding its layer stack (layers_0..N-1, or layers/layer stacked)."""
 
 
 def _to_dict(tree: Any) -> Any:
@@ -80,8 +91,11 @@ def _to_dict(tree: Any) -> Any:
 
 
 def _stack_of(params: dict) -> tuple[str, str]:
-    trunk = next(t for t in TRUNKS if t in params)
-    return trunk, TRUNKS[trunk]
+    table = trunks()
+    trunk = next(t for t in table if t in params)
+    if table[trunk] is None:
+        raise CheckpointError(f"params[{trunk!r}] has no layer stack to convert between loop and scan layouts")
+    return trunk, table[trunk]
 
 
 def stack_layers(params: dict) -> dict:
@@ -115,7 +129,7 @@ def to_layout(params: dict, scan: bool) -> dict:
 
 
 def flatten(params: dict) -> dict[str, np.ndarray]:
-    """{'bert': {'pooler': {'dense': {'kernel': x}}}} -> {'bert/pooler/dense/kernel': x}."""
+    """{'trunk': {'pooler': {'dense': {'kernel': x}}}} -> {'trunk/pooler/dense/kernel': x}."""
     out: dict[str, np.ndarray] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -141,24 +155,18 @@ def unflatten(flat: dict[str, np.ndarray]) -> dict:
 
 
 def infer_head(params: dict, hint: str | None = None) -> str:
-    """Head of a parameter tree; ``hint`` (a checkpoint's meta['head']) wins when given."""
+    """Head of a parameter tree; ``hint`` (a checkpoint's meta['head']) wins when given. Otherwise the family
+    whose trunk the tree holds says (``Family.infer_head``)."""
+    from ptm_jax.families import registry
+
     if hint:
-        if hint not in HEADS:
-            raise CheckpointError(f"unknown head {hint!r}; expected one of {', '.join(HEADS)}")
+        if hint not in heads():
+            raise CheckpointError(f"unknown head {hint!r}; expected one of {', '.join(heads())}")
         return hint
-    if "gpt" in params or "xlnet" in params:
-        if "classifier" in params:
-            return "sequence_classification"
-        if "qa_outputs" in params or "start_logits" in params:
-            return "question_answering"
-        return "causal_lm" if "gpt" in params else "plm"
-    if "mlm" in params:
-        return "pretraining" if "nsp" in params else "masked_lm"
-    if "qa_outputs" in params:
-        return "question_answering"
-    if "classifier" in params:
-        return "sequence_classification" if "pooler" in params["bert"] else "token_classification"
-    return "encoder"
+    fam = registry.family_of_params(params)
+    if fam is None or fam.infer_head is None:
+        return "encoder"
+    return fam.infer_head(params)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -233,8 +241,8 @@ def save_params(directory: str | Path, params: Any, model_cfg: ModelConfig, head
     In a multi-process run every process calls it with the same arguments (see "Atomic directory writes")."""
     import orbax.checkpoint as ocp
 
-    if head not in HEADS:
-        raise ConfigError(f"head={head!r} is not one of {', '.join(HEADS)}")
+    if head not in heads():
+        raise ConfigError(f"head={head!r} is not one of {', '.join(heads())}")
     out = fs.path(directory)
     tree = to_layout(plain_tree(params), model_cfg.scan_layers)
     extra = dict(extra or {})
@@ -342,7 +350,7 @@ def _run_tokenizer(out_dir: Path, run_cfg: dict[str, Any]) -> tuple[dict[str, An
 
 
 def _load_run(ckpt_dir: Path) -> tuple[dict, ModelConfig, dict[str, Any], Path | None]:
-    from ptm_jax.train.checkpoint import Checkpointer
+    from ptm_jax.checkpoint import Checkpointer
 
     mngr = Checkpointer(ckpt_dir, async_save=False, local=True)  # reads on this process alone
     try:
@@ -413,33 +421,25 @@ def load_params(path: str | Path) -> tuple[dict, ModelConfig, dict[str, Any], Pa
     if (p / "config.json").is_file() or (p / "modules.json").is_file():
         if fs.is_remote(p):  # the HF readers (safetensors, tokenizers) read local files
             p = fs.local_copy(p)
-        kind = hf_model_type(p)
-        if kind == "gpt2":
-            from ptm_jax.export.hf_gpt2 import import_hf_gpt2
+        from ptm_jax.families import registry
 
-            params, cfg, info = import_hf_gpt2(p)
-            return params, cfg, info, p
-        if kind == "xlnet":
-            from ptm_jax.export.hf_xlnet import import_hf_xlnet as import_hf
-        else:
-            from ptm_jax.export.hf_bert import import_hf
-        return import_hf(p)
+        return registry.hf_family(hf_model_type(p)).hf.load(p)
     raise CheckpointError(f"{p}: is neither a params directory (ptm.json), a training run (checkpoints/) nor a "
                           "Hugging Face model folder (config.json)")
 
 
 def hf_model_type(path: str | Path) -> str:
-    """``model_type`` of a Hugging Face folder's config.json: 'gpt2', 'xlnet', else 'bert' (also for the
-    sentence-transformers layout and BERT-shaped configs)."""
+    """``model_type`` of a Hugging Face folder's config.json ('' when it names none: the sentence-transformers
+    layout and older configs); ``registry.hf_family`` picks the family that imports it."""
     from ptm_jax.export.hf_files import model_directory
 
     cfg_file = model_directory(Path(path)) / "config.json"
     try:
-        model_type = json.loads(cfg_file.read_text(encoding="utf-8")).get("model_type", "bert")
+        model_type = json.loads(cfg_file.read_text(encoding="utf-8")).get("model_type", "")
     except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
         raise CheckpointError(f"{cfg_file}: cannot read the model type ({e}); expected a Hugging Face "
                               "config.json object") from None
-    return model_type if model_type in ("gpt2", "xlnet") else "bert"
+    return str(model_type)
 
 
 def load_tokenizer(info: dict[str, Any], tokenizer_dir: Path | None):

@@ -29,6 +29,9 @@ class HfConverter:
     """(src, out, overwrite=False) -> report dict."""
     load: Callable[..., Any] | None = None
     """(hf_dir) -> (params, model_cfg, info, tokenizer_dir): read an HF folder in place (``load_params``)."""
+    fallback: bool = False
+    """Also claims folders whose ``model_type`` no family lists (one family at most: BERT-shaped configs,
+    the sentence-transformers layout)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +71,24 @@ class Family:
     """(example, cfg, rng) -> a random batch in the shapes of ``example`` for ``ptm bench``."""
     capabilities: frozenset[str] = frozenset()
     """What commands may ask of it: 'causal_lm' (generate, perplexity), 'embed' (sentence vectors), ..."""
+    task_heads: dict[str, Callable[[], type]] = dataclasses.field(default_factory=dict)
+    """Finetuning head name ('encoder', 'sequence_classification', 'token_classification',
+    'question_answering', 'multiple_choice') -> a function returning the Flax module class (imported lazily).
+    The spine's task objectives build their model through this."""
+    qa_layout: str = "question_first"
+    """Span-QA feature layout (``data/tasks/squad_features.py``): 'question_first' ([CLS] q [SEP] d [SEP]) or
+    'document_first' (d <sep> q <sep> <cls>)."""
+    task_objectives: dict[str, Callable[[], type]] = dataclasses.field(default_factory=dict)
+    """Spine task objective kind ('multiple_choice') -> the family's own objective class, where the family
+    reads the task through its own input transformation (GPT's one row per option)."""
+    bench_variants: dict[str, Callable[[Any], Any]] = dataclasses.field(default_factory=dict)
+    """``ptm bench --mlm-head NAME`` -> wrap(objective): benchmark-only variants of the family's objective."""
+    generate: Callable[..., Any] | None = None
+    """(params, model_cfg, prompts, ...) -> token ids: autoregressive decoding (``ptm generate``)."""
+    perplexity: Callable[..., Any] | None = None
+    """(params, model_cfg, tokenizer, file, **kw) -> dict: held-out perplexity (``ptm perplexity``)."""
+    tiny_preset: str | None = None
+    """A preset small enough for the conformance test (``tests/test_conformance.py``)."""
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -127,6 +148,19 @@ def family_of_objective(objective: str) -> Family:
         raise ConfigError(f"objective={objective!r} is not registered by any family.{hint} Known objectives: "
                           f"{', '.join(f'{o} ({f})' for o, f in sorted(owners.items()))}")
     return get(owners[objective])
+
+
+def hf_family(model_type: str) -> Family:
+    """The family that imports a Hugging Face folder of ``model_type`` (its ``config.json``)."""
+    fams = [f for f in families().values() if f.hf is not None]
+    for fam in fams:
+        if model_type in fam.hf.model_types:
+            return fam
+    for fam in fams:
+        if fam.hf.fallback:
+            return fam
+    raise ConfigError(f"no registered family imports Hugging Face model_type={model_type!r}; known: "
+                      f"{', '.join(t for f in fams for t in f.hf.model_types)}")
 
 
 def family_of_params(params: dict) -> Family | None:

@@ -1,4 +1,4 @@
-"""`ptm generate MODEL --prompt TEXT ...`: text completions from a GPT params directory, run or HF GPT-2 folder.
+"""`ptm generate MODEL --prompt TEXT ...`: text completions from a causal-LM params directory, run or HF folder.
 
 The lead registers it in ``ptm_jax/cli.py`` with ``register(subparsers)``; the parser gets ``handler=``,
 which returns an exit code and raises ``PtmError`` subclasses for bad input. Prompts are generated in
@@ -63,20 +63,23 @@ def _prompts(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from ptm_jax.export.params import load_params
-    from ptm_jax.generate.decode import generate
-
     from ptm_jax import fs
+    from ptm_jax.export.params import load_params
+    from ptm_jax.families import registry
 
     if not fs.exists(args.model):
-        raise ConfigError(f"{args.model}: model not found; pass a GPT params directory, run directory or Hugging "
-                          "Face GPT-2 folder")
+        raise ConfigError(f"{args.model}: model not found; pass a causal-LM params directory, run directory or "
+                          "Hugging Face folder")
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size={args.batch_size} must be >= 1")
     prompts = _prompts(args)
     params, cfg, info, tok_dir = load_params(args.model)
-    if cfg.family != "gpt" or "gpt" not in params:
-        raise ConfigError(f"{args.model}: is a {cfg.family!r} model; `ptm generate` needs a GPT (causal LM)")
+    fam = registry.get(cfg.family)
+    if fam.generate is None or fam.trunk not in params:
+        able = [n for n, f in registry.families().items() if f.generate is not None]
+        raise ConfigError(f"{args.model}: is a {cfg.family!r} model; `ptm generate` needs a causal LM of a family "
+                          f"that decodes ({', '.join(able)})")
+    generate = fam.generate
     codec = _Codec(info, tok_dir)
     eos = codec.eos_id if codec.eos_id is not None and 0 <= codec.eos_id < cfg.vocab_size else None
     max_length = args.max_length or cfg.max_position_embeddings
@@ -110,9 +113,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Adds `generate` with ``handler=cmd_generate``."""
-    text = "complete text prompts with a GPT model (greedy, temperature, top-k, top-p sampling)"
+    text = "complete text prompts with a causal LM (greedy, temperature, top-k, top-p sampling)"
     p = subparsers.add_parser("generate", help=text, description=text)
-    p.add_argument("model", help="GPT params directory, run directory or Hugging Face GPT-2 folder")
+    p.add_argument("model", help="causal-LM params directory, run directory or Hugging Face folder")
     p.add_argument("--prompt", action="append", default=[], help="prompt text (repeatable)")
     p.add_argument("--prompts-file", default=None, help="UTF-8 file, one prompt per line")
     p.add_argument("--max-new-tokens", type=int, default=50)

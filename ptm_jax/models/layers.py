@@ -90,3 +90,10 @@ class Dense(nn.Module):
             bias_init=partitioned(nn.initializers.zeros, (self.axes[1],)),
             name="dense",
         )(x)
+
+
+REMAT_POLICIES = {
+    "full": None,  # save nothing, recompute the whole block
+    "save_dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+"""``model.remat`` -> the ``jax.checkpoint`` policy of one Transformer block (``nn.remat``)."""

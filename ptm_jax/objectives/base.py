@@ -1,7 +1,14 @@
 """What the loop needs from an objective: the plug-in point for BERT, GPT, XLNet, ELMo, word2vec, ...
 
 An ``Objective`` binds a model, its loss and its data streams. The loop only calls the methods below, so a
-new family plugs in by adding one class and one registry entry (``ptm_jax.objectives.registry``).
+new family plugs in by adding one class and registering it in its family package
+(``ptm_jax/families/registry.py``).
+
+The contracts are runtime-checkable protocols, asked with ``isinstance`` rather than attribute probing:
+``Objective`` (every objective), ``CarriesState`` (a step feeds state to the next one), ``TaskObjective``
+(finetuning tasks: predictions and task metrics) and ``ReportsBaseline`` (a reference figure for the final
+report). ``accepts_grad_accum`` says whether an objective's loss may be split into microbatches;
+``check_grad_accum`` turns a refusal into a ConfigError naming ``train.grad_accum_steps``.
 
 Loss terms are ``name -> (numerator, denominator)``. ``normalizers(batch)`` returns the denominators of the
 loss terms computed from the global batch alone, so a step with gradient accumulation computes exactly the
@@ -9,7 +16,7 @@ loss of the whole batch (sum of microbatch numerators / global denominator).
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol
+from typing import Any, Iterator, Protocol, runtime_checkable
 
 import flax.linen as nn
 import jax
@@ -19,6 +26,7 @@ Batch = dict[str, Any]
 Terms = dict[str, tuple[jax.Array, jax.Array]]
 
 
+@runtime_checkable
 class Objective(Protocol):
     name: str
     model: nn.Module
@@ -53,6 +61,7 @@ class Objective(Protocol):
         """Derived figures for the final report (e.g. perplexity, majority baseline)."""
 
 
+@runtime_checkable
 class CarriesState(Protocol):
     """Optional: an objective whose step feeds state to the next one (XLNet's Transformer-XL memory: the
     hidden states of a segment are the memory of the next segment of the same batch row, Dai et al. 2019
@@ -64,6 +73,51 @@ class CarriesState(Protocol):
     def loss_carrying(self, params: Any, batch: Batch, carry: Any, rng: jax.Array | None,
                       normalizers: dict[str, jax.Array], train: bool) -> tuple[jax.Array, Terms, Any]:
         """As ``Objective.loss``, reading ``carry`` and also returning the carry of the next step."""
+
+
+@runtime_checkable
+class TaskObjective(Protocol):
+    """A finetuning task: evaluation also predicts every held-out example and scores the predictions."""
+
+    num_train: int
+
+    def predict(self, params: Any, batch: Batch) -> dict[str, jax.Array]:
+        """Per-example outputs of one batch (gathered over the mesh by the loop)."""
+
+    def score(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
+        """Task metrics of the held-out split from all its outputs (example order)."""
+
+
+@runtime_checkable
+class WritesPredictions(Protocol):
+    def write_predictions(self, outputs: dict[str, np.ndarray], out: Any, split: str) -> list:
+        """Prediction files of a split (e.g. GLUE's submission TSV); returns their paths."""
+
+
+@runtime_checkable
+class ReportsBaseline(Protocol):
+    def baseline(self, global_batch: int) -> dict[str, float]:
+        """A reference figure the trained model must beat (e.g. a unigram model's perplexity)."""
+
+
+def accepts_grad_accum(objective: Any) -> bool:
+    """False for an objective whose loss couples the rows of a batch (in-batch negatives: splitting it into
+    microbatches changes the loss). An objective says so with a class attribute ``grad_accum = False``."""
+    return bool(getattr(type(objective), "grad_accum", True))
+
+
+def check_grad_accum(objective: Any, grad_accum_steps: int, carries: bool = False) -> None:
+    """ConfigError when ``train.grad_accum_steps`` > 1 for an objective that refuses accumulation, or whose step
+    carries state (``carries``: a ``CarriesState`` objective whose ``init_carry`` gave a carry)."""
+    if grad_accum_steps == 1 or (accepts_grad_accum(objective) and not carries):
+        return
+    from ptm_jax.errors import ConfigError
+
+    why = ("carries state from one step to the next" if carries
+           else "couples the rows of a batch (e.g. in-batch negatives)")
+    raise ConfigError(f"train.grad_accum_steps={grad_accum_steps}: objective {objective.name!r} {why}, so its "
+                      "loss cannot be split into microbatches; set train.grad_accum_steps=1 (and raise "
+                      "train.batch_size or the mesh instead)")
 
 
 class SourceStreams:

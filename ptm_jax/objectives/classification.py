@@ -18,8 +18,7 @@ from ptm_jax.data.tasks.features import encode_inputs, pad_rows
 from ptm_jax.data.tasks.glue import Example, TaskSpec
 from ptm_jax.errors import DataError
 from ptm_jax.evaluate.glue_metrics import accuracy, task_metrics
-from ptm_jax.models.task_heads import BertForSequenceClassification
-from ptm_jax.objectives.task_data import ArrayTaskData
+from ptm_jax.objectives.task_data import ArrayTaskData, task_head
 
 PRIMARY = {"cola": "mcc", "stsb": "spearman", "mrpc": "f1", "qqp": "f1"}
 
@@ -54,9 +53,9 @@ class SequenceClassificationObjective(ArrayTaskData):
         self.num_train = len(train or ())
         self.primary_metric = PRIMARY.get(spec.name, "accuracy")
 
-    # the two hooks a model family overrides (GPT: gpt_classification.py, XLNet: xlnet_classification.py)
+    # the two hooks a model family overrides (its Family.classifier class)
     def build_model(self, model_cfg: ModelConfig):
-        return BertForSequenceClassification(model_cfg, self.num_labels, self.fcfg.classifier_dropout)
+        return task_head(model_cfg, "sequence_classification")(model_cfg, self.num_labels, self.fcfg.classifier_dropout)
 
     def featurize(self, examples: Sequence[Example], tokenizer) -> dict[str, np.ndarray]:
         return featurize(examples, tokenizer, self.fcfg.max_seq_length, self.regression)
@@ -104,7 +103,10 @@ class SequenceClassificationObjective(ArrayTaskData):
 
     def write_predictions(self, outputs: dict[str, np.ndarray], out_dir, split: str) -> list[str]:
         """GLUE submission TSV (test split) or dev predictions in the same format."""
-        from ptm_jax.evaluate.predictions import atomic_write_text, write_glue_submission
+        from ptm_jax.evaluate.predictions import (
+            atomic_write_text,
+            write_glue_submission,
+        )
 
         logits = outputs["logits"][: len(self.dev_labels)]
         preds = logits[:, 0] if self.regression else np.argmax(logits, -1)

@@ -213,9 +213,10 @@ def build_swag(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: boo
     train = take_subset(read_swag(folder / "train.csv"), f.train_subset, f.subset_seed) if want_train else None
     held_file = folder / ("val.csv" if eval_split == "dev" else "test.csv")
     held = read_swag(held_file, labelled=eval_split == "dev")
-    objective_cls = MultipleChoiceObjective
-    if model_cfg.family == "gpt":  # one row per option through GPT's input transformation
-        from ptm_jax.objectives.gpt_classification import GptMultipleChoiceObjective as objective_cls
+    from ptm_jax.families import registry
+
+    own = registry.get(model_cfg.family).task_objectives.get("multiple_choice")  # e.g. its input transformation
+    objective_cls = own() if own is not None else MultipleChoiceObjective
     obj = objective_cls(model_cfg, f, train, held, tokenizer, name="swag")
     counts = f"{len(train)} train / " if want_train else ""
     return obj, f"SWAG: {counts}{len(held)} {eval_split} examples, 4 options, from {folder if want_train else held_file}"

@@ -2,7 +2,7 @@
 (Devlin et al. 2019 Sec. 4.4, SWAG; Radford et al. 2018 Sec. 3.3, "multiple choice" input transform).
 
 Option i of an example is encoded as the pair ``[CLS] context [SEP] option_i [SEP]`` (segments 0 / 1,
-run_classifier's pair truncation); the inputs are [B, C, S] and ``BertForMultipleChoice`` scores each
+run_classifier's pair truncation); the inputs are [B, C, S] and the family's ``multiple_choice`` head scores each
 option from its pooled [CLS]. Loss: cross-entropy of the gold option; metric: accuracy.
 
 SWAG (Zellers et al. 2018) files, the layout of the public release (train.csv, val.csv, test.csv):
@@ -24,8 +24,7 @@ import optax
 from ptm_jax.config import FinetuneConfig, ModelConfig
 from ptm_jax.data.tasks.features import encode_inputs, pad_rows
 from ptm_jax.errors import DataError
-from ptm_jax.models.task_heads import BertForMultipleChoice
-from ptm_jax.objectives.task_data import ArrayTaskData
+from ptm_jax.objectives.task_data import ArrayTaskData, task_head
 
 SWAG_ENDINGS = 4
 
@@ -117,9 +116,9 @@ class MultipleChoiceObjective(ArrayTaskData):
             raise DataError(f"{name}: dev examples have {self.dev['input_ids'].shape[1]} options, training "
                             f"examples {self.num_choices}")
 
-    # the two hooks a model family overrides (GPT: gpt_classification.GptMultipleChoiceObjective)
+    # the two hooks a model family overrides (its Family.task_objectives['multiple_choice'])
     def build_model(self, model_cfg: ModelConfig):
-        return BertForMultipleChoice(model_cfg, self.fcfg.classifier_dropout)
+        return task_head(model_cfg, "multiple_choice")(model_cfg, self.fcfg.classifier_dropout)
 
     def featurize(self, examples: Sequence[ChoiceExample], tokenizer) -> dict[str, np.ndarray]:
         return featurize_choices(examples, tokenizer, self.fcfg.max_seq_length)

@@ -1,42 +1,13 @@
-"""objective name -> builder. A new family plugs in here; the loop never changes."""
+"""objective name -> builder, asked of the family registry (``ptm_jax/families/registry.py``): a family
+registers its pretraining objectives in its own package; the loop never changes."""
 from __future__ import annotations
 
-from typing import Any, Callable
-
-from ptm_jax.config import RunConfig
-from ptm_jax.errors import ConfigError
+from typing import Any
 
 
-def _mlm_nsp(cfg: RunConfig, corpus: Any):
-    from ptm_jax.objectives.mlm_nsp import MlmNspObjective
+def build_objective(cfg: Any, corpus: Any):
+    """The objective ``cfg.objective`` of its family, built over ``corpus`` (train/eval sources, tokenizer,
+    special ids); an unregistered name is a ConfigError listing the registered ones."""
+    from ptm_jax.families import registry
 
-    return MlmNspObjective(cfg, corpus.train, corpus.eval, corpus.special)
-
-
-def _causal_lm(cfg: RunConfig, corpus: Any):
-    from ptm_jax.objectives.causal_lm import CausalLmObjective
-
-    tok = corpus.tokenizer
-    eos = getattr(tok, "eos_id", None)
-    eos = tok.sep_id if eos is None else eos  # WordPiece/SentencePiece vocabularies: [SEP] ends a document
-    return CausalLmObjective(cfg, corpus.train, corpus.eval, eos_id=eos, pad_id=tok.pad_id)
-
-
-def _plm(cfg: RunConfig, corpus: Any):
-    from ptm_jax.objectives.plm import PlmObjective
-
-    return PlmObjective(cfg, corpus.train, corpus.eval, corpus.special)
-
-
-OBJECTIVES: dict[str, Callable[[RunConfig, Any], Any]] = {
-    "mlm_nsp": _mlm_nsp,
-    "mlm": _mlm_nsp,
-    "causal_lm": _causal_lm,
-    "plm": _plm,
-}
-
-
-def build_objective(cfg: RunConfig, corpus: Any):
-    if cfg.objective not in OBJECTIVES:
-        raise ConfigError(f"objective={cfg.objective!r} is not one of {', '.join(OBJECTIVES)}")
-    return OBJECTIVES[cfg.objective](cfg, corpus)
+    return registry.family_of_objective(cfg.objective).objectives[cfg.objective](cfg, corpus)

@@ -9,10 +9,9 @@ can never crowd the n-best lists). Evaluation predicts every window of every dev
 ``squad_postprocess.postprocess`` turns the logits into answer texts and ``squad_eval`` scores them with
 the official v1.1 / v2.0 rules; v2 also reports the best null-odds threshold (official script's sweep).
 
-XLNet (``model.family = "xlnet"``) reads zihangdai/xlnet run_squad.py's layout `doc <sep> query <sep> <cls>`
-(``squad_features`` ``layout="xlnet"``) through the content stream with a span head on every position
-(``XLNetForQuestionAnswering``, transformers' XLNetForQuestionAnsweringSimple); the null / out-of-window label
-is the <cls> position. The reference's beam-search head with an answer classifier is not built.
+The model is the family's ``question_answering`` head (``Family.task_heads``) and the feature layout its
+``Family.qa_layout``: a family whose reference puts the question after the document (zihangdai/xlnet
+run_squad.py: `doc <sep> query <sep> <cls>`) labels the null / out-of-window answer at its <cls> position.
 
 One difference from run_squad: the number of training steps counts features (windows), not questions, so
 ``finetune.epochs`` is exact over the rows that are streamed.
@@ -30,7 +29,7 @@ import optax
 from ptm_jax.config import FinetuneConfig, ModelConfig
 from ptm_jax.data.tasks.squad import SquadExample
 from ptm_jax.data.tasks.squad_features import SquadFeature, convert_examples_to_features
-from ptm_jax.errors import DataError
+from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.evaluate.squad_eval import evaluate_v1, evaluate_v2
 from ptm_jax.evaluate.squad_postprocess import postprocess
 from ptm_jax.objectives.task_data import ArrayTaskData
@@ -83,14 +82,15 @@ class SpanQAObjective(ArrayTaskData):
         train = train or []
         self.name, self.fcfg, self.version_2 = f"finetune-{name}", fcfg, version_2
         self.do_lower_case = do_lower_case
-        if model_cfg.family == "xlnet":
-            from ptm_jax.models.xlnet import XLNetForQuestionAnswering as model_cls
-        else:
-            from ptm_jax.models.task_heads import BertForQuestionAnswering as model_cls
-        self.model = model_cls(model_cfg)
+        from ptm_jax.families import registry
+
+        fam = registry.get(model_cfg.family)
+        model_cls = fam.task_heads.get("question_answering")
+        if model_cls is None:
+            raise ConfigError(f"model.family={model_cfg.family!r} has no question-answering head")
+        self.model = model_cls()(model_cfg)
         kw = dict(max_seq_length=fcfg.max_seq_length, doc_stride=fcfg.doc_stride,
-                  max_query_length=fcfg.max_query_length,
-                  layout="xlnet" if model_cfg.family == "xlnet" else "bert")
+                  max_query_length=fcfg.max_query_length, layout=fam.qa_layout)
         train_features = convert_examples_to_features(list(train), tokenizer, is_training=True, **kw) if train else []
         if train and not train_features:
             raise DataError(f"{name}: none of the {len(train)} training questions has a locatable answer")

@@ -17,11 +17,16 @@ import numpy as np
 import optax
 
 from ptm_jax.config import FinetuneConfig, ModelConfig
-from ptm_jax.data.tasks.conll import IGNORE_INDEX, ConllSentence, align_labels, label_list, word_predictions
+from ptm_jax.data.tasks.conll import (
+    IGNORE_INDEX,
+    ConllSentence,
+    align_labels,
+    label_list,
+    word_predictions,
+)
 from ptm_jax.errors import DataError
 from ptm_jax.evaluate.ner_metrics import ner_metrics
-from ptm_jax.models.task_heads import BertForTokenClassification
-from ptm_jax.objectives.task_data import ArrayTaskData
+from ptm_jax.objectives.task_data import ArrayTaskData, task_head
 
 MODEL_KEYS = ("input_ids", "input_mask", "segment_ids")
 
@@ -67,7 +72,7 @@ def featurize_sentences(sentences: Sequence[ConllSentence], label_ids: dict[str,
 
 
 class TaggingObjective(ArrayTaskData):
-    """BertForTokenClassification; entity-level F1 on the dev sentences."""
+    """The family's token-classification head; entity-level F1 on the dev sentences."""
 
     head = "token_classification"
     primary_metric = "f1"
@@ -83,7 +88,7 @@ class TaggingObjective(ArrayTaskData):
         self.spec = TagSet(name, tuple(labels) if labels is not None else tuple(label_list(train)))
         self.label_to_id = {t: i for i, t in enumerate(self.spec.labels)}
         self.num_labels = len(self.spec.labels)
-        self.model = BertForTokenClassification(model_cfg, self.num_labels, fcfg.classifier_dropout)
+        self.model = task_head(model_cfg, "token_classification")(model_cfg, self.num_labels, fcfg.classifier_dropout)
         L = fcfg.max_seq_length
         self.train, _, self.train_truncated_words = (featurize_sentences(train, self.label_to_id, tokenizer, L)
                                                      if train else (None, [], 0))

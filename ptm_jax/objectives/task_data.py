@@ -75,3 +75,15 @@ class ArrayTaskData:
 
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
         return metrics
+
+
+def task_head(model_cfg, head: str) -> type:
+    """The Flax module class of finetuning head ``head`` of the model's family (``Family.task_heads``), or a
+    ConfigError saying that the family has none."""
+    from ptm_jax.errors import ConfigError
+    from ptm_jax.families import registry
+
+    get = registry.get(model_cfg.family).task_heads.get(head)
+    if get is None:
+        raise ConfigError(f"model.family={model_cfg.family!r} has no {head.replace('_', ' ')} head")
+    return get()

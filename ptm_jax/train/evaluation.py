@@ -15,6 +15,7 @@ import numpy as np
 from ptm_jax import fs
 from ptm_jax.config import RunConfig
 from ptm_jax.export.params import load_params, load_tokenizer
+from ptm_jax.objectives.base import WritesPredictions
 from ptm_jax.parallel.distributed import barrier
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.finetune import build_task, finetune_train_config
@@ -35,7 +36,7 @@ def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str |
     files = []
     if jax.process_index() == 0:  # every process holds all predictions (gathered); one writes them
         fs.makedirs(out)
-        files = objective.write_predictions(outputs, out, split) if hasattr(objective, "write_predictions") else []
+        files = objective.write_predictions(outputs, out, split) if isinstance(objective, WritesPredictions) else []
         raw = io.BytesIO()
         np.savez(raw, **outputs)
         fs.write_bytes_atomic(out / "outputs.npz", raw.getvalue())

@@ -23,33 +23,26 @@ from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import load_params, load_tokenizer, save_params
 from ptm_jax.objectives.finetune_registry import take_subset
 from ptm_jax.parallel.mesh import make_mesh
-from ptm_jax.train.param_groups import DEFAULT_RULES, layerwise_decay_rules, rules_from_config
+from ptm_jax.train.param_groups import (
+    DEFAULT_RULES,
+    layerwise_decay_rules,
+    rules_from_config,
+)
 
 GLUE_DIRS = {"sst2": "SST-2", "cola": "CoLA", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
              "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
 
 
 def _classifier_objective(model_cfg, fcfg):
-    """Sequence classification for the model family: BERT's pooled [CLS] (on packed rows with
-    ``finetune.pack_examples``), GPT's input transformations or XLNet's final <cls> state."""
-    if fcfg.pack_examples:
-        if model_cfg.family != "bert":
-            raise ConfigError(f"finetune.pack_examples=true is implemented for BERT classification; this model is "
-                              f"model.family={model_cfg.family!r}: set finetune.pack_examples=false")
-        from ptm_jax.objectives.packed_classification import PackedSequenceClassificationObjective
+    """Sequence classification for the model family (``Family.classifier``: e.g. a pooled [CLS], a decoder's
+    input transformation or the final <cls> state)."""
+    from ptm_jax.families import registry
 
-        return PackedSequenceClassificationObjective
-    if model_cfg.family == "gpt":
-        from ptm_jax.objectives.gpt_classification import GptClassificationObjective
-
-        return GptClassificationObjective
-    if model_cfg.family == "xlnet":
-        from ptm_jax.objectives.xlnet_classification import XLNetClassificationObjective
-
-        return XLNetClassificationObjective
-    from ptm_jax.objectives.classification import SequenceClassificationObjective
-
-    return SequenceClassificationObjective
+    fam = registry.get(model_cfg.family)
+    if fcfg.pack_examples and "pack_examples" not in fam.capabilities:
+        raise ConfigError(f"finetune.pack_examples=true is not implemented for model.family={model_cfg.family!r}: "
+                          "set finetune.pack_examples=false")
+    return registry.require(fam, "classifier", "sequence classification finetuning")(fcfg)
 
 
 def _check_num_labels(model_info: dict | None, spec, task: str) -> None:
@@ -94,15 +87,20 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev", *,
         if train:
             train_rows = take_subset(train_rows, f.train_subset, f.subset_seed)
         return _classifier_objective(model_cfg, f)(model_cfg, spec, train_rows, dev, tokenizer, f), desc
-    from ptm_jax.objectives.finetune_registry import TASK_BUILDERS  # span QA, tagging, multiple choice
+    from ptm_jax.objectives.finetune_registry import (
+        TASK_BUILDERS,  # span QA, tagging, multiple choice
+    )
 
     if task in TASK_BUILDERS:
-        supported = {"bert": set(TASK_BUILDERS), "gpt": {"swag"}, "xlnet": {"squad", "squad_v2"}}
-        if task not in supported[model_cfg.family]:
-            raise ConfigError(f"finetune.task={f.task!r} is implemented for BERT encoders; this checkpoint is "
-                              f"model.family={model_cfg.family!r} (GPT finetunes on GLUE and SWAG, XLNet on GLUE "
-                              f"and SQuAD)")
-        return TASK_BUILDERS[task](cfg, model_cfg, tokenizer, eval_split, train=train, model_info=model_info)
+        from ptm_jax.families import registry
+
+        fam = registry.get(model_cfg.family)
+        if task not in fam.tasks:
+            who = {n: sorted(f.tasks) for n, f in registry.families().items() if task in f.tasks}
+            raise ConfigError(f"finetune.task={f.task!r} is not implemented for model.family={model_cfg.family!r} "
+                              f"(it supports GLUE and {', '.join(sorted(fam.tasks)) or 'nothing more'}); families "
+                              f"that finetune on it: {', '.join(who) or 'none'}")
+        return fam.tasks[task](cfg, model_cfg, tokenizer, eval_split, train=train, model_info=model_info)
     raise ConfigError(f"finetune.task={f.task!r} is not one of: embedded, {', '.join(GLUE_DIRS)}, "
                       f"{', '.join(TASK_BUILDERS)}")
 
@@ -140,7 +138,7 @@ def _fit(fresh: Any, value: Any, where: str, strict: bool = False) -> Any:
     raise ConfigError(f"pretrained parameter '{where}' does not fit the finetuning model: {got} vs {ref}")
 
 
-def _merge_encoder(pretrained: dict, trunk: str = "bert", keep_head: bool = False, where: str = "finetune.init"):
+def _merge_encoder(pretrained: dict, trunk: str, keep_head: bool = False, where: str = "finetune.init"):
     """Fresh head + pretrained trunk (a pooler missing from the checkpoint stays freshly initialised).
     ``keep_head``: the checkpoint's task head too (finetune.keep_head); it must exist and fit."""
 
@@ -178,9 +176,11 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
         raise ConfigError(f"finetune.max_seq_length={f.max_seq_length} exceeds the pretrained model's "
                           f"max_position_embeddings={model_cfg.max_position_embeddings} ({init}); lower it")
     tokenizer = load_tokenizer(info, tok_dir)
-    if model_cfg.family == "gpt" and tokenizer.vocab_size > model_cfg.vocab_size:
-        # GPT-2's released vocabulary lacks the start/delimiter/extract tokens: the tokenizer appends them
-        model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
+    from ptm_jax.families import registry
+
+    prepare = registry.get(model_cfg.family).prepare_finetune
+    if prepare is not None:  # e.g. a vocabulary grown by the task's special tokens
+        model_cfg = prepare(model_cfg, tokenizer)
     objective, description = build_task(cfg, model_cfg, tokenizer)
     if getattr(objective, "num_examples", objective.num_train) != objective.num_train:
         description += (f"; packed: {objective.num_examples} training examples in {objective.num_train} rows "
@@ -188,7 +188,7 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
     tcfg = finetune_train_config(cfg, objective.num_train)
     stage = fs.path(cfg.output_dir) / f"finetune-{f.task.lower()}"
     mesh = make_mesh(cfg.mesh)
-    # parameter groups: the model's own (BERT's decay mask), layer-wise lr decay, then finetune.param_groups
+    # parameter groups: the model's own (the weight-decay mask), layer-wise lr decay, then finetune.param_groups
     param_groups = [*DEFAULT_RULES, *rules_from_config(f.param_groups, "finetune.param_groups")]
     if f.layerwise_lr_decay != 1.0:
         param_groups[1:1] = layerwise_decay_rules(f.layerwise_lr_decay, model_cfg.num_layers)
@@ -218,7 +218,7 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
 
     from ptm_jax.train.loop import fit
 
-    merge = _merge_encoder(pretrained, model_cfg.family, f.keep_head, init)
+    merge = _merge_encoder(pretrained, registry.get(model_cfg.family).trunk, f.keep_head, init)
     result = fit(objective, tcfg, mesh, stage, init_params=merge, lr_scale=param_groups,
                  meta={"config": config_lib.to_dict(cfg), "head": objective.head, "task": f.task,
                        "init": str(init)}, stop_after=stop_after, on_eval=on_eval)

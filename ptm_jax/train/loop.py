@@ -21,12 +21,23 @@ import numpy as np
 from jax.sharding import Mesh
 
 from ptm_jax import fs
+from ptm_jax.checkpoint import Checkpointer, abstract_with_shardings
 from ptm_jax.config import TrainConfig
 from ptm_jax.errors import NumericalError
-from ptm_jax.objectives.base import Objective
-from ptm_jax.parallel.feed import Prefetcher, gather_rows, host_value, local_batches, to_global
-from ptm_jax.parallel.rules import LOGICAL_RULES, batch_sharding, replicated, state_shardings
-from ptm_jax.train.checkpoint import Checkpointer, abstract_with_shardings
+from ptm_jax.objectives.base import CarriesState, Objective, TaskObjective, check_grad_accum
+from ptm_jax.parallel.feed import (
+    Prefetcher,
+    gather_rows,
+    host_value,
+    local_batches,
+    to_global,
+)
+from ptm_jax.parallel.rules import (
+    LOGICAL_RULES,
+    batch_sharding,
+    replicated,
+    state_shardings,
+)
 from ptm_jax.train.metrics import MetricsWriter, reduce_terms
 from ptm_jax.train.optim import make_optimizer
 from ptm_jax.train.state import TrainState
@@ -131,7 +142,8 @@ def compile_objective(objective: Objective, tcfg: TrainConfig, mesh: Mesh,
     example = objective.example_batch(tcfg.batch_size)
     tx, schedule = make_optimizer(tcfg, lr_scale)
 
-    init_carry = getattr(objective, "init_carry", None)
+    check_grad_accum(objective, tcfg.grad_accum_steps)
+    init_carry = objective.init_carry if isinstance(objective, CarriesState) else None
 
     def init_boxed(rng):
         carry = init_carry(tcfg.batch_size) if init_carry is not None else None
@@ -163,7 +175,7 @@ def compile_objective(objective: Objective, tcfg: TrainConfig, mesh: Mesh,
                         out_shardings=replicated(mesh))
     init_jit = jax.jit(ruled(init_fn), out_shardings=shardings)
     predict_step = None
-    if hasattr(objective, "predict"):
+    if isinstance(objective, TaskObjective):
         eval_fn = make_eval_step(objective)
 
         def eval_and_predict(params, batch):

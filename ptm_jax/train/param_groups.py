@@ -12,7 +12,7 @@ A multiplier is a number, a function of the step (``step -> multiplier``, traced
 ULMFiT's gradual unfreezing and slanted triangular rates, Howard & Ruder 2018 Sec. 3.2-3.3), or ``PerLayer``
 values: layer i of a layer stack gets ``values[i]``, whether the stack is unrolled (``layers_i``) or scanned
 (one tensor whose leading axis is the layer). Layer-wise learning-rate decay (``layerwise_decay_rules``) and
-BERT's weight-decay mask (``BERT_NO_DECAY``) are rules of this kind. A family supplies its own rules in place
+BERT's weight-decay mask (``KERNEL_ONLY_DECAY``) are rules of this kind. A family supplies its own rules in place
 of ``DEFAULT_RULES`` (and, for its own layer naming, its own ``PerLayer.layer_of``).
 """
 from __future__ import annotations
@@ -76,12 +76,12 @@ class Rule:
         return re.search(self.pattern, path) is not None
 
 
-BERT_NO_DECAY = Rule(r"(^|/)(?!(kernel|embedding)$)[^/]*$", weight_decay=0.0, where="BERT's weight-decay mask",
-                     must_match=False)
+KERNEL_ONLY_DECAY = Rule(r"(^|/)(?!(kernel|embedding)$)[^/]*$", weight_decay=0.0,
+                         where="weight decay on kernels and embeddings only", must_match=False)
 """google-research/bert optimization.py: no weight decay on LayerNorm parameters and biases: only leaves named
 ``kernel`` or ``embedding`` are decayed."""
 
-DEFAULT_RULES: tuple[Rule, ...] = (BERT_NO_DECAY,)
+DEFAULT_RULES: tuple[Rule, ...] = (KERNEL_ONLY_DECAY,)
 
 
 def layerwise_decay_rules(decay: float, num_layers: int) -> list[Rule]:

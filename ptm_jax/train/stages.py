@@ -75,6 +75,7 @@ def write_config(cfg: RunConfig) -> None:
 
 def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | None = None) -> dict[str, Any]:
     """Pretrains cfg.model with cfg.objective; returns the final train/eval figures and the baseline."""
+    from ptm_jax.objectives.base import ReportsBaseline
     from ptm_jax.objectives.registry import build_objective
     from ptm_jax.train.loop import fit
 
@@ -88,7 +89,7 @@ def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | 
                                "train": result.train_metrics, "eval": objective.summarize(result.eval_metrics),
                                "corpus": {"documents": corpus.cache.num_docs, "tokens": corpus.cache.num_tokens,
                                           "vocab_size": corpus.tokenizer.vocab_size}}
-    if hasattr(objective, "baseline") and not result.preempted:
+    if isinstance(objective, ReportsBaseline) and not result.preempted:
         summary["baseline"] = objective.baseline(cfg.train.batch_size)
     if jax.process_index() == 0:
         fs.write_text_atomic(fs.path(cfg.output_dir) / "pretrain" / "summary.json", json.dumps(summary, indent=2))

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ptm_jax.objectives.base import Objective
+from ptm_jax.objectives.base import Objective, check_grad_accum
 from ptm_jax.train.state import TrainState
 
 
@@ -28,12 +28,20 @@ def _microbatches(batch: dict[str, jax.Array], accum: int) -> dict[str, jax.Arra
 
 
 def layer_group(path: tuple[Any, ...]) -> str:
-    """'params/bert/encoder/layers_3/...' -> 'layers_3'; '.../embeddings/...' -> 'embeddings'; heads by name."""
+    """'params/<trunk>/<stack>/layers_3/...' -> 'layers_3'; '.../embeddings/...' -> 'embeddings'; heads by
+    name. The trunk and stack keys are those of the registered families (``Family.trunk``, ``Family.stack``);
+    a family with its own grouping gives ``Family.layer_of``."""
+    from ptm_jax.families import registry
+
     keys = [str(getattr(k, "key", k)) for k in path if str(getattr(k, "key", k)) != "params"]
-    for stack in ("encoder", "decoder"):
+    fams = registry.families().values()
+    for fam in fams:
+        if fam.layer_of is not None and keys and keys[0] == fam.trunk:
+            return fam.layer_of(keys)
+    for stack in {f.stack for f in fams if f.stack}:
         if stack in keys and keys.index(stack) + 1 < len(keys):
             return keys[keys.index(stack) + 1]
-    if len(keys) > 1 and keys[0] in ("bert", "gpt", "xlnet"):
+    if len(keys) > 1 and keys[0] in {f.trunk for f in fams}:
         return keys[1]
     return keys[0]
 
@@ -70,8 +78,7 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
         norms = objective.normalizers(batch)
         new_carry = None
         if state.carry is not None:
-            if grad_accum_steps != 1:
-                raise ValueError("an objective that carries state between steps needs grad_accum_steps=1")
+            check_grad_accum(objective, grad_accum_steps, carries=True)
             (loss, (terms, new_carry)), grads = jax.value_and_grad(carrying_loss, has_aux=True)(
                 state.params, batch, state.carry, rng, norms)
         elif grad_accum_steps == 1:

@@ -33,7 +33,12 @@ import numpy as np
 import tensorflow as tf
 
 from ptm_jax.data.pretraining.nsp import check_seed, doc_permutation
-from ptm_jax.data.pretraining.source import ArraySource, DocumentSource, SubsetSource, check_share
+from ptm_jax.data.pretraining.source import (
+    ArraySource,
+    DocumentSource,
+    SubsetSource,
+    check_share,
+)
 from ptm_jax.errors import ConfigError, DataError
 
 FEATURE_DTYPES = {

@@ -117,12 +117,13 @@ def _pieces(tokenizer: Any, doc_tokens: list[str]) -> tuple[list[str], np.ndarra
 def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: Any,
                                  max_seq_length: int = 384, doc_stride: int = 128,
                                  max_query_length: int = 64, is_training: bool = False,
-                                 unique_id_start: int = UNIQUE_ID_START, layout: str = "bert"
+                                 unique_id_start: int = UNIQUE_ID_START, layout: str = "question_first"
                                  ) -> list[SquadFeature]:
     """Featurize examples in order. In training mode, examples whose answer was not found in the
-    context (`not example.trainable`) are skipped, as run_squad drops them. ``layout``: 'bert' or 'xlnet'."""
-    if layout not in ("bert", "xlnet"):
-        raise ConfigError(f"SQuAD feature layout must be 'bert' or 'xlnet', got {layout!r}")
+    context (`not example.trainable`) are skipped, as run_squad drops them. ``layout``: 'question_first'
+    (google-research/bert run_squad.py: ``[CLS] q [SEP] d [SEP]``) or 'document_first' (zihangdai/xlnet run_squad.py: ``d <sep> q <sep> <cls>``)."""
+    if layout not in ("question_first", "document_first"):
+        raise ConfigError(f"SQuAD feature layout must be 'question_first' or 'document_first', got {layout!r}")
     if max_seq_length <= max_query_length + 3:
         raise ConfigError(f"max_seq_length ({max_seq_length}) must be greater than "
                           f"max_query_length ({max_query_length}) + 3")
@@ -157,7 +158,7 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: An
         max_tokens_for_doc = max_seq_length - len(query) - 3
         spans = doc_windows(len(pieces), max_tokens_for_doc, doc_stride)
         best_window = max_context_window(spans, len(pieces))
-        columns = _xlnet_columns if layout == "xlnet" else _bert_columns
+        columns = _document_first_columns if layout == "document_first" else _question_first_columns
         for span_index, (start, length) in enumerate(spans):
             tokens, input_ids, input_mask, segment_ids, doc_offset, cls_index = columns(
                 tokenizer, query, query_ids, pieces[start:start + length], doc_ids[start:start + length],
@@ -183,7 +184,7 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: An
     return features
 
 
-def _bert_columns(tokenizer, query, query_ids, doc_pieces, doc_ids, max_seq_length):
+def _question_first_columns(tokenizer, query, query_ids, doc_pieces, doc_ids, max_seq_length):
     """`[CLS] query [SEP] doc [SEP]` -> (tokens, ids, mask, segments, doc offset, null position)."""
     doc_offset = len(query) + 2
     n = doc_offset + len(doc_ids) + 1
@@ -200,8 +201,8 @@ def _bert_columns(tokenizer, query, query_ids, doc_pieces, doc_ids, max_seq_leng
     return ["[CLS]", *query, "[SEP]", *doc_pieces, "[SEP]"], input_ids, input_mask, segment_ids, doc_offset, 0
 
 
-def _xlnet_columns(tokenizer, query, query_ids, doc_pieces, doc_ids, max_seq_length):
-    """`doc <sep> query <sep> <cls>` (xlnet run_squad.py) -> as ``_bert_columns``; the null position is <cls>."""
+def _document_first_columns(tokenizer, query, query_ids, doc_pieces, doc_ids, max_seq_length):
+    """`doc <sep> query <sep> <cls>` (xlnet run_squad.py) -> as ``_question_first_columns``; the null position is <cls>."""
     d, q = len(doc_ids), len(query_ids)
     cls_index = d + q + 2
     input_ids = np.full(max_seq_length, tokenizer.pad_id, dtype=np.int32)

@@ -18,7 +18,7 @@ import numpy as np
 from ptm_jax.data.pretraining.source import DocumentSource
 from ptm_jax.families.nnlm.model import NnlmLanguageModel
 from ptm_jax.objectives.base import SourceStreams
-from ptm_jax.objectives.causal_lm import LanguageModelReport, lm_terms
+from ptm_jax.objectives.language_model import LanguageModelReport, lm_terms
 
 
 class NnlmObjective(SourceStreams, LanguageModelReport):

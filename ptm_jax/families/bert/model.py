@@ -13,13 +13,17 @@ import jax.numpy as jnp
 from ptm_jax.config import ModelConfig
 from ptm_jax.models.attention import SelfAttention, padding_mask
 from ptm_jax.models.dropout import Dropout
-from ptm_jax.models.layers import (ACTIVATIONS, Dense, LayerNorm, constrain, dtype_of, gather_positions, partitioned,
-                                  truncated_normal)
-
-REMAT_POLICIES = {
-    "full": None,  # save nothing, recompute the whole block
-    "save_dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-}
+from ptm_jax.models.layers import (
+    ACTIVATIONS,
+    REMAT_POLICIES,
+    Dense,
+    LayerNorm,
+    constrain,
+    dtype_of,
+    gather_positions,
+    partitioned,
+    truncated_normal,
+)
 
 
 class BertEmbeddings(nn.Module):

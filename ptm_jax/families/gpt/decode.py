@@ -1,4 +1,4 @@
-"""Batched autoregressive generation with a fixed-size KV cache (ptm_jax.models.gpt decode mode).
+"""Batched autoregressive generation with a fixed-size KV cache (ptm_jax.families.gpt.model decode mode).
 
 Prompts of different lengths are left-padded to the longest one: padding gets segment id 0 (no real token
 attends to it) and each row's real tokens get positions 0..n-1, so every row computes what it would alone.
@@ -20,8 +20,8 @@ import numpy as np
 
 from ptm_jax.config import ModelConfig, to_dict
 from ptm_jax.errors import ConfigError, DataError
+from ptm_jax.families.gpt.model import GPTLMHeadModel
 from ptm_jax.generate.sampling import sample
-from ptm_jax.models.gpt import GPTLMHeadModel
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """BERT pretraining objective: masked LM (+ next-sentence prediction), Devlin et al. 2019 Sec. 3.1.
 
 Binds BertForPreTraining, the MLM/NSP loss terms and the tf.data example stream built from the tokenized
-corpus cache (``ptm_jax.data.pretraining.mlm_nsp``). ``objective = "mlm"`` drops the NSP head and loss
+corpus cache (``ptm_jax.families.bert.mlm_nsp_data``). ``objective = "mlm"`` drops the NSP head and loss
 (RoBERTa/Cramming style) but keeps the same examples.
 """
 from __future__ import annotations
@@ -14,10 +14,10 @@ import numpy as np
 
 from ptm_jax.config import RunConfig
 from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds
-from ptm_jax.models.heads import BertForPreTraining
+from ptm_jax.families.bert.heads import BertForPreTraining
+from ptm_jax.families.bert.mlm import mlm_loss, mlm_terms
+from ptm_jax.families.bert.nsp import nsp_terms
 from ptm_jax.objectives.base import SourceStreams
-from ptm_jax.objectives.mlm import mlm_loss, mlm_terms
-from ptm_jax.objectives.nsp import nsp_terms
 
 INPUT_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
               "masked_lm_weights", "next_sentence_labels")
@@ -72,7 +72,7 @@ class MlmNspObjective(SourceStreams):
     # -- data -------------------------------------------------------------------------------------------
     def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
         # lazy: the model, its loss and `ptm bench` run where TensorFlow is not installed (a GPU host)
-        from ptm_jax.data.pretraining.mlm_nsp import mlm_nsp_dataset
+        from ptm_jax.families.bert.mlm_nsp_data import mlm_nsp_dataset
 
         return mlm_nsp_dataset(source, self.special, self.cfg.data, seed=self.cfg.data.seed, start_index=start,
                                global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat)

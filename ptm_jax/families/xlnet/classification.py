@@ -52,7 +52,7 @@ def featurize(examples: Sequence[Example], tokenizer, max_len: int, regression: 
 
 class XLNetClassificationObjective(SequenceClassificationObjective):
     def build_model(self, model_cfg: ModelConfig):
-        from ptm_jax.models.xlnet import XLNetForSequenceClassification
+        from ptm_jax.families.xlnet.model import XLNetForSequenceClassification
 
         return XLNetForSequenceClassification(model_cfg, self.num_labels, self.fcfg.classifier_dropout)
 

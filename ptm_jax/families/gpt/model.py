@@ -23,9 +23,15 @@ import jax.numpy as jnp
 
 from ptm_jax.config import ModelConfig
 from ptm_jax.models.attention import dot_product_attention
-from ptm_jax.models.bert import REMAT_POLICIES
 from ptm_jax.models.dropout import Dropout
-from ptm_jax.models.layers import ACTIVATIONS, LayerNorm, constrain, dtype_of, partitioned
+from ptm_jax.models.layers import (
+    ACTIVATIONS,
+    REMAT_POLICIES,
+    LayerNorm,
+    constrain,
+    dtype_of,
+    partitioned,
+)
 
 normal = nn.initializers.normal
 

@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.config import ModelConfig
+from ptm_jax.families.gpt.model import GPTModel
 from ptm_jax.models.dropout import Dropout
-from ptm_jax.models.gpt import GPTModel
 from ptm_jax.models.layers import Dense, dtype_of
 
 

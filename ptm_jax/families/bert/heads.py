@@ -11,8 +11,16 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.config import ModelConfig
-from ptm_jax.models.bert import BertModel
-from ptm_jax.models.layers import ACTIVATIONS, Dense, LayerNorm, constrain, dtype_of, gather_positions, partitioned
+from ptm_jax.families.bert.model import BertModel
+from ptm_jax.models.layers import (
+    ACTIVATIONS,
+    Dense,
+    LayerNorm,
+    constrain,
+    dtype_of,
+    gather_positions,
+    partitioned,
+)
 
 
 class MlmHead(nn.Module):

@@ -27,10 +27,21 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.config import ModelConfig
-from ptm_jax.models.bert import REMAT_POLICIES
+from ptm_jax.families.xlnet.two_stream import (
+    RelBiases,
+    TwoStreamAttention,
+    relative_encoding,
+)
 from ptm_jax.models.dropout import Dropout
-from ptm_jax.models.layers import ACTIVATIONS, Dense, LayerNorm, constrain, dtype_of, partitioned
-from ptm_jax.models.two_stream import RelBiases, TwoStreamAttention, relative_encoding
+from ptm_jax.models.layers import (
+    ACTIVATIONS,
+    REMAT_POLICIES,
+    Dense,
+    LayerNorm,
+    constrain,
+    dtype_of,
+    partitioned,
+)
 
 
 def _normal(cfg: ModelConfig):

@@ -16,10 +16,10 @@ import numpy as np
 
 from ptm_jax.config import FinetuneConfig, ModelConfig
 from ptm_jax.data.tasks.glue import Example, TaskSpec
-from ptm_jax.data.tasks.gpt_transforms import gpt_features, transform_for
-from ptm_jax.objectives.causal_lm import lm_terms
 from ptm_jax.errors import DataError
+from ptm_jax.families.gpt.transforms import gpt_features, transform_for
 from ptm_jax.objectives.classification import SequenceClassificationObjective
+from ptm_jax.objectives.language_model import lm_terms
 from ptm_jax.objectives.multiple_choice import MultipleChoiceObjective
 
 
@@ -83,7 +83,7 @@ class GptClassificationObjective(GptViews, SequenceClassificationObjective):
         super().__init__(model_cfg, spec, train, dev, tokenizer, fcfg)
 
     def build_model(self, model_cfg: ModelConfig):
-        from ptm_jax.models.gpt_task_heads import GPTForSequenceClassification
+        from ptm_jax.families.gpt.task_heads import GPTForSequenceClassification
 
         return GPTForSequenceClassification(model_cfg, self.num_labels, self.fcfg.classifier_dropout)
 
@@ -100,7 +100,7 @@ class GptMultipleChoiceObjective(GptViews, MultipleChoiceObjective):
         super().__init__(model_cfg, fcfg, train, dev, tokenizer, name=name)
 
     def build_model(self, model_cfg: ModelConfig):
-        from ptm_jax.models.gpt_task_heads import GPTForMultipleChoice
+        from ptm_jax.families.gpt.task_heads import GPTForMultipleChoice
 
         return GPTForMultipleChoice(model_cfg, self.fcfg.classifier_dropout)
 

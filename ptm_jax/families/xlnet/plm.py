@@ -4,13 +4,13 @@ train_gpu.py / model_utils.py).
 For a factorization order z the model maximises sum_t log p(x_{z_t} | x_{z<t}) over the partial-prediction
 targets only (Sec. 2.3): the query stream at each target, mapped by ``target_mapping``, scores the tied
 embedding + bias; loss = sum(CE * w) / sum(w). The examples (span targets, one order per ``perm_size``
-block, ``perm_mask``, ``bi_data``) come from ``ptm_jax.data.pretraining.plm``.
+block, ``perm_mask``, ``bi_data``) come from ``ptm_jax.families.xlnet.plm_data``.
 
 Memory (Sec. 2.3, "Incorporating ideas from Transformer-XL"; train_gpu.py feeds each step's ``new_mems`` to the
 next): with ``model.mem_len > 0`` the objective carries, per batch row, the content-stream states of the
 ``reuse_len`` leading tokens of each layer into the next step (``TrainState.carry``, [layers, batch, mem_len,
 hidden], zeros at step 0 as the reference's ``init_mems``, no gradient through it). The data stream lays rows out
-so that row r of step s+1 continues row r of step s (``ptm_jax.data.pretraining.plm``), so the memory really is
+so that row r of step s+1 continues row r of step s (``ptm_jax.families.xlnet.plm_data``), so the memory really is
 the text that precedes. Evaluation reads each held-out sample on its own (no memory). With ``mem_len = 0`` each
 sample trains on its own.
 """
@@ -27,7 +27,7 @@ from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds
 from ptm_jax.errors import ConfigError
 from ptm_jax.models.layers import Partitioned, dtype_of
 from ptm_jax.objectives.base import SourceStreams
-from ptm_jax.objectives.causal_lm import LanguageModelReport, lm_terms
+from ptm_jax.objectives.language_model import LanguageModelReport, lm_terms
 
 INPUT_KEYS = ("input_ids", "segment_ids", "perm_mask", "target_mapping", "target_ids", "target_weights")
 
@@ -37,7 +37,7 @@ class PlmObjective(SourceStreams, LanguageModelReport):
 
     def __init__(self, cfg: RunConfig, train_source: DocumentSource, eval_source: DocumentSource | None,
                  special: SpecialIds):
-        from ptm_jax.models.xlnet import XLNetLMHeadModel
+        from ptm_jax.families.xlnet.model import XLNetLMHeadModel
 
         d = cfg.data
         if d.bi_data and (cfg.train.batch_size % 2 or cfg.train.grad_accum_steps > 1):
@@ -89,7 +89,7 @@ class PlmObjective(SourceStreams, LanguageModelReport):
         return terms["lm_loss"][0] / jnp.maximum(normalizers["lm"], 1.0), terms, new_carry
 
     def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
-        from ptm_jax.data.pretraining.plm import plm_dataset
+        from ptm_jax.families.xlnet.plm_data import plm_dataset
 
         return plm_dataset(source, self.special, self.cfg.data, seed=self.cfg.data.seed, start_index=start,
                            global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat)

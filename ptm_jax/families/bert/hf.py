@@ -30,8 +30,21 @@ import numpy as np
 from ptm_jax.config import ModelConfig
 from ptm_jax.errors import CheckpointError
 from ptm_jax.export import params as params_lib
-from ptm_jax.export.hf_files import (ACT_FROM_HF, ACT_TO_HF, Rule, apply_rules, dense_rules, fmt_names, get_path,
-                                     linear_rule, norm_rules, read_hf_dir, read_json, rule_problems, st_modules)
+from ptm_jax.export.hf_files import (
+    ACT_FROM_HF,
+    ACT_TO_HF,
+    Rule,
+    apply_rules,
+    dense_rules,
+    fmt_names,
+    get_path,
+    linear_rule,
+    norm_rules,
+    read_hf_dir,
+    read_json,
+    rule_problems,
+    st_modules,
+)
 
 log = logging.getLogger(__name__)
 

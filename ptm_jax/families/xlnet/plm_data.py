@@ -42,11 +42,18 @@ import tensorflow as tf
 
 from ptm_jax.config import DataConfig
 from ptm_jax.data.pretraining import masking, nsp
-from ptm_jax.data.pretraining.permutation import (SPAN_DRAWS_PER_POSITION, attention_ranks, factorization_ranks,
-                                                  part_budgets, perm_mask, sample_spans, target_features,
-                                                  target_mapping)
 from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds, check_share
 from ptm_jax.errors import ConfigError, DataError
+from ptm_jax.families.xlnet.permutation import (
+    SPAN_DRAWS_PER_POSITION,
+    attention_ranks,
+    factorization_ranks,
+    part_budgets,
+    perm_mask,
+    sample_spans,
+    target_features,
+    target_mapping,
+)
 
 _PASS_STREAM, _SAMPLE_STREAM = 1, 2   # Philox counter tags (bits 192..255)
 

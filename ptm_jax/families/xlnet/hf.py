@@ -30,8 +30,18 @@ import numpy as np
 from ptm_jax.config import ModelConfig
 from ptm_jax.errors import CheckpointError
 from ptm_jax.export import params as params_lib
-from ptm_jax.export.hf_files import (ACT_FROM_HF, ACT_TO_HF, Rule, apply_rules, dense_rules, fmt_names, get_path,
-                                     norm_rules, read_hf_dir, rule_problems)
+from ptm_jax.export.hf_files import (
+    ACT_FROM_HF,
+    ACT_TO_HF,
+    Rule,
+    apply_rules,
+    dense_rules,
+    fmt_names,
+    get_path,
+    norm_rules,
+    read_hf_dir,
+    rule_problems,
+)
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.config import ModelConfig
+from ptm_jax.families.bert.model import BertModel
 from ptm_jax.models.attention import segment_mask
-from ptm_jax.models.bert import BertModel
 from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.layers import Dense
 

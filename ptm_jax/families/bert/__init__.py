@@ -1,0 +1,122 @@
+"""BERT (Devlin et al. 2019) as one family package: the encoder (``model.py``), pretraining heads
+(``heads.py``), task heads (``task_heads.py``), the MLM / MLM+NSP objectives (``mlm.py``, ``nsp.py``,
+``mlm_nsp.py``) and their tf.data builder (``mlm_nsp_data.py``), Hugging Face interop (``hf.py``), FLOPs
+(``flops.py``) and the bench batch (``bench.py``). Importing this package registers it
+(``ptm_jax/families/registry.py``)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ptm_jax.config import ModelConfig
+from ptm_jax.families.registry import Family, HfConverter, register
+
+
+def _mlm_nsp(cfg: Any, corpus: Any):
+    from ptm_jax.families.bert.mlm_nsp import MlmNspObjective
+
+    return MlmNspObjective(cfg, corpus.train, corpus.eval, corpus.special)
+
+
+def _infer_head(params: dict) -> str:
+    if "mlm" in params:
+        return "pretraining" if "nsp" in params else "masked_lm"
+    if "qa_outputs" in params:
+        return "question_answering"
+    if "classifier" in params:
+        return "sequence_classification" if "pooler" in params["bert"] else "token_classification"
+    return "encoder"
+
+
+def _hf() -> HfConverter:
+    def import_dir(hf_dir, out, head=None, overwrite=False):
+        from ptm_jax.families.bert.hf import import_hf_to_params_dir
+
+        return import_hf_to_params_dir(hf_dir, out, head=head, overwrite=overwrite)
+
+    def export_dir(src, out, overwrite=False):
+        from ptm_jax.families.bert.hf import export_hf
+
+        return export_hf(src, out, overwrite=overwrite)
+
+    def load(hf_dir):
+        from ptm_jax.families.bert.hf import import_hf
+
+        return import_hf(hf_dir)
+
+    return HfConverter(model_types=("bert",), import_dir=import_dir, export_dir=export_dir, load=load,
+                       fallback=True)
+
+
+def _flops(cfg: Any):
+    from ptm_jax.families.bert.flops import step_flops
+
+    return step_flops(cfg)
+
+
+def _synthetic_batch(example, cfg, rng):
+    from ptm_jax.families.bert.bench import synthetic_batch
+
+    return synthetic_batch(example, cfg, rng)
+
+
+def _dense_head(objective):
+    from ptm_jax.families.bert.bench import DenseMlmHead
+
+    return DenseMlmHead(objective)
+
+
+def _classifier(fcfg: Any) -> type:
+    if fcfg.pack_examples:
+        from ptm_jax.objectives.packed_classification import (
+            PackedSequenceClassificationObjective,
+        )
+
+        return PackedSequenceClassificationObjective
+    from ptm_jax.objectives.classification import SequenceClassificationObjective
+
+    return SequenceClassificationObjective
+
+
+def _head(name: str):
+    def get() -> type:
+        from ptm_jax.families.bert import model, task_heads
+
+        return getattr(model if name == "BertModel" else task_heads, name)
+
+    return get
+
+
+def _task(name: str):
+    """The spine's builder of task ``name`` (``objectives/finetune_registry.py``), imported when called."""
+    def build(*args, **kw):
+        from ptm_jax.objectives.finetune_registry import TASK_BUILDERS
+
+        return TASK_BUILDERS[name](*args, **kw)
+
+    return build
+
+
+FAMILY = register(Family(
+    name="bert",
+    model_config=ModelConfig,
+    objectives={"mlm_nsp": _mlm_nsp, "mlm": _mlm_nsp},
+    trunk="bert",
+    stack="encoder",
+    heads=("encoder", "pretraining", "masked_lm", "sequence_classification", "token_classification",
+           "question_answering", "multiple_choice"),
+    infer_head=_infer_head,
+    classifier=_classifier,
+    tasks={t: _task(t) for t in ("squad", "squad_v2", "conll2003", "swag")},
+    hf=_hf(),
+    flops=_flops,
+    synthetic_batch=_synthetic_batch,
+    bench_variants={"dense": _dense_head},
+    capabilities=frozenset({"embed", "classify", "pack_examples"}),
+    task_heads={"encoder": _head("BertModel"),
+                "sequence_classification": _head("BertForSequenceClassification"),
+                "token_classification": _head("BertForTokenClassification"),
+                "question_answering": _head("BertForQuestionAnswering"),
+                "multiple_choice": _head("BertForMultipleChoice")},
+    qa_layout="question_first",
+    tiny_preset="bert_tiny",
+))

@@ -1,0 +1,130 @@
+"""GPT (Radford et al. 2018, 2019) as one family package: the decoder (``model.py``), task heads
+(``task_heads.py``), the causal-LM objective (``causal_lm.py``) and its tf.data builder (``causal_lm_data.py``),
+finetuning through input transformations (``transforms.py``, ``classification.py``), KV-cached decoding
+(``decode.py``), Hugging Face GPT-2 interop (``hf.py``) and FLOPs (``flops.py``). Importing this package
+registers it (``ptm_jax/families/registry.py``)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ptm_jax.config import ModelConfig
+from ptm_jax.families.registry import Family, HfConverter, register
+
+
+def _causal_lm(cfg: Any, corpus: Any):
+    from ptm_jax.families.gpt.causal_lm import CausalLmObjective
+
+    tok = corpus.tokenizer
+    eos = getattr(tok, "eos_id", None)
+    eos = tok.sep_id if eos is None else eos  # WordPiece/SentencePiece vocabularies: [SEP] ends a document
+    return CausalLmObjective(cfg, corpus.train, corpus.eval, eos_id=eos, pad_id=tok.pad_id)
+
+
+def _infer_head(params: dict) -> str:
+    if "classifier" in params:
+        return "sequence_classification"
+    if "qa_outputs" in params or "start_logits" in params:
+        return "question_answering"
+    return "causal_lm"
+
+
+def _hf() -> HfConverter:
+    def import_dir(hf_dir, out, head=None, overwrite=False):
+        from ptm_jax.errors import ConfigError
+        from ptm_jax.families.gpt.hf import import_hf_gpt2_to_params_dir
+
+        if head not in (None, "causal_lm"):
+            raise ConfigError(f"--head {head}: a GPT-2 folder imports as head causal_lm (GPT2LMHeadModel)")
+        return import_hf_gpt2_to_params_dir(hf_dir, out, overwrite=overwrite)
+
+    def export_dir(src, out, overwrite=False):
+        from ptm_jax.families.gpt.hf import export_hf_gpt2
+
+        return export_hf_gpt2(src, out, overwrite=overwrite)
+
+    def load(hf_dir):
+        from ptm_jax.families.gpt.hf import import_hf_gpt2
+
+        params, cfg, info = import_hf_gpt2(hf_dir)
+        return params, cfg, info, hf_dir
+
+    return HfConverter(model_types=("gpt2",), import_dir=import_dir, export_dir=export_dir, load=load)
+
+
+def _flops(cfg: Any):
+    from ptm_jax.families.gpt.flops import step_flops
+
+    return step_flops(cfg)
+
+
+def _synthetic_batch(example, cfg, rng):
+    from ptm_jax.bench.harness import packed_lm_batch
+
+    return packed_lm_batch(example, cfg, rng)
+
+
+def _classifier(fcfg: Any) -> type:
+    from ptm_jax.families.gpt.classification import GptClassificationObjective
+
+    return GptClassificationObjective
+
+
+def _multiple_choice() -> type:
+    from ptm_jax.families.gpt.classification import GptMultipleChoiceObjective
+
+    return GptMultipleChoiceObjective
+
+
+def _prepare_finetune(model_cfg: Any, tokenizer: Any) -> Any:
+    """GPT-2's released vocabulary lacks the start/delimiter/extract tokens: the tokenizer appends them."""
+    if tokenizer.vocab_size > model_cfg.vocab_size:
+        return dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
+    return model_cfg
+
+
+def _swag(*args, **kw):
+    from ptm_jax.objectives.finetune_registry import TASK_BUILDERS
+
+    return TASK_BUILDERS["swag"](*args, **kw)
+
+
+def _lm_model() -> type:
+    from ptm_jax.families.gpt.model import GPTLMHeadModel
+
+    return GPTLMHeadModel
+
+
+def _generate(*args, **kw):
+    from ptm_jax.families.gpt.decode import generate
+
+    return generate(*args, **kw)
+
+
+def _perplexity(*args, **kw):
+    from ptm_jax.evaluate.perplexity import perplexity
+
+    return perplexity(*args, **kw)
+
+
+FAMILY = register(Family(
+    name="gpt",
+    model_config=ModelConfig,
+    objectives={"causal_lm": _causal_lm},
+    trunk="gpt",
+    stack="decoder",
+    heads=("causal_lm", "sequence_classification", "multiple_choice"),
+    infer_head=_infer_head,
+    classifier=_classifier,
+    tasks={"swag": _swag},
+    task_objectives={"multiple_choice": _multiple_choice},
+    task_heads={"causal_lm": _lm_model},
+    prepare_finetune=_prepare_finetune,
+    hf=_hf(),
+    flops=_flops,
+    synthetic_batch=_synthetic_batch,
+    generate=_generate,
+    perplexity=_perplexity,
+    capabilities=frozenset({"causal_lm"}),
+    tiny_preset="gpt_tiny",
+))

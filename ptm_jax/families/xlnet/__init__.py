@@ -1,0 +1,89 @@
+"""XLNet (Yang et al. 2019) as one family package: the Transformer-XL encoder with two-stream relative
+attention (``model.py``, ``two_stream.py``), the permutation-LM objective (``plm.py``) and its tf.data builder
+(``plm_data.py``, ``permutation.py``), sequence classification (``classification.py``) and Hugging Face interop
+(``hf.py``). No analytic FLOPs formula: ``ptm bench`` reports XLA's matmul count. Importing this package
+registers it (``ptm_jax/families/registry.py``)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ptm_jax.config import ModelConfig
+from ptm_jax.families.registry import Family, HfConverter, register
+
+
+def _plm(cfg: Any, corpus: Any):
+    from ptm_jax.families.xlnet.plm import PlmObjective
+
+    return PlmObjective(cfg, corpus.train, corpus.eval, corpus.special)
+
+
+def _infer_head(params: dict) -> str:
+    if "classifier" in params:
+        return "sequence_classification"
+    if "qa_outputs" in params or "start_logits" in params:
+        return "question_answering"
+    return "plm"
+
+
+def _hf() -> HfConverter:
+    def import_dir(hf_dir, out, head=None, overwrite=False):
+        from ptm_jax.families.xlnet.hf import import_hf_xlnet_to_params_dir
+
+        return import_hf_xlnet_to_params_dir(hf_dir, out, head=head, overwrite=overwrite)
+
+    def export_dir(src, out, overwrite=False):
+        from ptm_jax.families.xlnet.hf import export_hf_xlnet
+
+        return export_hf_xlnet(src, out, overwrite=overwrite)
+
+    def load(hf_dir):
+        from ptm_jax.families.xlnet.hf import import_hf_xlnet
+
+        return import_hf_xlnet(hf_dir)
+
+    return HfConverter(model_types=("xlnet",), import_dir=import_dir, export_dir=export_dir, load=load)
+
+
+def _synthetic_batch(example, cfg, rng):
+    from ptm_jax.bench.harness import packed_lm_batch
+
+    return packed_lm_batch(example, cfg, rng)
+
+
+def _classifier(fcfg: Any) -> type:
+    from ptm_jax.families.xlnet.classification import XLNetClassificationObjective
+
+    return XLNetClassificationObjective
+
+
+def _task(name: str):
+    def build(*args, **kw):
+        from ptm_jax.objectives.finetune_registry import TASK_BUILDERS
+
+        return TASK_BUILDERS[name](*args, **kw)
+
+    return build
+
+
+def _qa_model() -> type:
+    from ptm_jax.families.xlnet.model import XLNetForQuestionAnswering
+
+    return XLNetForQuestionAnswering
+
+
+FAMILY = register(Family(
+    name="xlnet",
+    model_config=ModelConfig,
+    objectives={"plm": _plm},
+    trunk="xlnet",
+    stack="encoder",
+    heads=("plm", "sequence_classification", "question_answering"),
+    infer_head=_infer_head,
+    classifier=_classifier,
+    tasks={"squad": _task("squad"), "squad_v2": _task("squad_v2")},
+    task_heads={"question_answering": _qa_model},
+    qa_layout="document_first",
+    hf=_hf(),
+    synthetic_batch=_synthetic_batch,
+    tiny_preset="xlnet_tiny",
+))
