@@ -40,6 +40,9 @@ LINE_SKIP = ("tokens_per_sec", "examples_per_sec", "learning_rate", "grad_norm")
 norms and the non-finite step counters)."""
 
 
+_WRITERS_OPENED = 0
+"""TensorBoard writers opened by this process (a unique event-file suffix each)."""
+
 def use_progress_bar(requested: bool, stream=None) -> bool:
     """The bar only on a terminal: a file or pipe gets plain lines (tqdm would write carriage-return redraws)."""
     stream = sys.stderr if stream is None else stream
@@ -106,7 +109,12 @@ class MetricsWriter:
         if self._remote:  # event files are written locally and uploaded whole at each flush
             key = hashlib.sha256(str(self.directory).encode()).hexdigest()[:16]
             self._tb_local = fs.scratch_dir() / f"tb-{key}-{os.getpid()}"
-        self._tb = SummaryWriter(str(self._tb_local) if self._remote else fs.to_str(self.directory / "tb"))
+        # event files are named by the second they open in: a writer reopened within that second (a resume, a
+        # later stage of one process) would overwrite its predecessor's file without a suffix of its own
+        global _WRITERS_OPENED
+        _WRITERS_OPENED += 1
+        self._tb = SummaryWriter(str(self._tb_local) if self._remote else fs.to_str(self.directory / "tb"),
+                                 filename_suffix=f".{os.getpid()}.{_WRITERS_OPENED}")
         if use_progress_bar(progress_bar):
             from tqdm.auto import tqdm
 
