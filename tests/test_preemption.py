@@ -158,3 +158,34 @@ def test_sigterm_during_startup_exits_0_with_a_step_1_checkpoint_and_the_restart
     got = {r["step"]: r["loss"] for r in records(out / "pretrain")}
     np.testing.assert_allclose([got[s] for s in range(1, STEPS + 1)], [ref[s] for s in range(1, STEPS + 1)],
                                rtol=1e-5)
+
+
+def test_sigterm_during_startup_of_a_one_process_distributed_run_stops_it_with_a_checkpoint(shared, tmp_path):
+    """A Cloud TPU VM (or any detected cluster) starts jax.distributed even for one process; JAX's preemption
+    notifier then owns SIGTERM. A SIGTERM during start-up must still stop the run at an early step boundary with
+    a checkpoint and exit 0 (it was swallowed by the notifier and the run went on to the end)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "run"
+    cmd = ptm_pretrain(shared, out) + ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "1",
+                                       "--process-id", "0"]
+    with open(tmp_path / "startup.log", "wb") as sink:
+        proc = subprocess.Popen(cmd, env=shared["env"], cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.time() + 120
+            while not (out / "config.json").is_file():
+                assert proc.poll() is None and time.time() < deadline
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(timeout=180)
+        finally:
+            proc.kill()
+            proc.wait()
+    text = (tmp_path / "startup.log").read_text()
+    assert rc == 0, text[-3000:]
+    assert "Traceback" not in text and "SIGTERM" in text, text[-3000:]
+    steps = complete_steps(out / "pretrain/checkpoints")
+    assert len(steps) == 1 and 1 <= steps[0] <= 2 < STEPS, steps  # the sync point is the step after the notice

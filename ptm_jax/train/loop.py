@@ -69,25 +69,33 @@ def install_startup_sigterm_handler() -> None:
 
 
 class _Preemption:
-    """SIGTERM -> stop at a step boundary. One process: a Python handler sets a flag. Several processes:
-    JAX's preemption sync point (every process agrees on the same step, even if only one got the signal;
-    a Python handler would switch JAX's own notifier off, so none is installed)."""
+    """SIGTERM -> stop at a step boundary. Without jax.distributed: a Python handler sets a flag. With it (several
+    processes, or one Cloud TPU VM / cluster process that started the runtime): JAX's preemption notifier owns
+    SIGTERM and its sync point says when to stop, so every process agrees on the same step even if only one got
+    the signal; no Python handler is installed (it would switch the notifier off). A single process also honours
+    a SIGTERM its start-up handler caught before the runtime started."""
 
     def __init__(self) -> None:
+        from jax._src import distributed as jax_distributed
+
         self._flag = _EARLY_SIGTERM.is_set()
         self._old = None
-        self._multi = jax.process_count() > 1
+        self._single = jax.process_count() == 1
+        self._notifier = getattr(jax_distributed.global_state, "preemption_sync_manager", None) is not None
 
     def __enter__(self) -> "_Preemption":
-        if not self._multi and threading.current_thread() is threading.main_thread():
+        if not self._notifier and threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGTERM, self._handle)
         return self
 
     def requested(self, step: int) -> bool:
-        if self._multi:
+        if self._notifier:
             from jax.experimental import multihost_utils
 
-            return bool(multihost_utils.reached_preemption_sync_point(step))
+            synced = bool(multihost_utils.reached_preemption_sync_point(step))  # every process calls it each step
+            if synced:
+                _EARLY_SIGTERM.set()  # a later stage of the same run must not start
+            return synced or (self._single and (self._flag or _EARLY_SIGTERM.is_set()))
         return self._flag or _EARLY_SIGTERM.is_set()
 
     def _handle(self, signum, frame) -> None:
