@@ -39,6 +39,24 @@ def complete_steps(ckpt_dir: Path) -> list[int]:
     return sorted(int(p.name) for p in ckpt_dir.glob("*") if p.name.isdigit()) if ckpt_dir.is_dir() else []
 
 
+def sigterm_during_startup(cmd: list[str], shared: dict, out: Path, log: Path) -> tuple[int, str]:
+    """Starts ``cmd``, sends SIGTERM as soon as it has written config.json (nothing compiled yet), and returns
+    (exit status, its output)."""
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(cmd, env=shared["env"], cwd=log.parent, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.time() + 120
+            while not (out / "config.json").is_file():
+                assert proc.poll() is None and time.time() < deadline
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(timeout=180)
+        finally:
+            proc.kill()
+            proc.wait()
+    return rc, log.read_text()
+
+
 def records(stage_dir: Path) -> list[dict]:
     path = stage_dir / "metrics.jsonl"
     if not path.is_file():
@@ -136,19 +154,7 @@ def test_sigterm_during_startup_exits_0_with_a_step_1_checkpoint_and_the_restart
     one step and a checkpoint; the same command then finishes with the uninterrupted run's losses."""
     out = tmp_path / "run"
     cmd = ptm_pretrain(shared, out)
-    with open(tmp_path / "startup.log", "wb") as sink:
-        proc = subprocess.Popen(cmd, env=shared["env"], cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.time() + 120
-            while not (out / "config.json").is_file():
-                assert proc.poll() is None and time.time() < deadline
-                time.sleep(0.01)
-            proc.send_signal(signal.SIGTERM)
-            rc = proc.wait(timeout=120)
-        finally:
-            proc.kill()
-            proc.wait()
-    text = (tmp_path / "startup.log").read_text()
+    rc, text = sigterm_during_startup(cmd, shared, out, tmp_path / "startup.log")
     assert rc == 0, text[-3000:]
     assert "Traceback" not in text
     assert complete_steps(out / "pretrain/checkpoints") == [1]
@@ -172,19 +178,7 @@ def test_sigterm_during_startup_of_a_one_process_distributed_run_stops_it_with_a
     out = tmp_path / "run"
     cmd = ptm_pretrain(shared, out) + ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "1",
                                        "--process-id", "0"]
-    with open(tmp_path / "startup.log", "wb") as sink:
-        proc = subprocess.Popen(cmd, env=shared["env"], cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.time() + 120
-            while not (out / "config.json").is_file():
-                assert proc.poll() is None and time.time() < deadline
-                time.sleep(0.01)
-            proc.send_signal(signal.SIGTERM)
-            rc = proc.wait(timeout=180)
-        finally:
-            proc.kill()
-            proc.wait()
-    text = (tmp_path / "startup.log").read_text()
+    rc, text = sigterm_during_startup(cmd, shared, out, tmp_path / "startup.log")
     assert rc == 0, text[-3000:]
     assert "Traceback" not in text and "SIGTERM" in text, text[-3000:]
     steps = complete_steps(out / "pretrain/checkpoints")
