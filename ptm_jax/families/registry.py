@@ -70,7 +70,8 @@ class Family:
     synthetic_batch: Callable[..., dict] | None = None
     """(example, cfg, rng) -> a random batch in the shapes of ``example`` for ``ptm bench``."""
     capabilities: frozenset[str] = frozenset()
-    """What commands may ask of it: 'causal_lm' (generate, perplexity), 'embed' (sentence vectors), ..."""
+    """What commands may ask of it: 'causal_lm' (generate, perplexity), 'embed' (sentence vectors),
+    'word_vectors' (static word vectors: neighbors, analogy, eval-vectors, vector-file export), ..."""
     task_heads: dict[str, Callable[[], type]] = dataclasses.field(default_factory=dict)
     """Finetuning head name ('encoder', 'sequence_classification', 'token_classification',
     'question_answering', 'multiple_choice') -> a function returning the Flax module class (imported lazily).
@@ -89,6 +90,11 @@ class Family:
     """(params, model_cfg, tokenizer, file, **kw) -> dict: held-out perplexity (``ptm perplexity``)."""
     tiny_preset: str | None = None
     """A preset small enough for the conformance test (``tests/test_conformance.py``)."""
+    word_vectors: Callable[[Any, Any], Any] | None = None
+    """(params tree, model_cfg) -> float32 [vocab_size, dim] matrix of the static word vectors the family exports
+    (row i = the tokenizer's id i): ``ptm neighbors``, ``ptm analogy``, ``ptm eval-vectors`` and
+    ``ptm export --format text_vectors|binary_vectors`` read it (``evaluate/word_vectors.py``,
+    ``export/vector_files.py``). A family with it lists the capability 'word_vectors'."""
 
 
 _FAMILIES: dict[str, Family] = {}

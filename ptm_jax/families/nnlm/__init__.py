@@ -32,5 +32,6 @@ FAMILY = register(Family(
     layer_of=hooks.layer_of,
     flops=hooks.step_flops,
     synthetic_batch=hooks.synthetic_batch,
-    capabilities=frozenset({"perplexity"}),
+    word_vectors=hooks.word_vectors,
+    capabilities=frozenset({"perplexity", "word_vectors"}),
 ))

@@ -57,3 +57,9 @@ def synthetic_batch(example: dict[str, np.ndarray], cfg: Any, rng: np.random.Gen
     out["window_ids"] = rng.integers(3, max(cfg.model.vocab_size, 4), out["window_ids"].shape).astype(np.int32)
     out["target_weights"] = np.ones(out["target_weights"].shape, np.float32)
     return out
+
+
+def word_vectors(params: dict, model_cfg: Any = None) -> np.ndarray:
+    """The static word vectors NNLM exports: its shared features C (Bengio et al. 2003 Sec. 2, "the real vector
+    C(i) associated with each word i"), [vocab_size, embed_dim] float32, row i = word id i."""
+    return np.asarray(params[TRUNK]["embedding"], dtype=np.float32)
