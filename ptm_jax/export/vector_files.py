@@ -1,0 +1,168 @@
+"""Static word vectors as files: word2vec.c's text and binary formats out, text vectors in.
+
+Formats (``text_vectors`` and ``binary_vectors`` in ``ptm export --format``):
+
+* **text** (word2vec.c ``-binary 0``): a header line ``<words> <dim>``, then one line per word:
+  ``word v_1 ... v_dim``, single spaces. Written with 9 significant digits, so float32 values read back exactly.
+* **binary** (word2vec.c ``-binary 1``): the same header line, then per word its UTF-8 bytes, one space, ``dim``
+  little-endian float32 values and a newline (word2vec.c ``fwrite``s the floats and ``fprintf``s ``"\\n"``).
+* **headerless text** (the GloVe C tool's ``vectors.txt``, Pennington et al. 2014): the word lines without the
+  header; the dimension is that of the first line.
+
+gensim's ``KeyedVectors.load_word2vec_format(path, binary=False|True)`` (gensim ``models/keyedvectors.py``) loads
+both written formats (``tests/test_vector_files.py``). :func:`read_text_vectors` reads either text form (a first
+line of two integers is a header) so vectors trained elsewhere can be evaluated (``ptm eval-vectors FILE``) or
+initialise the embedding of a later model (:func:`align_to_vocab`). A malformed file is a DataError naming the
+file and line: a header that is not two positive integers or that disagrees with the rows, a row with another
+number of values (ragged), a value that is not a number, a duplicate word. (gensim keeps the first of a
+duplicate with a warning; a duplicate here means the file is not what its writer meant.)
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ptm_jax.errors import ConfigError, DataError
+
+FORMATS = ("text_vectors", "binary_vectors")
+"""``ptm export --format`` values this module writes."""
+
+
+def _check_words(words: Sequence[str], vectors: np.ndarray, where: str) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape[0] != len(words):
+        raise DataError(f"{where}: {len(words)} words but vectors of shape {vectors.shape}")
+    for i, w in enumerate(words):
+        if not w or any(ch.isspace() for ch in w):
+            raise DataError(f"{where}: word {i} {w!r} is empty or holds whitespace; the word2vec formats separate "
+                            "a word from its values by a space")
+    return vectors
+
+
+def _atomic(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
+def write_text_vectors(path, words: Sequence[str], vectors: np.ndarray) -> Path:
+    """word2vec.c's text format (module doc), written atomically."""
+    path = Path(path)
+    vectors = _check_words(words, vectors, str(path))
+    rows = np.char.mod("%.9g", vectors.astype(np.float64))
+    lines = [f"{len(words)} {vectors.shape[1]}\n"]
+    lines += [w + " " + " ".join(r) + "\n" for w, r in zip(words, rows.tolist())]
+    return _atomic(path, "".join(lines).encode("utf-8"))
+
+
+def write_binary_vectors(path, words: Sequence[str], vectors: np.ndarray) -> Path:
+    """word2vec.c's binary format (module doc), written atomically."""
+    path = Path(path)
+    vectors = _check_words(words, vectors, str(path)).astype("<f4")
+    parts = [f"{len(words)} {vectors.shape[1]}\n".encode()]
+    for w, v in zip(words, vectors):
+        parts += [w.encode("utf-8"), b" ", v.tobytes(), b"\n"]
+    return _atomic(path, b"".join(parts))
+
+
+def write_vectors(path, words: Sequence[str], vectors: np.ndarray, fmt: str) -> Path:
+    """``fmt``: 'text_vectors' or 'binary_vectors'."""
+    if fmt == "text_vectors":
+        return write_text_vectors(path, words, vectors)
+    if fmt == "binary_vectors":
+        return write_binary_vectors(path, words, vectors)
+    raise ConfigError(f"vector file format {fmt!r}: expected one of {', '.join(FORMATS)}")
+
+
+def _header(fields: list[str]) -> tuple[int, int] | None:
+    if len(fields) == 2 and all(f.lstrip("+-").isdigit() for f in fields):
+        return int(fields[0]), int(fields[1])
+    return None
+
+
+def read_text_vectors(path) -> tuple[list[str], np.ndarray]:
+    """(words in file order, float32 [n, dim]) from a text vector file with or without the word2vec header
+    (module doc); every malformed line is a DataError naming the file and line."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"{p}: vector file not found")
+    try:
+        lines = p.read_bytes().decode("utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start}); a binary vector file? Read "
+                        "word2vec.c's binary format with gensim, or write the text format (-binary 0)") from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        raise DataError(f"{p}: empty vector file")
+    first = lines[0].split()
+    header = _header(first)
+    start, dim, expected = 0, None, None
+    if header is not None:
+        expected, dim = header
+        if expected < 1 or dim < 1:
+            raise DataError(f"{p}:1: header {lines[0].strip()!r}: expected '<words> <dim>', both positive")
+        start = 1
+    elif len(first) == 2 and first[0].lstrip("+-").isdigit():
+        raise DataError(f"{p}:1: header {lines[0].strip()!r}: expected '<words> <dim>', two integers")
+    words: list[str] = []
+    rows: list[list[str]] = []
+    seen: dict[str, int] = {}
+    for lineno, line in enumerate(lines[start:], start + 1):
+        fields = [f for f in line.strip(" \t\r").split(" ") if f]  # word2vec.c ends rows with a space
+        if not fields:
+            raise DataError(f"{p}:{lineno}: empty line; every line after the header is 'word v_1 ... v_dim'")
+        if dim is None:
+            dim = len(fields) - 1
+            if dim < 1:
+                raise DataError(f"{p}:{lineno}: {fields[0]!r} has no values; expected 'word v_1 ... v_dim'")
+        if len(fields) != dim + 1:
+            raise DataError(f"{p}:{lineno}: {len(fields) - 1} values for {fields[0]!r}, expected {dim} (the "
+                            f"{'header' if header else 'first line'}'s dimension): ragged rows")
+        word = fields[0]
+        if word in seen:
+            raise DataError(f"{p}:{lineno}: duplicate word {word!r} (first on line {seen[word]}); every word must "
+                            "appear once")
+        seen[word] = lineno
+        words.append(word)
+        rows.append(fields[1:])
+    if expected is not None and expected != len(words):
+        raise DataError(f"{p}:1: header says {expected} words but the file holds {len(words)} rows; fix the header "
+                        "or the file (truncated?)")
+    try:
+        vectors = np.array(rows, dtype=np.float32)
+    except ValueError:
+        for lineno, r in enumerate(rows, start + 1):
+            for v in r:
+                try:
+                    float(v)
+                except ValueError:
+                    raise DataError(f"{p}:{lineno}: value {v[:40]!r} of {words[lineno - start - 1]!r} is not a "
+                                    "number") from None
+        raise
+    return words, vectors
+
+
+def align_to_vocab(words: Sequence[str], vectors: np.ndarray, vocab: Sequence[str], ignore_case: bool = False
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ``vectors`` for each entry of ``vocab`` (a later model's id order): ``(matrix [len(vocab), dim],
+    found [len(vocab)] bool)``; rows not found are zero, for the caller to initialise its own way. With
+    ``ignore_case`` a vocabulary word also takes the first file word equal to it case-insensitively."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    index: dict[str, int] = {}
+    for i, w in enumerate(words):
+        index.setdefault(w, i)
+    folded: dict[str, int] = {}
+    if ignore_case:
+        for i, w in enumerate(words):
+            folded.setdefault(w.lower(), i)
+    rows = np.array([index.get(w, folded.get(w.lower(), -1) if ignore_case else -1) for w in vocab], np.int64)
+    found = rows >= 0
+    out = np.zeros((len(vocab), vectors.shape[1]), np.float32)
+    out[found] = vectors[rows[found]]
+    return out, found
