@@ -1,0 +1,52 @@
+"""word2vec (Mikolov et al. 2013; word2vec.c) as one family package (issue 17): skip-gram and CBOW with negative
+sampling and/or the hierarchical softmax, trained through the one loop.
+
+``config.py`` the ``[model]`` and ``[data]`` sections, ``sampling.py`` subsampling, unigram^0.75 negatives and
+the Huffman tree, ``data.py`` the tf.data examples, ``model.py`` the tables, ``objective.py`` the loss,
+``hooks.py`` the exported word vectors, FLOPs and the bench batch. Its tokenizer is the word vocabulary with
+counts (``ptm_jax/data/word_vocab.py``). Importing this package registers it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ptm_jax.families.registry import Family, register
+from ptm_jax.families.word2vec import hooks
+from ptm_jax.families.word2vec.config import Word2VecConfig, Word2VecDataConfig, steps_for_epochs
+from ptm_jax.families.word2vec.model import TRUNK
+
+
+def _builder(name: str):
+    def build(cfg: Any, corpus: Any):
+        """The registry's objective builder: ``corpus`` holds the word tokenizer and the train/eval sources;
+        the counts are the vocabulary's (``vocab.tsv``), else counted over the train source."""
+        from ptm_jax.families.word2vec.objective import Word2VecObjective, source_counts
+
+        tok = corpus.tokenizer
+        counts = getattr(tok, "counts", None)
+        if counts is None:
+            counts = source_counts(corpus.train, cfg.model.vocab_size)
+        specials = {i for i in (getattr(tok, "pad_id", None), getattr(tok, "unk_id", None),
+                                getattr(tok, "eos_id", None)) if i is not None}
+        return Word2VecObjective(cfg, name, corpus.train, getattr(corpus, "eval", None), counts, sorted(specials),
+                                 eos_id=tok.eos_id, pad_id=tok.pad_id)
+
+    return build
+
+
+FAMILY = register(Family(
+    name="word2vec",
+    model_config=Word2VecConfig,
+    data_config=Word2VecDataConfig,
+    objectives={"skipgram": _builder("skipgram"), "cbow": _builder("cbow")},
+    trunk=TRUNK,
+    heads=("word_vectors",),
+    infer_head=hooks.infer_head,
+    layer_of=hooks.layer_of,
+    flops=hooks.step_flops,
+    synthetic_batch=hooks.synthetic_batch,
+    word_vectors=hooks.word_vectors,
+    capabilities=frozenset({"word_vectors"}),
+))
+
+__all__ = ["FAMILY", "Word2VecConfig", "Word2VecDataConfig", "steps_for_epochs"]

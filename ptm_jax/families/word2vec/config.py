@@ -1,0 +1,69 @@
+"""The ``[model]`` and ``[data]`` sections of the word2vec family (Mikolov et al. 2013; word2vec.c's options)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ptm_jax.config import DataConfig
+from ptm_jax.errors import ConfigError
+
+
+@dataclass
+class Word2VecConfig:
+    """Two tables of word vectors: the input vectors (word2vec.c ``syn0``, the exported word vectors) and the
+    output vectors of negative sampling (``syn1neg``) and/or of the hierarchical softmax's inner nodes
+    (``syn1``). Which output tables exist follows ``data.negative`` and ``data.hs``."""
+
+    family: str = "word2vec"
+    vocab_size: int = 30000
+    """|V|: the word vocabulary (``data/word_vocab.py``; ``<pad>``, ``<unk>``, ``<eos>`` included)."""
+    dim: int = 100
+    """word2vec.c ``-size``: the dimension of the word vectors."""
+
+    def validate(self, where: str = "model") -> None:
+        if self.family != "word2vec":
+            raise ConfigError(f"{where}.family={self.family!r}: this section is the word2vec family's")
+        for name, low in (("vocab_size", 4), ("dim", 1)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                raise ConfigError(f"{where}.{name}={v!r} must be an integer >= {low}")
+
+
+@dataclass
+class Word2VecDataConfig(DataConfig):
+    """word2vec.c's example options. One training step reads ``train.batch_size`` running words of the token
+    stream (the centers); ``train.steps`` = epochs x words per pass / batch_size (``steps_for_epochs``)."""
+
+    window: int = 5
+    """word2vec.c ``-window``: the largest distance of a context word; each center draws b uniform in
+    [0, window) and uses window - b (the dynamic window)."""
+    sample: float = 1e-3
+    """word2vec.c ``-sample``: subsampling threshold of frequent words (0: no subsampling)."""
+    negative: int = 5
+    """word2vec.c ``-negative``: negative samples per (input, target) pair, from unigram^0.75 (0: none)."""
+    hs: bool = False
+    """word2vec.c ``-hs 1``: hierarchical softmax over a Huffman tree of the counts."""
+    margin: int = 0
+    """Running words read on each side of a batch to find the window's kept neighbours after subsampling
+    (0: 8 x window). A context word further than this from its center is not used (see ``data.py``)."""
+
+    def validate_word2vec(self, where: str = "data") -> None:
+        for name, low in (("window", 1), ("negative", 0), ("margin", 0)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                raise ConfigError(f"{where}.{name}={v!r} must be an integer >= {low}")
+        if not isinstance(self.sample, (int, float)) or self.sample < 0:
+            raise ConfigError(f"{where}.sample={self.sample!r} must be a number >= 0 (0: no subsampling)")
+        if self.negative == 0 and not self.hs:
+            raise ConfigError(f"{where}.negative=0 and {where}.hs=false leave word2vec without an output layer; "
+                              f"set {where}.negative (word2vec.c uses 5) or {where}.hs=true")
+        if 0 < self.margin < self.window:
+            raise ConfigError(f"{where}.margin={self.margin} must be 0 or at least {where}.window={self.window}")
+
+    @property
+    def reach(self) -> int:
+        return self.margin or 8 * self.window
+
+
+def steps_for_epochs(epochs: float, pass_words: int, batch_size: int) -> int:
+    """Train steps that read ``epochs`` passes over ``pass_words`` running words (eos included)."""
+    return max(1, -(-int(round(epochs * pass_words)) // int(batch_size)))

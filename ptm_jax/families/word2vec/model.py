@@ -1,0 +1,96 @@
+"""word2vec's two architectures as a Flax Linen module (Mikolov et al. 2013a, "Efficient Estimation of Word
+Representations in Vector Space", Sec. 3; 2013b, Sec. 2; word2vec.c ``TrainModelThread``).
+
+Tables, under the params key ``word2vec`` (logical axes ('vocab', 'embed'), so they shard over the vocabulary
+through ``parallel/rules.py``):
+
+* ``input`` [V, dim]: word2vec.c ``syn0``, uniform in [-0.5, 0.5] / dim; the exported word vectors;
+* ``output`` [V, dim]: ``syn1neg``, the negative-sampling output vectors, zeros (only with negatives);
+* ``hs_output`` [V, dim]: ``syn1``, one row per inner node of the Huffman tree (V - 1 are used), zeros
+  (only with hierarchical softmax).
+
+The forward pass is gathers and small contractions: the input of a pair is the context word's input vector
+(skip-gram) or the mean of the context's input vectors (CBOW); its scores are dot products with the output
+vectors of the target, of the negatives and (hs) of the target's Huffman path. CBOW's mean has word2vec.c's
+gradient: each context vector receives the whole error of the mean (word2vec.c adds ``neu1e`` to every
+context word's ``syn0`` row, not ``neu1e / cw``); gensim's ``cbow_mean=1`` does the same.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from ptm_jax.families.word2vec.config import Word2VecConfig
+from ptm_jax.models.layers import partitioned
+
+TRUNK = "word2vec"
+
+
+def uniform_init(dim: int):
+    """word2vec.c ``InitNet``: (random / 65536 - 0.5) / size, i.e. uniform in [-0.5 / dim, 0.5 / dim)."""
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -0.5 / dim, 0.5 / dim)
+
+    return init
+
+
+def mean_with_sum_gradient(vectors: jax.Array, weights: jax.Array) -> jax.Array:
+    """[R, S, d], [R, S] -> [R, d]: the weighted mean of the vectors, whose gradient reaches every vector whole
+    (d out / d vector_s = weight_s, not weight_s / count): word2vec.c's CBOW update."""
+    total = jnp.einsum("rsd,rs->rd", vectors, weights)
+    count = jnp.maximum(jnp.sum(weights, axis=1, keepdims=True), 1.0)
+    return total + jax.lax.stop_gradient(total / count - total)
+
+
+class Word2VecTables(nn.Module):
+    config: Word2VecConfig
+    negative: bool
+    hs: bool
+
+    @nn.compact
+    def __call__(self, ids: jax.Array, table: str) -> jax.Array:
+        cfg = self.config
+        shape = (cfg.vocab_size, cfg.dim)
+        tables = {"input": self.param("input", partitioned(uniform_init(cfg.dim), ("vocab", "embed")), shape,
+                                      jnp.float32)}
+        if self.negative:
+            tables["output"] = self.param("output", partitioned(nn.initializers.zeros, ("vocab", "embed")), shape,
+                                          jnp.float32)
+        if self.hs:
+            tables["hs_output"] = self.param("hs_output", partitioned(nn.initializers.zeros, ("vocab", "embed")),
+                                             shape, jnp.float32)
+        return jnp.take(tables[table], ids, axis=0)
+
+
+class Word2Vec(nn.Module):
+    """A batch of ``data.py`` features -> scores: ``positive`` [R, S'] (the target), ``negative`` [R, S', K],
+    ``hs`` [R, S', D], S' = 2 x window pairs per center (skip-gram) or 1 (CBOW)."""
+
+    config: Word2VecConfig
+    cbow: bool
+    negative: bool = True
+    hs: bool = False
+
+    @nn.compact
+    def __call__(self, batch: dict) -> dict[str, jax.Array]:
+        tables = Word2VecTables(self.config, self.negative, self.hs, name=TRUNK)
+        vin = tables(batch["context"], "input")                                       # [R, S, d]
+        if self.cbow:
+            h = mean_with_sum_gradient(vin, batch["context_weight"])[:, None, :]     # [R, 1, d]
+        else:
+            h = vin
+        out = {}
+        if self.negative:
+            target = tables(batch["center"], "output")                               # [R, d]
+            out["positive"] = jnp.einsum("rsd,rd->rs", h, target)
+            neg = tables(batch["negatives"], "output")
+            if self.cbow:
+                out["negative"] = jnp.einsum("rsd,rkd->rsk", h, neg)
+            else:
+                out["negative"] = jnp.einsum("rsd,rskd->rsk", h, neg)
+        if self.hs:
+            nodes = tables(batch["path"], "hs_output")                               # [R, D, d]
+            out["hs"] = jnp.einsum("rsd,rld->rsl", h, nodes)
+        return out

@@ -1,0 +1,107 @@
+"""The skip-gram and CBOW objectives (Mikolov et al. 2013b, eq. 4 for negative sampling, Sec. 2.1 for the
+hierarchical softmax) on the examples of ``families/word2vec/data.py``.
+
+Per (input h, target w) pair the terms are word2vec.c's: negative sampling
+``-log s(u_w . h) - sum_k log s(-u_k . h)`` and, with hs, ``-sum_j log s((1 - 2 code_j) u_{point_j} . h)``
+over the target's Huffman path (s the logistic function; word2vec.c's gradient ``(label - s(f)) alpha``).
+
+The loss is the SUM of these terms over the global batch, not their mean. So plain SGD at word2vec.c's
+``alpha`` (``train.optimizer='sgd'``, ``train.learning_rate`` = alpha) moves every row by exactly the step
+word2vec.c gives each pair, ``alpha (label - s(f)) h``; a mean would need the learning rate multiplied by the
+number of pairs of each batch, which varies with subsampling and the dynamic window. The difference from
+word2vec.c is only that a batch's pairs are applied together (to the parameters before the batch) rather
+than one after the other; word2vec.c's threads already apply theirs without locks (Hogwild). Linear decay to
+1e-4 alpha is ``train.lr_decay='bert'``, ``warmup_steps=0``, ``min_lr_ratio=1e-4`` (word2vec.c decays by words
+read, and a step reads ``batch_size`` running words, so the two schedules are the same).
+
+Reported: ``w2v_loss`` (terms per pair: the mean over the batch's pairs) and ``w2v_pairs``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ptm_jax.data.pretraining.source import DocumentSource
+from ptm_jax.families.word2vec.data import Tables, feature_dtype, feature_shapes, word2vec_dataset
+from ptm_jax.families.word2vec.model import Word2Vec
+from ptm_jax.objectives.base import SourceStreams
+
+EVAL_SEED_OFFSET = 1_000_003
+
+
+def source_counts(source: DocumentSource, vocab_size: int) -> np.ndarray:
+    """int64 [vocab_size] occurrences of each id over ``source`` (for a tokenizer without counts)."""
+    counts = np.zeros(vocab_size, np.int64)
+    for d in range(source.num_docs):
+        counts += np.bincount(source.doc_tokens(d), minlength=vocab_size)[:vocab_size]
+    return counts
+
+
+class Word2VecObjective(SourceStreams):
+    """``cfg``: a run config whose ``model`` is a ``Word2VecConfig`` and ``data`` a ``Word2VecDataConfig``;
+    ``counts``: occurrences of each word id (the word vocabulary's ``vocab.tsv`` counts)."""
+
+    primary_metric = "w2v_loss"
+
+    def __init__(self, cfg: Any, name: str, train_source: DocumentSource, eval_source: DocumentSource | None,
+                 counts: np.ndarray, special_ids, eos_id: int, pad_id: int):
+        cfg.model.validate()
+        cfg.data.validate_word2vec()
+        self.cfg, self.name = cfg, name
+        self.cbow = name == "cbow"
+        d = cfg.data
+        counts = np.asarray(counts)
+        if counts.shape[0] > cfg.model.vocab_size:
+            from ptm_jax.errors import ConfigError
+
+            raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the word vocabulary "
+                              f"({counts.shape[0]} entries); set model.vocab_size >= {counts.shape[0]}")
+        counts = np.pad(counts, (0, cfg.model.vocab_size - counts.shape[0]))
+        self.tables = Tables.build(counts, special_ids, sample=float(d.sample), negative=d.negative, hs=d.hs)
+        self.model = Word2Vec(cfg.model, cbow=self.cbow, negative=d.negative > 0, hs=bool(d.hs))
+        self.train_source, self.eval_source = train_source, eval_source
+        self.eos_id, self.pad_id = int(eos_id), int(pad_id)
+
+    def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
+        d = self.cfg.data
+        shapes = feature_shapes(batch_size, window=d.window, negative=d.negative, cbow=self.cbow,
+                                depth=self.tables.depth)
+        shapes.pop("example_id")
+        return {k: np.zeros(s, feature_dtype(k)) for k, s in shapes.items()}  # 'center' first: words per step
+
+    def init(self, rng: jax.Array, batch: dict[str, Any]) -> Any:
+        return self.model.init(rng, {k: jnp.asarray(v[:1]) for k, v in batch.items()})
+
+    def normalizers(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
+        pairs = batch["center_weight"].sum() if self.cbow else batch["context_weight"].sum()
+        return {"pairs": pairs.astype(jnp.float32)}
+
+    def loss(self, params, batch, rng, normalizers, train: bool):
+        scores = self.model.apply(params, batch)
+        pair_w = batch["center_weight"][:, None] if self.cbow else batch["context_weight"]   # [R, S']
+        total = jnp.zeros((), jnp.float32)
+        if "positive" in scores:
+            total += -jnp.sum(jax.nn.log_sigmoid(scores["positive"]) * pair_w)
+            neg_w = batch["negative_weight"]
+            neg_w = neg_w[:, None, :] if self.cbow else neg_w
+            total += -jnp.sum(jax.nn.log_sigmoid(-scores["negative"]) * neg_w)
+        if "hs" in scores:
+            sign = 1.0 - 2.0 * batch["code"][:, None, :]                                  # bit 0 -> label 1
+            w = pair_w[:, :, None] * batch["path_weight"][:, None, :]
+            total += -jnp.sum(jax.nn.log_sigmoid(sign * scores["hs"]) * w)
+        pairs = jnp.sum(pair_w)
+        terms = {"w2v_loss": (total, normalizers["pairs"]), "w2v_pairs": (pairs, jnp.ones(()))}
+        return total, terms
+
+    def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
+        return dict(metrics)
+
+    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+        d = self.cfg.data
+        seed = int(d.seed) if repeat else int(d.seed) + EVAL_SEED_OFFSET
+        return word2vec_dataset(source, self.tables, eos_id=self.eos_id, pad_id=self.pad_id, window=d.window,
+                                negative=d.negative, cbow=self.cbow, reach=d.reach, seed=seed, start_index=start,
+                                global_batch=global_batch, process_index=pi, process_count=pc)

@@ -1,0 +1,212 @@
+"""word2vec as a family package (ptm_jax/families/word2vec, issue 17): word2vec.c's sampling rules on real counts
+(subsampling keep rates, the dynamic window, unigram^0.75 negatives, the Huffman tree), CBOW's gradient, a
+small skip-gram on tiny-shakespeare whose known neighbours come out, the examples independent of the process
+count, and a stop mid-epoch + resume ending bit-equal to the uninterrupted run.
+
+The corpus: tiny-shakespeare (../shared/data), lower-cased whitespace words with count >= 5 (3,995 ids)."""
+import json
+import math
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ptm_jax.config import DataConfig, MeshConfig, RunConfig, TokenizerConfig, TrainConfig
+from ptm_jax.data.cache import build_or_load_cache
+from ptm_jax.data.pretraining.causal_lm import PackedStream
+from ptm_jax.data.pretraining.source import ArraySource
+from ptm_jax.data.word_vocab import build_word_vocab
+from ptm_jax.families.word2vec import FAMILY, Word2VecConfig, Word2VecDataConfig, sampling
+from ptm_jax.families.word2vec.data import Tables, example_rows, kept_mask, word2vec_dataset
+from ptm_jax.families.word2vec.model import mean_with_sum_gradient
+from ptm_jax.parallel.mesh import make_mesh
+from ptm_jax.train.loop import fit
+
+WINDOW, NEG = 5, 5
+
+
+@pytest.fixture(scope="module")
+def corpus(shared_data, tmp_path_factory):
+    path = shared_data / "corpus/tinyshakespeare/input.txt"
+    out = tmp_path_factory.mktemp("w2v_corpus")
+    vocab = build_word_vocab(path.read_text(encoding="utf-8").splitlines(), out, min_count=5, lower_case=True)
+    cache = build_or_load_cache(DataConfig(corpus=str(path), format="lines"), vocab, out / "cache")
+    return types.SimpleNamespace(tokenizer=vocab, train=cache, eval=None)
+
+
+def specials(vocab):
+    return [vocab.pad_id, vocab.unk_id, vocab.eos_id]
+
+
+def run_config(vocab, objective="skipgram", *, steps, batch, hs=False, negative=NEG, dim=32, lr=0.025):
+    return RunConfig(objective=objective, model=Word2VecConfig(vocab_size=vocab.vocab_size, dim=dim),
+                     data=Word2VecDataConfig(window=WINDOW, sample=1e-3, negative=negative, hs=hs, seed=1),
+                     tokenizer=TokenizerConfig(),
+                     train=TrainConfig(batch_size=batch, steps=steps, optimizer="sgd", learning_rate=lr,
+                                       lr_decay="bert", warmup_steps=0, min_lr_ratio=1e-4, weight_decay=0.0,
+                                       clip_norm=0.0, log_every=steps // 2, eval_every=10 ** 6,
+                                       checkpoint_every=10 ** 6, progress_bar=False))
+
+
+def test_subsampling_keeps_each_word_at_word2vec_c_rate(corpus):
+    vocab = corpus.tokenizer
+    counts = sampling.word_counts(vocab.counts, specials(vocab))
+    tables = Tables.build(vocab.counts, specials(vocab), sample=1e-3, negative=NEG, hs=False)
+    t = counts.sum()
+    for w in ("the", "and", "to", "king", "love"):  # 'the' ~ 5.4k of 200k words: kept ~ 0.22 of the time
+        i = vocab.token_to_id(w)
+        c = counts[i]
+        want = min(1.0, (math.sqrt(c / (1e-3 * t)) + 1) * 1e-3 * t / c)
+        assert tables.keep[i] == pytest.approx(want, rel=1e-12)
+        n = 200_000  # occurrences of the word at 200k stream positions
+        got = kept_mask(tables, np.full(n, i), np.arange(10 ** 6, 10 ** 6 + n), seed=3).mean()
+        assert abs(got - want) < 4 * math.sqrt(want * (1 - want) / n) + 1e-9, (w, got, want)
+    assert tables.keep[specials(vocab)].max() == 0.0 and tables.keep[vocab.token_to_id("the")] < 0.3
+    # in real examples, no dropped occurrence is ever a center or a context
+    stream = PackedStream(corpus.train, vocab.eos_id, seed=1, shuffle=True)
+    rows = example_rows(stream, tables, 5000, 4000, window=WINDOW, negative=NEG, cbow=False, seed=1, reach=40,
+                        pad_id=vocab.pad_id)
+    toks = stream.span(5000 - 40, 9040)[0]
+    keep = kept_mask(tables, toks, np.arange(5000 - 40, 9040), seed=1)
+    kept_words = set(np.flatnonzero(keep[40:4040]))
+    assert set(np.flatnonzero(rows["center_weight"])) <= kept_words
+    assert rows["context"][rows["context_weight"] == 0].max() == vocab.pad_id
+    assert not np.isin(rows["context"][rows["context_weight"] > 0], specials(vocab)).any()
+
+
+def test_dynamic_window_uses_window_minus_b_words_each_side_b_uniform(corpus):
+    """One long document without subsampling: every center far from its ends has window - b contexts on
+    each side, b uniform in [0, window): effective windows 1..5 each with frequency 1/5."""
+    vocab = corpus.tokenizer
+    words = np.concatenate([corpus.train.doc_tokens(d) for d in range(200)])
+    words = words[~np.isin(words, specials(vocab))]
+    source = ArraySource([[words]])
+    tables = Tables.build(vocab.counts, specials(vocab), sample=0.0, negative=NEG, hs=False)
+    stream = PackedStream(source, vocab.eos_id, seed=1, shuffle=False)
+    n = words.size - 100
+    rows = example_rows(stream, tables, 50, n, window=WINDOW, negative=NEG, cbow=False, seed=9, reach=40,
+                        pad_id=vocab.pad_id)
+    w = rows["context_weight"]
+    left, right = w[:, :WINDOW].sum(1), w[:, WINDOW:].sum(1)
+    np.testing.assert_array_equal(left, right)
+    freq = np.bincount(left.astype(int), minlength=WINDOW + 1)[1:] / n
+    assert np.abs(freq - 1 / WINDOW).max() < 4 * math.sqrt(0.2 * 0.8 / n), freq
+    # the used slots are the nearest ones: slot window-1-k (left) and window+k (right) for k < window - b
+    for e in range(1, WINDOW + 1):
+        sel = left == e
+        assert w[sel][:, WINDOW - e:WINDOW + e].min() == 1 and w[sel].sum() == 2 * e * sel.sum()
+    np.testing.assert_array_equal(rows["context"][:, WINDOW - 1], np.roll(words, 1)[50:50 + n])
+
+
+def test_negatives_follow_unigram_to_the_three_quarters(corpus):
+    vocab = corpus.tokenizer
+    tables = Tables.build(vocab.counts, specials(vocab), sample=1e-3, negative=NEG, hs=False)
+    stream = PackedStream(corpus.train, vocab.eos_id, seed=1, shuffle=True)
+    rows = example_rows(stream, tables, 0, 20_000, window=WINDOW, negative=NEG, cbow=False, seed=2, reach=40,
+                        pad_id=vocab.pad_id)
+    neg = rows["negatives"].ravel()                   # every slot draws, 1M draws
+    c = sampling.word_counts(vocab.counts, specials(vocab)) ** 0.75
+    p = c / c.sum()
+    freq = np.bincount(neg, minlength=p.size) / neg.size
+    assert np.abs(freq - p).max() < 5 * math.sqrt(p.max() / neg.size), np.abs(freq - p).max()
+    assert freq[specials(vocab)].sum() == 0
+    chi2 = (((freq[3:53] - p[3:53]) ** 2) / p[3:53] * neg.size).sum()
+    assert chi2 < 100, chi2                           # 50 commonest words, 49 degrees of freedom: p < 1e-4
+    target = rows["center"][:, None, None]
+    live = rows["negative_weight"] > 0
+    assert not (live & (rows["negatives"] == target)).any()          # a negative equal to the target is dropped
+    assert ((rows["negatives"] == target) & (rows["context_weight"][:, :, None] > 0)).any()
+
+
+def test_huffman_codes_are_prefix_free_and_near_the_entropy(corpus):
+    counts = sampling.word_counts(corpus.tokenizer.counts, specials(corpus.tokenizer))
+    points, codes, lengths = sampling.huffman(counts)
+    words = np.flatnonzero(counts > 0)
+    assert lengths[counts == 0].max() == 0 and lengths[words].min() >= 1
+    strings = sorted("".join(map(str, codes[w, :lengths[w]])) for w in words)
+    assert all(not b.startswith(a) for a, b in zip(strings, strings[1:]))   # sorted: a prefix would be next
+    assert len(set(strings)) == words.size
+    assert sum(2.0 ** -lengths[w] for w in words) == pytest.approx(1.0)      # a full binary tree (Kraft)
+    p = counts[words] / counts.sum()
+    entropy = -(p * np.log2(p)).sum()
+    mean_len = (p * lengths[words]).sum()
+    assert entropy <= mean_len < entropy + 1, (entropy, mean_len)
+    assert points[words].max() == words.size - 2                             # the root, first on every path
+    assert np.all(points[words, 0] == words.size - 2)
+    assert lengths[corpus.tokenizer.token_to_id("the")] <= 6 < lengths[words].max()
+
+
+def test_cbow_mean_gives_each_context_vector_the_whole_error():
+    v = jnp.asarray(np.random.default_rng(0).normal(size=(2, 4, 3)), jnp.float32)
+    w = jnp.asarray([[1, 1, 0, 1], [0, 1, 0, 0]], jnp.float32)
+    u = jnp.asarray([0.5, -1.0, 2.0])
+    out = mean_with_sum_gradient(v, w)
+    np.testing.assert_allclose(out, (v * w[..., None]).sum(1) / w.sum(1, keepdims=True), rtol=1e-6)
+    g = jax.grad(lambda x: jnp.sum(mean_with_sum_gradient(x, w) @ u))(v)
+    np.testing.assert_allclose(g, w[..., None] * u, rtol=1e-6)     # not u / 3 for the 3-word context
+
+
+def test_examples_are_the_same_for_any_process_count_and_start(corpus):
+    vocab = corpus.tokenizer
+    tables = Tables.build(vocab.counts, specials(vocab), sample=1e-3, negative=NEG, hs=True)
+    args = dict(eos_id=vocab.eos_id, pad_id=vocab.pad_id, window=WINDOW, negative=NEG, cbow=True, reach=40,
+                seed=4, global_batch=64)
+    one = word2vec_dataset(corpus.train, tables, start_index=0, **args).as_numpy_iterator()
+    next(one)
+    b1 = next(one)
+    halves = [next(word2vec_dataset(corpus.train, tables, start_index=64, process_index=p, process_count=2,
+                                    **args).as_numpy_iterator()) for p in range(2)]
+    for k in b1:
+        np.testing.assert_array_equal(np.concatenate([h[k] for h in halves]), b1[k], err_msg=k)
+    assert b1["example_id"].tolist() == list(range(64, 128)) and b1["center_weight"].sum() > 10
+    assert b1["negatives"].shape == (64, NEG) and b1["path"].shape[0] == 64
+
+
+@pytest.fixture(scope="module")
+def skipgram_run(corpus, tmp_path_factory):
+    """Two epochs of tiny-shakespeare (about 210k running words each) in 410 steps of 1024 words, dim 32."""
+    cfg = run_config(corpus.tokenizer, steps=410, batch=1024)
+    obj = FAMILY.objectives["skipgram"](cfg, corpus)
+    stage = tmp_path_factory.mktemp("w2v_sg")
+    return obj, fit(obj, cfg.train, make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1]), stage)
+
+
+def nearest(vocab, vectors, word, k=8):
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    sims = unit @ unit[vocab.token_to_id(word)]
+    return [vocab.id_to_token(i) for i in np.argsort(-sims)[1:k + 1]]
+
+
+def test_skipgram_on_tiny_shakespeare_finds_known_neighbours(corpus, skipgram_run):
+    obj, result = skipgram_run
+    vocab = corpus.tokenizer
+    losses = [json.loads(x)["w2v_loss"] for x in (result.stage_dir / "metrics.jsonl").read_text().splitlines()
+              if json.loads(x).get("split") == "train"]
+    assert losses[-1] < losses[0] < 6 * math.log(2) + 0.01, losses   # 6 terms of log 2 each at the start
+    vectors = FAMILY.word_vectors(jax.device_get(result.state.params), obj.cfg.model)
+    assert vectors.shape == (vocab.vocab_size, 32) and vectors.dtype == np.float32
+    thou = nearest(vocab, vectors, "thou")                      # Early Modern English second person
+    assert len(set(thou) & {"hast", "art", "dost", "thy", "wilt", "shalt", "thee", "canst"}) >= 3, thou
+    king = nearest(vocab, vectors, "king", k=10)
+    assert len(set(king) & {"richard", "edward", "henry", "iii:", "iv:", "vi:", "ii:"}) >= 2, king
+
+
+def test_stop_mid_epoch_and_resume_gives_the_uninterrupted_vectors(corpus, tmp_path):
+    vocab = corpus.tokenizer
+    cfg = run_config(vocab, "cbow", steps=6, batch=256, hs=True, lr=0.05)
+    mesh = make_mesh(MeshConfig(2, 2, 2))
+    ref = fit(FAMILY.objectives["cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "ref")
+    first = fit(FAMILY.objectives["cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "run", stop_after=3)
+    assert first.step == 3
+    resumed = fit(FAMILY.objectives["cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "run")
+    assert resumed.step == 6
+    for a, b in zip(jax.tree.leaves(resumed.state.params), jax.tree.leaves(ref.state.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    init = FAMILY.objectives["cbow"](cfg, corpus).init(jax.random.key(0), {
+        k: v for k, v in FAMILY.objectives["cbow"](cfg, corpus).example_batch(2).items()})
+    tables = init["params"]["word2vec"]
+    assert float(jnp.abs(tables["input"].value).max()) <= 0.5 / 32
+    assert float(jnp.abs(tables["output"].value).max()) == 0.0 == float(jnp.abs(tables["hs_output"].value).max())
+    assert tables["input"].names == ("vocab", "embed")
