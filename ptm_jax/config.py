@@ -62,12 +62,18 @@ class ModelConfig:
 
 @dataclass
 class TokenizerConfig:
-    kind: Literal["wordpiece", "sentencepiece_unigram", "sentencepiece_bpe", "byte_bpe"] = "wordpiece"
+    kind: Literal["wordpiece", "sentencepiece_unigram", "sentencepiece_bpe", "byte_bpe", "word"] = "wordpiece"
+    """A subword kind, or 'word': a word vocabulary with counts (``data/word_vocab.py``) for the families that
+    read whole words (``Family.tokenizer_kinds``)."""
     vocab_file: str = ""
-    """A BERT vocab.txt, a SentencePiece .model, or (byte_bpe) a GPT-2 vocab.json with merges.txt beside it.
-    Empty: train one on the corpus into the output dir."""
+    """A BERT vocab.txt, a SentencePiece .model, (byte_bpe) a GPT-2 vocab.json with merges.txt beside it, or
+    (word) a vocab.tsv. Empty: train one on the corpus into the output dir."""
     vocab_size: int = 8000
-    """Size of a vocabulary trained on the corpus (ignored when vocab_file is set)."""
+    """Size of a vocabulary trained on the corpus (ignored when vocab_file is set); word: the most entries kept
+    (the specials included), the most frequent words first."""
+    min_count: int = 1
+    """word: a word enters the vocabulary only when the sample holds it at least this often (word2vec.c
+    min_count); the others read as <unk>."""
     lower_case: bool = True
     train_sample_bytes: int = 100_000_000
     """Training a vocabulary reads at most about this many bytes of the corpus: 1 MiB windows spread evenly
@@ -476,6 +482,7 @@ def validate(cfg: RunConfig) -> None:
         (t.grad_accum_steps >= 1 and t.batch_size % t.grad_accum_steps == 0,
          f"train.batch_size={t.batch_size} must be a multiple of train.grad_accum_steps={t.grad_accum_steps}"),
         (t.learning_rate > 0, f"train.learning_rate must be positive, got {t.learning_rate}"),
+        (cfg.tokenizer.min_count >= 1, f"tokenizer.min_count must be >= 1, got {cfg.tokenizer.min_count}"),
         (0 <= t.warmup_steps, f"train.warmup_steps must be >= 0, got {t.warmup_steps}"),
         (t.spike_factor == 0.0 or t.spike_factor > 1.0, f"train.spike_factor must be 0 (off) or > 1, got "
          f"{t.spike_factor}"),

@@ -475,6 +475,8 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
     remote = fs.is_remote(tok_dir)
     settings = {"kind": cfg.kind, "vocab_size": cfg.vocab_size, "lower_case": cfg.lower_case,
                 "corpus_key": corpus_key, "train_sample_bytes": cfg.train_sample_bytes, "version": 2}
+    if cfg.kind == "word":
+        settings["min_count"] = cfg.min_count
     key = _sha256(json.dumps(settings, sort_keys=True))
     names = {"wordpiece": ["vocab.txt"], "byte_bpe": ["vocab.json", "merges.txt"],
              "word": ["vocab.tsv"]}.get(cfg.kind, ["spm.model", "spm.vocab"])
@@ -503,7 +505,8 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
                 elif cfg.kind == "word":  # counts over the sample; tokenizer.vocab_size caps the entries
                     from ptm_jax.data.word_vocab import build_word_vocab
 
-                    build_word_vocab(train_texts(), tmp, max_vocab=cfg.vocab_size, lower_case=cfg.lower_case)
+                    build_word_vocab(train_texts(), tmp, min_count=cfg.min_count, max_vocab=cfg.vocab_size,
+                                     lower_case=cfg.lower_case)
                 elif cfg.kind == "wordpiece":
                     train_wordpiece(train_texts(), cfg.vocab_size, tmp, lower_case=cfg.lower_case)
                 else:

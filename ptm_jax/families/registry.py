@@ -44,7 +44,22 @@ class Family:
     objectives: dict[str, Callable[..., Any]]
     """Pretraining objective name -> builder(cfg: RunConfig, corpus) -> Objective."""
     data_config: type | None = None
-    """Dataclass of the ``[data]`` section when the family needs fields beyond the shared ones."""
+    """Dataclass of the ``[data]`` section: a subclass of ``ptm_jax.config.DataConfig`` adding the family's own
+    fields (None: the shared ``DataConfig``)."""
+    tokenizer_kinds: tuple[str, ...] = ()
+    """The ``tokenizer.kind`` values the family's objectives accept; empty: the subword kinds
+    (:data:`SUBWORD_KINDS`). ``train/stages.py:prepare_corpus`` refuses any other with a ConfigError."""
+    specials: tuple[str, ...] = ()
+    """Special tokens the family's pretraining objectives need, among :data:`SPECIAL_NAMES` (BERT: 'pad', 'cls',
+    'sep', 'mask'; NNLM: 'pad', 'eos'). ``prepare_corpus`` checks the tokenizer has each one (a ConfigError
+    otherwise) and puts only these into ``Corpus.special`` (``data/pretraining/source.py:SpecialIds``)."""
+    artifacts: dict[str, Callable[..., Any]] = dataclasses.field(default_factory=dict)
+    """Derived data built once after the token cache exists and cached beside it (a word-count table, a
+    co-occurrence matrix): name -> build(cfg: RunConfig, corpus: Corpus, directory) -> value. ``prepare_corpus``
+    calls every builder on every process, in name order; the builder decides which process computes and uses
+    ``ptm_jax.parallel.distributed.barrier`` itself. ``directory`` is ``<cache_dir>/artifacts/<name>``, an
+    ``fs`` path (local or gs://), not created beforehand. The values land in ``Corpus.artifacts[name]`` for
+    the objective builders."""
     trunk: str | None = None
     """Key of the family's trunk in a params tree (``params[trunk]``)."""
     stack: str | None = None
@@ -97,12 +112,26 @@ class Family:
     ``export/vector_files.py``). A family with it lists the capability 'word_vectors'."""
 
 
+SUBWORD_KINDS = ("wordpiece", "sentencepiece_unigram", "sentencepiece_bpe", "byte_bpe")
+"""The tokenizer kinds a family accepts when it leaves ``Family.tokenizer_kinds`` empty."""
+SPECIAL_NAMES = ("pad", "cls", "sep", "mask", "eos")
+"""Special tokens a family may declare in ``Family.specials`` (``SpecialIds`` fields)."""
+
+
+def tokenizer_kinds(family: Family) -> tuple[str, ...]:
+    """The ``tokenizer.kind`` values ``family`` accepts."""
+    return family.tokenizer_kinds or SUBWORD_KINDS
+
+
 _FAMILIES: dict[str, Family] = {}
 _LOADED = False
 
 
 def register(family: Family) -> Family:
     """Adds ``family``; its objective names must be new (an objective names exactly one family)."""
+    unknown = sorted(set(family.specials) - set(SPECIAL_NAMES))
+    if unknown:
+        raise ValueError(f"family {family.name!r} declares specials {unknown}; known: {', '.join(SPECIAL_NAMES)}")
     for other in _FAMILIES.values():
         if other.name == family.name:
             continue

@@ -36,6 +36,9 @@ class Corpus:
     train: SubsetSource
     eval: SubsetSource | None
     special: SpecialIds
+    """The special ids the family declares (``Family.specials``); the others are None."""
+    artifacts: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """``Family.artifacts`` name -> value, built once beside the token cache (``prepare_corpus``)."""
 
 
 def _sentences(cfg: RunConfig) -> Callable[[], Any]:
@@ -43,8 +46,47 @@ def _sentences(cfg: RunConfig) -> Callable[[], Any]:
     return lambda: sample_sentences(cfg.data, cfg.tokenizer.train_sample_bytes)
 
 
+def _check_tokenizer_kind(cfg: RunConfig, family: Any) -> None:
+    from ptm_jax.families import registry
+
+    kinds = registry.tokenizer_kinds(family)
+    if cfg.tokenizer.kind not in kinds:
+        raise ConfigError(f"tokenizer.kind={cfg.tokenizer.kind!r}: objective={cfg.objective!r} (family "
+                          f"{family.name!r}) reads {', '.join(map(repr, kinds))}; set tokenizer.kind to one of them")
+
+
+def special_ids(tok: Tokenizer, family: Any, objective: str) -> SpecialIds:
+    """The specials ``family`` declares (``Family.specials``), read from ``tok``; a ConfigError names a missing
+    one. ``eos`` is the tokenizer's end-of-text id, else its [SEP] (WordPiece/SentencePiece end a document
+    with it)."""
+    ids: dict[str, int] = {}
+    for name in family.specials:
+        v = getattr(tok, f"{name}_id", None)
+        if name == "eos" and v is None:
+            v = getattr(tok, "sep_id", None)
+        if v is None or int(v) < 0:
+            raise ConfigError(f"objective={objective!r} needs the special token {name!r}, which the "
+                              f"tokenizer.kind={tok.kind!r} vocabulary does not have; set tokenizer.vocab_file "
+                              "to a vocabulary with that token (or leave it empty to train one)")
+        ids[name] = int(v)
+    cont = tok.continuation_mask() if "mask" in family.specials else None  # whole-word masking
+    return SpecialIds(vocab_size=tok.vocab_size, continuation=cont, **ids)
+
+
+def build_artifacts(cfg: RunConfig, corpus: Corpus, family: Any, cache_dir: Any) -> dict[str, Any]:
+    """Calls each of ``family.artifacts`` (name order) with ``<cache_dir>/artifacts/<name>``: every process
+    calls every builder, which decides itself who computes and waits at ``barrier``."""
+    return {name: build(cfg, corpus, cache_dir / "artifacts" / name)
+            for name, build in sorted(family.artifacts.items())}
+
+
 def prepare_corpus(cfg: RunConfig) -> Corpus:
-    """Tokenizer (loaded, or trained on the corpus once) and the tokenized cache, split by documents."""
+    """Tokenizer (loaded, or trained on the corpus once) and the tokenized cache, split by documents, with the
+    special ids and derived artifacts the objective's family declares (``Family.specials``, ``artifacts``)."""
+    from ptm_jax.families import registry
+
+    family = registry.family_of_objective(cfg.objective)
+    _check_tokenizer_kind(cfg, family)
     out = fs.makedirs(cfg.output_dir)
     prepare_tfds(cfg.data, jax.process_index(), barrier)
     tok = load_tokenizer(cfg.tokenizer, _sentences(cfg), out, corpus_key=cfg.data.corpus,
@@ -62,9 +104,9 @@ def prepare_corpus(cfg: RunConfig) -> Corpus:
                           "data.eval_documents")
     train = SubsetSource(cache, np.arange(cache.num_docs - n_eval))
     held = SubsetSource(cache, np.arange(cache.num_docs - n_eval, cache.num_docs)) if n_eval else None
-    special = SpecialIds(pad=tok.pad_id, cls=tok.cls_id, sep=tok.sep_id, mask=tok.mask_id,
-                         vocab_size=tok.vocab_size, continuation=tok.continuation_mask())
-    return Corpus(tok, cache, train, held, special)
+    corpus = Corpus(tok, cache, train, held, special_ids(tok, family, cfg.objective))
+    corpus.artifacts = build_artifacts(cfg, corpus, family, cache_dir)
+    return corpus
 
 
 def write_config(cfg: RunConfig) -> None:

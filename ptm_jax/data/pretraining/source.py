@@ -35,27 +35,34 @@ class DocumentSource(Protocol):
 
 @dataclass(frozen=True, eq=False)
 class SpecialIds:
-    """Ids the MLM+NSP builder writes or avoids (BERT: [PAD]=0, [CLS], [SEP], [MASK]).
+    """Special-token ids an example builder writes or avoids (BERT: [PAD]=0, [CLS], [SEP], [MASK]).
 
-    ``continuation[v]`` is True when token ``v`` continues the previous word (a WordPiece ``##`` piece, or a
-    SentencePiece piece without the word-start marker); it is needed only for whole-word masking.
+    Only the specials the family declares (``Family.specials``) are set; the others stay None
+    (``train/stages.py:prepare_corpus``). ``eos`` ends a document (a word vocabulary's ``<eos>``, GPT-2's
+    ``<|endoftext|>``). ``continuation[v]`` is True when token ``v`` continues the previous word (a WordPiece
+    ``##`` piece, or a SentencePiece piece without the word-start marker); it is needed only for whole-word
+    masking.
     """
 
-    pad: int
-    cls: int
-    sep: int
-    mask: int
-    vocab_size: int
+    pad: int | None = None
+    cls: int | None = None
+    sep: int | None = None
+    mask: int | None = None
+    vocab_size: int = 0
     continuation: np.ndarray | None = None
+    eos: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("pad", "cls", "sep", "mask"):
+        if self.vocab_size <= 0:
+            raise DataError(f"SpecialIds.vocab_size={self.vocab_size} must be positive")
+        for name in ("pad", "cls", "sep", "mask", "eos"):
             v = getattr(self, name)
-            if not 0 <= int(v) < self.vocab_size:
+            if v is not None and not 0 <= int(v) < self.vocab_size:
                 raise DataError(f"special id {name}={v} is outside the vocabulary [0, {self.vocab_size}); "
                                 "check the tokenizer's vocabulary file")
-        if len({self.cls, self.sep, self.mask}) != 3:
-            raise DataError(f"special ids must differ, got cls={self.cls} sep={self.sep} mask={self.mask}")
+        marks = {n: getattr(self, n) for n in ("cls", "sep", "mask") if getattr(self, n) is not None}
+        if len(set(marks.values())) != len(marks):
+            raise DataError("special ids must differ, got " + " ".join(f"{n}={v}" for n, v in marks.items()))
         if self.continuation is not None:
             cont = np.asarray(self.continuation, dtype=bool)
             if cont.shape != (self.vocab_size,):

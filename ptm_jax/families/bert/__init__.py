@@ -100,6 +100,7 @@ FAMILY = register(Family(
     name="bert",
     model_config=ModelConfig,
     objectives={"mlm_nsp": _mlm_nsp, "mlm": _mlm_nsp},
+    specials=("pad", "cls", "sep", "mask"),
     trunk="bert",
     stack="encoder",
     heads=("encoder", "pretraining", "masked_lm", "sequence_classification", "token_classification",

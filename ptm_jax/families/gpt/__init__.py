@@ -111,6 +111,7 @@ FAMILY = register(Family(
     name="gpt",
     model_config=ModelConfig,
     objectives={"causal_lm": _causal_lm},
+    specials=("pad", "eos"),
     trunk="gpt",
     stack="decoder",
     heads=("causal_lm", "sequence_classification", "multiple_choice"),

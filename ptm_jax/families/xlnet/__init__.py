@@ -75,6 +75,7 @@ FAMILY = register(Family(
     name="xlnet",
     model_config=ModelConfig,
     objectives={"plm": _plm},
+    specials=("pad", "cls", "sep", "mask"),
     trunk="xlnet",
     stack="encoder",
     heads=("plm", "sequence_classification", "question_answering"),
