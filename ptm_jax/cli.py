@@ -224,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ptm_jax.evaluate.commands import register as register_evaluate
 
     register_evaluate(sub)  # perplexity
+    from ptm_jax.evaluate.vector_commands import register as register_vectors
+
+    register_vectors(sub)  # neighbors, analogy, eval-vectors
     return parser
 
 

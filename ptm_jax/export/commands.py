@@ -182,7 +182,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ptm_jax.parallel.distributed import barrier, initialize
 
     initialize(args.coordinator, args.num_processes, args.process_id)
-    if args.format in ("hf", "npz") and jax.process_count() > 1:
+    if args.format in ("hf", "npz", "text_vectors", "binary_vectors") and jax.process_count() > 1:
         try:
             return _export(args) if jax.process_index() == 0 else 0
         finally:  # also after an error on process 0: the others must not wait for it until the timeout
@@ -193,6 +193,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from ptm_jax.export import params as params_lib
 
+    if args.format in ("text_vectors", "binary_vectors"):
+        from ptm_jax.evaluate.vector_commands import export_vectors
+
+        print(export_vectors(args.src, args.out, args.format, force=args.force))
+        return 0
     if args.format == "hf":
         from ptm_jax.families import registry
 
@@ -323,11 +328,14 @@ def register(subparsers) -> None:
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.set_defaults(handler=cmd_import_hf)
 
-    p = subparsers.add_parser("export", help="export a run or params directory (hf | params | npz)")
+    p = subparsers.add_parser("export", help="export a run or params directory (hf | params | npz | "
+                              "text_vectors | binary_vectors)")
     p.add_argument("src", metavar="RUN_OR_PARAMS", help="params directory, run output dir, stage dir or "
                    "checkpoints dir (latest step)")
-    p.add_argument("--format", choices=("hf", "params", "npz"), default="hf")
-    p.add_argument("--out", required=True, help="output folder (hf, params) or .npz file")
+    p.add_argument("--format", choices=("hf", "params", "npz", "text_vectors", "binary_vectors"), default="hf",
+                   help="text_vectors / binary_vectors: the static word vectors of a family that has them, in "
+                   "word2vec.c's text or binary format (gensim's load_word2vec_format reads both)")
+    p.add_argument("--out", required=True, help="output folder (hf, params), .npz file or vector file")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     g = p.add_argument_group("multi-host (auto-detected on Cloud TPU pods and SLURM): every process runs the "
                              "same export command")

@@ -332,7 +332,7 @@ def find_checkpoints(path: Path) -> Path | None:
 def _run_tokenizer(out_dir: Path, run_cfg: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
     tc = run_cfg.get("tokenizer", {})
     kind = tc.get("kind", "wordpiece")
-    family = kind if kind in ("wordpiece", "byte_bpe") else "sentencepiece"
+    family = kind if kind in ("wordpiece", "byte_bpe", "word") else "sentencepiece"
     info = {"kind": family, "lower_case": tc.get("lower_case", True)}
     if tc.get("vocab_file"):
         f = fs.path(tc["vocab_file"]) if fs.is_remote(tc["vocab_file"]) else Path(tc["vocab_file"])
@@ -341,7 +341,8 @@ def _run_tokenizer(out_dir: Path, run_cfg: dict[str, Any]) -> tuple[dict[str, An
             files = [f.name] + (["merges.txt"] if kind == "byte_bpe" else [])
             return {**info, "files": files}, (fs.local_copy(f.parent, marker=None, only=files)
                                               if fs.is_remote(f) else f.parent)
-    names = {"wordpiece": ["vocab.txt"], "byte_bpe": ["vocab.json", "merges.txt"]}.get(kind, ["spm.model"])
+    names = {"wordpiece": ["vocab.txt"], "byte_bpe": ["vocab.json", "merges.txt"],
+             "word": ["vocab.tsv"]}.get(kind, ["spm.model"])
     if (out_dir / "tokenizer" / names[0]).is_file():
         tok_dir = out_dir / "tokenizer"
         return {**info, "files": names}, fs.local_copy(tok_dir) if fs.is_remote(tok_dir) else tok_dir
@@ -455,6 +456,10 @@ def load_tokenizer(info: dict[str, Any], tokenizer_dir: Path | None):
 
         merges = tokenizer_dir / (tok["files"][1] if len(tok["files"]) > 1 else "merges.txt")
         return ByteBPETokenizer(f, merges)
+    if tok.get("kind") == "word":  # a word vocabulary with counts (data/word_vocab.py)
+        from ptm_jax.data.word_vocab import WordVocab
+
+        return WordVocab(f, lower_case=bool(tok.get("lower_case", False)))
     if tok.get("kind", "wordpiece") == "wordpiece":
         return WordPieceTokenizer(f, lower_case=bool(tok.get("lower_case", True)))
     return SentencePieceTokenizer(f)
