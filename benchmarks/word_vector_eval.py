@@ -1,0 +1,75 @@
+"""Analogy and word-similarity evaluation of static vectors: ptm_jax (evaluate/word_vectors.py) against gensim's
+KeyedVectors.evaluate_word_analogies / evaluate_word_pairs on the same vectors, timed interleaved in one process.
+
+The vectors: a gensim Word2Vec (CBOW) trained here on the Gutenberg books (lower-cased letter runs), or a text
+vector file given with --vectors. Prints one JSON object: both sides' accuracy, per-section agreement, seconds.
+
+    python benchmarks/word_vector_eval.py [--vectors FILE] [--restrict-vocab 30000] [--repeats 2]
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ptm_jax.evaluate.word_vectors import WordVectors, evaluate_analogies, evaluate_similarity
+from ptm_jax.export.vector_files import read_text_vectors
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vectors", default=None, help="a text vector file (default: train gensim CBOW here)")
+    ap.add_argument("--corpus", default=str(DATA / "corpus/gutenberg/[0-9]*.txt"))
+    ap.add_argument("--dim", type=int, default=100)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--restrict-vocab", type=int, default=30000)
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+    from gensim.models import KeyedVectors, Word2Vec
+
+    if args.vectors:
+        words, vectors = read_text_vectors(args.vectors)
+        kv = KeyedVectors(vectors.shape[1])
+        kv.add_vectors(words, vectors)
+    else:
+        sentences = [s for f in sorted(glob.glob(args.corpus)) for line in open(f, encoding="utf-8")
+                     if (s := re.findall(r"[a-z]+", line.lower()))]
+        kv = Word2Vec(sentences, vector_size=args.dim, window=5, min_count=5, workers=2, epochs=args.epochs,
+                      seed=1).wv
+    wv = WordVectors(kv.index_to_key, kv.vectors)
+    questions = DATA / "word2vec/questions-words.txt"
+    times: dict[str, list[float]] = {"ptm_jax": [], "gensim": []}
+    for _ in range(args.repeats):
+        t = time.perf_counter()
+        ours = evaluate_analogies(wv, questions, restrict_vocab=args.restrict_vocab)
+        times["ptm_jax"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        score, sections = kv.evaluate_word_analogies(str(questions), restrict_vocab=args.restrict_vocab)
+        times["gensim"].append(time.perf_counter() - t)
+    same = [s["correct"] == len(g["correct"]) and s["seen"] == len(g["correct"]) + len(g["incorrect"])
+            for s, g in zip(ours["sections"], sections[:-1])]
+    sim = {}
+    for name in ("wordsim353.tsv", "simlex999.txt"):
+        r = evaluate_similarity(wv, DATA / "word2vec" / name, restrict_vocab=args.restrict_vocab)
+        _, spear, _ = kv.evaluate_word_pairs(str(DATA / "word2vec" / name), restrict_vocab=args.restrict_vocab)
+        sim[name] = {"ptm_jax": r["spearman"], "gensim": float(spear.statistic), "coverage": r["coverage"]}
+    print(json.dumps({
+        "words": len(wv), "dim": wv.dim, "restrict_vocab": args.restrict_vocab,
+        "analogy": {"ptm_jax": ours["accuracy"], "gensim": score, "semantic": ours["semantic_accuracy"],
+                    "syntactic": ours["syntactic_accuracy"], "coverage": ours["coverage"],
+                    "sections_equal": f"{sum(same)}/{len(same)}"},
+        "similarity_spearman": sim,
+        "seconds": {k: [round(x, 2) for x in v] for k, v in times.items()},
+        "speedup_median": round(float(np.median(times["gensim"]) / np.median(times["ptm_jax"])), 1),
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
