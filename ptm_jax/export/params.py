@@ -125,6 +125,10 @@ def unstack_layers(params: dict) -> dict:
 
 
 def to_layout(params: dict, scan: bool) -> dict:
+    table = trunks()
+    trunk = next((t for t in table if t in params), None)
+    if trunk is not None and table[trunk] is None:  # a family without a layer stack (Family.stack None)
+        return params
     return stack_layers(params) if scan else unstack_layers(params)
 
 
