@@ -105,8 +105,8 @@ def test_negatives_follow_unigram_to_the_three_quarters(corpus):
     tables = Tables.build(vocab.counts, specials(vocab), sample=1e-3, negative=NEG, hs=False)
     stream = PackedStream(corpus.train, vocab.eos_id, seed=1, shuffle=True)
     rows = example_rows(stream, tables, 0, 20_000, window=WINDOW, negative=NEG, cbow=False, seed=2, reach=40,
-                        pad_id=vocab.pad_id)
-    neg = rows["negatives"].ravel()                   # every slot draws, 1M draws
+                        pad_id=vocab.pad_id, shared=False)
+    neg = rows["negatives"].ravel()                   # every slot draws (one draw per pair): 1M draws
     c = sampling.word_counts(vocab.counts, specials(vocab)) ** 0.75
     p = c / c.sum()
     freq = np.bincount(neg, minlength=p.size) / neg.size
@@ -118,6 +118,11 @@ def test_negatives_follow_unigram_to_the_three_quarters(corpus):
     live = rows["negative_weight"] > 0
     assert not (live & (rows["negatives"] == target)).any()          # a negative equal to the target is dropped
     assert ((rows["negatives"] == target) & (rows["context_weight"][:, :, None] > 0)).any()
+    shared = example_rows(stream, tables, 0, 20_000, window=WINDOW, negative=NEG, cbow=False, seed=2, reach=40,
+                          pad_id=vocab.pad_id)                   # one draw per center, shared by its pairs
+    assert shared["negatives"].shape == (20_000, NEG)
+    np.testing.assert_array_equal(shared["negative_weight"] > 0, (shared["negatives"] != shared["center"][:, None])
+                                  & (shared["center_weight"][:, None] > 0))
 
 
 def test_huffman_codes_are_prefix_free_and_near_the_entropy(corpus):

@@ -40,6 +40,10 @@ class Word2VecDataConfig(DataConfig):
     """word2vec.c ``-sample``: subsampling threshold of frequent words (0: no subsampling)."""
     negative: int = 5
     """word2vec.c ``-negative``: negative samples per (input, target) pair, from unigram^0.75 (0: none)."""
+    shared_negatives: bool = True
+    """Skip-gram: the ``negative`` draws of a center serve all its (context, center) pairs, instead of a draw per
+    pair as in word2vec.c. The same distribution; 2 x window times fewer output rows gathered and updated per
+    step, the step's largest cost (docs/benchmarks.md "word2vec"). CBOW has one pair per center either way."""
     hs: bool = False
     """word2vec.c ``-hs 1``: hierarchical softmax over a Huffman tree of the counts."""
     margin: int = 0

@@ -15,8 +15,9 @@ batch ``i`` is positions ``[i*G, (i+1)*G)`` and process ``p`` of ``P`` takes the
   sentence; the ``eos`` between documents ends it). Neighbours are searched ``data.reach`` running words each
   side (8 x window by default): a context further away is not used. With the 5-word window this cuts a context
   only where more than 35 of 40 neighbours were subsampled away;
-* negatives from unigram^0.75 (``sampling.draw_negatives``, exact inverse-CDF), ``negative`` per (input,
-  target) pair; a negative equal to the target is dropped (weight 0), as word2vec.c skips it;
+* negatives from unigram^0.75 (``sampling.draw_negatives``, exact inverse-CDF), ``negative`` per center
+  (shared by the center's skip-gram pairs, ``data.shared_negatives``) or per (input, target) pair as in
+  word2vec.c; a negative equal to the target is dropped (weight 0), as word2vec.c skips it;
 * with ``hs``, the Huffman path (inner nodes and bits) of the target.
 
 Skip-gram pairs are word2vec.c's: the context word's input vector predicts the center (target) and the
@@ -25,8 +26,8 @@ A center without a context (a one-word document) trains nothing, as in word2vec.
 
 Features (G' = this process's rows, S = 2 x window slots, K = negative, D = depth of the Huffman tree):
 ``center`` [G'] int32, ``center_weight`` [G'] (1 when the center trains), ``context`` / ``context_weight``
-[G', S], ``negatives`` / ``negative_weight`` [G', S, K] (skip-gram) or [G', K] (CBOW); with hs ``path`` /
-``code`` / ``path_weight`` [G', D]; ``example_id`` [G'].
+[G', S], ``negatives`` / ``negative_weight`` [G', K] (CBOW, shared) or [G', S, K] (skip-gram per pair);
+with hs ``path`` / ``code`` / ``path_weight`` [G', D]; ``example_id`` [G'].
 """
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def kept_mask(tables: Tables, tokens: np.ndarray, positions: np.ndarray, seed: i
 
 
 def example_rows(stream: PackedStream, tables: Tables, first: int, rows: int, *, window: int, negative: int,
-                 cbow: bool, seed: int, reach: int, pad_id: int) -> dict[str, np.ndarray]:
+                 cbow: bool, seed: int, reach: int, pad_id: int, shared: bool = True) -> dict[str, np.ndarray]:
     """The examples of stream positions ``[first, first + rows)`` (see the module doc)."""
     lo, hi = first - reach, first + rows + reach
     a = max(lo, 0)
@@ -98,7 +99,7 @@ def example_rows(stream: PackedStream, tables: Tables, first: int, rows: int, *,
     out = {"center": center_tok, "center_weight": active.astype(np.float32), "context": context,
            "context_weight": valid.astype(np.float32)}
     if negative:
-        if cbow:
+        if cbow or shared:
             idx = cpos[:, None] * negative + np.arange(negative)[None, :]
             live = active[:, None]
             target = center_tok[:, None]
@@ -121,11 +122,13 @@ def example_rows(stream: PackedStream, tables: Tables, first: int, rows: int, *,
     return out
 
 
-def feature_shapes(rows: int, *, window: int, negative: int, cbow: bool, depth: int) -> dict[str, tuple]:
+def feature_shapes(rows: int, *, window: int, negative: int, cbow: bool, depth: int, shared: bool = True
+                   ) -> dict[str, tuple]:
     s = 2 * window
     shapes = {"center": (rows,), "center_weight": (rows,), "context": (rows, s), "context_weight": (rows, s)}
     if negative:
-        shapes["negatives"] = shapes["negative_weight"] = (rows, negative) if cbow else (rows, s, negative)
+        per_center = cbow or shared
+        shapes["negatives"] = shapes["negative_weight"] = (rows, negative) if per_center else (rows, s, negative)
     if depth:
         shapes["path"] = shapes["code"] = shapes["path_weight"] = (rows, depth)
     shapes["example_id"] = (rows,)
@@ -140,7 +143,7 @@ def feature_dtype(name: str):
 
 def word2vec_dataset(source: DocumentSource, tables: Tables, *, eos_id: int, pad_id: int, window: int,
                      negative: int, cbow: bool, reach: int, seed: int, start_index: int, global_batch: int,
-                     process_index: int = 0, process_count: int = 1) -> tf.data.Dataset:
+                     process_index: int = 0, process_count: int = 1, shared: bool = True) -> tf.data.Dataset:
     """This process's rows of global batches ``start_index / global_batch``, ... (endless: word2vec's epochs
     are passes over the stream; ``train.steps`` says how many words are read)."""
     if not isinstance(window, int) or window < 1:
@@ -148,13 +151,13 @@ def word2vec_dataset(source: DocumentSource, tables: Tables, *, eos_id: int, pad
     check_share(start_index, global_batch, process_index, process_count)
     stream = PackedStream(source, eos_id, seed=seed, shuffle=True)
     rows = global_batch // process_count
-    shapes = feature_shapes(rows, window=window, negative=negative, cbow=cbow, depth=tables.depth)
+    shapes = feature_shapes(rows, window=window, negative=negative, cbow=cbow, depth=tables.depth, shared=shared)
     names = tuple(shapes)
 
     def make(batch) -> list[np.ndarray]:
         first = int(batch.numpy()) * global_batch + process_index * rows
         out = example_rows(stream, tables, first, rows, window=window, negative=negative, cbow=cbow, seed=seed,
-                           reach=reach, pad_id=pad_id)
+                           reach=reach, pad_id=pad_id, shared=shared)
         return [out[k].astype(feature_dtype(k)) for k in names]
 
     def build(batch: tf.Tensor) -> dict[str, tf.Tensor]:

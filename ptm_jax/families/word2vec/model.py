@@ -44,6 +44,31 @@ def mean_with_sum_gradient(vectors: jax.Array, weights: jax.Array) -> jax.Array:
     return total + jax.lax.stop_gradient(total / count - total)
 
 
+@jax.custom_vjp
+def pair_scores(h: jax.Array, targets: jax.Array) -> jax.Array:
+    """[R, S, d], [R, T, d] -> [R, S, T]: every input of a row against every target vector of the row.
+
+    The backward pass is written as T (resp. S) fused multiply-adds over [R, S, d] (resp. [R, T, d]) instead of
+    the two batched matrix products autodiff gives: with S and T of 1-20, XLA:CPU runs those as many tiny
+    matrix products, several times slower than the multiply-adds (docs/benchmarks.md "word2vec")."""
+    return jnp.einsum("rsd,rtd->rst", h, targets)
+
+
+def _pair_scores_fwd(h, targets):
+    return pair_scores(h, targets), (h, targets)
+
+
+def _pair_scores_bwd(res, g):
+    h, targets = res
+    g = g.astype(h.dtype)
+    grad_h = sum(g[:, :, t, None] * targets[:, None, t, :] for t in range(targets.shape[1]))
+    grad_targets = sum(g[:, s, :, None] * h[:, s, None, :] for s in range(h.shape[1]))
+    return grad_h, grad_targets
+
+
+pair_scores.defvjp(_pair_scores_fwd, _pair_scores_bwd)
+
+
 class Word2VecTables(nn.Module):
     config: Word2VecConfig
     negative: bool
@@ -61,7 +86,7 @@ class Word2VecTables(nn.Module):
         if self.hs:
             tables["hs_output"] = self.param("hs_output", partitioned(nn.initializers.zeros, ("vocab", "embed")),
                                              shape, jnp.float32)
-        return jnp.take(tables[table], ids, axis=0)
+        return jnp.take(tables[table], ids, axis=0, mode="clip")  # ids come from the vocabulary: in range
 
 
 class Word2Vec(nn.Module):
@@ -83,14 +108,13 @@ class Word2Vec(nn.Module):
             h = vin
         out = {}
         if self.negative:
-            target = tables(batch["center"], "output")                               # [R, d]
-            out["positive"] = jnp.einsum("rsd,rd->rs", h, target)
-            neg = tables(batch["negatives"], "output")
-            if self.cbow:
-                out["negative"] = jnp.einsum("rsd,rkd->rsk", h, neg)
-            else:
-                out["negative"] = jnp.einsum("rsd,rskd->rsk", h, neg)
+            if batch["negatives"].ndim == 2:                                         # one draw per center
+                ids = jnp.concatenate([batch["center"][:, None], batch["negatives"]], axis=1)
+                scores = pair_scores(h, tables(ids, "output"))                       # [R, S', 1 + K]
+                out["positive"], out["negative"] = scores[..., 0], scores[..., 1:]
+            else:                                                                    # a draw per pair
+                out["positive"] = jnp.einsum("rsd,rd->rs", h, tables(batch["center"], "output"))
+                out["negative"] = jnp.einsum("rsd,rskd->rsk", h, tables(batch["negatives"], "output"))
         if self.hs:
-            nodes = tables(batch["path"], "hs_output")                               # [R, D, d]
-            out["hs"] = jnp.einsum("rsd,rld->rsl", h, nodes)
+            out["hs"] = pair_scores(h, tables(batch["path"], "hs_output"))          # [R, S', D]
         return out

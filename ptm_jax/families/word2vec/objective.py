@@ -68,7 +68,7 @@ class Word2VecObjective(SourceStreams):
     def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
         d = self.cfg.data
         shapes = feature_shapes(batch_size, window=d.window, negative=d.negative, cbow=self.cbow,
-                                depth=self.tables.depth)
+                                depth=self.tables.depth, shared=d.shared_negatives)
         shapes.pop("example_id")
         return {k: np.zeros(s, feature_dtype(k)) for k, s in shapes.items()}  # 'center' first: words per step
 
@@ -86,7 +86,8 @@ class Word2VecObjective(SourceStreams):
         if "positive" in scores:
             total += -jnp.sum(jax.nn.log_sigmoid(scores["positive"]) * pair_w)
             neg_w = batch["negative_weight"]
-            neg_w = neg_w[:, None, :] if self.cbow else neg_w
+            if neg_w.ndim == 2:                                      # shared by the center's pairs
+                neg_w = neg_w[:, None, :] * pair_w[:, :, None]
             total += -jnp.sum(jax.nn.log_sigmoid(-scores["negative"]) * neg_w)
         if "hs" in scores:
             sign = 1.0 - 2.0 * batch["code"][:, None, :]                                  # bit 0 -> label 1
@@ -104,4 +105,5 @@ class Word2VecObjective(SourceStreams):
         seed = int(d.seed) if repeat else int(d.seed) + EVAL_SEED_OFFSET
         return word2vec_dataset(source, self.tables, eos_id=self.eos_id, pad_id=self.pad_id, window=d.window,
                                 negative=d.negative, cbow=self.cbow, reach=d.reach, seed=seed, start_index=start,
-                                global_batch=global_batch, process_index=pi, process_count=pc)
+                                global_batch=global_batch, process_index=pi, process_count=pc,
+                                shared=d.shared_negatives)

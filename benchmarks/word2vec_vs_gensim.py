@@ -1,0 +1,234 @@
+"""word2vec (ptm_jax/families/word2vec) side by side with gensim ``Word2Vec`` in one run, on the same corpus,
+dimensions, window, negatives, subsampling, min_count and epochs (issue 17 "Show").
+
+The corpus: every Gutenberg book of ../shared/data/corpus/gutenberg without its Project Gutenberg header and
+footer, lower-cased, words = runs of letters and digits (an inner apostrophe kept), one paragraph per document.
+Both sides read the same paragraphs (gensim through ``corpus_file``, its fastest mode, one paragraph a line;
+ptm_jax through its token cache, one paragraph a document, built with the word vocabulary of ``min_count``).
+
+Reported per side: words/s (running words of the corpus x epochs / wall time of training, vocabulary and token
+cache excluded on both sides; ptm_jax's includes its compilation), analogy accuracy with coverage
+(questions-words.txt, top 30000 words, compute-accuracy protocol), WordSim353 and SimLex-999 Spearman, all
+through ``ptm_jax/evaluate/word_vectors.py`` for both sides.
+
+    python benchmarks/word2vec_vs_gensim.py --epochs 1                 # both architectures, both sides
+    python benchmarks/word2vec_vs_gensim.py --only skipgram --profile  # where ptm_jax's step time goes
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+
+def prepare_corpus(out: Path) -> Path:
+    """Writes the cleaned Gutenberg paragraphs to ``out/gutenberg.txt`` (one a line, a blank line between)."""
+    path = out / "gutenberg.txt"
+    if path.exists():
+        return path
+    paras: list[str] = []
+    for book in sorted((DATA / "corpus/gutenberg").glob("*.txt")):
+        text = book.read_text(encoding="utf-8", errors="replace")
+        start = re.search(r"\*\*\* ?START OF[^\n]*\n", text)
+        end = re.search(r"\*\*\* ?END OF", text)
+        text = text[start.end() if start else 0:end.start() if end else len(text)]
+        for block in re.split(r"\n\s*\n", text):
+            words = WORD.findall(block.lower())
+            if words:
+                paras.append(" ".join(words))
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n\n".join(paras) + "\n", encoding="utf-8")
+    return path
+
+
+def run_config(objective: str, vocab_size: int, args, steps: int):
+    from ptm_jax.config import RunConfig, TokenizerConfig, TrainConfig
+    from ptm_jax.families.word2vec import Word2VecConfig, Word2VecDataConfig
+
+    return RunConfig(objective=objective, model=Word2VecConfig(vocab_size=vocab_size, dim=args.dim),
+                     data=Word2VecDataConfig(window=args.window, sample=args.sample, negative=args.negative,
+                                             seed=args.seed),
+                     tokenizer=TokenizerConfig(),
+                     train=TrainConfig(batch_size=args.batch, steps=steps, optimizer="sgd",
+                                       learning_rate=alpha(objective), lr_decay="bert", warmup_steps=0,
+                                       min_lr_ratio=1e-4, weight_decay=0.0, clip_norm=0.0,
+                                       log_every=max(steps // 5, 1), eval_every=10 ** 9,
+                                       checkpoint_every=10 ** 9, progress_bar=False, seed=args.seed))
+
+
+def alpha(objective: str) -> float:
+    return 0.025 if objective == "skipgram" else 0.05      # word2vec.c's defaults
+
+
+def evaluate(words, vectors, counts) -> dict:
+    from ptm_jax.evaluate.word_vectors import WordVectors, evaluate_analogies, evaluate_similarity
+
+    wv = WordVectors(words, vectors, counts)
+    an = evaluate_analogies(wv, DATA / "word2vec/questions-words.txt", restrict_vocab=30000)
+    ws = evaluate_similarity(wv, DATA / "word2vec/wordsim353.tsv")
+    sl = evaluate_similarity(wv, DATA / "word2vec/simlex999.txt")
+    return {"analogy": an["accuracy"], "semantic": an["semantic_accuracy"], "syntactic": an["syntactic_accuracy"],
+            "coverage": an["coverage"], "wordsim353": ws["spearman"], "ws_coverage": ws["coverage"],
+            "simlex999": sl["spearman"], "sl_coverage": sl["coverage"]}
+
+
+def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
+    import jax
+    import numpy as np
+
+    from ptm_jax.config import MeshConfig
+    from ptm_jax.data.pretraining.causal_lm import PackedStream
+    from ptm_jax.families.word2vec import FAMILY, steps_for_epochs
+    from ptm_jax.parallel.mesh import make_mesh
+    from ptm_jax.train.loop import fit
+
+    vocab = corpus.tokenizer
+    pass_tokens = PackedStream(corpus.train, vocab.eos_id, seed=0, shuffle=False).pass_tokens
+    steps = steps_for_epochs(args.epochs, pass_tokens, args.batch)
+    cfg = run_config(objective, vocab.vocab_size, args, steps)
+    obj = FAMILY.objectives[objective](cfg, corpus)
+    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    t0 = time.perf_counter()
+    result = fit(obj, cfg.train, mesh, work / f"ptm_{objective}_{time.time_ns()}")
+    secs = time.perf_counter() - t0
+    matrix = FAMILY.word_vectors(jax.device_get(result.state.params), cfg.model)
+    special = set(vocab.special_ids())
+    ids = [i for i in range(vocab.vocab_size) if i not in special]
+    out = {"side": "ptm_jax", "objective": objective, "seconds": secs, "steps": steps,
+           "words_per_sec": running_words * args.epochs / secs}
+    out.update(evaluate([vocab.id_to_token(i) for i in ids], matrix[ids], np.asarray(vocab.counts)[ids]))
+    return out
+
+
+def gensim_side(objective: str, path: Path, running_words: int, args) -> dict:
+    from gensim.models import Word2Vec
+
+    a = alpha(objective)
+    model = Word2Vec(vector_size=args.dim, window=args.window, sample=args.sample, negative=args.negative, hs=0,
+                     sg=int(objective == "skipgram"), cbow_mean=1, min_count=args.min_count, alpha=a,
+                     min_alpha=a * 1e-4, workers=args.workers, seed=args.seed)
+    model.build_vocab(corpus_file=str(path))
+    t0 = time.perf_counter()
+    model.train(corpus_file=str(path), total_words=model.corpus_total_words, total_examples=model.corpus_count,
+                epochs=args.epochs)
+    secs = time.perf_counter() - t0
+    wv = model.wv
+    out = {"side": "gensim", "objective": objective, "seconds": secs,
+           "words_per_sec": running_words * args.epochs / secs}
+    out.update(evaluate(list(wv.index_to_key), wv.vectors, [wv.get_vecattr(w, "count") for w in wv.index_to_key]))
+    return out
+
+
+def load_corpus(path: Path, work: Path, min_count: int):
+    from ptm_jax.config import DataConfig
+    from ptm_jax.data.cache import build_or_load_cache
+    from ptm_jax.data.word_vocab import WordVocab, build_word_vocab
+
+    vocab_file = work / "vocab.tsv"
+    if vocab_file.exists():
+        vocab = WordVocab(vocab_file, lower_case=True)
+    else:
+        vocab = build_word_vocab(path.read_text(encoding="utf-8").splitlines(), work, min_count=min_count,
+                                 lower_case=True)
+    cache = build_or_load_cache(DataConfig(corpus=str(path), format="lines"), vocab, work / "cache")
+    return types.SimpleNamespace(tokenizer=vocab, train=cache, eval=None)
+
+
+def profile(objective: str, corpus, args) -> dict:
+    """Seconds per step of ptm_jax's parts on one real batch: the tf.data example generation (numpy), the
+    compiled train step, and the step without the table update (loss and gradient only)."""
+    import jax
+    import numpy as np
+
+    from ptm_jax.config import MeshConfig
+    from ptm_jax.families.word2vec import FAMILY
+    from ptm_jax.parallel.feed import to_global
+    from ptm_jax.parallel.mesh import make_mesh
+    from ptm_jax.train.loop import compile_objective
+
+    cfg = run_config(objective, corpus.tokenizer.vocab_size, args, 1000)
+    obj = FAMILY.objectives[objective](cfg, corpus)
+    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    it = obj.train_batches(0, args.batch, 0, 1)
+    t0 = time.perf_counter()
+    batches = [next(it) for _ in range(20)]
+    data_s = (time.perf_counter() - t0) / 20
+    compiled = compile_objective(obj, cfg.train, mesh, None)
+    state = compiled.init_fn(jax.random.key(0))
+    gb = [to_global(b, mesh, compiled.batch_keys) for b in batches]
+    state, m = compiled.train_step(state, gb[0], jax.random.key(0))
+    jax.block_until_ready(m)
+    t0 = time.perf_counter()
+    for b in gb[1:]:
+        state, m = compiled.train_step(state, b, jax.random.key(0))
+    jax.block_until_ready(m)
+    step_s = (time.perf_counter() - t0) / (len(gb) - 1)
+    params = state.params
+    grad = jax.jit(jax.grad(lambda p, b: obj.loss(p, b, None, obj.normalizers(b), True)[0]))
+    jax.block_until_ready(grad(params, gb[0]))
+    t0 = time.perf_counter()
+    for b in gb[1:]:
+        g = grad(params, b)
+    jax.block_until_ready(g)
+    grad_s = (time.perf_counter() - t0) / (len(gb) - 1)
+    fwd = jax.jit(lambda p, b: obj.loss(p, b, None, obj.normalizers(b), True)[0])
+    jax.block_until_ready(fwd(params, gb[0]))
+    t0 = time.perf_counter()
+    for b in gb[1:]:
+        f = fwd(params, b)
+    jax.block_until_ready(f)
+    fwd_s = (time.perf_counter() - t0) / (len(gb) - 1)
+    pairs = float(np.mean([b["context_weight"].sum() for b in batches]))
+    return {"objective": objective, "batch_words": args.batch, "pairs_per_batch": pairs,
+            "data_s_per_batch": data_s, "train_step_s": step_s, "loss_and_grad_s": grad_s, "loss_only_s": fwd_s,
+            "words_per_sec_step_only": args.batch / step_s}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", choices=["skipgram", "cbow"], default=None)
+    ap.add_argument("--epochs", type=float, default=1)
+    ap.add_argument("--dim", type=int, default=100)
+    ap.add_argument("--window", type=int, default=5)
+    ap.add_argument("--negative", type=int, default=5)
+    ap.add_argument("--sample", type=float, default=1e-3)
+    ap.add_argument("--min-count", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=4096, help="ptm_jax: running words per step")
+    ap.add_argument("--workers", type=int, default=2, help="gensim worker threads")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--work", default="/tmp/word2vec_bench")
+    ap.add_argument("--profile", action="store_true", help="only time ptm_jax's step parts")
+    ap.add_argument("--skip-gensim", action="store_true")
+    args = ap.parse_args(argv)
+    work = Path(args.work)
+    path = prepare_corpus(work)
+    running_words = sum(len(line.split()) for line in path.read_text(encoding="utf-8").splitlines())
+    corpus = load_corpus(path, work, args.min_count)
+    print(json.dumps({"corpus": str(path), "running_words": running_words,
+                      "vocab": corpus.tokenizer.vocab_size - 3, "documents": corpus.train.num_docs}), flush=True)
+    objectives = [args.only] if args.only else ["skipgram", "cbow"]
+    for objective in objectives:
+        if args.profile:
+            print(json.dumps(profile(objective, corpus, args)), flush=True)
+            continue
+        rows = [ours(objective, corpus, running_words, args, work)]
+        if not args.skip_gensim:
+            rows.append(gensim_side(objective, path, running_words, args))
+        for r in rows:
+            print(json.dumps(r), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.exit(main())
