@@ -248,3 +248,4 @@ def test_eval_vectors_and_analogy_commands_report_the_library_figures(planted, v
     assert main(["neighbors", str(vector_file), "brotherr"]) == 2
     err = capsys.readouterr().err
     assert "ptm neighbors: error: word 'brotherr' is not in the vocabulary" in err and "brother" in err
+

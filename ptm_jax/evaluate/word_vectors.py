@@ -70,13 +70,14 @@ class WordVectors:
     @classmethod
     def from_vocab(cls, matrix: np.ndarray, tokenizer, source: str = "this model") -> "WordVectors":
         """A family's ``word_vectors`` matrix (row i = id i) with the words of its tokenizer, the specials
-        (``tokenizer.special_ids()``) left out: they are not words."""
+        (``tokenizer.special_ids()``) left out: they are not words. Rows past the tokenizer's ids (a model
+        vocabulary padded beyond the words) are unused ids and left out too."""
         matrix = np.asarray(matrix, dtype=np.float32)
-        if matrix.ndim != 2 or matrix.shape[0] > tokenizer.vocab_size:
-            raise DataError(f"{source}: word vectors of shape {matrix.shape} do not match the tokenizer's "
+        if matrix.ndim != 2 or matrix.shape[0] < tokenizer.vocab_size:
+            raise DataError(f"{source}: word vectors of shape {matrix.shape} do not cover the tokenizer's "
                             f"{tokenizer.vocab_size} ids")
         special = set(tokenizer.special_ids())
-        ids = [i for i in range(matrix.shape[0]) if i not in special]
+        ids = [i for i in range(tokenizer.vocab_size) if i not in special]
         counts = getattr(tokenizer, "counts", None)
         return cls([tokenizer.id_to_token(i) for i in ids], matrix[ids],
                    None if counts is None else np.asarray(counts)[ids], source=source)
