@@ -10,8 +10,8 @@ import pytest
 from gensim.models import KeyedVectors
 
 from ptm_jax.errors import DataError
-from ptm_jax.export.vector_files import (align_to_vocab, read_text_vectors, write_binary_vectors,
-                                         write_text_vectors, write_vectors)
+from ptm_jax.export.vector_files import (align_to_vocab, read_binary_vectors, read_text_vectors, read_vectors,
+                                         write_binary_vectors, write_text_vectors, write_vectors)
 
 DIM = 7
 
@@ -55,6 +55,30 @@ def test_text_vectors_read_back_with_header_without_header_and_from_gensim(tmp_p
     got_words, got = read_text_vectors(tmp_path / "gensim.txt")
     assert got_words == words[:50]
     np.testing.assert_allclose(got, vectors[:50], rtol=1e-6)
+
+
+def test_binary_vectors_read_back_ours_and_gensims(tmp_path, words_and_vectors):
+    words, vectors = words_and_vectors
+    ours = write_binary_vectors(tmp_path / "ours.bin", words, vectors)
+    got_words, got = read_binary_vectors(ours)
+    assert got_words == words
+    np.testing.assert_array_equal(got, vectors)
+    kv = KeyedVectors(DIM)
+    kv.add_vectors(words[:50], vectors[:50])
+    kv.save_word2vec_format(str(tmp_path / "gensim.vec"), binary=True)  # no .bin suffix: told apart by content
+    got_words, got = read_vectors(tmp_path / "gensim.vec")
+    assert got_words == words[:50]
+    np.testing.assert_array_equal(got, vectors[:50])
+    data = ours.read_bytes()
+    (tmp_path / "cut.bin").write_bytes(data[:-30])
+    with pytest.raises(DataError, match=f"cut.bin: truncated at word {len(words)} of {len(words)}"):
+        read_vectors(tmp_path / "cut.bin")
+    (tmp_path / "header.bin").write_bytes(b"12 x\n" + data.split(b"\n", 1)[1])
+    with pytest.raises(DataError, match="header.bin:1: header b'12 x': expected '<words> <dim>'"):
+        read_binary_vectors(tmp_path / "header.bin")
+    (tmp_path / "dup.bin").write_bytes(b"2 1\nab \0\0\0\0\nab \0\0\0\0\n")
+    with pytest.raises(DataError, match="duplicate word 'ab' \\(words 1 and 2\\)"):
+        read_binary_vectors(tmp_path / "dup.bin")
 
 
 BAD = {

@@ -248,4 +248,11 @@ def test_eval_vectors_and_analogy_commands_report_the_library_figures(planted, v
     assert main(["neighbors", str(vector_file), "brotherr"]) == 2
     err = capsys.readouterr().err
     assert "ptm neighbors: error: word 'brotherr' is not in the vocabulary" in err and "brother" in err
+    from ptm_jax.export.vector_files import write_binary_vectors
+
+    binary = write_binary_vectors(tmp_path / "planted.bin", wv.words, wv.vectors)
+    for path in (vector_file, binary):
+        assert main(["neighbors", str(path), "brother", "-k", "3", "--json"]) == 0
+        assert [n["word"] for n in json.loads(capsys.readouterr().out)[0]["neighbors"]] == \
+            [w for w, _ in wv.neighbors("brother", k=3)]
 

@@ -2,8 +2,8 @@
 vectors on the command line, for every family with the ``Family.word_vectors`` hook.
 
 MODEL is a run directory or params directory (``export/params.load_params``; the family's ``word_vectors`` hook
-gives the matrix and the run's word vocabulary its words) or a text vector file (word2vec.c's text format or
-GloVe's headerless one, ``export/vector_files.py``), so vectors trained by other tools are queried and scored
+gives the matrix and the run's word vocabulary its words) or a vector file (word2vec.c's text or binary format,
+or GloVe's headerless text, ``export/vector_files.py``), so vectors trained by other tools are queried and scored
 the same way. The queries and scores are ``evaluate/word_vectors.py``.
 """
 from __future__ import annotations
@@ -21,9 +21,9 @@ def load_word_vectors(model: str) -> WordVectors:
     """The word vectors of MODEL (module doc)."""
     p = Path(model)
     if p.is_file() and p.suffix != ".npz":
-        from ptm_jax.export.vector_files import read_text_vectors
+        from ptm_jax.export.vector_files import read_vectors
 
-        words, vectors = read_text_vectors(p)
+        words, vectors = read_vectors(p)
         return WordVectors(words, vectors, source=str(p))
     from ptm_jax.export.params import load_params, load_tokenizer
     from ptm_jax.families import registry
@@ -103,8 +103,8 @@ def export_vectors(src: str, out: str, fmt: str, force: bool = False) -> str:
 
 
 def _common(p: argparse.ArgumentParser, restrict_default: int) -> None:
-    p.add_argument("model", help="run directory, params directory, or a text vector file (word2vec text format "
-                   "with its '<words> <dim>' header, or GloVe's headerless vectors.txt)")
+    p.add_argument("model", help="run directory, params directory, or a vector file (word2vec.c's text format "
+                   "with its '<words> <dim>' header or its binary format, or GloVe's headerless vectors.txt)")
     p.add_argument("--restrict-vocab", type=int, default=restrict_default, metavar="N",
                    help="only the first N words (the most frequent in a count-ordered vocabulary) are candidates "
                    f"and known (0 = all; default {restrict_default})")

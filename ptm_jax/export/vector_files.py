@@ -11,8 +11,9 @@ Formats (``text_vectors`` and ``binary_vectors`` in ``ptm export --format``):
 
 gensim's ``KeyedVectors.load_word2vec_format(path, binary=False|True)`` (gensim ``models/keyedvectors.py``) loads
 both written formats (``tests/test_vector_files.py``). :func:`read_text_vectors` reads either text form (a first
-line of two integers is a header) so vectors trained elsewhere can be evaluated (``ptm eval-vectors FILE``) or
-initialise the embedding of a later model (:func:`align_to_vocab`). A malformed file is a DataError naming the
+line of two integers is a header), :func:`read_binary_vectors` the binary one and :func:`read_vectors` tells them
+apart, so vectors trained elsewhere can be evaluated (``ptm eval-vectors FILE``) or initialise the embedding of
+a later model (:func:`align_to_vocab`). A malformed file is a DataError naming the
 file and line: a header that is not two positive integers or that disagrees with the rows, a row with another
 number of values (ragged), a value that is not a number, a duplicate word. (gensim keeps the first of a
 duplicate with a warning; a duplicate here means the file is not what its writer meant.)
@@ -94,8 +95,8 @@ def read_text_vectors(path) -> tuple[list[str], np.ndarray]:
     try:
         lines = p.read_bytes().decode("utf-8").split("\n")
     except UnicodeDecodeError as e:
-        raise DataError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start}); a binary vector file? Read "
-                        "word2vec.c's binary format with gensim, or write the text format (-binary 0)") from None
+        raise DataError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start}); a binary vector file? "
+                        "read_vectors / read_binary_vectors read word2vec.c's binary format") from None
     if lines and lines[-1] == "":
         lines.pop()
     if not lines:
@@ -146,6 +147,56 @@ def read_text_vectors(path) -> tuple[list[str], np.ndarray]:
                                     "number") from None
         raise
     return words, vectors
+
+
+def read_binary_vectors(path) -> tuple[list[str], np.ndarray]:
+    """(words, float32 [n, dim]) from word2vec.c's binary format (module doc): the header line, then per word
+    its bytes up to a space and ``dim`` little-endian float32 values (the newline after them optional, as in
+    word2vec.c's reader). A bad header, a truncated file or a duplicate word is a DataError naming the word."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"{p}: vector file not found")
+    data = p.read_bytes()
+    end = data.find(b"\n")
+    header = _header(data[:end].decode("utf-8", "replace").split()) if end > 0 else None
+    if header is None or header[0] < 1 or header[1] < 1:
+        raise DataError(f"{p}:1: header {data[:max(end, 0)][:40]!r}: expected '<words> <dim>', two positive "
+                        "integers, then the binary rows (word2vec.c -binary 1)")
+    n, dim = header
+    pos, words, rows, seen = end + 1, [], [], {}
+    for i in range(n):
+        while pos < len(data) and data[pos:pos + 1] == b"\n":
+            pos += 1
+        space = data.find(b" ", pos)
+        if space < 0 or space + 4 * dim > len(data):
+            raise DataError(f"{p}: truncated at word {i + 1} of {n} (byte {pos}); the header promises {n} words "
+                            f"of {dim} float32 values")
+        try:
+            word = data[pos:space].decode("utf-8")
+        except UnicodeDecodeError:
+            raise DataError(f"{p}: word {i + 1} (byte {pos}) is not UTF-8") from None
+        if word in seen:
+            raise DataError(f"{p}: duplicate word {word!r} (words {seen[word]} and {i + 1}); every word must appear "
+                            "once")
+        seen[word] = i + 1
+        words.append(word)
+        rows.append(np.frombuffer(data, "<f4", dim, space + 1))
+        pos = space + 1 + 4 * dim
+    if data[pos:].strip(b"\n"):
+        raise DataError(f"{p}: {len(data) - pos} bytes after the {n} words the header promises; fix the header")
+    return words, np.array(rows, dtype=np.float32).reshape(n, dim)
+
+
+def read_vectors(path) -> tuple[list[str], np.ndarray]:
+    """Either format: binary when the bytes after the header line are not UTF-8 text or the name ends in .bin."""
+    p = Path(path)
+    if p.suffix != ".bin" and p.is_file():
+        try:
+            p.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            return read_binary_vectors(p)
+        return read_text_vectors(p)
+    return read_binary_vectors(p)
 
 
 def align_to_vocab(words: Sequence[str], vectors: np.ndarray, vocab: Sequence[str], ignore_case: bool = False
