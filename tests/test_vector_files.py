@@ -28,7 +28,11 @@ def words_and_vectors(shared_data):
 
 
 @pytest.mark.parametrize("binary", [False, True])
-def test_written_files_load_in_gensim_with_the_same_words_and_exact_vectors(tmp_path, words_and_vectors, binary):
+def test_written_files_load_in_gensim_with_the_same_words_and_exact_vectors(tmp_path, words_and_vectors, binary,
+                                                                           monkeypatch):
+    from ptm_jax.export import vector_files
+
+    monkeypatch.setattr(vector_files, "CHUNK_ROWS", 97)  # the rows go out in 10 chunks, the last one short
     words, vectors = words_and_vectors
     path = tmp_path / ("v.bin" if binary else "v.txt")
     write_vectors(path, words, vectors, "binary_vectors" if binary else "text_vectors")

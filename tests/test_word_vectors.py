@@ -69,10 +69,10 @@ def planted(shared_data, tmp_path_factory):
     return WordVectors(words, vectors, source="planted"), kv, questions
 
 
-@pytest.mark.parametrize("restrict_vocab", [0, 800])
-def test_analogy_accuracy_equals_gensim_section_by_section(planted, restrict_vocab):
+@pytest.mark.parametrize("restrict_vocab, batch_size", [(0, 512), (800, 7)])
+def test_analogy_accuracy_equals_gensim_section_by_section(planted, restrict_vocab, batch_size):
     wv, kv, questions = planted
-    ours = evaluate_analogies(wv, questions, restrict_vocab=restrict_vocab)
+    ours = evaluate_analogies(wv, questions, restrict_vocab=restrict_vocab, batch_size=batch_size)
     score, sections = kv.evaluate_word_analogies(str(questions), restrict_vocab=restrict_vocab or len(wv),
                                                  case_insensitive=True)
     theirs = sections[:-1]
@@ -255,4 +255,3 @@ def test_eval_vectors_and_analogy_commands_report_the_library_figures(planted, v
         assert main(["neighbors", str(path), "brother", "-k", "3", "--json"]) == 0
         assert [n["word"] for n in json.loads(capsys.readouterr().out)[0]["neighbors"]] == \
             [w for w, _ in wv.neighbors("brother", k=3)]
-

@@ -48,6 +48,9 @@ SEMANTIC_SECTIONS = 5
 DEFAULT_RESTRICT_VOCAB = 30000
 """Mikolov et al. 2013 Sec. 4.1 and compute-accuracy's documented threshold."""
 QUESTION_BATCH = 512
+SCORE_ELEMENTS = 1 << 25
+"""At most this many question x candidate scores at a time (128 MiB of float32): the question batch shrinks
+for vocabularies beyond 65,536 candidates."""
 
 
 class WordVectors:
@@ -233,6 +236,7 @@ def evaluate_analogies(wv: WordVectors, path, restrict_vocab: int = DEFAULT_REST
     key = (lambda w: w.upper()) if ignore_case else (lambda w: w)
     variants = wv.variants() if ignore_case else {}
     unit = wv.unit[:n]
+    batch_size = max(1, min(batch_size, SCORE_ELEMENTS // max(n, 1)))
     keys_of_rows = [key(w) for w in wv.words[:n]]
     report = []
     for s_i, section in enumerate(sections):

@@ -43,11 +43,22 @@ def _check_words(words: Sequence[str], vectors: np.ndarray, where: str) -> np.nd
     return vectors
 
 
-def _atomic(path: Path, data: bytes) -> Path:
+CHUNK_ROWS = 8192
+"""Rows formatted and written at a time: a 3M x 300 table is never held as text in memory."""
+
+
+def _atomic(path: Path, header: str, chunks) -> Path:
+    """Writes the header line and the byte chunks to a temporary sibling, then renames it over ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(header.encode())
+            for chunk in chunks:
+                f.write(chunk)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
@@ -55,20 +66,28 @@ def write_text_vectors(path, words: Sequence[str], vectors: np.ndarray) -> Path:
     """word2vec.c's text format (module doc), written atomically."""
     path = Path(path)
     vectors = _check_words(words, vectors, str(path))
-    rows = np.char.mod("%.9g", vectors.astype(np.float64))
-    lines = [f"{len(words)} {vectors.shape[1]}\n"]
-    lines += [w + " " + " ".join(r) + "\n" for w, r in zip(words, rows.tolist())]
-    return _atomic(path, "".join(lines).encode("utf-8"))
+
+    def chunks():
+        for start in range(0, len(words), CHUNK_ROWS):
+            rows = np.char.mod("%.9g", vectors[start:start + CHUNK_ROWS].astype(np.float64)).tolist()
+            yield "".join(w + " " + " ".join(r) + "\n"
+                          for w, r in zip(words[start:start + CHUNK_ROWS], rows)).encode("utf-8")
+
+    return _atomic(path, f"{len(words)} {vectors.shape[1]}\n", chunks())
 
 
 def write_binary_vectors(path, words: Sequence[str], vectors: np.ndarray) -> Path:
     """word2vec.c's binary format (module doc), written atomically."""
     path = Path(path)
-    vectors = _check_words(words, vectors, str(path)).astype("<f4")
-    parts = [f"{len(words)} {vectors.shape[1]}\n".encode()]
-    for w, v in zip(words, vectors):
-        parts += [w.encode("utf-8"), b" ", v.tobytes(), b"\n"]
-    return _atomic(path, b"".join(parts))
+    vectors = _check_words(words, vectors, str(path))
+
+    def chunks():
+        for start in range(0, len(words), CHUNK_ROWS):
+            block = vectors[start:start + CHUNK_ROWS].astype("<f4")
+            yield b"".join(w.encode("utf-8") + b" " + v.tobytes() + b"\n"
+                           for w, v in zip(words[start:start + CHUNK_ROWS], block))
+
+    return _atomic(path, f"{len(words)} {vectors.shape[1]}\n", chunks())
 
 
 def write_vectors(path, words: Sequence[str], vectors: np.ndarray, fmt: str) -> Path:
