@@ -42,7 +42,11 @@ def test_written_files_load_in_gensim_with_the_same_words_and_exact_vectors(tmp_
     assert path.read_bytes().startswith(f"{len(words)} {DIM}\n".encode())
 
 
-def test_text_vectors_read_back_with_header_without_header_and_from_gensim(tmp_path, words_and_vectors):
+def test_text_vectors_read_back_with_header_without_header_and_from_gensim(tmp_path, words_and_vectors,
+                                                                         monkeypatch):
+    from ptm_jax.export import vector_files
+
+    monkeypatch.setattr(vector_files, "CHUNK_ROWS", 97)
     words, vectors = words_and_vectors
     ours = write_text_vectors(tmp_path / "ours.txt", words, vectors)
     got_words, got = read_text_vectors(ours)
@@ -92,7 +96,8 @@ BAD = {
     "header_dim": ("2 3\na 1 2\nb 3 4\n", ":2: 2 values for 'a', expected 3 (the header's dimension)"),
     "ragged": ("3 2\na 1 2\nb 3 4 5\nc 5 6\n", ":3: 3 values for 'b', expected 2"),
     "ragged_headerless": ("a 1 2\nb 3\n", ":2: 1 values for 'b', expected 2 (the first line's dimension)"),
-    "not_a_number": ("2 2\na 1 2\nb 3 four\n", ":3: value 'four' of 'b' is not a number"),
+    "not_a_number": ("4 2\na 1 2\nb 3 4\nc 5 6\nd 7 eight\n", ":5: value 'eight' of 'd' is not a number"),
+    "binary": (b"2 2\na \xff\xfe\n", ":2: not UTF-8 text"),
     "duplicate": ("3 2\na 1 2\nb 3 4\na 5 6\n", ":4: duplicate word 'a' (first on line 2)"),
     "empty_line": ("2 2\na 1 2\n\nb 3 4\n", ":3: empty line"),
     "no_values": ("word\n", ":1: 'word' has no values"),
@@ -100,10 +105,13 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_malformed_vector_file_is_a_data_error_naming_file_and_line(tmp_path, case):
+def test_malformed_vector_file_is_a_data_error_naming_file_and_line(tmp_path, case, monkeypatch):
+    from ptm_jax.export import vector_files
+
+    monkeypatch.setattr(vector_files, "CHUNK_ROWS", 2)  # line numbers hold across the reader's chunks
     text, message = BAD[case]
     path = tmp_path / f"{case}.txt"
-    path.write_text(text, encoding="utf-8")
+    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
     with pytest.raises(DataError) as e:
         read_text_vectors(path)
     assert f"{path}{message}" in str(e.value)
