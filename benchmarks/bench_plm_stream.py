@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seq-lens", default="128,512")
     args = ap.parse_args(argv)
 
-    from ptm_jax.config import DataConfig
+    from ptm_jax.families.xlnet.config import XlnetDataConfig
     from ptm_jax.families.xlnet.plm_data import PlmBatchBuilder, plm_dataset
 
     paths = sorted(glob.glob(args.corpus))
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     g = args.global_batch
     for length in map(int, args.seq_lens.split(",")):
         p, reuse, perm = SHAPES[length]
-        cfg = DataConfig(max_seq_length=length, max_predictions_per_seq=p, reuse_len=reuse, perm_size=perm,
+        cfg = XlnetDataConfig(max_seq_length=length, max_predictions_per_seq=p, reuse_len=reuse, perm_size=perm,
                          bi_data=True)
         builder = PlmBatchBuilder(source, special, cfg, seed=1, global_batch=g)
         builder.local_batch(0, 0, 1)

@@ -183,7 +183,7 @@ def hf_dir_case(draw):
     """config.json (+ modules.json) + a model.safetensors with the config's tensors, some of them broken."""
     from safetensors.numpy import save
 
-    from ptm_jax.config import ModelConfig
+    from ptm_jax.families.bert.config import BertConfig
     from ptm_jax.families.bert.hf import all_rules
 
     files: dict[str, bytes] = {}
@@ -196,7 +196,7 @@ def hf_dir_case(draw):
     if draw(st.integers(0, 5)) == 0:
         files["modules.json"] = draw(st.one_of(json_any.map(lambda v: json.dumps(v).encode()),
                                                st.binary(max_size=40)))
-    mc = ModelConfig(vocab_size=12, hidden_size=4, num_layers=1, num_heads=2, intermediate_size=8,
+    mc = BertConfig(vocab_size=12, hidden_size=4, num_layers=1, num_heads=2, intermediate_size=8,
                      max_position_embeddings=8)
     head = draw(st.sampled_from(["encoder", "pretraining", "sequence_classification"]))
     tensors = {r.hf: np.zeros(r.hf_shape, np.float32) for r in all_rules(mc, head, 2, head != "encoder")}

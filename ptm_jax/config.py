@@ -4,6 +4,10 @@ A preset is a TOML file whose tables mirror the dataclasses below (``[model]``, 
 may start from another with ``extends = "bert_base"``. Any field can be overridden on the command line as
 ``section.field=value``; values are parsed as Python literals (``ast.literal_eval``, never ``eval``) and
 checked against the field's annotated type. A misspelt key is an error that names the closest valid keys.
+
+The ``[model]`` and ``[data]`` sections are per family (issue 15 item 2): ``model.family`` when given, else the
+family registering ``objective``, picks their dataclasses (``Family.model_config``, ``Family.data_config``;
+:func:`section_types`), which hold only that family's fields; each section checks itself (``validate(where)``).
 """
 from __future__ import annotations
 
@@ -21,43 +25,6 @@ from typing import Any, Literal
 import tomllib
 
 from ptm_jax.errors import ConfigError
-
-
-@dataclass
-class ModelConfig:
-    """Architecture. Defaults are BERT-base (Devlin et al. 2019, Sec. 3; google-research/bert modeling.py).
-
-    ``family`` picks the network: a family registered under ``ptm_jax/families/`` (``ptm config`` lists them
-    in an error for an unknown name). Fields a family does not use are ignored by it.
-    """
-
-    family: str = "bert"
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_layers: int = 12
-    num_heads: int = 12
-    intermediate_size: int = 3072
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    hidden_act: Literal["gelu", "gelu_tanh", "relu"] = "gelu"
-    hidden_dropout: float = 0.1
-    attention_dropout: float = 0.1
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    """Compute dtype; parameters and optimizer state stay float32."""
-    attention_impl: Literal["auto", "xla", "cudnn"] = "auto"
-    """Implementation passed to ``jax.nn.dot_product_attention`` when attention dropout is off."""
-    remat: Literal["none", "full", "save_dots"] = "none"
-    scan_layers: bool = False
-    layer_norm_position: Literal["post", "pre"] = "post"
-    """gpt: post-LN (GPT-1) or pre-LN with a final LayerNorm (GPT-2, Radford et al. 2019 Sec. 2.3)."""
-    mem_len: int = 0
-    """xlnet: hidden states cached from the previous segment (Transformer-XL memory); 0 = none."""
-    clamp_len: int = -1
-    """xlnet: relative distances are clamped to this (-1 = no clamping)."""
-    untie_r: bool = True
-    """xlnet: separate r_w/r_r/r_s biases per layer (True) or one set shared by all layers."""
 
 
 @dataclass
@@ -82,7 +49,8 @@ class TokenizerConfig:
 
 @dataclass
 class DataConfig:
-    """Pretraining corpus and example construction (google-research/bert create_pretraining_data.py)."""
+    """The ``[data]`` fields every family's stream reads: the corpus, its cache, the sequence length, the
+    held-out documents. A family that needs more subclasses it (``Family.data_config``)."""
 
     corpus: str = "embedded"
     """'embedded' (Python's own docs), comma-separated paths/globs, or 'tfds:NAME[:SPLIT]'."""
@@ -97,24 +65,29 @@ class DataConfig:
     """The token cache is built in chunks of about this many corpus bytes, cut at document boundaries and
     numbered independently of the process count (process p builds chunks c % P == p): any host count reuses it."""
     max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
-    short_seq_prob: float = 0.1
-    whole_word_masking: bool = False
     eval_documents: int = 4
     """Documents held out (by index, from the end of the corpus) for periodic evaluation."""
     seed: int = 12345
-    # XLNet permutation LM (zihangdai/xlnet data_utils.py); num_predict is max_predictions_per_seq.
-    reuse_len: int = 0
-    """xlnet: tokens at the start of a sample that the next segment reuses through memory."""
-    perm_size: int = 0
-    """xlnet: length of a factorization-order block (0 = max_seq_length)."""
-    bi_data: bool = False
-    """xlnet: half of each batch is the reversed stream."""
-    max_span: int = 5
-    """xlnet: longest n-gram span of prediction targets (p(n) proportional to 1/n)."""
-    mask_alpha: float = 6.0
-    mask_beta: float = 1.0
+
+    def validate(self, where: str = "data") -> None:
+        """Checks the fields against each other; ``where`` is the section's name in messages."""
+        if self.max_seq_length < 8:
+            raise ConfigError(f"{where}.max_seq_length={self.max_seq_length} is too short (minimum 8)")
+
+
+@dataclass
+class MaskedDataConfig(DataConfig):
+    """The ``[data]`` base of the families that predict a bounded number of positions per sequence (BERT's
+    masked LM: google-research/bert create_pretraining_data.py; XLNet's permutation LM, whose ``num_predict``
+    this is: zihangdai/xlnet data_utils.py)."""
+
+    max_predictions_per_seq: int = 20
+
+    def validate(self, where: str = "data") -> None:
+        super().validate(where)
+        if not 0 < self.max_predictions_per_seq <= self.max_seq_length:
+            raise ConfigError(f"{where}.max_predictions_per_seq must be in (0, max_seq_length], got "
+                              f"{self.max_predictions_per_seq}")
 
 
 @dataclass
@@ -269,12 +242,21 @@ class RunConfig:
     output_dir: str = "runs/default"
     objective: str = "mlm_nsp"
     """A pretraining objective registered by a family (``Family.objectives``); it names the family it trains."""
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: Any = None
+    """The family's ``[model]`` dataclass (``Family.model_config``); None: its defaults, the family being
+    the objective's."""
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+    data: Any = None
+    """The family's ``[data]`` dataclass (``Family.data_config``, else :class:`DataConfig`); None: its defaults."""
     train: TrainConfig = field(default_factory=TrainConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+
+    def __post_init__(self) -> None:
+        if self.model is None or self.data is None:
+            model_cls, data_cls = section_types(getattr(self.model, "family", None), self.objective)
+            self.model = model_cls() if self.model is None else self.model
+            self.data = data_cls() if self.data is None else self.data
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -393,27 +375,101 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-def _unknown_key(key: str, valid: list[str], where: str) -> ConfigError:
+def section_types(family: str | None, objective: str) -> tuple[type, type]:
+    """The ``[model]`` and ``[data]`` dataclasses of a run: those of ``family`` (``model.family``) when given,
+    else of the family that registers ``objective`` (``Family.model_config``; ``Family.data_config`` or the
+    shared :class:`DataConfig`)."""
+    from ptm_jax.families import registry
+
+    fam = registry.get(family) if family else registry.family_of_objective(objective)
+    return fam.model_config, fam.data_config or DataConfig
+
+
+def _owners(section: str, key: str) -> list[str]:
+    """Families whose ``[section]`` dataclass has a field ``key`` (for the unknown-key message)."""
+    from ptm_jax.families import registry
+
+    owners = []
+    for fam in registry.families().values():
+        cls = fam.model_config if section == "model" else fam.data_config
+        if cls is not None and key in {f.name for f in dataclasses.fields(cls)}:
+            owners.append(fam.name)
+    return owners
+
+
+def _unknown_key(key: str, valid: list[str], where: str, family: str | None = None) -> ConfigError:
     close = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
     hint = (f" Did you mean: {', '.join(where + c for c in close)}?" if close
             else f" Valid keys under '{where or '(top level)'}': {', '.join(valid)}.")
+    section = where.rstrip(".")
+    owners = _owners(section, key) if section in ("model", "data") else []
+    if owners and family:
+        hint = (f" It belongs to the [{section}] section of family {', '.join(map(repr, owners))}, not to that "
+                f"of family {family!r}, which this run trains; drop the key or set the objective of that family.")
     return ConfigError(f"unknown config key '{where}{key}'.{hint}")
 
 
-def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    """Builds dataclass ``cls`` from a nested dict, checking every key and type."""
+def _run_sections(data: dict[str, Any]) -> tuple[str, dict[str, type]]:
+    """RunConfig's family and its polymorphic sections for ``data``: 'model' and 'data' (:func:`section_types`).
+    A ``model.family`` that is not the objective's is refused here, before its sections are read."""
+    from ptm_jax.families import registry
+
+    model = data.get("model", {})
+    family = model.get("family") if isinstance(model, dict) else None
+    objective = data.get("objective", RunConfig.objective)
+    if family is not None and not isinstance(family, str):
+        raise ConfigError(f"model.family: expected str, got {family!r} ({type(family).__name__})")
+    if not isinstance(objective, str):
+        raise ConfigError(f"objective: expected str, got {objective!r} ({type(objective).__name__})")
+    owner = registry.family_of_objective(objective).name
+    if family is not None and family != owner:
+        registry.get(family)  # an unknown family: the error lists the registered ones
+        raise ConfigError(f"objective={objective!r} trains model.family={owner!r}, but model.family={family!r}; "
+                          f"set model.family='{owner}' or pick the matching objective")
+    model_cls, data_cls = section_types(owner, objective)
+    return owner, {"model": model_cls, "data": data_cls}
+
+
+LEGACY_MODEL_KEYS = frozenset({"type_vocab_size", "layer_norm_position", "mem_len", "clamp_len", "untie_r"})
+"""Fields of the one flat ``[model]`` dataclass of earlier versions that only some families have; a saved
+``ptm.json`` / ``config.json`` holds them for every family, so reading one back drops those the family lacks."""
+
+
+def model_from_dict(data: dict[str, Any], where: str = "model") -> Any:
+    """A saved ``[model]`` section (a params directory's ``ptm.json``, a run's ``config.json``) rebuilt with its
+    family's dataclass (``Family.model_config``)."""
+    from ptm_jax.families import registry
+
+    family = data.get("family") if isinstance(data, dict) else None
+    if not isinstance(family, str):
+        raise ConfigError(f"{where}.family is missing or not a string ({data!r:.120}); the saved model section "
+                          "must name its family")
+    cls = registry.get(family).model_config
+    names = {f.name for f in dataclasses.fields(cls)}
+    return from_dict(cls, {k: v for k, v in data.items() if k in names or k not in LEGACY_MODEL_KEYS},
+                     prefix=f"{where}.", family=family)
+
+
+def from_dict(cls: type, data: dict[str, Any], prefix: str = "", family: str | None = None) -> Any:
+    """Builds dataclass ``cls`` from a nested dict, checking every key and type. For a RunConfig the
+    ``[model]`` and ``[data]`` dataclasses are the family's (:func:`section_types`); ``family`` names it in the
+    messages of those sections."""
     hints = typing.get_type_hints(cls)
+    sections: dict[str, type] = {}
+    if cls is RunConfig:
+        family, sections = _run_sections(data)
+        hints = {**hints, **sections}
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in data.items():
         if key not in fields:
-            raise _unknown_key(key, list(fields), prefix)
+            raise _unknown_key(key, list(fields), prefix, family)
         tp = hints[key]
         where = f"{prefix}{key}"
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}: expected a table of {tp.__name__} fields, got {value!r}")
-            kwargs[key] = from_dict(tp, value, prefix=f"{where}.")
+            kwargs[key] = from_dict(tp, value, prefix=f"{where}.", family=family if key in sections else None)
         elif typing.get_origin(tp) is list and dataclasses.is_dataclass(item := typing.get_args(tp)[0]):
             if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
                 raise ConfigError(f"{where}: expected a list of tables of {item.__name__} fields ([[{where}]] in "
@@ -467,16 +523,20 @@ def load_config(preset: str | None = None, overrides: list[str] | None = None) -
 def validate(cfg: RunConfig) -> None:
     """Cross-field checks that types alone cannot express."""
     m, d, t = cfg.model, cfg.data, cfg.train
+    from ptm_jax.families import registry
+
+    fam = registry.get(m.family)  # a registered family, or a ConfigError listing them
+    data_cls = fam.data_config or DataConfig
+    for section, value, want in (("model", m, fam.model_config), ("data", d, data_cls)):
+        if not isinstance(value, want):
+            raise ConfigError(f"{section}: a {type(value).__name__}, but model.family={m.family!r} reads its "
+                              f"[{section}] section as {want.__name__}; build the section with that dataclass")
+        if hasattr(value, "validate"):
+            value.validate(section)
+    positions = getattr(m, "max_position_embeddings", None)
     checks = [
-        (m.hidden_size % m.num_heads == 0, "model.hidden_size must be divisible by model.num_heads "
-         f"(got {m.hidden_size} and {m.num_heads})"),
-        (d.max_seq_length <= m.max_position_embeddings, f"data.max_seq_length={d.max_seq_length} exceeds "
-         f"model.max_position_embeddings={m.max_position_embeddings}"),
-        (d.max_seq_length >= 8, f"data.max_seq_length={d.max_seq_length} is too short (minimum 8)"),
-        (0.0 < d.masked_lm_prob < 1.0, f"data.masked_lm_prob={d.masked_lm_prob} must be in (0, 1)"),
-        (0.0 <= d.short_seq_prob <= 1.0, f"data.short_seq_prob={d.short_seq_prob} must be in [0, 1]"),
-        (0 < d.max_predictions_per_seq <= d.max_seq_length, "data.max_predictions_per_seq must be in "
-         f"(0, max_seq_length], got {d.max_predictions_per_seq}"),
+        (positions is None or d.max_seq_length <= positions, f"data.max_seq_length={d.max_seq_length} exceeds "
+         f"model.max_position_embeddings={positions}"),
         (t.batch_size > 0, f"train.batch_size must be positive, got {t.batch_size}"),
         (t.steps >= 0, f"train.steps must be >= 0, got {t.steps}"),
         (t.grad_accum_steps >= 1 and t.batch_size % t.grad_accum_steps == 0,
@@ -488,7 +548,6 @@ def validate(cfg: RunConfig) -> None:
          f"{t.spike_factor}"),
         (t.spike_window >= 2, f"train.spike_window must be >= 2, got {t.spike_window}"),
         (t.prefetch_batches >= 0, f"train.prefetch_batches must be >= 0, got {t.prefetch_batches}"),
-        (0.0 <= m.hidden_dropout < 1.0 and 0.0 <= m.attention_dropout < 1.0, "dropout rates must be in [0, 1)"),
         (cfg.finetune.max_examples_per_row >= 1, "finetune.max_examples_per_row must be >= 1, got "
          f"{cfg.finetune.max_examples_per_row}"),
     ]
@@ -509,12 +568,6 @@ def validate(cfg: RunConfig) -> None:
     for ok, msg in checks:
         if not ok:
             raise ConfigError(msg)
-    from ptm_jax.families import registry
-
-    fam = registry.get(m.family)  # a registered family, or a ConfigError listing them
-    if not isinstance(m, fam.model_config):
-        raise ConfigError(f"model.family={m.family!r} has its own [model] section ({fam.model_config.__name__}), "
-                          "which this config loader does not read yet (issue 15 item 2)")
     family = registry.family_of_objective(cfg.objective).name
     if m.family != family:
         raise ConfigError(f"objective={cfg.objective!r} trains model.family={family!r}, but model.family="

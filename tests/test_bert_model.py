@@ -5,15 +5,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ptm_jax.config import ModelConfig, load_config
+from ptm_jax.families.bert.config import BertConfig
+from ptm_jax.config import load_config
 from ptm_jax.families.bert.heads import BertForPreTraining
 from ptm_jax.families.bert.model import BertModel
 
-TINY = ModelConfig(vocab_size=97, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=64,
+TINY = BertConfig(vocab_size=97, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=64,
                    max_position_embeddings=32, hidden_dropout=0.0, attention_dropout=0.0)
 
 
-def _count(cfg: ModelConfig) -> int:
+def _count(cfg: BertConfig) -> int:
     ids = jnp.zeros((1, 8), jnp.int32)
     shapes = jax.eval_shape(lambda: BertModel(cfg).init(jax.random.key(0), ids, ids, ids))
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nn.meta.unbox(shapes)))

@@ -1,7 +1,10 @@
 """Config system: presets, overrides, and the errors a user sees for a wrong key or value."""
+import json
+from pathlib import Path
+
 import pytest
 
-from ptm_jax.config import RunConfig, list_presets, load_config
+from ptm_jax.config import RunConfig, _owners, list_presets, load_config, model_from_dict, to_dict
 from ptm_jax.errors import ConfigError
 
 
@@ -62,3 +65,101 @@ def test_defaults_are_bert_base_recipe():
     cfg = RunConfig()
     assert cfg.train.adam_eps == 1e-6 and cfg.train.weight_decay == 0.01 and cfg.train.clip_norm == 1.0
     assert cfg.data.masked_lm_prob == 0.15 and cfg.data.short_seq_prob == 0.1 and cfg.data.seed == 12345
+
+
+# Per-family [model] and [data] sections (issue 15 item 2)
+
+BEFORE = Path(__file__).with_name("presets_before_family_sections.json")
+"""Every preset resolved by load_config at 2b3b70d, the last commit with one flat [model] and [data] dataclass."""
+
+
+def test_every_preset_resolves_to_the_values_it_had_before_the_split():
+    """Each field a preset's family section holds keeps its value; the fields it lost are exactly the ones
+    another family owns (mem_len under bert, type_vocab_size under gpt, ...), and tokenizer.min_count is new."""
+    before = json.loads(BEFORE.read_text())
+    assert set(before) <= set(list_presets()) and len(before) == 15
+    for preset, old in before.items():
+        cfg = load_config(preset)
+        new = to_dict(cfg)
+        for section, values in new.items():
+            if not isinstance(values, dict):
+                assert values == old[section], (preset, section)
+                continue
+            for key, value in values.items():
+                assert value == old[section].get(key, "absent") or (section, key) == ("tokenizer", "min_count"), \
+                    (preset, section, key, value, old[section].get(key, "absent"))
+            lost = set(old[section]) - set(values)
+            if section in ("model", "data"):
+                for key in lost:
+                    assert _owners(section, key) and cfg.model.family not in _owners(section, key), (preset, key)
+            else:
+                assert not lost, (preset, section, lost)
+    for preset in list_presets():  # the presets added since (nnlm_*) load too
+        load_config(preset)
+
+
+def test_the_family_picks_the_section_dataclasses():
+    assert [type(load_config(p).model).__name__ for p in ("bert_tiny", "gpt_tiny", "xlnet_tiny", "nnlm_tiny")] == [
+        "BertConfig", "GptConfig", "XlnetConfig", "NnlmConfig"]
+    assert [type(load_config(p).data).__name__ for p in ("bert_tiny", "gpt_tiny", "xlnet_tiny", "nnlm_tiny")] == [
+        "BertDataConfig", "DataConfig", "XlnetDataConfig", "DataConfig"]
+    # no [model] table: the objective's family; model.family given: that family
+    assert type(load_config(None, ["objective=plm"]).model).__name__ == "XlnetConfig"
+    assert load_config(None, ["objective=plm"]).model.mem_len == 0
+    assert type(RunConfig(objective="causal_lm").model).__name__ == "GptConfig"
+    assert not hasattr(load_config("bert_tiny").model, "mem_len")
+    with pytest.raises(ConfigError, match=r"objective='mlm_nsp' trains model.family='bert'.*model.family='gpt'"):
+        load_config("bert_tiny", ["model.family=gpt"])
+
+
+def test_a_key_of_another_familys_section_says_whose_it_is():
+    with pytest.raises(ConfigError, match=r"'model\.mem_len'.*family 'xlnet'.*not to that of family 'bert'"):
+        load_config("bert_tiny", ["model.mem_len=16"])
+    with pytest.raises(ConfigError, match=r"'data\.masked_lm_prob'.*family 'bert'"):
+        load_config("gpt_tiny", ["data.masked_lm_prob=0.2"])
+    with pytest.raises(ConfigError, match=r"'model\.hidden_dim'.*'nnlm'"):
+        load_config("xlnet_tiny", ["model.hidden_dim=3"])
+    with pytest.raises(ConfigError, match=r"'model\.ordr'.*model\.order"):  # a typo still gets the closest key
+        load_config("nnlm_tiny", ["model.ordr=3"])
+    with pytest.raises(ConfigError, match=r"model\.num_heads.*expected an integer|model\.num_heads.*int"):
+        load_config("gpt_tiny", ["model.num_heads='four'"])
+
+
+def test_sections_check_themselves():
+    with pytest.raises(ConfigError, match=r"data\.masked_lm_prob=1\.5 must be in \(0, 1\)"):
+        load_config("bert_tiny", ["data.masked_lm_prob=1.5"])
+    with pytest.raises(ConfigError, match=r"data\.max_predictions_per_seq must be in"):
+        load_config("xlnet_tiny", ["data.max_predictions_per_seq=0"])
+    with pytest.raises(ConfigError, match=r"model\.hidden_size must be divisible by model\.num_heads"):
+        load_config("gpt_tiny", ["model.num_heads=5"])
+    with pytest.raises(ConfigError, match=r"model\.hidden_dim=0 and model\.direct=false"):
+        load_config("nnlm_tiny", ["model.hidden_dim=0", "model.direct=false"])
+
+
+def test_ptm_config_prints_the_family_fields():
+    """`ptm config` prints the resolved tree with the family's own fields (in-process, cmd_config)."""
+    import contextlib
+    import io
+
+    from ptm_jax import cli
+
+    for preset, own, foreign in (("xlnet_tiny", "mem_len", "type_vocab_size"), ("nnlm_tiny", "order", "num_heads")):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert cli.main(["config", "-c", preset]) == 0
+        tree = json.loads(out.getvalue())
+        assert own in tree["model"] and foreign not in tree["model"], preset
+        assert tree["model"] == to_dict(load_config(preset))["model"]
+
+
+def test_saved_model_sections_of_the_flat_era_read_back_with_the_family_dataclass():
+    """A ptm.json / config.json written before the split holds every flat field; model_from_dict rebuilds the
+    family's dataclass, dropping only the old fields the family lacks. Anything else unknown is still an error."""
+    before = json.loads(BEFORE.read_text())
+    for preset in ("bert_tiny", "gpt_tiny", "xlnet_tiny"):
+        assert model_from_dict(before[preset]["model"]) == load_config(preset).model
+    assert model_from_dict(to_dict(load_config("nnlm_tiny"))["model"]) == load_config("nnlm_tiny").model
+    with pytest.raises(ConfigError, match=r"unknown config key 'model\.hiden_size'.*model\.hidden_size"):
+        model_from_dict({**before["gpt_tiny"]["model"], "hiden_size": 3})
+    with pytest.raises(ConfigError, match=r"model\.family is missing"):
+        model_from_dict({"vocab_size": 3})

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from corpus_util import word_source
 
-from ptm_jax.config import MeshConfig, ModelConfig, load_config, to_dict
+from ptm_jax.config import MeshConfig, load_config, section_types, to_dict
 from ptm_jax.export import params as params_lib
 from ptm_jax.families import registry
 from ptm_jax.parallel.mesh import make_mesh
@@ -35,6 +35,7 @@ VOCAB, BATCH, SEQ, STEPS = 256, 8, 32, 2
 OVERRIDES = [f"model.vocab_size={VOCAB}", f"train.batch_size={BATCH}", f"data.max_seq_length={SEQ}",
              f"train.steps={STEPS}", "train.log_every=1", "train.eval_every=1000", "train.checkpoint_every=1000",
              "train.warmup_steps=1", "data.max_predictions_per_seq=5", "model.max_position_embeddings=64"]
+"""Each applied where the family's section has the field (``model.max_position_embeddings`` is a Transformer's)."""
 
 
 def _objectives() -> list:
@@ -42,16 +43,25 @@ def _objectives() -> list:
     for obj, fam in sorted(registry.objective_names().items()):
         family = registry.get(fam)
         marks = []
-        if family.tiny_preset is None or family.model_config is not ModelConfig:
-            marks = [pytest.mark.skip(reason=f"family {fam!r} has no tiny preset that load_config reads yet "
-                                             "(per-family config sections, issue 15 item 2)")]
+        if family.tiny_preset is None:
+            marks = [pytest.mark.skip(reason=f"family {fam!r} registers no Family.tiny_preset")]
         out.append(pytest.param(obj, id=obj, marks=marks))
+    return out
+
+
+def _overrides(objective: str) -> list[str]:
+    sections = dict(zip(("model", "data"), section_types(None, objective)))
+    out = []
+    for item in OVERRIDES:
+        section, name = item.split("=")[0].split(".")
+        if section not in sections or name in {f.name for f in dataclasses.fields(sections[section])}:
+            out.append(item)
     return out
 
 
 def _build(objective: str, shared_data):
     family = registry.family_of_objective(objective)
-    cfg = load_config(family.tiny_preset, [f"objective={objective}", *OVERRIDES])
+    cfg = load_config(family.tiny_preset, [f"objective={objective}", *_overrides(objective)])
     source, special = word_source(shared_data / "corpus/tinyshakespeare/input.txt", VOCAB)
     special = dataclasses.replace(special, continuation=np.zeros(VOCAB, bool))  # every word is one id
     corpus = types.SimpleNamespace(train=source, eval=None, special=special,

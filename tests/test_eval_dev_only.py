@@ -17,7 +17,8 @@ import jax
 import numpy as np
 import pytest
 
-from ptm_jax.config import FinetuneConfig, ModelConfig, RunConfig
+from ptm_jax.config import FinetuneConfig, RunConfig
+from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import save_params
 from ptm_jax.parallel.mesh import make_mesh
@@ -40,8 +41,8 @@ def tok(vocab):
     return WordPieceTokenizer(vocab)
 
 
-def tiny_bert(tok) -> ModelConfig:
-    return ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+def tiny_bert(tok) -> BertConfig:
+    return BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
                        max_position_embeddings=128)
 
 

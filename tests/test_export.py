@@ -15,7 +15,8 @@ import optax
 import pytest
 
 from ptm_jax.checkpoint import Checkpointer
-from ptm_jax.config import ModelConfig, RunConfig, to_dict
+from ptm_jax.families.bert.config import BertConfig
+from ptm_jax.config import RunConfig, to_dict
 from ptm_jax.errors import CheckpointError, ConfigError, DataError
 from ptm_jax.export import commands
 from ptm_jax.export import params as params_lib
@@ -28,7 +29,7 @@ from ptm_jax.train.state import TrainState
 LETTERS = list("abcdefghijklmnopqrstuvwxyz")
 VOCAB = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!", "the", "movie", "good", "bad", "was"]
          + LETTERS + ["##" + c for c in LETTERS])
-TINY = ModelConfig(vocab_size=len(VOCAB), hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48,
+TINY = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48,
                    max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0)
 TEXTS = ["the movie was good !", "bad", "", "the the the movie movie , was bad . xyz", "good good"]
 

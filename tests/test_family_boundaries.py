@@ -1,6 +1,6 @@
 """No file outside a family's package names the family (issue 15 item 1; DESIGN.md "Families as plug-ins").
 
-For every family in the registry (``ptm_jax.families.registry.families()``: today bert, gpt, nnlm, xlnet), every
+For every family in the registry (``ptm_jax.families.registry.families()``: bert, gpt, nnlm, xlnet, ...), every
 ``.py`` file under ``ptm_jax/`` outside ``ptm_jax/families/<name>/`` is read with ``tokenize`` and fails on:
 
 1. an identifier with the family's name as one of its words (``_`` and camel-case split, case-insensitive):
@@ -15,9 +15,10 @@ run_squad.py", "a GPT-2 vocab.json") are not checked: they cite references and f
 
 The justified exceptions, each a (file, token) pair (any other use in the same file still fails):
 
-- ``config.py`` ``"bert"``: ``ModelConfig.family``'s default (the flat ``[model]`` section's defaults are
-  BERT-base) and the ``train.lr_decay="bert"`` schedule, a config value named after google-research/bert
-  optimization.py's polynomial decay; ``train/optim.py`` ``bert_schedule`` is that schedule;
+- ``config.py`` ``"bert"``: the ``train.lr_decay="bert"`` schedule, a config value named after
+  google-research/bert optimization.py's polynomial decay (no section defaults to a family: the ``[model]`` and
+  ``[data]`` dataclasses come from the family of ``model.family`` or ``objective``); ``train/optim.py``
+  ``bert_schedule`` is that schedule;
 - ``data/tokenizers.py`` ``bert_normalizer`` / ``bert_pre_tokenizer``: BERT's BasicTokenizer normalization, which
   the ``wordpiece`` tokenizer kind (any family's) and the word vocabulary apply;
 - ``cli.py`` / ``bench/commands.py`` ``"bert_small"`` / ``"bert_base"``: the default presets of the commands

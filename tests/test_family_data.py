@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from ptm_jax import fs
-from ptm_jax.config import DataConfig, ModelConfig, RunConfig, TokenizerConfig
+from ptm_jax.config import DataConfig, RunConfig, TokenizerConfig
 from ptm_jax.data.tokenizers import load_tokenizer
 from ptm_jax.data.word_vocab import count_words
 from ptm_jax.errors import ConfigError
 from ptm_jax.families import registry
+from ptm_jax.models.config import TransformerConfig
 from ptm_jax.parallel.distributed import barrier
 from ptm_jax.train.stages import prepare_corpus
 
@@ -41,7 +42,7 @@ def unigram_counts(cfg, corpus, directory):
 def probe_family():
     """A family registered for this module only: word vocabulary, <pad> and <eos>, one artifact."""
     fam = registry.register(registry.Family(
-        name="probe", model_config=ModelConfig, objectives={"probe_lm": lambda cfg, corpus: None},
+        name="probe", model_config=TransformerConfig, objectives={"probe_lm": lambda cfg, corpus: None},
         tokenizer_kinds=("word",), specials=("pad", "eos"), artifacts={"unigram": unigram_counts}))
     yield fam
     registry._FAMILIES.pop("probe")
@@ -56,7 +57,7 @@ def lines_file(shared_data, tmp_path_factory):
 
 
 def probe_config(lines_file, out, **tok) -> RunConfig:
-    return RunConfig(output_dir=str(out), objective="probe_lm", model=ModelConfig(family="probe", vocab_size=5000),
+    return RunConfig(output_dir=str(out), objective="probe_lm", model=TransformerConfig(family="probe", vocab_size=5000),
                      tokenizer=TokenizerConfig(kind="word", vocab_size=5000, **tok),
                      data=DataConfig(corpus=str(lines_file), format="lines", eval_documents=2))
 

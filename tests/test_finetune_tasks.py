@@ -13,7 +13,8 @@ import os
 import numpy as np
 import pytest
 
-from ptm_jax.config import FinetuneConfig, MeshConfig, ModelConfig, RunConfig, TrainConfig
+from ptm_jax.config import FinetuneConfig, MeshConfig, RunConfig, TrainConfig
+from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.data.tasks.conll import IGNORE_INDEX, read_conll
 from ptm_jax.data.tasks.squad import read_squad
 from ptm_jax.data.tasks.squad_features import convert_examples_to_features
@@ -41,8 +42,8 @@ def squad_dev(shared_data):
     return examples
 
 
-def tiny_bert(tok, dropout: float = 0.1) -> ModelConfig:
-    return ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+def tiny_bert(tok, dropout: float = 0.1) -> BertConfig:
+    return BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
                        max_position_embeddings=128, hidden_dropout=dropout, attention_dropout=dropout)
 
 

@@ -10,16 +10,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ptm_jax.config import ModelConfig, load_config
+from ptm_jax.families.gpt.config import GptConfig
+from ptm_jax.config import load_config
 from ptm_jax.export.params import to_layout as gpt_to_layout
 from ptm_jax.families.gpt.model import GPTLMHeadModel, GPTModel
 
-TINY = ModelConfig(family="gpt", vocab_size=1000, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+TINY = GptConfig(family="gpt", vocab_size=1000, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
                    max_position_embeddings=64, hidden_act="gelu_tanh", layer_norm_eps=1e-5,
                    layer_norm_position="pre", hidden_dropout=0.0, attention_dropout=0.0)
 
 
-def _init(cfg: ModelConfig, module=GPTLMHeadModel, seed: int = 0):
+def _init(cfg: GptConfig, module=GPTLMHeadModel, seed: int = 0):
     return nn.meta.unbox(jax.jit(module(cfg).init)(jax.random.PRNGKey(seed), jnp.zeros((1, 8), jnp.int32))["params"])
 
 

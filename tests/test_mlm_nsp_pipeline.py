@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from ptm_jax.config import DataConfig
+from ptm_jax.families.bert.config import BertDataConfig
 from ptm_jax.data.pretraining import masking, nsp
 from ptm_jax.data.pretraining.source import ArraySource, SpecialIds, SubsetSource
 from ptm_jax.errors import ConfigError, DataError
@@ -55,7 +55,7 @@ def test_corpus_size(corpus):
 
 def test_masking_rates_are_15_percent_and_80_10_10(corpus):
     source, special = corpus
-    cfg = DataConfig(max_seq_length=128, max_predictions_per_seq=80)
+    cfg = BertDataConfig(max_seq_length=128, max_predictions_per_seq=80)
     f = cat(take(mlm_nsp_dataset(source, special, cfg, seed=1, start_index=0, global_batch=256), 30))
     tokens = f["input_mask"].sum()
     masked = f["masked_lm_weights"].sum()
@@ -80,7 +80,7 @@ def test_masking_rates_are_15_percent_and_80_10_10(corpus):
 def test_prediction_cap_and_budget_formula_for_every_example(corpus):
     source, special = corpus
     # At length 256 the uncapped budget reaches round(256 * 0.15) = 38, so the cap of 20 binds.
-    cfg = DataConfig(max_seq_length=256, max_predictions_per_seq=20)
+    cfg = BertDataConfig(max_seq_length=256, max_predictions_per_seq=20)
     f = cat(take(mlm_nsp_dataset(source, special, cfg, seed=2, start_index=0, global_batch=128), 8))
     n = f["input_mask"].sum(1)
     count = f["masked_lm_weights"].sum(1)
@@ -90,7 +90,7 @@ def test_prediction_cap_and_budget_formula_for_every_example(corpus):
 
 def test_layout_truncation_and_segments_match_the_plan(corpus):
     source, special = corpus
-    cfg = DataConfig(max_seq_length=64, max_predictions_per_seq=10)
+    cfg = BertDataConfig(max_seq_length=64, max_predictions_per_seq=10)
     f = cat(take(mlm_nsp_dataset(source, special, cfg, seed=4, start_index=256, global_batch=128), 2))
     plan = next(nsp.iter_plan(source, cfg, 4, 256))[:256]
     np.testing.assert_array_equal(f["example_id"], plan["index"])
@@ -119,7 +119,7 @@ def test_layout_truncation_and_segments_match_the_plan(corpus):
 
 def test_same_seed_is_bitwise_equal_and_other_seed_differs(corpus):
     source, special = corpus
-    cfg = DataConfig()
+    cfg = BertDataConfig()
     first = cat(take(mlm_nsp_dataset(source, special, cfg, seed=7, start_index=0, global_batch=64), 3))
     again = cat(take(mlm_nsp_dataset(source, special, cfg, seed=7, start_index=0, global_batch=64), 3))
     other = cat(take(mlm_nsp_dataset(source, special, cfg, seed=8, start_index=0, global_batch=64), 3))
@@ -132,7 +132,7 @@ def test_same_seed_is_bitwise_equal_and_other_seed_differs(corpus):
 def test_resume_and_process_slices_reproduce_single_process_batches(corpus):
     full, special = corpus
     source = SubsetSource(full, np.arange(40))  # short passes, so the batches below straddle pass boundaries
-    cfg = DataConfig(max_seq_length=64, max_predictions_per_seq=10, whole_word_masking=True)
+    cfg = BertDataConfig(max_seq_length=64, max_predictions_per_seq=10, whole_word_masking=True)
     g = 32
     assert [len(nsp.plan_epoch(source, cfg, seed=3, epoch=e)) for e in (0, 1)] == [88, 70]  # 6 batches: 2+ passes
     single = take(mlm_nsp_dataset(source, special, cfg, seed=3, start_index=0, global_batch=g), 6)
@@ -152,7 +152,7 @@ def test_resume_and_process_slices_reproduce_single_process_batches(corpus):
 
 def test_one_pass_without_repeat_ends_on_whole_global_batches(corpus):
     source, special = corpus
-    cfg = DataConfig(max_seq_length=128)
+    cfg = BertDataConfig(max_seq_length=128)
     epoch_size = len(nsp.plan_epoch(source, cfg, seed=5, epoch=0))
     ids = np.concatenate([b["example_id"] for b in mlm_nsp_dataset(
         source, special, cfg, seed=5, start_index=0, global_batch=1000, process_index=1, process_count=2,
@@ -164,7 +164,7 @@ def test_one_pass_without_repeat_ends_on_whole_global_batches(corpus):
 
 def test_whole_word_masking_masks_every_piece_of_a_chosen_word(corpus):
     source, special = corpus
-    cfg = DataConfig(max_seq_length=128, max_predictions_per_seq=20, whole_word_masking=True)
+    cfg = BertDataConfig(max_seq_length=128, max_predictions_per_seq=20, whole_word_masking=True)
     f = cat(take(mlm_nsp_dataset(source, special, cfg, seed=6, start_index=0, global_batch=128), 4))
     cont = special.continuation
     original = f["input_ids"].copy()
@@ -194,12 +194,12 @@ def test_whole_word_masking_masks_every_piece_of_a_chosen_word(corpus):
 def test_bad_arguments_raise_clear_errors(corpus):
     source, special = corpus
     with pytest.raises(ConfigError, match="multiple of the global batch"):
-        mlm_nsp_dataset(source, special, DataConfig(), seed=1, start_index=10, global_batch=64)
+        mlm_nsp_dataset(source, special, BertDataConfig(), seed=1, start_index=10, global_batch=64)
     with pytest.raises(ConfigError, match="process count"):
-        mlm_nsp_dataset(source, special, DataConfig(), seed=1, start_index=0, global_batch=6, process_count=4)
+        mlm_nsp_dataset(source, special, BertDataConfig(), seed=1, start_index=0, global_batch=6, process_count=4)
     small = SpecialIds(PAD, CLS, SEP, MASK, 100)
     with pytest.raises(DataError, match=r"token id 8602, outside the vocabulary \[0, 100\)"):
-        mlm_nsp_dataset(source, small, DataConfig(), seed=1, start_index=0, global_batch=8)
+        mlm_nsp_dataset(source, small, BertDataConfig(), seed=1, start_index=0, global_batch=8)
     with pytest.raises(ConfigError, match="whole_word_masking"):
-        mlm_nsp_dataset(source, SpecialIds(PAD, CLS, SEP, MASK, 9000), DataConfig(whole_word_masking=True), seed=1,
+        mlm_nsp_dataset(source, SpecialIds(PAD, CLS, SEP, MASK, 9000), BertDataConfig(whole_word_masking=True), seed=1,
                         start_index=0, global_batch=8)

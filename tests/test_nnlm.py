@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ptm_jax.config import DataConfig, MeshConfig, RunConfig, TrainConfig
+from ptm_jax.config import DataConfig, MeshConfig, RunConfig, TrainConfig, load_config
 from ptm_jax.data.cache import build_or_load_cache
 from ptm_jax.data.pretraining.source import SubsetSource
 from ptm_jax.data.word_vocab import build_word_vocab
@@ -192,21 +192,35 @@ def test_registered_family_hooks_decay_mask_flops_and_bench_batch(corpus):
 
 
 @pytest.mark.parametrize("preset", ["nnlm_tiny", "nnlm_small"])
-def test_presets_hold_only_fields_of_the_config_dataclasses(preset):
-    """The family's presets (ptm_jax/families/nnlm/presets/): the [model] section builds a valid NnlmConfig, the
-    others hold fields the shared sections have. They move to configs/ when load_config reads per-family model
-    sections: until then load_config rejects objective='nnlm', and tests/test_optim.py loads every preset there."""
-    from pathlib import Path
+def test_presets_load_into_the_family_sections(preset):
+    """configs/nnlm_*.toml through load_config: the [model] section is an NnlmConfig (picked by the objective's
+    family), [data] the shared DataConfig, the tokenizer the word vocabulary sized like the model."""
+    cfg = load_config(preset)
+    assert cfg.objective in FAMILY.objectives and type(cfg.model) is NnlmConfig and type(cfg.data) is DataConfig
+    assert cfg.model.vocab_size == cfg.tokenizer.vocab_size and cfg.tokenizer.kind == "word"
+    assert (cfg.model.order, cfg.model.embed_dim, cfg.model.hidden_dim) == {"nnlm_tiny": (4, 16, 32),
+                                                                             "nnlm_small": (5, 60, 100)}[preset]
 
-    import tomllib
 
-    import ptm_jax.families.nnlm as package
+def test_ptm_pretrain_nnlm_tiny_from_the_command_line(tmp_path):
+    """`ptm pretrain -c nnlm_tiny` in a subprocess: the word vocabulary is trained on the embedded corpus, the
+    objective's family declares its specials (<pad>, <eos>), and 6 steps write a summary with a held-out loss."""
+    import subprocess
+    import sys
 
-    raw = tomllib.loads((Path(package.__file__).parent / "presets" / f"{preset}.toml").read_text())
-    assert raw["objective"] in FAMILY.objectives and raw["model"]["family"] == FAMILY.name
-    model = FAMILY.model_config(**raw["model"])
-    model.validate()
-    assert model.vocab_size == raw["tokenizer"]["vocab_size"] and raw["tokenizer"]["kind"] == "word"
-    for section, cls in (("data", DataConfig), ("train", TrainConfig)):
-        fields = {f.name for f in dataclasses.fields(cls)}
-        assert set(raw[section]) <= fields, (section, set(raw[section]) - fields)
+    from conftest import REPO
+
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "ptm_jax.cli", "pretrain", "-c", "nnlm_tiny", f"output_dir={out}",
+                           "train.steps=6", "train.eval_every=6", "train.checkpoint_every=6", "train.log_every=3"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "pretrain" / "summary.json").read_text())
+    assert summary["step"] == 6 and not summary["preempted"]
+    vocab = summary["corpus"]["vocab_size"]
+    assert 1000 < vocab <= 2000  # tokenizer.vocab_size=2000 caps the trained word vocabulary
+    lines = (out / "tokenizer" / "vocab.tsv").read_text(encoding="utf-8").splitlines()
+    assert [line.split("\t")[0] for line in lines[:3]] == ["<pad>", "<unk>", "<eos>"] and len(lines) == vocab
+    loss = summary["eval"]["lm_loss"]
+    assert math.isfinite(loss) and 0 < loss < math.log(vocab) + 1.0
+    assert summary["eval"]["perplexity"] == pytest.approx(math.exp(loss), rel=1e-6)

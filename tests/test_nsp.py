@@ -6,7 +6,7 @@ from itertools import islice
 import numpy as np
 import pytest
 
-from ptm_jax.config import DataConfig
+from ptm_jax.families.bert.config import BertDataConfig
 from ptm_jax.data.pretraining import nsp
 from ptm_jax.data.pretraining.source import ArraySource, SubsetSource, split_train_eval
 from ptm_jax.errors import ConfigError, DataError
@@ -41,7 +41,7 @@ def test_source_shape_of_tiny_shakespeare(source):
 
 
 def test_instances_tile_each_document_and_random_b_comes_from_another_document(source):
-    cfg = DataConfig(max_seq_length=64)
+    cfg = BertDataConfig(max_seq_length=64)
     plan = nsp.plan_epoch(source, cfg, seed=3, epoch=1)
     np.testing.assert_array_equal(plan["index"], np.arange(len(plan)))
     assert set(np.unique(plan["doc"]).tolist()) == set(range(source.num_docs))
@@ -62,7 +62,7 @@ def test_instances_tile_each_document_and_random_b_comes_from_another_document(s
 
 
 def test_nsp_random_next_is_half_of_multi_sentence_chunks_and_all_single_sentence_chunks(source):
-    cfg = DataConfig(max_seq_length=64)
+    cfg = BertDataConfig(max_seq_length=64)
     plan = np.concatenate([nsp.plan_epoch(source, cfg, seed=5, epoch=e) for e in range(3)])
     multi = plan[plan["chunk_sentences"] >= 2]
     single = plan[plan["chunk_sentences"] == 1]
@@ -72,7 +72,7 @@ def test_nsp_random_next_is_half_of_multi_sentence_chunks_and_all_single_sentenc
 
 
 def test_short_target_lengths_drawn_with_short_seq_prob(source):
-    cfg = DataConfig(max_seq_length=128, short_seq_prob=0.1)
+    cfg = BertDataConfig(max_seq_length=128, short_seq_prob=0.1)
     m = 125
     targets = []
     for e in range(4):
@@ -87,7 +87,7 @@ def test_short_target_lengths_drawn_with_short_seq_prob(source):
 
 
 def test_chunks_stop_at_target_length_and_random_b_fills_the_rest(source):
-    cfg = DataConfig(max_seq_length=48, short_seq_prob=0.3)
+    cfg = BertDataConfig(max_seq_length=48, short_seq_prob=0.3)
     plan = nsp.plan_epoch(source, cfg, seed=2, epoch=0)
     checked = 0
     for rec in plan[:4000]:
@@ -115,7 +115,7 @@ def test_randint_is_inclusive_on_both_ends():
 
 
 def test_iter_plan_fast_forward_equals_tail_and_passes_are_concatenated(source):
-    cfg = DataConfig(max_seq_length=128)
+    cfg = BertDataConfig(max_seq_length=128)
     e0 = nsp.plan_epoch(source, cfg, seed=9, epoch=0, shuffle_block=1000)
     e1 = nsp.plan_epoch(source, cfg, seed=9, epoch=1, first_index=len(e0), shuffle_block=1000)
     full = np.concatenate(list(nsp.iter_plan(source, cfg, 9, epochs=2, shuffle_block=1000)))
@@ -141,7 +141,7 @@ def test_subset_and_split_renumber_documents_and_bad_input_raises(source):
     train, held = split_train_eval(source, 4)
     assert (train.num_docs, held.num_docs) == (7218, 4)
     np.testing.assert_array_equal(held.doc_tokens(3, 1, 2), source.doc_tokens(7221, 1, 2))
-    plan = nsp.plan_epoch(held, DataConfig(), seed=1, epoch=0)
+    plan = nsp.plan_epoch(held, BertDataConfig(), seed=1, epoch=0)
     assert set(plan["doc"].tolist()) == {0, 1, 2, 3} and set(plan["b_doc"].tolist()) <= {0, 1, 2, 3}
     with pytest.raises(DataError, match="document 1 has no sentences"):
         ArraySource([[np.array([5])], []])
@@ -150,4 +150,4 @@ def test_subset_and_split_renumber_documents_and_bad_input_raises(source):
     with pytest.raises(DataError, match=r"\[0, 7222\)"):
         SubsetSource(source, [7222])
     with pytest.raises(ConfigError, match="seed"):
-        nsp.plan_epoch(source, DataConfig(), seed=-1, epoch=0)
+        nsp.plan_epoch(source, BertDataConfig(), seed=-1, epoch=0)

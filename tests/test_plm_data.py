@@ -6,7 +6,7 @@ from itertools import islice
 import numpy as np
 import pytest
 
-from ptm_jax.config import DataConfig
+from ptm_jax.families.xlnet.config import XlnetDataConfig
 from ptm_jax.data.corpus import read_documents
 from ptm_jax.data.pretraining.source import ArraySource, SpecialIds
 from ptm_jax.data.tokenizers import train_sentencepiece
@@ -15,7 +15,7 @@ from ptm_jax.families.xlnet.permutation import part_budgets, sample_spans
 from ptm_jax.families.xlnet.plm_data import PlmBatchBuilder, _pair_lengths, plm_dataset
 
 PAD, CLS, SEP, MASK, V = 0, 1, 2, 3, 200
-CFG = DataConfig(max_seq_length=64, max_predictions_per_seq=10, reuse_len=32, perm_size=16, bi_data=True)
+CFG = XlnetDataConfig(max_seq_length=64, max_predictions_per_seq=10, reuse_len=32, perm_size=16, bi_data=True)
 
 
 def toy_corpus(seed: int = 0, docs: int = 50) -> tuple[ArraySource, SpecialIds]:
@@ -298,7 +298,7 @@ def test_bi_data_half_reversed_and_no_repeat_stops_after_one_pass(toy, toy_batch
         assert np.array_equal(f["input_ids"][4 + r][:32], fwd[fwd_pos])
     once = take(plm_dataset(source, special, CFG, seed=7, start_index=0, global_batch=8, repeat=False), 100)
     assert len(once) == builder.layout.steps_per_pass == 41
-    plain = DataConfig(max_seq_length=64, max_predictions_per_seq=10)
+    plain = XlnetDataConfig(max_seq_length=64, max_predictions_per_seq=10)
     f = take(plm_dataset(source, special, plain, seed=7, start_index=0, global_batch=8), 1)[0]
     assert f["is_reversed"].tolist() == [0] * 8 and (f["input_q"].sum(1) == 10).all()
     assert f["segment_ids"][:, 0].tolist() == [0] * 8                 # no reuse part: A starts the sample
@@ -307,12 +307,12 @@ def test_bi_data_half_reversed_and_no_repeat_stops_after_one_pass(toy, toy_batch
 def test_bad_settings_and_ids_raise_clear_errors(toy):
     source, special = toy
     with pytest.raises(ConfigError, match="reuse_len=61 must be in"):
-        plm_dataset(source, special, DataConfig(max_seq_length=64, reuse_len=61), seed=1, start_index=0,
+        plm_dataset(source, special, XlnetDataConfig(max_seq_length=64, reuse_len=61), seed=1, start_index=0,
                     global_batch=8)
     with pytest.raises(ConfigError, match="even global batch"):
         plm_dataset(source, special, CFG, seed=1, start_index=0, global_batch=7)
     with pytest.raises(ConfigError, match="max_predictions_per_seq=60"):
-        plm_dataset(source, special, DataConfig(max_seq_length=64, max_predictions_per_seq=60, reuse_len=32),
+        plm_dataset(source, special, XlnetDataConfig(max_seq_length=64, max_predictions_per_seq=60, reuse_len=32),
                     seed=1, start_index=0, global_batch=8)
     with pytest.raises(ConfigError, match="multiple of the global batch"):
         plm_dataset(source, special, CFG, seed=1, start_index=4, global_batch=8)
@@ -328,7 +328,7 @@ def test_gutenberg_sentencepiece_samples(shared_data, tmp_path):
     source = ArraySource([[np.asarray(x, np.int32) for x in sp.encode_batch(d) if x] for d in docs])
     special = SpecialIds(sp.pad_id, sp.cls_id, sp.sep_id, sp.mask_id, sp.vocab_size,
                          continuation=sp.continuation_mask())
-    cfg = DataConfig(max_seq_length=128, max_predictions_per_seq=20, reuse_len=64, perm_size=32, bi_data=True)
+    cfg = XlnetDataConfig(max_seq_length=128, max_predictions_per_seq=20, reuse_len=64, perm_size=32, bi_data=True)
     assert source.num_docs > 20 and source.num_tokens > 30_000
     batches = take(plm_dataset(source, special, cfg, seed=5, start_index=0, global_batch=16), 16)
     cont = special.continuation
@@ -350,7 +350,7 @@ def test_gutenberg_sentencepiece_samples(shared_data, tmp_path):
 def test_corpus_shorter_than_a_sample_wraps_around():
     special = SpecialIds(PAD, CLS, SEP, MASK, 50)
     source = ArraySource([[[10, 11, 12], [13, 14]], [[20, 21, 22, 23, 24, 25, 26]], [[30]]])
-    cfg = DataConfig(max_seq_length=32, max_predictions_per_seq=6, reuse_len=8, bi_data=True)
+    cfg = XlnetDataConfig(max_seq_length=32, max_predictions_per_seq=6, reuse_len=8, bi_data=True)
     builder = PlmBatchBuilder(source, special, cfg, seed=1, global_batch=4)
     assert (builder.layout.num_tokens, builder.layout.steps_per_pass) == (13, 1)
     for step in range(6):

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ptm_jax.config import ModelConfig
+from ptm_jax.families.xlnet.config import XlnetConfig
 from ptm_jax.families.xlnet.model import XLNetModel
 from ptm_jax.families.xlnet.two_stream import rel_shift
 
@@ -33,8 +33,8 @@ def perm_mask() -> np.ndarray:
     return ((rank[None, :] >= 0) & (rank[:, None] <= rank[None, :])).astype(np.float32)
 
 
-def _config(scan: bool) -> ModelConfig:
-    return ModelConfig(family="xlnet", vocab_size=V, hidden_size=H, num_layers=2, num_heads=4, intermediate_size=64,
+def _config(scan: bool) -> XlnetConfig:
+    return XlnetConfig(family="xlnet", vocab_size=V, hidden_size=H, num_layers=2, num_heads=4, intermediate_size=64,
                        mem_len=4, hidden_act="relu", scan_layers=scan)
 
 

@@ -29,6 +29,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from ptm_jax import fs
 from ptm_jax.bench import flops as flops_lib
 from ptm_jax.config import MeshConfig, RunConfig
 from ptm_jax.errors import ConfigError
@@ -44,7 +45,15 @@ def _dummy_corpus(cfg: RunConfig) -> Any:
     docs = [[np.arange(5, 9) % v], [np.arange(9, 12) % v]]
     special = SpecialIds(pad=0, cls=1, sep=2, mask=3, vocab_size=v)
     tokenizer = types.SimpleNamespace(pad_id=0, sep_id=2, eos_id=2)  # what the causal-LM builder reads
-    return types.SimpleNamespace(train=ArraySource(docs), eval=None, special=special, tokenizer=tokenizer)
+    corpus = types.SimpleNamespace(train=ArraySource(docs), eval=None, special=special, tokenizer=tokenizer,
+                                   artifacts={})
+    from ptm_jax.families import registry
+    from ptm_jax.train.stages import build_artifacts
+
+    family = registry.family_of_objective(cfg.objective)
+    if family.artifacts:  # the family's derived data, over these documents, in a scratch folder
+        corpus.artifacts = build_artifacts(cfg, corpus, family, fs.path(tempfile.mkdtemp(prefix="ptm-bench-")))
+    return corpus
 
 
 def build_bench_objective(cfg: RunConfig, mlm_head: str = "sparse") -> Any:
@@ -169,7 +178,7 @@ def model_summary(cfg: RunConfig) -> dict[str, Any]:
             "scan_layers": m.scan_layers, "attention_impl": m.attention_impl,
             "dropout": [m.hidden_dropout, m.attention_dropout], "objective": cfg.objective,
             "batch": cfg.train.batch_size, "seq_len": cfg.data.max_seq_length,
-            "predictions": cfg.data.max_predictions_per_seq, "grad_accum_steps": cfg.train.grad_accum_steps}
+            "predictions": getattr(cfg.data, "max_predictions_per_seq", None), "grad_accum_steps": cfg.train.grad_accum_steps}
 
 
 def _percentile(xs: list[float], q: float) -> float:

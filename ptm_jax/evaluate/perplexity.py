@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ptm_jax.config import ModelConfig
 from ptm_jax.errors import ConfigError, DataError
 
 
@@ -42,7 +41,7 @@ def stream_rows(ids: np.ndarray, seq_len: int, stride: int) -> tuple[np.ndarray,
     return inputs, targets, weights
 
 
-def perplexity(params: Any, cfg: ModelConfig, tokenizer, path: str | Path, *, seq_len: int | None = None,
+def perplexity(params: Any, cfg: Any, tokenizer, path: str | Path, *, seq_len: int | None = None,
                stride: int | None = None, batch_size: int = 16, max_tokens: int = 0,
                collapse_whitespace: bool = False) -> dict[str, float]:
     """``collapse_whitespace``: score ``' '.join(text.split())``, for a model whose training text never held a

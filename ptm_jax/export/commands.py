@@ -18,7 +18,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ptm_jax import fs
-from ptm_jax.config import ModelConfig, to_dict
+from ptm_jax.config import to_dict
+from ptm_jax.models.config import TransformerConfig
 from ptm_jax.data.tasks.features import encode_inputs
 from ptm_jax.errors import ConfigError, DataError
 
@@ -85,13 +86,13 @@ def run_batched(fn: Callable, params: Any, ids: list[np.ndarray], segs: list[np.
     return out if out is not None else np.zeros((0,), np.float32)
 
 
-def _inference_cfg(cfg: ModelConfig) -> ModelConfig:
+def _inference_cfg(cfg: TransformerConfig) -> TransformerConfig:
     import dataclasses
 
     return dataclasses.replace(cfg, remat="none", hidden_dropout=0.0, attention_dropout=0.0)
 
 
-def embed_texts(params: dict, cfg: ModelConfig, tokenizer, texts: Sequence[str], *, pooling: str = "mean",
+def embed_texts(params: dict, cfg: TransformerConfig, tokenizer, texts: Sequence[str], *, pooling: str = "mean",
                 max_length: int = 128, batch_size: int = 64, normalize: bool = False) -> np.ndarray:
     """float32 [N, H] sentence vectors: the attention-mask mean (or the [CLS] state) of the last layer."""
     import jax
@@ -128,7 +129,7 @@ def embed_texts(params: dict, cfg: ModelConfig, tokenizer, texts: Sequence[str],
     return out.reshape(len(texts), cfg.hidden_size).astype(np.float32)
 
 
-def classify_texts(params: dict, cfg: ModelConfig, num_labels: int, tokenizer, texts: Sequence[str],
+def classify_texts(params: dict, cfg: TransformerConfig, num_labels: int, tokenizer, texts: Sequence[str],
                    pairs: Sequence[str] | None = None, *, max_length: int = 128, batch_size: int = 64
                    ) -> np.ndarray:
     """float32 [N, num_labels] logits of a sequence classifier."""

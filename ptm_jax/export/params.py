@@ -27,7 +27,7 @@ import jax
 import numpy as np
 
 from ptm_jax import fs
-from ptm_jax.config import ModelConfig, from_dict, to_dict
+from ptm_jax.config import model_from_dict, to_dict
 from ptm_jax.errors import CheckpointError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -238,7 +238,7 @@ def commit_dir(stage: Path, out: Path, shared: bool = False) -> None:
 # Save / load
 
 
-def save_params(directory: str | Path, params: Any, model_cfg: ModelConfig, head: str,
+def save_params(directory: str | Path, params: Any, model_cfg: Any, head: str,
                 extra: dict[str, Any] | None = None, tokenizer_files: Sequence[str | Path] = (), *,
                 overwrite: bool = False) -> Path:
     """Writes a params directory; the tree is stored in the layout ``model_cfg.scan_layers`` names.
@@ -248,7 +248,7 @@ def save_params(directory: str | Path, params: Any, model_cfg: ModelConfig, head
     if head not in heads():
         raise ConfigError(f"head={head!r} is not one of {', '.join(heads())}")
     out = fs.path(directory)
-    tree = to_layout(plain_tree(params), model_cfg.scan_layers)
+    tree = to_layout(plain_tree(params), getattr(model_cfg, "scan_layers", False))
     extra = dict(extra or {})
     files = [fs.path(f) for f in tokenizer_files]
     for f in files:
@@ -354,7 +354,7 @@ def _run_tokenizer(out_dir: Path, run_cfg: dict[str, Any]) -> tuple[dict[str, An
     return info, None
 
 
-def _load_run(ckpt_dir: Path) -> tuple[dict, ModelConfig, dict[str, Any], Path | None]:
+def _load_run(ckpt_dir: Path) -> tuple[dict, Any, dict[str, Any], Path | None]:
     from ptm_jax.checkpoint import Checkpointer
 
     mngr = Checkpointer(ckpt_dir, async_save=False, local=True)  # reads on this process alone
@@ -373,7 +373,7 @@ def _load_run(ckpt_dir: Path) -> tuple[dict, ModelConfig, dict[str, Any], Path |
         raise CheckpointError(f"{ckpt_dir}/{step}: the checkpoint's meta has no 'config' and there is no "
                               f"{out_dir / 'config.json'}; cannot tell the model's shape")
     try:
-        cfg = from_dict(ModelConfig, run_cfg["model"], prefix="model.")
+        cfg = model_from_dict(run_cfg["model"])
     except ConfigError as e:
         raise CheckpointError(f"{ckpt_dir}/{step}: its model config does not load: {e}") from None
     params = plain_tree(_restore_numpy(ckpt_dir / str(step) / "state", "params"))
@@ -386,10 +386,10 @@ def _load_run(ckpt_dir: Path) -> tuple[dict, ModelConfig, dict[str, Any], Path |
             info[key] = meta[key]
     if "classifier" in params and "num_labels" not in info:
         info["num_labels"] = int(np.shape(params["classifier"]["dense"]["kernel"])[-1])
-    return to_layout(params, cfg.scan_layers), cfg, info, tok_dir
+    return to_layout(params, getattr(cfg, "scan_layers", False)), cfg, info, tok_dir
 
 
-def load_params(path: str | Path) -> tuple[dict, ModelConfig, dict[str, Any], Path | None]:
+def load_params(path: str | Path) -> tuple[dict, Any, dict[str, Any], Path | None]:
     """(params with numpy leaves, model config, info, tokenizer folder) from a params directory, a training
     run (output dir, stage dir or checkpoints dir), a Hugging Face BERT folder or a params .npz (no tokenizer). ``info`` has at least
     'head' and 'tokenizer' ({'kind', 'lower_case', 'files'}); classifiers add 'num_labels' (and
@@ -409,17 +409,17 @@ def load_params(path: str | Path) -> tuple[dict, ModelConfig, dict[str, Any], Pa
         if meta.get("format") != FORMAT or int(meta.get("version", 0)) > VERSION:
             raise CheckpointError(f"{p / 'ptm.json'}: not a {FORMAT} v{VERSION} params directory")
         try:
-            cfg = from_dict(ModelConfig, meta.pop("model"), prefix="model.")
+            cfg = model_from_dict(meta.pop("model"))
         except ConfigError as e:
             raise CheckpointError(f"{p / 'ptm.json'}: {e}") from None
-        params = to_layout(plain_tree(_restore_numpy(p / "params")), cfg.scan_layers)
+        params = to_layout(plain_tree(_restore_numpy(p / "params")), getattr(cfg, "scan_layers", False))
         files = list((meta.get("tokenizer") or {}).get("files") or [])
         if fs.is_remote(p):  # tokenizers read local files: a local copy of those files alone (no weights)
             return params, cfg, meta, fs.local_copy(p, only=files) if files else None
         return params, cfg, meta, p
     if p.is_file() and p.suffix == ".npz":
         params, cfg, meta = load_npz(p)
-        return to_layout(params, cfg.scan_layers), cfg, meta, None
+        return to_layout(params, getattr(cfg, "scan_layers", False)), cfg, meta, None
     ckpt = find_checkpoints(p)
     if ckpt is not None:
         return _load_run(ckpt)
@@ -469,11 +469,11 @@ def load_tokenizer(info: dict[str, Any], tokenizer_dir: Path | None):
     return SentencePieceTokenizer(f)
 
 
-def save_npz(path: str | Path, params: Any, model_cfg: ModelConfig, head: str,
+def save_npz(path: str | Path, params: Any, model_cfg: Any, head: str,
              extra: dict[str, Any] | None = None) -> Path:
     """Params only, as one .npz of flat 'a/b/c' -> array, plus the ptm.json text under the key 'ptm.json'."""
     out = fs.path(path)
-    flat = flatten(to_layout(plain_tree(params), model_cfg.scan_layers))
+    flat = flatten(to_layout(plain_tree(params), getattr(model_cfg, "scan_layers", False)))
     meta = {"format": FORMAT, "version": VERSION, "head": head, "model": to_dict(model_cfg), **(extra or {})}
     buf = io.BytesIO()
     np.savez(buf, **flat, **{"ptm.json": np.array(json.dumps(meta, default=str))})
@@ -481,9 +481,9 @@ def save_npz(path: str | Path, params: Any, model_cfg: ModelConfig, head: str,
     return out
 
 
-def load_npz(path: str | Path) -> tuple[dict, ModelConfig, dict[str, Any]]:
+def load_npz(path: str | Path) -> tuple[dict, Any, dict[str, Any]]:
     with np.load(io.BytesIO(fs.read_bytes(path)), allow_pickle=False) as z:
         meta = json.loads(str(z["ptm.json"]))
         flat = {k: z[k] for k in z.files if k != "ptm.json"}
-    cfg = from_dict(ModelConfig, meta.pop("model"), prefix="model.")
+    cfg = model_from_dict(meta.pop("model"))
     return unflatten(flat), cfg, meta

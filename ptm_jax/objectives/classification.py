@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ptm_jax.config import FinetuneConfig, ModelConfig
+from ptm_jax.config import FinetuneConfig
+from ptm_jax.models.config import TransformerConfig
 from ptm_jax.data.tasks.features import encode_inputs, pad_rows
 from ptm_jax.data.tasks.glue import Example, TaskSpec
 from ptm_jax.errors import DataError
@@ -37,7 +38,7 @@ def featurize(examples: Sequence[Example], tokenizer, max_len: int, regression: 
 class SequenceClassificationObjective(ArrayTaskData):
     head = "sequence_classification"
 
-    def __init__(self, model_cfg: ModelConfig, spec: TaskSpec, train: Sequence[Example] | None,
+    def __init__(self, model_cfg: TransformerConfig, spec: TaskSpec, train: Sequence[Example] | None,
                  dev: Sequence[Example], tokenizer, fcfg: FinetuneConfig):
         """``train=None``: evaluation only (``ptm eval``), no training split is read or featurised."""
         if train is not None and not train:
@@ -54,7 +55,7 @@ class SequenceClassificationObjective(ArrayTaskData):
         self.primary_metric = PRIMARY.get(spec.name, "accuracy")
 
     # the two hooks a model family overrides (its Family.classifier class)
-    def build_model(self, model_cfg: ModelConfig):
+    def build_model(self, model_cfg: TransformerConfig):
         return task_head(model_cfg, "sequence_classification")(model_cfg, self.num_labels, self.fcfg.classifier_dropout)
 
     def featurize(self, examples: Sequence[Example], tokenizer) -> dict[str, np.ndarray]:

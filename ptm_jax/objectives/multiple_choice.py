@@ -21,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ptm_jax.config import FinetuneConfig, ModelConfig
+from ptm_jax.config import FinetuneConfig
+from ptm_jax.models.config import TransformerConfig
 from ptm_jax.data.tasks.features import encode_inputs, pad_rows
 from ptm_jax.errors import DataError
 from ptm_jax.objectives.task_data import ArrayTaskData, task_head
@@ -97,7 +98,7 @@ class MultipleChoiceObjective(ArrayTaskData):
     head = "multiple_choice"
     primary_metric = "accuracy"
 
-    def __init__(self, model_cfg: ModelConfig, fcfg: FinetuneConfig, train: Sequence[ChoiceExample] | None,
+    def __init__(self, model_cfg: TransformerConfig, fcfg: FinetuneConfig, train: Sequence[ChoiceExample] | None,
                  dev: Sequence[ChoiceExample], tokenizer, *, name: str = "swag"):
         """``train=None``: evaluation only (``ptm eval``), no training split is read or featurised."""
         if train is not None and not train:
@@ -117,7 +118,7 @@ class MultipleChoiceObjective(ArrayTaskData):
                             f"examples {self.num_choices}")
 
     # the two hooks a model family overrides (its Family.task_objectives['multiple_choice'])
-    def build_model(self, model_cfg: ModelConfig):
+    def build_model(self, model_cfg: TransformerConfig):
         return task_head(model_cfg, "multiple_choice")(model_cfg, self.fcfg.classifier_dropout)
 
     def featurize(self, examples: Sequence[ChoiceExample], tokenizer) -> dict[str, np.ndarray]:

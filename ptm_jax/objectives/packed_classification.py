@@ -13,14 +13,15 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 
-from ptm_jax.config import FinetuneConfig, ModelConfig
+from ptm_jax.config import FinetuneConfig
+from ptm_jax.models.config import TransformerConfig
 from ptm_jax.data.tasks.glue import Example, TaskSpec
 from ptm_jax.data.tasks.packing import one_per_row, pack_examples
 from ptm_jax.objectives.classification import SequenceClassificationObjective
 
 
 class PackedSequenceClassificationObjective(SequenceClassificationObjective):
-    def __init__(self, model_cfg: ModelConfig, spec: TaskSpec, train: Sequence[Example] | None,
+    def __init__(self, model_cfg: TransformerConfig, spec: TaskSpec, train: Sequence[Example] | None,
                  dev: Sequence[Example], tokenizer, fcfg: FinetuneConfig):
         super().__init__(model_cfg, spec, train, dev, tokenizer, fcfg)
         k = fcfg.max_examples_per_row

@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ptm_jax.config import FinetuneConfig, ModelConfig
+from ptm_jax.config import FinetuneConfig
+from ptm_jax.models.config import TransformerConfig
 from ptm_jax.data.tasks.squad import SquadExample
 from ptm_jax.data.tasks.squad_features import SquadFeature, convert_examples_to_features
 from ptm_jax.errors import ConfigError, DataError
@@ -75,7 +76,7 @@ class SpanQAObjective(ArrayTaskData):
     head = "question_answering"
     primary_metric = "f1"
 
-    def __init__(self, model_cfg: ModelConfig, fcfg: FinetuneConfig, train: Sequence[SquadExample] | None,
+    def __init__(self, model_cfg: TransformerConfig, fcfg: FinetuneConfig, train: Sequence[SquadExample] | None,
                  dev: Sequence[SquadExample], tokenizer, *, version_2: bool = False, name: str = "squad",
                  do_lower_case: bool = True):
         """``train=None`` (or empty): evaluation only, no training windows are built."""

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ptm_jax.config import FinetuneConfig, ModelConfig
+from ptm_jax.config import FinetuneConfig
+from ptm_jax.models.config import TransformerConfig
 from ptm_jax.data.tasks.conll import (
     IGNORE_INDEX,
     ConllSentence,
@@ -77,7 +78,7 @@ class TaggingObjective(ArrayTaskData):
     head = "token_classification"
     primary_metric = "f1"
 
-    def __init__(self, model_cfg: ModelConfig, fcfg: FinetuneConfig, train: Sequence[ConllSentence] | None,
+    def __init__(self, model_cfg: TransformerConfig, fcfg: FinetuneConfig, train: Sequence[ConllSentence] | None,
                  dev: Sequence[ConllSentence], tokenizer, *, labels: Sequence[str] | None = None,
                  name: str = "conll2003"):
         """``train=None``: evaluation only; ``labels`` then come from the saved model (``label_names``)."""

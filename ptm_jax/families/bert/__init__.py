@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ptm_jax.config import ModelConfig
+from ptm_jax.families.bert.config import BertConfig, BertDataConfig
 from ptm_jax.families.registry import Family, HfConverter, register
 
 
@@ -98,7 +98,8 @@ def _task(name: str):
 
 FAMILY = register(Family(
     name="bert",
-    model_config=ModelConfig,
+    model_config=BertConfig,
+    data_config=BertDataConfig,
     objectives={"mlm_nsp": _mlm_nsp, "mlm": _mlm_nsp},
     specials=("pad", "cls", "sep", "mask"),
     trunk="bert",

@@ -10,7 +10,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ptm_jax.config import ModelConfig
+from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.families.bert.model import BertModel
 from ptm_jax.models.layers import (
     ACTIVATIONS,
@@ -24,7 +24,7 @@ from ptm_jax.models.layers import (
 
 
 class MlmHead(nn.Module):
-    cfg: ModelConfig
+    cfg: BertConfig
 
     @nn.compact
     def __call__(self, h: jax.Array, embedding_table: jax.Array) -> jax.Array:
@@ -46,7 +46,7 @@ class MlmHead(nn.Module):
 class BertForPreTraining(nn.Module):
     """BERT + MLM head (tied) + NSP head. Returns (mlm_logits [B,P,V], nsp_logits [B,2] or None)."""
 
-    cfg: ModelConfig
+    cfg: BertConfig
     with_nsp: bool = True
 
     def setup(self) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ptm_jax.config import ModelConfig
+from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.errors import CheckpointError
 from ptm_jax.export import params as params_lib
 from ptm_jax.export.hf_files import (
@@ -66,7 +66,7 @@ SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD
 # Name/layout rules
 
 
-def encoder_rules(cfg: ModelConfig, prefix: str, has_pooler: bool) -> list[Rule]:
+def encoder_rules(cfg: BertConfig, prefix: str, has_pooler: bool) -> list[Rule]:
     """Rules of BertModel; ``prefix`` is '' (a bare BertModel checkpoint) or 'bert.'. Paths are loop layout."""
     h, n, f = cfg.hidden_size, cfg.num_heads, cfg.intermediate_size
     d = h // n
@@ -91,7 +91,7 @@ def encoder_rules(cfg: ModelConfig, prefix: str, has_pooler: bool) -> list[Rule]
     return rules
 
 
-def head_rules(cfg: ModelConfig, head: str, num_labels: int) -> list[Rule]:
+def head_rules(cfg: BertConfig, head: str, num_labels: int) -> list[Rule]:
     h = cfg.hidden_size
     rules: list[Rule] = []
     if head in ("pretraining", "masked_lm"):
@@ -107,7 +107,7 @@ def head_rules(cfg: ModelConfig, head: str, num_labels: int) -> list[Rule]:
     return rules
 
 
-def all_rules(cfg: ModelConfig, head: str, num_labels: int, has_pooler: bool, prefix: str | None = None
+def all_rules(cfg: BertConfig, head: str, num_labels: int, has_pooler: bool, prefix: str | None = None
               ) -> list[Rule]:
     if prefix is None:
         prefix = "" if head == "encoder" else "bert."
@@ -118,7 +118,7 @@ def all_rules(cfg: ModelConfig, head: str, num_labels: int, has_pooler: bool, pr
 # Config
 
 
-# config.json sizes: HF key -> (ModelConfig field, default (None: required), min, max). The maxima are far
+# config.json sizes: HF key -> (BertConfig field, default (None: required), min, max). The maxima are far
 # above every published BERT (vocab 250k, 48 layers, hidden 4096) yet refuse a corrupt value before it drives
 # a loop over layers or a shape computation.
 INT_FIELDS = {"vocab_size": ("vocab_size", None, 1, 1 << 24), "hidden_size": ("hidden_size", None, 1, 1 << 16),
@@ -126,7 +126,7 @@ INT_FIELDS = {"vocab_size": ("vocab_size", None, 1, 1 << 24), "hidden_size": ("h
               "intermediate_size": ("intermediate_size", None, 1, 1 << 18),
               "max_position_embeddings": ("max_position_embeddings", 512, 1, 1 << 20),
               "type_vocab_size": ("type_vocab_size", 2, 1, 4096)}
-FLOAT_FIELDS = {  # HF key -> (ModelConfig field, default, allowed range as a test and in words)
+FLOAT_FIELDS = {  # HF key -> (BertConfig field, default, allowed range as a test and in words)
     "hidden_dropout_prob": ("hidden_dropout", 0.1, lambda x: 0.0 <= x < 1.0, "in [0, 1)"),
     "attention_probs_dropout_prob": ("attention_dropout", 0.1, lambda x: 0.0 <= x < 1.0, "in [0, 1)"),
     "layer_norm_eps": ("layer_norm_eps", 1e-12, lambda x: 0.0 < x <= 1.0, "in (0, 1]"),
@@ -164,8 +164,8 @@ def _check_hf_extras(hf: dict[str, Any], where: Path) -> None:
         raise _bad(where, "pad_token_id", pad, f"null or a token id in [0, vocab_size={hf['vocab_size']})")
 
 
-def model_config_from_hf(hf: dict[str, Any], where: Path) -> ModelConfig:
-    """transformers BertConfig dict -> ModelConfig; refuses what our BERT cannot represent, a value of the wrong
+def model_config_from_hf(hf: dict[str, Any], where: Path) -> BertConfig:
+    """transformers BertConfig dict -> BertConfig; refuses what our BERT cannot represent, a value of the wrong
     JSON type and a size outside INT_FIELDS' bounds, naming the key."""
     if not isinstance(hf, dict):
         raise CheckpointError(f"{where}: holds a JSON {type(hf).__name__}, not an object of BERT settings; "
@@ -200,15 +200,15 @@ def model_config_from_hf(hf: dict[str, Any], where: Path) -> ModelConfig:
         raise CheckpointError(f"{where}: lacks the BERT config field {e.args[0]!r}; a BERT config.json sets "
                               f"{', '.join(k for k, v in INT_FIELDS.items() if v[1] is None)}") from None
     _check_hf_extras(hf, where)
-    cfg = ModelConfig(**fields)
+    cfg = BertConfig(**fields)
     if cfg.hidden_size % cfg.num_heads:
         raise CheckpointError(f"{where}: hidden_size={cfg.hidden_size} is not divisible by "
                               f"num_attention_heads={cfg.num_heads}; fix these keys of config.json")
     return cfg
 
 
-def hf_config(cfg: ModelConfig, head: str, info: dict[str, Any]) -> dict[str, Any]:
-    """ModelConfig (+ head, labels) -> a transformers BertConfig dict."""
+def hf_config(cfg: BertConfig, head: str, info: dict[str, Any]) -> dict[str, Any]:
+    """BertConfig (+ head, labels) -> a transformers BertConfig dict."""
     out: dict[str, Any] = {
         "architectures": [ARCHITECTURES[head]], "model_type": "bert", "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
@@ -278,7 +278,7 @@ def detect_head(names: set[str], hf: dict[str, Any]) -> str:
     return "encoder"
 
 
-def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, hf: dict[str, Any], where: Path,
+def hf_to_params(tensors: dict[str, np.ndarray], cfg: BertConfig, hf: dict[str, Any], where: Path,
                  head: str | None = None) -> tuple[dict, dict[str, Any]]:
     """HF name -> tensor to our params (loop layout, float32) and info (head, num_labels, dropped, ...).
     An explicit ``head`` (e.g. 'encoder' for a pretraining checkpoint) drops the other heads' tensors, by name."""
@@ -322,7 +322,7 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, hf: dict[str,
     return params, info
 
 
-def params_to_hf(params: dict, cfg: ModelConfig, head: str) -> tuple[dict[str, np.ndarray], list[str]]:
+def params_to_hf(params: dict, cfg: BertConfig, head: str) -> tuple[dict[str, np.ndarray], list[str]]:
     """Our params (either layout) -> HF name -> contiguous float32 array, and the paths left out (a pooler
     the HF head class has no place for: token tagging, span QA, masked LM)."""
     params = params_lib.unstack_layers(params)
@@ -362,7 +362,7 @@ def tokenizer_settings(d: Path) -> dict[str, Any]:
     return {"kind": "wordpiece", "lower_case": lower, "files": ["vocab.txt"]}
 
 
-def import_hf(path: str | Path, head: str | None = None) -> tuple[dict, ModelConfig, dict[str, Any], Path]:
+def import_hf(path: str | Path, head: str | None = None) -> tuple[dict, BertConfig, dict[str, Any], Path]:
     """A local HF BERT folder -> (params, model config, info, tokenizer folder)."""
     root = Path(path)
     hf, tensors, d = read_hf_dir(root)

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import numpy as np
 import tensorflow as tf
 
-from ptm_jax.config import DataConfig
+from ptm_jax.families.bert.config import BertDataConfig
 from ptm_jax.data.pretraining import masking, nsp
 from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds, check_share
 from ptm_jax.errors import ConfigError, DataError
@@ -60,7 +60,7 @@ def _pack(a: list[np.ndarray], b: list[np.ndarray], meta: list[tuple[int, int]],
     }
 
 
-def local_batches(source: DocumentSource, cfg: DataConfig, *, seed: int, start_index: int, global_batch: int,
+def local_batches(source: DocumentSource, cfg: BertDataConfig, *, seed: int, start_index: int, global_batch: int,
                   process_index: int, process_count: int, vocab_size: int,
                   epochs: int | None) -> Iterator[dict[str, np.ndarray]]:
     """This process's rows of every complete global batch, as flat untruncated A/B token runs.
@@ -94,7 +94,7 @@ def local_batches(source: DocumentSource, cfg: DataConfig, *, seed: int, start_i
             yield ready.popleft()[1]
 
 
-def build_features(batch: dict[str, tf.Tensor], special: SpecialIds, cfg: DataConfig, *,
+def build_features(batch: dict[str, tf.Tensor], special: SpecialIds, cfg: BertDataConfig, *,
                    seed: int) -> dict[str, tf.Tensor]:
     """Truncate, lay out, segment, mask and pad a local batch (all TensorFlow ops, no Python per example)."""
     length = cfg.max_seq_length
@@ -134,7 +134,7 @@ def build_features(batch: dict[str, tf.Tensor], special: SpecialIds, cfg: DataCo
     }
 
 
-def _check_args(source: DocumentSource, special: SpecialIds, cfg: DataConfig, seed: int, start_index: int,
+def _check_args(source: DocumentSource, special: SpecialIds, cfg: BertDataConfig, seed: int, start_index: int,
                 global_batch: int, process_index: int, process_count: int) -> None:
     nsp.check_seed(seed)
     check_share(start_index, global_batch, process_index, process_count)
@@ -153,7 +153,7 @@ def _check_args(source: DocumentSource, special: SpecialIds, cfg: DataConfig, se
                         "(delete data.cache_dir)")
 
 
-def mlm_nsp_dataset(source: DocumentSource, special: SpecialIds, cfg: DataConfig, *, seed: int, start_index: int,
+def mlm_nsp_dataset(source: DocumentSource, special: SpecialIds, cfg: BertDataConfig, *, seed: int, start_index: int,
                     global_batch: int, process_index: int = 0, process_count: int = 1,
                     repeat: bool = True) -> tf.data.Dataset:
     """This process's batches of BERT MLM+NSP features, from global example ``start_index`` on.

@@ -10,7 +10,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ptm_jax.config import ModelConfig
+from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.models.attention import SelfAttention, padding_mask
 from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.layers import (
@@ -27,7 +27,7 @@ from ptm_jax.models.layers import (
 
 
 class BertEmbeddings(nn.Module):
-    cfg: ModelConfig
+    cfg: BertConfig
 
     def setup(self) -> None:
         c, dt = self.cfg, dtype_of(self.cfg.dtype)
@@ -52,7 +52,7 @@ class BertEmbeddings(nn.Module):
 class BertLayer(nn.Module):
     """One post-LN Transformer block."""
 
-    cfg: ModelConfig
+    cfg: BertConfig
     deterministic: bool = True
 
     @nn.compact
@@ -71,7 +71,7 @@ class BertLayer(nn.Module):
 
 
 class _ScannedLayer(nn.Module):
-    cfg: ModelConfig
+    cfg: BertConfig
     deterministic: bool = True
 
     @nn.compact
@@ -79,7 +79,7 @@ class _ScannedLayer(nn.Module):
         return _layer_cls(self.cfg)(self.cfg, self.deterministic, name="layer")(x, mask), None
 
 
-def _layer_cls(cfg: ModelConfig) -> type[nn.Module]:
+def _layer_cls(cfg: BertConfig) -> type[nn.Module]:
     if cfg.remat == "none":
         return BertLayer
     return nn.remat(BertLayer, policy=REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan_layers)
@@ -88,7 +88,7 @@ def _layer_cls(cfg: ModelConfig) -> type[nn.Module]:
 class BertEncoder(nn.Module):
     """A stack of blocks: a Python loop (layers_0..N-1) or ``nn.scan`` (one stacked 'layers' axis)."""
 
-    cfg: ModelConfig
+    cfg: BertConfig
 
     @nn.compact
     def __call__(self, x: jax.Array, mask: jax.Array, deterministic: bool = True) -> jax.Array:
@@ -107,7 +107,7 @@ class BertEncoder(nn.Module):
 class BertModel(nn.Module):
     """Encoder + pooler; returns (sequence_output [B,S,H], pooled_output [B,H])."""
 
-    cfg: ModelConfig
+    cfg: BertConfig
     add_pooler: bool = True
 
     def setup(self) -> None:

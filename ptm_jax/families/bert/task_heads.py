@@ -13,21 +13,21 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ptm_jax.config import ModelConfig
+from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.families.bert.model import BertModel
 from ptm_jax.models.attention import segment_mask
 from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.layers import Dense
 
 
-def _classifier(cfg: ModelConfig, n: int, name: str) -> Dense:
+def _classifier(cfg: BertConfig, n: int, name: str) -> Dense:
     return Dense(n, ("embed", "classes"), cfg.initializer_range, name=name)
 
 
 class BertForSequenceClassification(nn.Module):
     """[B, num_labels] logits (num_labels = 1: a regression score, STS-B)."""
 
-    cfg: ModelConfig
+    cfg: BertConfig
     num_labels: int
     classifier_dropout: float = 0.1
 
@@ -48,7 +48,7 @@ class BertForSequenceClassification(nn.Module):
 class BertForTokenClassification(nn.Module):
     """[B, S, num_labels] logits; the loss reads the first sub-word of each word only."""
 
-    cfg: ModelConfig
+    cfg: BertConfig
     num_labels: int
     classifier_dropout: float = 0.1
 
@@ -63,7 +63,7 @@ class BertForTokenClassification(nn.Module):
 class BertForQuestionAnswering(nn.Module):
     """(start_logits [B, S], end_logits [B, S])."""
 
-    cfg: ModelConfig
+    cfg: BertConfig
 
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True):
@@ -76,7 +76,7 @@ class BertForQuestionAnswering(nn.Module):
 class BertForMultipleChoice(nn.Module):
     """Inputs [B, C, S] (C options) -> [B, C] logits."""
 
-    cfg: ModelConfig
+    cfg: BertConfig
     classifier_dropout: float = 0.1
 
     @nn.compact

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ptm_jax.config import ModelConfig
+from ptm_jax.families.gpt.config import GptConfig
 from ptm_jax.families.registry import Family, HfConverter, register
 
 
@@ -109,7 +109,7 @@ def _perplexity(*args, **kw):
 
 FAMILY = register(Family(
     name="gpt",
-    model_config=ModelConfig,
+    model_config=GptConfig,
     objectives={"causal_lm": _causal_lm},
     specials=("pad", "eos"),
     trunk="gpt",

@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ptm_jax.config import FinetuneConfig, ModelConfig
+from ptm_jax.config import FinetuneConfig
+from ptm_jax.families.gpt.config import GptConfig
 from ptm_jax.data.tasks.glue import Example, TaskSpec
 from ptm_jax.errors import DataError
 from ptm_jax.families.gpt.transforms import gpt_features, transform_for
@@ -76,13 +77,13 @@ class GptViews:
 class GptClassificationObjective(GptViews, SequenceClassificationObjective):
     """Sequence classification / regression with a GPT trunk; scoring is inherited from the BERT objective."""
 
-    def __init__(self, model_cfg: ModelConfig, spec: TaskSpec, train: Sequence[Example], dev: Sequence[Example],
+    def __init__(self, model_cfg: GptConfig, spec: TaskSpec, train: Sequence[Example], dev: Sequence[Example],
                  tokenizer, fcfg: FinetuneConfig):
         self.mode = transform_for(spec.name, spec.is_pair)
         self.lm_coef = fcfg.lm_coef
         super().__init__(model_cfg, spec, train, dev, tokenizer, fcfg)
 
-    def build_model(self, model_cfg: ModelConfig):
+    def build_model(self, model_cfg: GptConfig):
         from ptm_jax.families.gpt.task_heads import GPTForSequenceClassification
 
         return GPTForSequenceClassification(model_cfg, self.num_labels, self.fcfg.classifier_dropout)
@@ -95,11 +96,11 @@ class GptMultipleChoiceObjective(GptViews, MultipleChoiceObjective):
     """Multiple choice with a GPT trunk: ``[s] context $ option [e]`` per option, a score per option,
     softmax over the options, plus lambda x LM (Radford et al. 2018 Sec. 3.3)."""
 
-    def __init__(self, model_cfg: ModelConfig, fcfg: FinetuneConfig, train, dev, tokenizer, *, name: str = "swag"):
+    def __init__(self, model_cfg: GptConfig, fcfg: FinetuneConfig, train, dev, tokenizer, *, name: str = "swag"):
         self.lm_coef = fcfg.lm_coef
         super().__init__(model_cfg, fcfg, train, dev, tokenizer, name=name)
 
-    def build_model(self, model_cfg: ModelConfig):
+    def build_model(self, model_cfg: GptConfig):
         from ptm_jax.families.gpt.task_heads import GPTForMultipleChoice
 
         return GPTForMultipleChoice(model_cfg, self.fcfg.classifier_dropout)

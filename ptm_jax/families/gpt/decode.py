@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ptm_jax.config import ModelConfig, to_dict
+from ptm_jax.config import to_dict
+from ptm_jax.families.gpt.config import GptConfig
 from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.families.gpt.model import GPTLMHeadModel
 from ptm_jax.generate.sampling import sample
@@ -43,7 +44,7 @@ class Sampling:
 _COMPILED: dict[tuple, tuple[Callable, Callable]] = {}
 
 
-def decode_functions(cfg: ModelConfig, *, cache_length: int, max_new_tokens: int, greedy: bool = False,
+def decode_functions(cfg: GptConfig, *, cache_length: int, max_new_tokens: int, greedy: bool = False,
                      top_k: int = 0, nucleus: bool = False, pad_id: int = 0) -> tuple[Callable, Callable]:
     """(prefill, decode_loop), jitted and memoised by their static settings.
 
@@ -106,7 +107,7 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, width: int | None = 
     return ids, seg, pos, lengths
 
 
-def _check_prompts(prompts: Any, cfg: ModelConfig, max_new_tokens: int, max_length: int) -> None:
+def _check_prompts(prompts: Any, cfg: GptConfig, max_new_tokens: int, max_length: int) -> None:
     if not isinstance(prompts, (list, tuple)) or not prompts:
         raise DataError("no prompts: pass at least one non-empty list of token ids")
     if max_new_tokens < 1:
@@ -129,7 +130,7 @@ def _check_prompts(prompts: Any, cfg: ModelConfig, max_new_tokens: int, max_leng
                             "prompt or ask for fewer tokens")
 
 
-def generate(params: Any, cfg: ModelConfig, prompts: list[list[int]], max_new_tokens: int, *,
+def generate(params: Any, cfg: GptConfig, prompts: list[list[int]], max_new_tokens: int, *,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, greedy: bool = False, seed: int = 0,
              eos_id: int | None = None, pad_id: int = 0, max_length: int | None = None) -> list[list[int]]:
     """New tokens for each prompt (token-id lists), up to ``max_new_tokens``, ending with ``eos_id`` when it

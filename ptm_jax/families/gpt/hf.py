@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ptm_jax.config import ModelConfig
+from ptm_jax.families.gpt.config import GptConfig
 from ptm_jax.errors import CheckpointError
 from ptm_jax.export import params as params_lib
 from ptm_jax.export.hf_files import ACT_FROM_HF, ACT_TO_HF, fmt_names, read_hf_dir
@@ -68,8 +68,8 @@ def _field(hf: dict[str, Any], key: str, kind: type, where: Path, default: Any =
     return value
 
 
-def model_config_from_hf_gpt2(hf: dict[str, Any], where: Path) -> ModelConfig:
-    """transformers GPT2Config dict -> ModelConfig; refuses what our GPT cannot represent."""
+def model_config_from_hf_gpt2(hf: dict[str, Any], where: Path) -> GptConfig:
+    """transformers GPT2Config dict -> GptConfig; refuses what our GPT cannot represent."""
     if not isinstance(hf, dict):
         raise CheckpointError(f"{where}: not a JSON object; expected a Hugging Face GPT-2 config.json")
     if hf.get("model_type") != "gpt2":
@@ -88,11 +88,11 @@ def model_config_from_hf_gpt2(hf: dict[str, Any], where: Path) -> ModelConfig:
     if resid != embd:
         log.warning("%s: embd_pdrop=%s differs from resid_pdrop=%s; both use model.hidden_dropout=%s",
                     where, embd, resid, resid)
-    cfg = ModelConfig(
+    cfg = GptConfig(
         family="gpt", layer_norm_position="pre", vocab_size=_field(hf, "vocab_size", int, where), hidden_size=h,
         num_layers=_field(hf, "n_layer", int, where), num_heads=_field(hf, "n_head", int, where),
         intermediate_size=4 * h if inner is None else _field(hf, "n_inner", int, where),
-        max_position_embeddings=_field(hf, "n_positions", int, where), type_vocab_size=1,
+        max_position_embeddings=_field(hf, "n_positions", int, where),
         hidden_act=ACT_FROM_HF[act], hidden_dropout=resid,
         attention_dropout=_field(hf, "attn_pdrop", float, where, 0.1),
         layer_norm_eps=_field(hf, "layer_norm_epsilon", float, where, 1e-5),
@@ -102,8 +102,8 @@ def model_config_from_hf_gpt2(hf: dict[str, Any], where: Path) -> ModelConfig:
     return cfg
 
 
-def hf_gpt2_config(cfg: ModelConfig, info: dict[str, Any]) -> dict[str, Any]:
-    """ModelConfig -> a transformers GPT2Config dict (GPT2LMHeadModel, tied output)."""
+def hf_gpt2_config(cfg: GptConfig, info: dict[str, Any]) -> dict[str, Any]:
+    """GptConfig -> a transformers GPT2Config dict (GPT2LMHeadModel, tied output)."""
     eos = int(info.get("eos_token_id", cfg.vocab_size - 1))
     return {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": cfg.vocab_size,
@@ -120,7 +120,7 @@ def hf_gpt2_config(cfg: ModelConfig, info: dict[str, Any]) -> dict[str, Any]:
 # Tensors
 
 
-def _expected_shapes(cfg: ModelConfig, prefix: str) -> dict[str, tuple[int, ...]]:
+def _expected_shapes(cfg: GptConfig, prefix: str) -> dict[str, tuple[int, ...]]:
     h, f, v, p = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.max_position_embeddings
     out = {f"{prefix}wte.weight": (v, h), f"{prefix}wpe.weight": (p, h),
            f"{prefix}ln_f.weight": (h,), f"{prefix}ln_f.bias": (h,)}
@@ -138,7 +138,7 @@ def _norm(t: dict[str, np.ndarray], name: str) -> dict[str, Any]:
     return {"norm": {"scale": t[f"{name}.weight"], "bias": t[f"{name}.bias"]}}
 
 
-def hf_gpt2_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: Path) -> dict:
+def hf_gpt2_to_params(tensors: dict[str, np.ndarray], cfg: GptConfig, where: Path) -> dict:
     """HF name -> tensor to our causal_lm params {'gpt': ...} (loop layout, float32)."""
     names = set(tensors)
     prefix = "transformer." if any(n.startswith("transformer.") for n in names) else ""
@@ -176,7 +176,7 @@ def hf_gpt2_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: P
                     "decoder": layers, "ln_f": _norm(t, "ln_f")}}
 
 
-def params_to_hf_gpt2(params: dict, cfg: ModelConfig) -> dict[str, np.ndarray]:
+def params_to_hf_gpt2(params: dict, cfg: GptConfig) -> dict[str, np.ndarray]:
     """Our causal_lm params (either layout) -> GPT2LMHeadModel state dict (tied lm_head left out)."""
     if cfg.family != "gpt" or cfg.layer_norm_position != "pre":
         raise CheckpointError(f"export to Hugging Face GPT-2 needs a pre-LN GPT (family 'gpt', layer_norm_position "
@@ -224,7 +224,7 @@ def _tokenizer_info(d: Path) -> dict[str, Any]:
     return {}
 
 
-def import_hf_gpt2(path: str | Path) -> tuple[dict, ModelConfig, dict[str, Any]]:
+def import_hf_gpt2(path: str | Path) -> tuple[dict, GptConfig, dict[str, Any]]:
     """A local HF GPT-2 folder -> (params {'gpt': ...}, model config, info). info: head 'causal_lm',
     source, tokenizer ({kind 'byte_bpe', files [vocab.json, merges.txt]} when present), bos/eos ids."""
     root = Path(path)

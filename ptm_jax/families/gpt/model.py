@@ -21,7 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ptm_jax.config import ModelConfig
+from ptm_jax.families.gpt.config import GptConfig
 from ptm_jax.models.attention import dot_product_attention
 from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.layers import (
@@ -36,7 +36,7 @@ from ptm_jax.models.layers import (
 normal = nn.initializers.normal
 
 
-def residual_std(cfg: ModelConfig) -> float:
+def residual_std(cfg: GptConfig) -> float:
     """Init std of the residual output projections: scaled by 1/sqrt(2N) for GPT-2 (pre-LN), plain for GPT-1."""
     if cfg.layer_norm_position == "pre":
         return cfg.initializer_range / math.sqrt(2 * cfg.num_layers)
@@ -68,7 +68,7 @@ def causal_segment_mask(q_segments: jax.Array, k_segments: jax.Array, q_offset: 
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention; q/k/v [embed, heads, kv], output [heads, kv, embed]."""
 
-    cfg: ModelConfig
+    cfg: GptConfig
     deterministic: bool = True
     decode: bool = False
     cache_length: int = 0
@@ -114,7 +114,7 @@ class CausalSelfAttention(nn.Module):
 
 
 class GPTMlp(nn.Module):
-    cfg: ModelConfig
+    cfg: GptConfig
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -131,7 +131,7 @@ class GPTMlp(nn.Module):
 class GPTBlock(nn.Module):
     """One block: post-LN (GPT-1) or pre-LN (GPT-2), residual dropout after attention and after the MLP."""
 
-    cfg: ModelConfig
+    cfg: GptConfig
     deterministic: bool = True
     decode: bool = False
     cache_length: int = 0
@@ -153,14 +153,14 @@ class GPTBlock(nn.Module):
         return constrain(x, ("batch", "length", "act_embed"))
 
 
-def _block_cls(cfg: ModelConfig, decode: bool) -> type[nn.Module]:
+def _block_cls(cfg: GptConfig, decode: bool) -> type[nn.Module]:
     if cfg.remat == "none" or decode:
         return GPTBlock
     return nn.remat(GPTBlock, policy=REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan_layers)
 
 
 class _ScannedBlock(nn.Module):
-    cfg: ModelConfig
+    cfg: GptConfig
     deterministic: bool = True
     decode: bool = False
     cache_length: int = 0
@@ -174,7 +174,7 @@ class _ScannedBlock(nn.Module):
 class GPTDecoder(nn.Module):
     """The block stack: a Python loop (layers_0..N-1) or ``nn.scan`` (one stacked 'layers' axis)."""
 
-    cfg: ModelConfig
+    cfg: GptConfig
     cache_length: int = 0
 
     @nn.compact
@@ -200,7 +200,7 @@ class GPTModel(nn.Module):
     every segment change (decode mode: continuing from the tokens already cached; pass position_ids on every
     decode call or on none). ``cache_length`` is the decode cache size (0 = ``max_position_embeddings``)."""
 
-    cfg: ModelConfig
+    cfg: GptConfig
     cache_length: int = 0
 
     @nn.compact
@@ -236,7 +236,7 @@ class GPTModel(nn.Module):
 class GPTLMHeadModel(nn.Module):
     """GPT + tied LM head; params {'gpt': trunk}. Returns (logits [B,L,V] float32, hidden [B,L,H])."""
 
-    cfg: ModelConfig
+    cfg: GptConfig
     cache_length: int = 0
 
     def setup(self) -> None:

@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ptm_jax.config import ModelConfig
+from ptm_jax.families.gpt.config import GptConfig
 from ptm_jax.families.gpt.model import GPTModel
 from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.layers import Dense, dtype_of
@@ -29,7 +29,7 @@ def _extract_states(trunk: GPTModel, input_ids, segment_ids, position_ids, extra
 
 
 class GPTForSequenceClassification(nn.Module):
-    cfg: ModelConfig
+    cfg: GptConfig
     num_labels: int
     dropout: float = 0.1
 
@@ -51,7 +51,7 @@ class GPTForMultipleChoice(nn.Module):
     """One view per option (``[s] context $ option [e]``); a linear score of each [e] state; the caller
     takes the softmax over the options (Radford et al. 2018 Sec. 3.3, multiple choice)."""
 
-    cfg: ModelConfig
+    cfg: GptConfig
     dropout: float = 0.1
 
     @nn.compact

@@ -34,6 +34,7 @@ FAMILY = register(Family(
     layer_of=hooks.layer_of,
     flops=hooks.step_flops,
     synthetic_batch=hooks.synthetic_batch,
+    tiny_preset="nnlm_tiny",
     word_vectors=hooks.word_vectors,
     capabilities=frozenset({"perplexity", "word_vectors"}),
 ))

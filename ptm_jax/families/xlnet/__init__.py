@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ptm_jax.config import ModelConfig
+from ptm_jax.families.xlnet.config import XlnetConfig, XlnetDataConfig
 from ptm_jax.families.registry import Family, HfConverter, register
 
 
@@ -73,7 +73,8 @@ def _qa_model() -> type:
 
 FAMILY = register(Family(
     name="xlnet",
-    model_config=ModelConfig,
+    model_config=XlnetConfig,
+    data_config=XlnetDataConfig,
     objectives={"plm": _plm},
     specials=("pad", "cls", "sep", "mask"),
     trunk="xlnet",

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ptm_jax.config import ModelConfig
+from ptm_jax.families.xlnet.config import XlnetConfig
 from ptm_jax.data.tasks.features import pad_rows, truncate_pair
 from ptm_jax.data.tasks.glue import Example
 from ptm_jax.errors import ConfigError
@@ -51,7 +51,7 @@ def featurize(examples: Sequence[Example], tokenizer, max_len: int, regression: 
 
 
 class XLNetClassificationObjective(SequenceClassificationObjective):
-    def build_model(self, model_cfg: ModelConfig):
+    def build_model(self, model_cfg: XlnetConfig):
         from ptm_jax.families.xlnet.model import XLNetForSequenceClassification
 
         return XLNetForSequenceClassification(model_cfg, self.num_labels, self.fcfg.classifier_dropout)

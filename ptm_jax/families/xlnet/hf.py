@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ptm_jax.config import ModelConfig
+from ptm_jax.families.xlnet.config import XlnetConfig
 from ptm_jax.errors import CheckpointError
 from ptm_jax.export import params as params_lib
 from ptm_jax.export.hf_files import (
@@ -83,8 +83,8 @@ def _field(hf: dict[str, Any], key: str, kind: type, where: Path, default: Any =
     return kind(v)
 
 
-def model_config_from_hf(hf: Any, where: Path) -> ModelConfig:
-    """transformers XLNetConfig dict -> ModelConfig (family 'xlnet'); refuses what our XLNet cannot run."""
+def model_config_from_hf(hf: Any, where: Path) -> XlnetConfig:
+    """transformers XLNetConfig dict -> XlnetConfig (family 'xlnet'); refuses what our XLNet cannot run."""
     if not isinstance(hf, dict):
         raise CheckpointError(f"{where}: holds a {type(hf).__name__}, not a JSON object")
     if hf.get("model_type") != "xlnet":
@@ -111,7 +111,7 @@ def model_config_from_hf(hf: Any, where: Path) -> ModelConfig:
     eps = _field(hf, "layer_norm_eps", float, where, 1e-12)
     if not 0.0 < eps < 1.0:
         raise CheckpointError(f"{where}: field 'layer_norm_eps' must be in (0, 1), got {eps}")
-    return ModelConfig(
+    return XlnetConfig(
         family="xlnet", vocab_size=sizes["vocab_size"], hidden_size=d_model, num_layers=sizes["n_layer"],
         num_heads=n_head, intermediate_size=sizes["d_inner"], hidden_act=ACT_FROM_HF[act],
         hidden_dropout=dropout, attention_dropout=dropout,
@@ -121,8 +121,8 @@ def model_config_from_hf(hf: Any, where: Path) -> ModelConfig:
         untie_r=_field(hf, "untie_r", bool, where, True))
 
 
-def hf_config(cfg: ModelConfig, head: str, info: dict[str, Any]) -> dict[str, Any]:
-    """ModelConfig (+ head, labels) -> a transformers XLNetConfig dict."""
+def hf_config(cfg: XlnetConfig, head: str, info: dict[str, Any]) -> dict[str, Any]:
+    """XlnetConfig (+ head, labels) -> a transformers XLNetConfig dict."""
     if cfg.attention_dropout != cfg.hidden_dropout:
         log.warning("transformers' XLNet has one dropout rate; exporting hidden_dropout=%s (attention_dropout=%s "
                     "is not representable)", cfg.hidden_dropout, cfg.attention_dropout)
@@ -151,7 +151,7 @@ def hf_config(cfg: ModelConfig, head: str, info: dict[str, Any]) -> dict[str, An
 # Name/layout rules (our paths are the loop layout: xlnet/encoder/layers_i)
 
 
-def trunk_rules(cfg: ModelConfig, prefix: str) -> list[Rule]:
+def trunk_rules(cfg: XlnetConfig, prefix: str) -> list[Rule]:
     """Rules of XLNetModel; ``prefix`` is '' (a bare XLNetModel checkpoint) or 'transformer.'."""
     h, n, f = cfg.hidden_size, cfg.num_heads, cfg.intermediate_size
     d = h // n
@@ -173,7 +173,7 @@ def trunk_rules(cfg: ModelConfig, prefix: str) -> list[Rule]:
     return rules
 
 
-def head_rules(cfg: ModelConfig, head: str, num_labels: int) -> list[Rule]:
+def head_rules(cfg: XlnetConfig, head: str, num_labels: int) -> list[Rule]:
     h = cfg.hidden_size
     if head == "plm":
         return [Rule("lm_loss.bias", ("lm_bias",), (cfg.vocab_size,), (cfg.vocab_size,))]
@@ -185,7 +185,7 @@ def head_rules(cfg: ModelConfig, head: str, num_labels: int) -> list[Rule]:
     return []
 
 
-def all_rules(cfg: ModelConfig, head: str, num_labels: int = 2, prefix: str | None = None) -> list[Rule]:
+def all_rules(cfg: XlnetConfig, head: str, num_labels: int = 2, prefix: str | None = None) -> list[Rule]:
     if prefix is None:
         prefix = "" if head == "encoder" else "transformer."
     return trunk_rules(cfg, prefix) + head_rules(cfg, head, num_labels)
@@ -218,8 +218,8 @@ def _shared_biases_agree(tensors: dict[str, np.ndarray], prefix: str, num_layers
     return True
 
 
-def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: Path, head: str | None = None
-                 ) -> tuple[dict, ModelConfig, dict[str, Any]]:
+def hf_to_params(tensors: dict[str, np.ndarray], cfg: XlnetConfig, where: Path, head: str | None = None
+                 ) -> tuple[dict, XlnetConfig, dict[str, Any]]:
     """HF name -> tensor to (our params in loop layout, float32; the config, untie_r as imported; info).
     An explicit ``head`` (e.g. 'encoder' for an LM checkpoint) drops the other heads' tensors, by name."""
     names = set(tensors)
@@ -258,7 +258,7 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: Path, 
     return params, cfg, info
 
 
-def params_to_hf(params: dict, cfg: ModelConfig, head: str) -> dict[str, np.ndarray]:
+def params_to_hf(params: dict, cfg: XlnetConfig, head: str) -> dict[str, np.ndarray]:
     """Our params (either layout) -> HF name -> contiguous float32 array."""
     params = params_lib.unstack_layers(params)
     num_labels = int(np.shape(params["classifier"]["dense"]["kernel"])[-1]) if "classifier" in params else 2
@@ -293,7 +293,7 @@ def tokenizer_settings(d: Path) -> dict[str, Any]:
     return {"kind": "sentencepiece", "lower_case": lower, "files": [SPM_NAME] if (d / SPM_NAME).is_file() else []}
 
 
-def import_hf_xlnet(path: str | Path, head: str | None = None) -> tuple[dict, ModelConfig, dict[str, Any], Path]:
+def import_hf_xlnet(path: str | Path, head: str | None = None) -> tuple[dict, XlnetConfig, dict[str, Any], Path]:
     """A local HF XLNet folder -> (params, model config, info with 'head', tokenizer folder)."""
     root = Path(path)
     hf, tensors, d = read_hf_dir(root)
@@ -318,7 +318,7 @@ def import_hf_xlnet_to_params_dir(path: str | Path, out: str | Path, head: str |
     return params_lib.save_params(out, params, cfg, head, info, files, overwrite=overwrite)
 
 
-def write_hf_xlnet(params: dict, cfg: ModelConfig, head: str, out_dir: str | Path, *,
+def write_hf_xlnet(params: dict, cfg: XlnetConfig, head: str, out_dir: str | Path, *,
                    info: dict[str, Any] | None = None, spm_model: str | Path | None = None,
                    overwrite: bool = False) -> dict[str, Any]:
     """Our params -> an HF folder (config.json, model.safetensors, and spiece.model + tokenizer config when

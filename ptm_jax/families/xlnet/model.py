@@ -26,7 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ptm_jax.config import ModelConfig
+from ptm_jax.families.xlnet.config import XlnetConfig
 from ptm_jax.families.xlnet.two_stream import (
     RelBiases,
     TwoStreamAttention,
@@ -44,7 +44,7 @@ from ptm_jax.models.layers import (
 )
 
 
-def _normal(cfg: ModelConfig):
+def _normal(cfg: XlnetConfig):
     return nn.initializers.normal(cfg.initializer_range)  # XLNet's init="normal", init_std
 
 
@@ -58,7 +58,7 @@ def cache_mem(h_BLH: jax.Array, mem_BMH: jax.Array, mem_len: int, reuse_len: int
 
 
 class FeedForward(nn.Module):
-    cfg: ModelConfig
+    cfg: XlnetConfig
 
     @nn.compact
     def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
@@ -74,7 +74,7 @@ class FeedForward(nn.Module):
 class XLNetLayer(nn.Module):
     """Two-stream relative attention, then the FFN on each stream (shared weights)."""
 
-    cfg: ModelConfig
+    cfg: XlnetConfig
     deterministic: bool = True
 
     @nn.compact
@@ -90,7 +90,7 @@ class XLNetLayer(nn.Module):
         return h, g
 
 
-def _layer_cls(cfg: ModelConfig) -> type[nn.Module]:
+def _layer_cls(cfg: XlnetConfig) -> type[nn.Module]:
     if cfg.remat == "none":
         return XLNetLayer
     return nn.remat(XLNetLayer, policy=REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan_layers)
@@ -99,7 +99,7 @@ def _layer_cls(cfg: ModelConfig) -> type[nn.Module]:
 class _ScannedLayer(nn.Module):
     """Scan body: carry (h, g), this layer's memory in, its new memory out."""
 
-    cfg: ModelConfig
+    cfg: XlnetConfig
     reuse_len: int
     deterministic: bool = True
 
@@ -115,7 +115,7 @@ class _ScannedLayer(nn.Module):
 class XLNetEncoder(nn.Module):
     """The layer stack: a Python loop (layers_0..N-1) or ``nn.scan`` (one stacked 'layers' axis)."""
 
-    cfg: ModelConfig
+    cfg: XlnetConfig
     reuse_len: int = 0
 
     @nn.compact
@@ -160,7 +160,7 @@ def attention_masks(input_mask: jax.Array | None, perm_mask: jax.Array | None, m
 class XLNetEmbeddings(nn.Module):
     """Word embeddings (content stream input) and ``mask_emb`` (query stream input)."""
 
-    cfg: ModelConfig
+    cfg: XlnetConfig
 
     def setup(self) -> None:
         c = self.cfg
@@ -182,7 +182,7 @@ class XLNetModel(nn.Module):
     0 = all); ``bi_data``: the second half of the batch is the reversed stream (pretraining only; the
     batch size must be even)."""
 
-    cfg: ModelConfig
+    cfg: XlnetConfig
     reuse_len: int = 0
     bi_data: bool = False
 
@@ -255,7 +255,7 @@ class XLNetLMHeadModel(nn.Module):
     at the P targets when ``target_mapping`` is given ([B, P, V]), else from the content stream ([B, L, V]).
     Returns (logits, new mems or None). Arguments as ``XLNetModel``."""
 
-    cfg: ModelConfig
+    cfg: XlnetConfig
     reuse_len: int = 0
     bi_data: bool = False
 
@@ -294,7 +294,7 @@ class XLNetForSequenceClassification(nn.Module):
     token's content state -> dense(H, tanh) 'sequence_summary' -> dropout -> 'classifier'.
     ``input_mask`` follows the task batches (BERT convention: 1 = real token)."""
 
-    cfg: ModelConfig
+    cfg: XlnetConfig
     num_labels: int
     classifier_dropout: float = 0.1
 
@@ -314,7 +314,7 @@ class XLNetForQuestionAnswering(nn.Module):
     """(start_logits [B, L], end_logits [B, L]) from the content states ('qa_outputs', as transformers'
     XLNetForQuestionAnsweringSimple); no query stream in finetuning. ``input_mask``: 1 = real token."""
 
-    cfg: ModelConfig
+    cfg: XlnetConfig
 
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True):

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from ptm_jax.config import DataConfig
+from ptm_jax.families.xlnet.config import XlnetDataConfig
 from ptm_jax.data.pretraining import masking, nsp
 from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds, check_share
 from ptm_jax.errors import ConfigError, DataError
@@ -58,7 +58,7 @@ from ptm_jax.families.xlnet.permutation import (
 _PASS_STREAM, _SAMPLE_STREAM = 1, 2   # Philox counter tags (bits 192..255)
 
 
-def feature_spec(rows: int, cfg: DataConfig) -> dict[str, tf.TensorSpec]:
+def feature_spec(rows: int, cfg: XlnetDataConfig) -> dict[str, tf.TensorSpec]:
     """Shapes and dtypes of a local batch of ``rows`` examples."""
     length, p = cfg.max_seq_length, cfg.max_predictions_per_seq
     return {
@@ -100,7 +100,7 @@ class PlmLayout:
         return 4 + (2 + SPAN_DRAWS_PER_POSITION) * self.seq_len
 
 
-def plm_layout(cfg: DataConfig, global_batch: int, num_tokens: int) -> PlmLayout:
+def plm_layout(cfg: XlnetDataConfig, global_batch: int, num_tokens: int) -> PlmLayout:
     length, reuse, p = cfg.max_seq_length, cfg.reuse_len, cfg.max_predictions_per_seq
     pair = length - reuse - 3
     if reuse < 0 or pair < 2:
@@ -201,7 +201,7 @@ def _pair_lengths(la: int, lb: int, tot: int) -> tuple[int, int]:
 class PlmBatchBuilder:
     """Builds any rows of any global batch of the stream (pure numpy); ``plm_dataset`` wraps it in tf.data."""
 
-    def __init__(self, source: DocumentSource, special: SpecialIds, cfg: DataConfig, *, seed: int,
+    def __init__(self, source: DocumentSource, special: SpecialIds, cfg: XlnetDataConfig, *, seed: int,
                  global_batch: int):
         self.seed = nsp.check_seed(seed)
         if source.num_docs < 1:
@@ -361,7 +361,7 @@ def _check_args(source: DocumentSource, special: SpecialIds, seed: int, start_in
                         "(delete data.cache_dir)")
 
 
-def plm_dataset(source: DocumentSource, special: SpecialIds, cfg: DataConfig, *, seed: int, start_index: int,
+def plm_dataset(source: DocumentSource, special: SpecialIds, cfg: XlnetDataConfig, *, seed: int, start_index: int,
                 global_batch: int, process_index: int = 0, process_count: int = 1,
                 repeat: bool = True) -> tf.data.Dataset:
     """This process's batches of XLNet permutation-LM features, from global example ``start_index`` on.
