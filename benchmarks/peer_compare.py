@@ -1,21 +1,30 @@
-"""ptm_jax vs Hugging Face transformers (PyTorch and Flax): training examples/s on identical shapes, one process.
+"""ptm_jax vs Hugging Face transformers (PyTorch and Flax): training examples/s and model FLOP/s, one process.
 
 Two modes, each timing the full train step (forward, backward, clip, AdamW update; dropout 0.1 everywhere):
 
-- ``pretrain``: BERT MLM+NSP on one synthetic batch family (random ids, ~15% masked positions, at most P per
-  sequence, random NSP labels), identical arrays for all three. ptm_jax: the production step
-  (``compile_objective``; the MLM head at the P gathered positions, as google-research/bert does).
-  transformers BertForPreTraining (torch) and FlaxBertForPreTraining (optax adamw, jitted, donated state):
-  their heads produce logits at all S positions and the loss keeps the masked ones (labels -100 elsewhere).
+- ``pretrain``: BERT MLM+NSP (default: full BERT-base, 12 layers, 768/12/3072, vocab 30522, seq 128) on one
+  synthetic batch family (random ids, ~15% masked positions, at most P per sequence, random NSP labels),
+  identical arrays for every side. **The sides do not do the same work:**
+  ``ptm``: the production step (``compile_objective``) with the MLM head (transform and tied decoder) at the
+  P gathered positions only, as google-research/bert does; ``ptm-dense``: the same step with the head at all
+  S positions (the family's ``dense`` bench variant, ``ptm bench --mlm-head dense``), the same work as the
+  peers; transformers BertForPreTraining (torch) and FlaxBertForPreTraining (optax adamw, jitted, donated
+  state): logits at all S positions, the loss keeps the masked ones (labels -100 elsewhere).
 - ``classify``: MiniLM-L6 shapes (6 layers, 384 hidden, 12 heads, 1536 FFN, vocab 30522), length 64, batch 32,
   SST-2 train sentences tokenized *inside* the timed loop: ptm_jax's WordPieceTokenizer.encode_batch and
   transformers' BertTokenizerFast, both on all-MiniLM-L6-v2's vocab.txt; sequence classification, 2 labels.
+  Every side does the same matmuls here (``ptm-dense`` is skipped).
 
-Frameworks are set up (compiled, warmed up) first, then timed in ``--rounds`` interleaved rounds
-(ptm, torch, flax, ptm, ...) so that load from other processes hits all of them alike; the median round is
-reported with the load average. Random weights: speed does not depend on their values.
+Each side's model FLOP/s is its own work (``ptm_jax/bench/flops.py`` convention: matmuls only, train = 3 x
+forward) over its median step time: the BERT formula with the MLM head at P positions for ``ptm``, at S for
+``ptm-dense`` and the peers, and without it for ``classify``. Frameworks are set up (compiled, warmed up)
+first, then timed in ``--rounds`` interleaved rounds (ptm, ptm-dense, torch, flax, ptm, ...) so that load from
+other processes hits all of them alike; the median round is reported with the load average and the machine
+(CPU model, ISA flags, versions: ``benchmarks/machine_info.py``). Random weights: speed does not depend on
+their values.
 
-    python benchmarks/peer_compare.py --mode pretrain --layers 4 --batch 8 --steps 5 --rounds 3
+    python benchmarks/peer_compare.py --mode pretrain --batch 8 --steps 2 --rounds 3   # BERT-base headline
+    python benchmarks/peer_compare.py --mode pretrain --layers 4 --steps 5 --rounds 5  # reduced shapes
     python benchmarks/peer_compare.py --mode classify --steps 20 --rounds 3
     python benchmarks/peer_compare.py --mode pretrain --prng rbg     # cheaper dropout bits for both JAX sides
 """
@@ -41,6 +50,9 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import numpy as np  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import machine_info  # noqa: E402
+
 MINILM = dict(layers=6, hidden=384, heads=12, ffn=1536, vocab=30522)
 
 
@@ -48,8 +60,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--mode", choices=("pretrain", "classify", "both"), default="both")
-    ap.add_argument("--which", default="ptm,torch,flax", help="comma-separated subset of ptm,torch,flax")
-    ap.add_argument("--layers", type=int, default=4, help="pretrain: encoder layers (BERT-base has 12)")
+    ap.add_argument("--which", default="ptm,ptm-dense,torch,flax",
+                    help="comma-separated subset of ptm,ptm-dense,torch,flax (ptm-dense: pretrain only)")
+    ap.add_argument("--layers", type=int, default=12, help="pretrain: encoder layers (BERT-base: 12)")
     ap.add_argument("--hidden", type=int, default=768)
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--ffn", type=int, default=3072)
@@ -176,7 +189,7 @@ def ptm_encode(tok, texts: list[str], length: int) -> dict[str, np.ndarray]:
             "segment_ids": np.zeros_like(out)}
 
 
-def ptm_runner(args, mode: str) -> tuple[Callable[[Any], None], Callable[[], None], str]:
+def ptm_runner(args, mode: str, mlm_head: str = "sparse") -> tuple[Callable[[Any], None], Callable[[], None], str]:
     import jax
 
     from ptm_jax.bench.harness import build_bench_objective, make_bench_mesh
@@ -184,7 +197,7 @@ def ptm_runner(args, mode: str) -> tuple[Callable[[Any], None], Callable[[], Non
     from ptm_jax.train.loop import compile_objective
 
     cfg = ptm_config(args, mode)
-    objective = build_bench_objective(cfg) if mode == "pretrain" else ClassifyObjective(cfg)
+    objective = build_bench_objective(cfg, mlm_head) if mode == "pretrain" else ClassifyObjective(cfg)
     mesh = make_bench_mesh(cfg, (1, 1, 1))
     compiled = compile_objective(objective, cfg.train, mesh)
     box = {"state": compiled.init_fn(jax.random.key(1))}
@@ -207,7 +220,9 @@ def ptm_runner(args, mode: str) -> tuple[Callable[[Any], None], Callable[[], Non
     def sync() -> None:
         jax.block_until_ready(box["state"])
 
-    return step, sync, f"ptm_jax (jax {jax.__version__}, {args.dtype}, prng {jax.config.jax_default_prng_impl})"
+    head = f", MLM head {mlm_head}" if mode == "pretrain" else ""
+    return step, sync, (f"ptm_jax (jax {jax.__version__}, {args.dtype}, prng {jax.config.jax_default_prng_impl}"
+                        f"{head})")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -309,7 +324,23 @@ def flax_runner(args, mode: str):
     return step, sync, f"transformers {transformers.__version__} Flax (jax {jax.__version__}, optax adamw, jit)"
 
 
-RUNNERS = {"ptm": ptm_runner, "torch": torch_runner, "flax": flax_runner}
+RUNNERS = {"ptm": ptm_runner, "ptm-dense": partial(ptm_runner, mlm_head="dense"), "torch": torch_runner,
+           "flax": flax_runner}
+
+
+def step_flops(args, mode: str, name: str) -> float:
+    """Model FLOPs of one train step of side ``name``, from its own work (module docstring): ptm_jax's BERT
+    formula, with the MLM head at P positions (``ptm``), at all S (``ptm-dense`` and both peers) or absent
+    (``classify``: encoder, pooler and a 2-way classifier, the size of the NSP head)."""
+    from ptm_jax.bench.flops import train_step_flops
+
+    cfg = ptm_config(args, mode)
+    fwd = dict(train_step_flops(cfg).forward)
+    if mode == "classify":
+        fwd.pop("mlm_head")
+    elif name != "ptm":
+        fwd["mlm_head"] *= cfg.data.max_seq_length / cfg.data.max_predictions_per_seq
+    return 3.0 * sum(fwd.values())
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -318,6 +349,11 @@ RUNNERS = {"ptm": ptm_runner, "torch": torch_runner, "flax": flax_runner}
 
 def compare(args, mode: str) -> dict[str, Any]:
     which = [w.strip() for w in args.which.split(",") if w.strip()]
+    unknown = [w for w in which if w not in RUNNERS]
+    if unknown:
+        raise SystemExit(f"--which: unknown side(s) {', '.join(unknown)}; choose from {', '.join(RUNNERS)}")
+    if mode == "classify":  # the dense MLM head is a pretraining variant
+        which = [w for w in which if w != "ptm-dense"]
     batch = args.batch if mode == "pretrain" else args.cls_batch
     n_inputs = args.warmup + args.steps * args.rounds
     items = pretrain_batches(args) if mode == "pretrain" else sst2_batches(args, n_inputs)
@@ -350,19 +386,24 @@ def compare(args, mode: str) -> dict[str, Any]:
               + f" (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
     med = {n: statistics.median(v) for n, v in rates.items()}
     cpu_med = {n: statistics.median(v) for n, v in cpu.items()}
+    flops = {n: step_flops(args, mode, n) for n in which}
     result = {"mode": mode, "batch": batch, "steps_per_round": args.steps, "rounds": args.rounds,
               "examples_per_s": med, "examples_per_s_rounds": rates, "examples_per_cpu_s": cpu_med,
+              "model_flops_per_step": flops,
+              "model_gflops_per_s": {n: flops[n] * med[n] / batch / 1e9 for n in which},
               "frameworks": {n: runners[n][2] for n in which},
-              "load_average_min_max": [min(loads), max(loads)], "cpu_count": os.cpu_count()}
+              "load_average_min_max": [min(loads), max(loads)], "cpu_count": os.cpu_count(),
+              "machine": machine_info.describe()}
     if mode == "pretrain":
         result["shape"] = dict(layers=args.layers, hidden=args.hidden, heads=args.heads, ffn=args.ffn,
                                vocab=args.vocab, seq=args.seq, predictions=args.predictions)
     else:
         result["shape"] = dict(MINILM, seq=args.cls_seq)
-    for other in ("torch", "flax"):
-        if "ptm" in med and other in med:
-            result[f"ptm/{other}"] = med["ptm"] / med[other]
-            result[f"ptm/{other} (CPU time)"] = cpu_med["ptm"] / cpu_med[other]
+    for ours in ("ptm", "ptm-dense"):
+        for other in ("torch", "flax"):
+            if ours in med and other in med:
+                result[f"{ours}/{other}"] = med[ours] / med[other]
+                result[f"{ours}/{other} (CPU time)"] = cpu_med[ours] / cpu_med[other]
     return result
 
 
@@ -372,11 +413,16 @@ def report(result: dict[str, Any]) -> None:
           f"seq {s['seq']} batch {result['batch']}; median of {result['rounds']} rounds x "
           f"{result['steps_per_round']} steps; load average {result['load_average_min_max'][0]:.2f}.."
           f"{result['load_average_min_max'][1]:.2f} on {result['cpu_count']} CPUs")
+    print(f"  machine: {machine_info.one_line(result['machine'])}")
+    if result["mode"] == "pretrain":
+        print(f"  work: ptm computes MLM logits at the {s['predictions']} masked positions of {s['seq']}; "
+              f"ptm-dense, torch and flax at all {s['seq']} (model FLOPs per step below are each side's own)")
     for name, rate in result["examples_per_s"].items():
         rounds = ", ".join(f"{x:.2f}" for x in result["examples_per_s_rounds"][name])
-        print(f"  {name:<6} {rate:8.2f} examples/s  (rounds: {rounds}; {result['examples_per_cpu_s'][name]:.2f} "
-              f"examples per CPU-second)  {result['frameworks'][name]}")
-    for k in ("ptm/torch", "ptm/flax"):
+        print(f"  {name:<9} {rate:8.2f} examples/s  {result['model_gflops_per_s'][name]:7.1f} model GFLOP/s "
+              f"({result['model_flops_per_step'][name]:.3e} FLOPs/step; rounds: {rounds}; "
+              f"{result['examples_per_cpu_s'][name]:.2f} examples per CPU-second)  {result['frameworks'][name]}")
+    for k in ("ptm/torch", "ptm/flax", "ptm-dense/torch", "ptm-dense/flax"):
         if k in result:
             print(f"  {k}: {result[k]:.2f}x wall, {result[k + ' (CPU time)']:.2f}x CPU time")
 
