@@ -5,6 +5,7 @@ The vectors: a gensim Word2Vec (CBOW) trained here on the Gutenberg books (lower
 vector file given with --vectors. Prints one JSON object: both sides' accuracy, per-section agreement, seconds.
 
     python benchmarks/word_vector_eval.py [--vectors FILE] [--restrict-vocab 30000] [--repeats 2]
+    python benchmarks/word_vector_eval.py --io-rows 100000 --dim 100   # text-file write/read seconds instead
 """
 from __future__ import annotations
 
@@ -31,8 +32,13 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--restrict-vocab", type=int, default=30000)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--io-rows", type=int, default=0,
+                    help="instead: time writing and reading a text vector file of N random rows (dim --dim)")
     args = ap.parse_args()
     from gensim.models import KeyedVectors, Word2Vec
+
+    if args.io_rows:
+        return file_io(args.io_rows, args.dim, args.repeats)
 
     if args.vectors:
         words, vectors = read_text_vectors(args.vectors)
@@ -69,6 +75,35 @@ def main() -> None:
         "seconds": {k: [round(x, 2) for x in v] for k, v in times.items()},
         "speedup_median": round(float(np.median(times["gensim"]) / np.median(times["ptm_jax"])), 1),
     }, indent=2))
+
+
+def file_io(rows: int, dim: int, repeats: int) -> None:
+    """Seconds to write and read word2vec.c's text format: ptm_jax (export/vector_files.py) against gensim's
+    save_word2vec_format / load_word2vec_format, interleaved, on the same random table."""
+    import tempfile
+
+    from gensim.models import KeyedVectors
+
+    from ptm_jax.export.vector_files import write_text_vectors
+
+    words = [f"w{i}" for i in range(rows)]
+    vectors = np.random.default_rng(0).standard_normal((rows, dim)).astype(np.float32)
+    kv = KeyedVectors(dim)
+    kv.add_vectors(words, vectors)
+    times: dict[str, list[float]] = {k: [] for k in ("ptm_jax_write", "gensim_write", "ptm_jax_read",
+                                                     "gensim_read")}
+    with tempfile.TemporaryDirectory() as d:
+        ours, theirs = Path(d) / "ours.txt", Path(d) / "gensim.txt"
+        for _ in range(repeats):
+            for name, fn in (("ptm_jax_write", lambda: write_text_vectors(ours, words, vectors)),
+                             ("gensim_write", lambda: kv.save_word2vec_format(str(theirs))),
+                             ("ptm_jax_read", lambda: read_text_vectors(ours)),
+                             ("gensim_read", lambda: KeyedVectors.load_word2vec_format(str(ours)))):
+                t = time.perf_counter()
+                fn()
+                times[name].append(round(time.perf_counter() - t, 2))
+        same = np.array_equal(read_text_vectors(ours)[1], vectors)
+    print(json.dumps({"rows": rows, "dim": dim, "read_back_exact": bool(same), "seconds": times}, indent=2))
 
 
 if __name__ == "__main__":
