@@ -212,7 +212,7 @@ def test_registered_family_and_clear_errors(corpus, tmp_path):
     with pytest.raises(DataError, match=r"three-words.txt: no two vocabulary words .* data.window=15"):
         cooccur.build_cooccurrence(cfg, lonely, tmp_path / "lonely")
     with pytest.raises(ConfigError, match="data.window=0"):
-        GloveDataConfig(window=0).validate_glove()
+        GloveDataConfig(window=0).validate()
     with pytest.raises(ConfigError, match="model.x_max=0"):
         GloveConfig(x_max=0).validate()
     with pytest.raises(ConfigError, match="model.vocab_size=99"):

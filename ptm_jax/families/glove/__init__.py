@@ -17,14 +17,21 @@ ARTIFACT = "cooccurrence"
 
 
 def build_glove(cfg: Any, corpus: Any):
-    """The registry's objective builder: the co-occurrence matrix is ``corpus.artifacts['cooccurrence']``."""
-    from ptm_jax.errors import ConfigError
+    """The registry's objective builder: the co-occurrence matrix is ``corpus.artifacts['cooccurrence']``
+    (``prepare_corpus`` builds it once beside the token cache); a corpus assembled without that step (a test's
+    in-memory documents) gets its matrix counted in memory here, uncached."""
+    from ptm_jax.families.glove.cooccur import count_documents, to_triples
     from ptm_jax.families.glove.objective import GloveObjective
 
-    cooc = getattr(corpus, "artifacts", {}).get(ARTIFACT)
+    cooc = (getattr(corpus, "artifacts", None) or {}).get(ARTIFACT)
     if cooc is None:
-        raise ConfigError("objective='glove' needs the co-occurrence artifact; build the corpus with "
-                          "ptm_jax.train.stages.prepare_corpus (it calls the family's artifact builders)")
+        import numpy as np
+
+        cfg.data.validate()
+        unit = cfg.data.weight_unit
+        cooc = to_triples(count_documents(corpus.train, np.arange(corpus.train.num_docs), cfg.model.vocab_size,
+                                          cfg.data.window, unit=unit, symmetric=cfg.data.symmetric,
+                                          distance_weighting=cfg.data.distance_weighting), unit)
     return GloveObjective(cfg, cooc)
 
 
@@ -34,11 +41,14 @@ def build_cooccurrence(cfg: Any, corpus: Any, directory: Any):
     return build(cfg, corpus, directory)
 
 
-_FIELDS = dict(
+FAMILY = register(Family(
     name="glove",
     model_config=GloveConfig,
     data_config=GloveDataConfig,
     objectives={"glove": build_glove},
+    tokenizer_kinds=("word",),
+    specials=("pad",),
+    artifacts={ARTIFACT: build_cooccurrence},
     trunk=hooks.TRUNK,
     heads=(hooks.HEAD,),
     infer_head=hooks.infer_head,
@@ -46,7 +56,5 @@ _FIELDS = dict(
     synthetic_batch=hooks.synthetic_batch,
     word_vectors=hooks.word_vectors,
     capabilities=frozenset({"word_vectors"}),
-)
-_LATER = dict(tokenizer_kinds=("word",), specials=("pad",), artifacts={ARTIFACT: build_cooccurrence})
-FAMILY = register(Family(**_FIELDS, **{k: v for k, v in _LATER.items()
-                                       if k in Family.__dataclass_fields__}))
+    tiny_preset="glove_tiny",
+))

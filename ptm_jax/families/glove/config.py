@@ -55,7 +55,9 @@ class GloveDataConfig(DataConfig):
     distance_weighting: bool = True
     """Weight a pair d words apart by 1/d (cooccur.c ``-distance-weighting 1``); False: 1."""
 
-    def validate_glove(self, where: str = "data") -> None:
+    def validate(self, where: str = "data") -> None:
+        if hasattr(DataConfig, "validate"):
+            super().validate(where)
         w = self.window
         if not isinstance(w, int) or isinstance(w, bool) or not 1 <= w <= MAX_WINDOW:
             raise ConfigError(f"{where}.window={w!r} must be an integer in [1, {MAX_WINDOW}]")

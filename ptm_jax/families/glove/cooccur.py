@@ -188,7 +188,7 @@ def build_cooccurrence(cfg: Any, corpus: Any, directory: Any, *, process_index: 
     pi = jax.process_index() if process_index is None else process_index
     pc = jax.process_count() if process_count is None else process_count
     meet = barrier or jax_barrier
-    cfg.data.validate_glove()
+    cfg.data.validate()
     root = fs.path(directory) / artifact_key(cfg, corpus)
     final = root / MATRIX_FILE
     if not fs.is_complete(root):
