@@ -3,9 +3,11 @@ compute-accuracy protocol equals gensim's KeyedVectors.evaluate_word_analogies s
 restrict_vocab, case ignored), Spearman equals gensim's evaluate_word_pairs on WordSim353 and SimLex-999,
 neighbours equal gensim's most_similar; case variants of the question words are excluded; malformed analogy and
 similarity files and OOV queries are DataErrors naming the file and line or the word; `ptm neighbors`,
-`ptm analogy` and `ptm eval-vectors` print the same figures; NNLM's word_vectors hook gives its features C.
+`ptm analogy` and `ptm eval-vectors` print the same figures (MODEL a text or binary vector file); a run of
+`ptm pretrain -c nnlm_tiny` exports its features C (the specials left out) through `ptm export --format
+text_vectors|binary_vectors` into files gensim loads, and the commands read the run directly.
 
-The vectors: the real vocabulary of ../shared/data/word2vec (analogy and SimLex words) with seeded random
+The vectors: the real vocabulary of ../shared/data/word2vec (analogy, SimLex and WordSim words) with seeded random
 vectors in which each analogy pair (a, b) of a section is planted as v(b) = v(a) + offset + noise, so that
 about 40 % of the questions are answered right and the rest wrong by a margin the noise sets; some words get a
 case variant (a near copy, before or after them in frequency order) and some analogy words are left out (OOV).
@@ -184,25 +186,20 @@ def test_oov_query_names_the_word_and_close_in_vocabulary_words(planted):
     assert wv.analogy("athens", "Greece", "Baghdad", ignore_case=True)
 
 
-def test_nnlm_word_vectors_hook_gives_its_features_without_the_specials(tmp_path):
-    import jax
-
+def test_word_vectors_from_a_vocabulary_leave_out_the_specials_and_padded_rows(tmp_path):
     from ptm_jax.data.word_vocab import build_word_vocab
     from ptm_jax.families import registry
-    from ptm_jax.families.nnlm import NnlmConfig
-    from ptm_jax.families.nnlm.model import NnlmLanguageModel
 
     vocab = build_word_vocab(["the cat sat on the mat", "the dog sat"], tmp_path)
-    cfg = NnlmConfig(vocab_size=vocab.vocab_size, order=3, embed_dim=4, hidden_dim=0)
-    variables = NnlmLanguageModel(cfg).init(jax.random.key(0), np.zeros((1, 4), np.int32))
-    params = jax.tree.map(np.asarray, jax.tree.map(lambda x: getattr(x, "value", x), variables["params"],
-                                                   is_leaf=lambda x: hasattr(x, "value")))
-    fam = registry.get("nnlm")
+    features = np.random.default_rng(0).standard_normal((vocab.vocab_size + 2, 4)).astype(np.float32)
+    fam = registry.get("nnlm")  # its features C (the trained tree: the end-to-end test below)
     assert "word_vectors" in fam.capabilities
-    wv = WordVectors.from_vocab(fam.word_vectors(params, cfg), vocab)
+    wv = WordVectors.from_vocab(fam.word_vectors({"nnlm": {"embedding": features}}, None), vocab)
     assert wv.words == ["the", "sat", "cat", "dog", "mat", "on"]
-    np.testing.assert_array_equal(wv.vectors, params["nnlm"]["embedding"][3:])
+    np.testing.assert_array_equal(wv.vectors, features[3:vocab.vocab_size])  # 2 padded rows past the ids
     assert wv.counts.tolist() == [3, 2, 1, 1, 1, 1]
+    with pytest.raises(DataError, match=r"word vectors of shape \(5, 4\) do not cover the tokenizer's 9 ids"):
+        WordVectors.from_vocab(features[:5], vocab, source="short")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -255,3 +252,34 @@ def test_eval_vectors_and_analogy_commands_report_the_library_figures(planted, v
         assert main(["neighbors", str(path), "brother", "-k", "3", "--json"]) == 0
         assert [n["word"] for n in json.loads(capsys.readouterr().out)[0]["neighbors"]] == \
             [w for w, _ in wv.neighbors("brother", k=3)]
+
+
+@pytest.mark.slow
+def test_a_pretrained_run_exports_vector_files_that_gensim_loads_and_the_commands_read(tmp_path, shared_data,
+                                                                                       capsys):
+    from ptm_jax.cli import main
+    from ptm_jax.export.params import load_params
+
+    run, corpus = tmp_path / "nnlm", tmp_path / "corpus.txt"
+    with open(shared_data / "corpus/wikitext-2-tokenized/valid.txt", "rb") as f:  # 300 kB: 2,000-word vocabulary
+        corpus.write_bytes(f.read(300_000))
+    assert main(["pretrain", "-c", "nnlm_tiny", f"output_dir={str(run)!r}", f"data.corpus={str(corpus)!r}",
+                 "train.steps=4", "train.eval_every=4", "train.checkpoint_every=4"]) == 0
+    params, _, _, _ = load_params(run)
+    features = params["nnlm"]["embedding"]
+    words = [line.split("\t")[0] for line in (run / "tokenizer/vocab.tsv").read_text(encoding="utf-8").splitlines()]
+    for fmt, binary in (("text_vectors", False), ("binary_vectors", True)):
+        out = tmp_path / f"vectors.{fmt}"
+        assert main(["export", str(run), "--format", fmt, "--out", str(out)]) == 0
+        kv = KeyedVectors.load_word2vec_format(str(out), binary=binary)
+        assert kv.index_to_key == words[3:] and len(words) > 500  # the specials <pad> <unk> <eos> left out
+        np.testing.assert_array_equal(kv.vectors, features[3:])
+    assert main(["export", str(run), "--format", "text_vectors", "--out", str(out)]) == 2  # exists, no --force
+    capsys.readouterr()
+    assert main(["neighbors", str(run), words[3], "-k", "4", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)[0]["neighbors"]
+    want = kv.most_similar(words[3], topn=4)
+    assert [n["word"] for n in got] == [w for w, _ in want]
+    assert main(["eval-vectors", str(run), "--similarity", str(shared_data / "word2vec/simlex999.txt")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["words"] == len(words) - 3 and report["similarity"][0]["seen"] > 0
