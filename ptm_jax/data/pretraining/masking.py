@@ -185,19 +185,25 @@ def _select_whole_words(candidates: tf.Tensor, continuation: tf.Tensor, keys: tf
 
 def mask_tokens(ids: tf.Tensor, seq_len: tf.Tensor, first_sep: tf.Tensor, uniforms: tf.Tensor,
                 special: SpecialIds, *, masked_lm_prob: float, max_predictions: int,
-                whole_word: bool = False) -> dict[str, tf.Tensor]:
+                whole_word: bool = False, units: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
     """BERT masking of a batch laid out as ``[CLS] A [SEP] B [SEP] pad...``.
 
     ids [B, L] int32, seq_len [B] (tokens incl. specials), first_sep [B] (position of the first [SEP]),
     uniforms [B, 3, L] float64 from ``mask_uniforms``. Returns input_ids (masked), masked_lm_positions,
     masked_lm_ids, masked_lm_weights ([B, max_predictions]) and num_to_predict [B].
+
+    ``units`` [B, L] bool (ERNIE knowledge masking, ``families/ernie``): True where a token continues the unit
+    of the token before it; units are then selected whole like words (a unit never spans [CLS]/[SEP]).
     """
     length = ids.shape[1]
     pos = tf.range(length)[None, :]
     candidates = (pos >= 1) & (pos < seq_len[:, None] - 1) & (pos != first_sep[:, None])
     budget = num_to_predict(seq_len, masked_lm_prob, max_predictions)
     keys, choice, pick = uniforms[:, 0], uniforms[:, 1], uniforms[:, 2]
-    if whole_word:
+    if units is not None:
+        prev_candidate = tf.pad(candidates[:, :-1], [[0, 0], [1, 0]])
+        selected = _select_whole_words(candidates, tf.cast(units, tf.bool) & prev_candidate, keys, budget)
+    elif whole_word:
         if special.continuation is None:
             raise ConfigError("whole-word masking needs SpecialIds.continuation (word-continuation flags)")
         cont = tf.gather(tf.constant(special.continuation), ids)
