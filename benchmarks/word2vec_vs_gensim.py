@@ -54,7 +54,8 @@ def run_config(objective: str, vocab_size: int, args, steps: int):
     from ptm_jax.config import RunConfig, TokenizerConfig, TrainConfig
     from ptm_jax.families.word2vec import Word2VecConfig, Word2VecDataConfig
 
-    return RunConfig(objective=objective, model=Word2VecConfig(vocab_size=vocab_size, dim=args.dim),
+    return RunConfig(objective=objective, model=Word2VecConfig(vocab_size=vocab_size, dim=args.dim,
+                                                           duplicate_cap=args.cap),
                      data=Word2VecDataConfig(window=args.window, sample=args.sample, negative=args.negative,
                                              seed=args.seed),
                      tokenizer=TokenizerConfig(),
@@ -119,7 +120,7 @@ def gensim_side(objective: str, path: Path, running_words: int, args) -> dict:
     model.build_vocab(corpus_file=str(path))
     t0 = time.perf_counter()
     model.train(corpus_file=str(path), total_words=model.corpus_total_words, total_examples=model.corpus_count,
-                epochs=args.epochs)
+                epochs=int(args.epochs))
     secs = time.perf_counter() - t0
     wv = model.wv
     out = {"side": "gensim", "objective": objective, "seconds": secs,
@@ -203,6 +204,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sample", type=float, default=1e-3)
     ap.add_argument("--min-count", type=int, default=5)
     ap.add_argument("--batch", type=int, default=4096, help="ptm_jax: running words per step")
+    ap.add_argument("--cap", type=int, default=64, help="ptm_jax: model.duplicate_cap")
     ap.add_argument("--workers", type=int, default=2, help="gensim worker threads")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", default="/tmp/word2vec_bench")

@@ -20,7 +20,7 @@ from ptm_jax.data.pretraining.source import ArraySource
 from ptm_jax.data.word_vocab import build_word_vocab
 from ptm_jax.families.word2vec import FAMILY, Word2VecConfig, Word2VecDataConfig, sampling
 from ptm_jax.families.word2vec.data import Tables, example_rows, kept_mask, word2vec_dataset
-from ptm_jax.families.word2vec.model import mean_with_sum_gradient
+from ptm_jax.families.word2vec.model import gather_rows, mean_with_sum_gradient
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.loop import fit
 
@@ -167,6 +167,23 @@ def test_examples_are_the_same_for_any_process_count_and_start(corpus):
         np.testing.assert_array_equal(np.concatenate([h[k] for h in halves]), b1[k], err_msg=k)
     assert b1["example_id"].tolist() == list(range(64, 128)) and b1["center_weight"].sum() > 10
     assert b1["negatives"].shape == (64, NEG) and b1["path"].shape[0] == 64
+
+
+def test_a_row_beyond_the_duplicate_cap_gets_its_summed_step_scaled_to_the_cap():
+    table = jnp.asarray(np.arange(12.0).reshape(4, 3), jnp.float32)
+    ids = jnp.asarray([[1, 1, 1], [2, 1, 3]])                       # row 1 four times, rows 2 and 3 once
+    g = jnp.asarray(np.random.default_rng(1).normal(size=(2, 3, 3)), jnp.float32)
+
+    def grad(cap):
+        np.testing.assert_array_equal(gather_rows(table, ids, cap), table[ids])
+        return np.asarray(jax.grad(lambda t: jnp.sum(gather_rows(t, ids, cap) * g))(table))
+
+    plain = grad(0)
+    np.testing.assert_allclose(plain[1], g[0].sum(0) + g[1, 1], rtol=1e-6)
+    capped = grad(2)
+    np.testing.assert_allclose(capped[1], plain[1] * 2 / 4, rtol=1e-6)
+    np.testing.assert_allclose(capped[[0, 2, 3]], plain[[0, 2, 3]], rtol=1e-6)     # at most 2 times: exact
+    np.testing.assert_allclose(grad(4), plain, rtol=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -173,12 +173,17 @@ def environment() -> dict[str, Any]:
 
 def model_summary(cfg: RunConfig) -> dict[str, Any]:
     m = cfg.model
-    return {"family": m.family, "layers": m.num_layers, "hidden": m.hidden_size, "heads": m.num_heads,
-            "ffn": m.intermediate_size, "vocab": m.vocab_size, "dtype": m.dtype, "remat": m.remat,
-            "scan_layers": m.scan_layers, "attention_impl": m.attention_impl,
-            "dropout": [m.hidden_dropout, m.attention_dropout], "objective": cfg.objective,
+
+    def get(name):  # the Transformer fields; None for families without them (NNLM, word2vec)
+        return getattr(m, name, None)
+
+    return {"family": m.family, "layers": get("num_layers"), "hidden": get("hidden_size"), "heads": get("num_heads"),
+            "ffn": get("intermediate_size"), "vocab": m.vocab_size, "dtype": get("dtype"), "remat": get("remat"),
+            "scan_layers": get("scan_layers"), "attention_impl": get("attention_impl"),
+            "dropout": [get("hidden_dropout"), get("attention_dropout")], "objective": cfg.objective,
             "batch": cfg.train.batch_size, "seq_len": cfg.data.max_seq_length,
-            "predictions": getattr(cfg.data, "max_predictions_per_seq", None), "grad_accum_steps": cfg.train.grad_accum_steps}
+            "predictions": getattr(cfg.data, "max_predictions_per_seq", None),
+            "grad_accum_steps": cfg.train.grad_accum_steps}
 
 
 def _percentile(xs: list[float], q: float) -> float:

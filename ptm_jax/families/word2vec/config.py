@@ -18,11 +18,15 @@ class Word2VecConfig:
     """|V|: the word vocabulary (``data/word_vocab.py``; ``<pad>``, ``<unk>``, ``<eos>`` included)."""
     dim: int = 100
     """word2vec.c ``-size``: the dimension of the word vectors."""
+    duplicate_cap: int = 64
+    """A table row occurring n times in one step gets the sum of its n pair updates scaled by
+    min(1, duplicate_cap / n), so the commonest words do not take hundreds of stale steps at once (0: the
+    plain gradient of the summed loss); see ``model.py`` ``Word2VecTables``."""
 
     def validate(self, where: str = "model") -> None:
         if self.family != "word2vec":
             raise ConfigError(f"{where}.family={self.family!r}: this section is the word2vec family's")
-        for name, low in (("vocab_size", 4), ("dim", 1)):
+        for name, low in (("vocab_size", 4), ("dim", 1), ("duplicate_cap", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ConfigError(f"{where}.{name}={v!r} must be an integer >= {low}")

@@ -8,9 +8,11 @@ over the target's Huffman path (s the logistic function; word2vec.c's gradient `
 The loss is the SUM of these terms over the global batch, not their mean. So plain SGD at word2vec.c's
 ``alpha`` (``train.optimizer='sgd'``, ``train.learning_rate`` = alpha) moves every row by exactly the step
 word2vec.c gives each pair, ``alpha (label - s(f)) h``; a mean would need the learning rate multiplied by the
-number of pairs of each batch, which varies with subsampling and the dynamic window. The difference from
-word2vec.c is only that a batch's pairs are applied together (to the parameters before the batch) rather
-than one after the other; word2vec.c's threads already apply theirs without locks (Hogwild). Linear decay to
+number of pairs of each batch, which varies with subsampling and the dynamic window. The differences from
+word2vec.c: a batch's pairs are applied together (to the parameters before the batch) rather than one after
+the other (word2vec.c's threads already apply theirs without locks, Hogwild), and a row taking part in more
+than ``model.duplicate_cap`` pairs of one batch has its summed step scaled down to that many (``model.py``
+``Word2VecTables``: without it the commonest words' stale summed steps diverge at batch 4096). Linear decay to
 1e-4 alpha is ``train.lr_decay='bert'``, ``warmup_steps=0``, ``min_lr_ratio=1e-4`` (word2vec.c decays by words
 read, and a step reads ``batch_size`` running words, so the two schedules are the same).
 
