@@ -189,7 +189,8 @@ class FinetuneConfig:
 
     task: str = "embedded"
     """'embedded' (derived from the embedded corpus), a GLUE task (sst2, cola, mrpc, stsb, qqp, mnli, qnli,
-    rte, wnli), 'squad', 'squad_v2', 'conll2003' or 'swag'; empty: no finetuning stage in `ptm run`."""
+    rte, wnli), 'squad', 'squad_v2', 'conll2003', 'swag' or 'consert' (contrastive sentence embeddings,
+    objectives/contrastive.py); empty: no finetuning stage in `ptm run`."""
     data_dir: str = ""
     """GLUE directory (holding SST-2/, CoLA/, ...), SQuAD JSON folder, CoNLL-2003 folder, SWAG CSV folder, or
     'tfds'. SQuAD with no train file: 'PATH/dev-v1.1.json#fold=K/N' trains on the articles a % N != K of
@@ -234,6 +235,18 @@ class FinetuneConfig:
     each example (data/tasks/packing.py); batch_size then counts rows. Evaluation stays one example per row."""
     max_examples_per_row: int = 8
     """With pack_examples: at most this many examples share a row."""
+    eval_data_dir: str = ""
+    """The evaluation data when it is not beside finetune.data_dir (consert: the GLUE folder holding
+    STS-B/dev.tsv)."""
+    consert_views: str = "feature_cutoff:0.2,shuffle"
+    """consert: the augmentation of each of the two views, 'name[:strength]' with name none, shuffle,
+    token_cutoff, feature_cutoff, dropout (rates in (0, 1)) or adversarial (perturbation norm)
+    (objectives/augmentations.py; the default is ConSERT's best unsupervised pair)."""
+    consert_temperature: float = 0.1
+    """consert: NT-Xent temperature (Yan et al. 2021: 0.1)."""
+    consert_supervised: bool = False
+    """consert: train on the positive pairs of a GLUE pair TSV (STS-B score >= 4, MRPC paraphrases, entailment)
+    as the two views, instead of each sentence twice."""
 
 
 @dataclass

@@ -16,6 +16,9 @@ saved model's ptm.json (``label_names``).
   train.txt / valid.txt / test.txt (also under iob2/), or 'tfds'. Evaluation split 'dev' = testa,
   'test' = testb.
 - ``swag``: a folder with train.csv / val.csv / test.csv of the SWAG release; 'test' is unlabelled.
+- ``consert``: a sentences file (one per line), a GLUE TSV (its sentence columns) or a GLUE folder
+  (STS-B/train.tsv); evaluation on STS-B/dev.tsv of finetune.eval_data_dir or of that GLUE folder
+  (``objectives/contrastive.py``).
 
 Evaluation (``train=False``) needs only the split it reads: dev-v1.1.json / dev-v2.0.json, eng.testa
 (valid.txt) or eng.testb (test.txt), val.csv or test.csv.
@@ -228,4 +231,12 @@ TASK_BUILDERS: dict[str, Callable[..., tuple[Any, str]]] = {
         cfg, model_cfg, tokenizer, eval_split, version_2=True, **kw),
     "conll2003": build_conll,
     "swag": build_swag,
+    "consert": lambda *a, **kw: _consert(*a, **kw),
 }
+
+
+def _consert(*args, **kw) -> tuple[Any, str]:
+    """ConSERT contrastive sentence embeddings on the family's encoder (objectives/contrastive.py)."""
+    from ptm_jax.objectives.contrastive import build_consert
+
+    return build_consert(*args, **kw)

@@ -108,7 +108,7 @@ FAMILY = register(Family(
            "question_answering", "multiple_choice"),
     infer_head=_infer_head,
     classifier=_classifier,
-    tasks={t: _task(t) for t in ("squad", "squad_v2", "conll2003", "swag")},
+    tasks={t: _task(t) for t in ("squad", "squad_v2", "conll2003", "swag", "consert")},
     hf=_hf(),
     flops=_flops,
     synthetic_batch=_synthetic_batch,

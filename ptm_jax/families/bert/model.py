@@ -119,12 +119,17 @@ class BertModel(nn.Module):
                                 dtype=dtype_of(c.dtype))
 
     def __call__(self, input_ids, input_mask, segment_ids, position_ids=None, *, deterministic: bool = True,
-                 attention_mask=None, cls_positions=None):
+                 attention_mask=None, cls_positions=None, embedding_hook=None):
         """``attention_mask`` [B, 1, S, S] replaces the padding mask (packed rows: ``segment_mask``);
-        ``cls_positions`` [B, K] pools K [CLS] states per row ([B, K, H]) instead of position 0 ([B, H])."""
+        ``cls_positions`` [B, K] pools K [CLS] states per row ([B, K, H]) instead of position 0 ([B, H]);
+        ``embedding_hook``: a function [B, S, H] -> [B, S, H] applied to the embedding output (after its
+        LayerNorm and dropout, before the first layer), where ConSERT perturbs a view (token/feature cutoff,
+        adversarial noise: ``objectives/augmentations.py``; Yan et al. 2021 Sec. 3.2)."""
         if position_ids is None:
             position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
         x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
+        if embedding_hook is not None:
+            x = embedding_hook(x)
         mask = padding_mask(input_mask) if attention_mask is None else attention_mask
         x = self.encoder(x, mask, deterministic)
         pooled = None
