@@ -6,6 +6,7 @@ vector file given with --vectors. Prints one JSON object: both sides' accuracy, 
 
     python benchmarks/word_vector_eval.py [--vectors FILE] [--restrict-vocab 30000] [--repeats 2]
     python benchmarks/word_vector_eval.py --io-rows 100000 --dim 100   # text-file write/read seconds instead
+    python benchmarks/word_vector_eval.py --compute-accuracy /tmp/compute-accuracy   # also word2vec.c's tool
 """
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--restrict-vocab", type=int, default=30000)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--compute-accuracy", default=None, metavar="BINARY",
+                    help="also run word2vec.c's compute-accuracy (compiled: gcc -O2 -o BINARY compute-accuracy.c "
+                    "-lm) on the same vectors written in the binary format, and compare section by section")
     ap.add_argument("--io-rows", type=int, default=0,
                     help="instead: time writing and reading a text vector file of N random rows (dim --dim)")
     args = ap.parse_args()
@@ -66,8 +70,10 @@ def main() -> None:
         r = evaluate_similarity(wv, DATA / "word2vec" / name, restrict_vocab=args.restrict_vocab)
         _, spear, _ = kv.evaluate_word_pairs(str(DATA / "word2vec" / name), restrict_vocab=args.restrict_vocab)
         sim[name] = {"ptm_jax": r["spearman"], "gensim": float(spear.statistic), "coverage": r["coverage"]}
+    c_tool = compute_accuracy(args.compute_accuracy, wv, questions, args.restrict_vocab, ours) \
+        if args.compute_accuracy else None
     print(json.dumps({
-        "words": len(wv), "dim": wv.dim, "restrict_vocab": args.restrict_vocab,
+        "words": len(wv), "dim": wv.dim, "restrict_vocab": args.restrict_vocab, "compute_accuracy": c_tool,
         "analogy": {"ptm_jax": ours["accuracy"], "gensim": score, "semantic": ours["semantic_accuracy"],
                     "syntactic": ours["syntactic_accuracy"], "coverage": ours["coverage"],
                     "sections_equal": f"{sum(same)}/{len(same)}"},
@@ -75,6 +81,31 @@ def main() -> None:
         "seconds": {k: [round(x, 2) for x in v] for k, v in times.items()},
         "speedup_median": round(float(np.median(times["gensim"]) / np.median(times["ptm_jax"])), 1),
     }, indent=2))
+
+
+def compute_accuracy(binary: str, wv: WordVectors, questions: Path, restrict_vocab: int, ours: dict) -> dict:
+    """word2vec.c's compute-accuracy on ``wv`` (written with export/vector_files.write_binary_vectors): its
+    per-section 'ACCURACY TOP1: x %  (correct / seen)' lines against ours, and its seconds."""
+    import subprocess
+    import tempfile
+
+    from ptm_jax.export.vector_files import write_binary_vectors
+
+    with tempfile.TemporaryDirectory() as d:
+        path = write_binary_vectors(Path(d) / "vectors.bin", wv.words, wv.vectors)
+        t = time.perf_counter()
+        with open(questions, "rb") as stdin:
+            out = subprocess.run([binary, str(path), str(restrict_vocab)], stdin=stdin, capture_output=True,
+                                 check=True).stdout.decode()
+        seconds = time.perf_counter() - t
+    counts = [(int(c), int(n)) for c, n in re.findall(r"ACCURACY TOP1: [\d.]+ %\s+\((\d+) / (\d+)\)", out)]
+    # a section with no question seen prints '(0 / 1)': compute-accuracy sets TCN = 1 there to print a percentage
+    mine = [(s["correct"], s["seen"] or 1) for s in ours["sections"]]
+    seen = re.search(r"Questions seen / total: (\d+) (\d+)", out)
+    return {"sections_equal": f"{sum(a == b for a, b in zip(counts, mine))}/{len(mine)}",
+            "correct": sum(c for c, _ in counts), "seen": int(seen.group(1)), "questions": int(seen.group(2)),
+            "ptm_jax_correct": ours["correct"], "ptm_jax_seen": ours["seen"], "seconds": round(seconds, 2),
+            "differing_sections": [(s["section"], a, b) for s, a, b in zip(ours["sections"], mine, counts) if a != b]}
 
 
 def file_io(rows: int, dim: int, repeats: int) -> None:
