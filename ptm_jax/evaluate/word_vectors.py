@@ -29,6 +29,9 @@ Protocol notes, measured against the two references:
 * compute-accuracy reads the first ``threshold`` lines of the vector file, which begin with ``</s>``; here
   the specials of the word vocabulary (``<pad>``, ``<unk>``, ``<eos>``) are never words, so the first
   ``restrict_vocab`` *words* are known.
+* compute-accuracy answers only when the best candidate's dot product with the query is positive; the argmax
+  here always answers. On Gutenberg CBOW vectors the three give the same counts in every section
+  (``benchmarks/word_vector_eval.py --compute-accuracy``, docs/benchmarks.md).
 * Malformed lines are errors here (a :class:`~ptm_jax.errors.DataError` naming the file and line); both
   references skip them silently.
 """
