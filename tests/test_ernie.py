@@ -41,8 +41,8 @@ def ernie_config(tmp, corpus_file, lexicon_file, **data) -> RunConfig:
                                        intermediate_size=64, max_position_embeddings=64),
                      tokenizer=TokenizerConfig(kind="wordpiece", vocab_size=2000),
                      data=ErnieDataConfig(**fields),
-                     train=TrainConfig(batch_size=GB, steps=12, learning_rate=1e-3, warmup_steps=2, log_every=2,
-                                       eval_every=100, eval_batches=1, checkpoint_every=6, progress_bar=False))
+                     train=TrainConfig(batch_size=GB, steps=8, learning_rate=2e-3, warmup_steps=2, log_every=1,
+                                       eval_every=100, eval_batches=1, checkpoint_every=100, progress_bar=False))
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +118,10 @@ def test_word2phrase_scores_and_joins_on_real_text(corpus):
     sent = [w("by"), w("george"), w("allen"), w("sir"), w("william")]
     assert scorer.score(w("by"), w("george")) > 10.0 and scorer.score(w("george"), w("allen")) > 10.0
     assert scorer.joins(sent) == [1, 4]
+    # punctuation words never join, although "’ s" scores high
+    apos = [w("’"), w("s")]
+    assert scorer.score(*apos) > 10.0 and scorer.joins(apos) == [1]
+    assert U.PhraseScorer(sents, 5, 10.0, U.punctuation_ids(tok)).joins(apos) == []
 
 
 def test_bad_lexicon_and_span_lines_name_the_file_and_line(tmp_path, corpus):
@@ -152,7 +156,7 @@ def masked_batches(cfg, c, steps, start=0):
 
 def test_whole_units_only_with_80_10_10_within_units_and_the_token_budget(corpus):
     cfg, c = corpus
-    batches = masked_batches(cfg, c, 40)
+    batches = masked_batches(cfg, c, 24)
     mask_id = c.special.mask
     units_masked = units_multi = units_partial = 0
     choice = np.zeros(3)
@@ -176,11 +180,11 @@ def test_whole_units_only_with_80_10_10_within_units_and_the_token_budget(corpus
             tokens += len(pos)
             budget_tokens += min(10, max(1, round(n * 0.15)))
     assert units_partial == 0
-    assert units_multi > 50
+    assert units_multi > 30
     frac = choice / choice.sum()
-    assert choice.sum() > 2500
-    assert frac[0] == pytest.approx(0.8, abs=0.03) and frac[1] == pytest.approx(0.1, abs=0.02)
-    assert frac[2] == pytest.approx(0.1, abs=0.02)
+    assert choice.sum() > 1500    # tolerances about 3 standard deviations of a binomial share at n = 1500
+    assert frac[0] == pytest.approx(0.8, abs=0.03) and frac[1] == pytest.approx(0.1, abs=0.025)
+    assert frac[2] == pytest.approx(0.1, abs=0.025)
     # whole units are skipped when they overflow the budget, so a few tokens of the budget stay unused
     assert 0.9 * budget_tokens <= tokens <= budget_tokens
 
@@ -190,28 +194,21 @@ def test_staged_schedule_masks_basic_then_phrase_then_entity_units(files, corpus
     cfg = ernie_config(files / "run", files / "pp.txt", files / "lexicon.tsv", phrase_from_step=2,
                        entity_from_step=4)
     assert [cfg.data.level_at(s) for s in range(6)] == [0, 0, 1, 1, 2, 2]
-    batches = masked_batches(cfg, c, 6)
-    codes = c.artifacts["units"]
-    seen = []
-    for b in batches:
-        cont = b["unit_continuation"]
-        tok_kinds = set()
-        # the kind of every continued token, read back from the annotations of the same ids is not possible
-        # (ids repeat), so count continued tokens and check the level by the codes' totals below
-        seen.append(int(cont.sum()))
-        del tok_kinds
-    assert seen[0] == seen[1] == 0 and seen[2] > 0 and seen[3] > 0
-    assert min(seen[4:]) > 0
-    # entity level continues at least as many tokens as phrase level on the same examples (a superset of units)
-    same = masked_batches(ernie_config(files / "run", files / "pp.txt", files / "lexicon.tsv",
-                                       phrase_from_step=0, entity_from_step=100), c, 4)
-    ent = masked_batches(ernie_config(files / "run", files / "pp.txt", files / "lexicon.tsv"), c, 4)
-    for p, e in zip(same, ent):
+    staged = masked_batches(cfg, c, 6)
+    kinds = [set(np.unique(b["unit_kind"]).tolist()) for b in staged]
+    conts = [int(b["unit_continuation"].sum()) for b in staged]
+    assert kinds[:2] == [{0}, {0}] and conts[:2] == [0, 0]        # basic: every token is its own unit
+    assert kinds[2] == kinds[3] == {0, 1} and min(conts[2:4]) > 0  # phrase units
+    assert all(k == {0, 1, 2} for k in kinds[4:])                   # entity units too
+    # on the same examples, entity level continues a superset of the tokens phrase level does
+    phrase_only = masked_batches(ernie_config(files / "run", files / "pp.txt", files / "lexicon.tsv",
+                                              phrase_from_step=0, entity_from_step=100), c, 4)
+    both = masked_batches(ernie_config(files / "run", files / "pp.txt", files / "lexicon.tsv"), c, 4)
+    for p, e in zip(phrase_only, both):
         assert np.all(p["unit_continuation"] <= e["unit_continuation"])
         assert np.array_equal(p["input_mask"], e["input_mask"])
-    assert sum(int(e["unit_continuation"].sum()) for e in ent) > sum(int(p["unit_continuation"].sum())
-                                                                       for p in same)
-    assert codes.codes.size == c.cache.num_tokens
+    assert sum(int(e["unit_continuation"].sum()) for e in both) > sum(int(p["unit_continuation"].sum())
+                                                                      for p in phrase_only)
 
 
 def test_stream_resumes_at_any_step_and_splits_over_processes(corpus):
@@ -268,7 +265,7 @@ def test_a_few_steps_through_the_loop_give_a_finite_falling_loss(files, corpus, 
     obj = objective(cfg, c)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     result = fit(obj, cfg.train, mesh, tmp_path / "pretrain")
-    assert result.step == 12
+    assert result.step == 8
     loss = result.train_metrics["loss"]
     assert np.isfinite(loss)
     import json

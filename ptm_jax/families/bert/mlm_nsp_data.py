@@ -119,18 +119,21 @@ def build_features(batch: dict[str, tf.Tensor], special: SpecialIds, cfg: BertDa
     ids = tf.where(is_sep, special.sep, tf.where(tf.equal(pos, 0), special.cls, ids))
     input_mask = pos < seq_len[:, None]
     segment_ids = (pos > first_sep[:, None]) & input_mask
-    units = None
-    if "a_units" in batch:  # unit-continuation flags laid out like the tokens (ERNIE, families/ernie/data.py)
+    units, extra = None, {}
+    if "a_units" in batch:
+        # per-token unit annotations laid out like the tokens (ERNIE knowledge masking, families/ernie/data.py):
+        # bit 0 = the token continues the previous token's unit; the higher bits (the unit's kind) come back as
+        # ``unit_kind``. A segment's first token starts a unit (truncation may have cut the unit's head off).
         a_u = tf.gather(batch["a_units"], tf.clip_by_value(a_start[:, None] + pos - 1, 0,
                                                            tf.maximum(tf.size(batch["a_units"]) - 1, 0)))
         b_u = tf.gather(batch["b_units"], tf.clip_by_value(b_start[:, None] + pos - first_sep[:, None] - 1, 0,
                                                            tf.maximum(tf.size(batch["b_units"]) - 1, 0)))
-        # a segment's first token starts a unit (truncation may have cut the unit's head off)
-        units = (in_a & (a_u > 0) & (pos > 1)) | (in_b & (b_u > 0) & (pos > first_sep[:, None] + 1))
+        code = tf.where(in_a, a_u, tf.where(in_b, b_u, 0))
+        units = (tf.bitwise.bitwise_and(code, 1) > 0) & (in_a & (pos > 1) | in_b & (pos > first_sep[:, None] + 1))
+        extra = {"unit_continuation": tf.cast(units, tf.int32), "unit_kind": tf.bitwise.right_shift(code, 1)}
     masked = masking.mask_tokens(ids, seq_len, first_sep, uniforms, special,
                                  masked_lm_prob=cfg.masked_lm_prob, max_predictions=cfg.max_predictions_per_seq,
                                  whole_word=cfg.whole_word_masking, units=units)
-    extra = {} if units is None else {"unit_continuation": tf.cast(units, tf.int32)}
     return extra | {
         "input_ids": masked["input_ids"],
         "input_mask": tf.cast(input_mask, tf.int32),

@@ -30,18 +30,23 @@ def level_of_index(index: tf.Tensor, global_batch: int, phrase_from: int, entity
 
 
 def _flags(codes: tf.Tensor, lengths: tf.Tensor, level: tf.Tensor) -> tf.Tensor:
-    """Flat int32 continuation flags of flat codes, each row's codes read at its own level."""
+    """Flat int32 annotations for ``build_features`` from flat unit codes, each row read at its own level:
+    bit 0 = continues the previous token's unit, bits 1-2 = the kind of unit the token is in at that level
+    (0 basic, 1 phrase, 2 entity)."""
     lvl = tf.repeat(level, lengths)
     kind = tf.bitwise.bitwise_and(codes, 3)
+    kind = tf.where(kind <= lvl, kind, 0)
     start = tf.bitwise.bitwise_and(codes, units_lib.START) > 0
-    return tf.cast((kind >= 1) & (kind <= lvl) & ~start, tf.int32)
+    return tf.cast((kind >= 1) & ~start, tf.int32) + 2 * kind
 
 
 def ernie_dataset(source: DocumentSource, unit_source: DocumentSource, special: SpecialIds, cfg, *, seed: int,
                   start_index: int, global_batch: int, process_index: int = 0, process_count: int = 1,
                   repeat: bool = True) -> tf.data.Dataset:
     """This process's batches of ERNIE features from global example ``start_index`` on: BERT's MLM+NSP
-    features plus ``unit_continuation`` [rows, L] int32 (1 where a token continues the previous token's unit)."""
+    features plus ``unit_continuation`` [rows, L] int32 (1 where a token continues the previous token's unit)
+    and ``unit_kind`` [rows, L] int32 (the kind of unit each token is in at the example's level: 0 basic,
+    1 phrase, 2 entity)."""
     mlm_nsp_data._check_args(source, special, cfg, seed, start_index, global_batch, process_index, process_count)
     if unit_source.num_docs != source.num_docs:
         raise ValueError(f"unit source has {unit_source.num_docs} documents, token source {source.num_docs}")

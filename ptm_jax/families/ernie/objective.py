@@ -16,10 +16,15 @@ class ErnieObjective(MlmNspObjective):
 
         self.with_nsp = cfg.objective == "ernie_mlm_nsp"
         self.model = ErnieForPreTraining(cfg.model, with_nsp=self.with_nsp)
-        units = corpus.artifacts["units"]
-        self.unit_sources = {id(corpus.train): SubsetSource(units, corpus.train.doc_indices)}
-        if corpus.eval is not None:
-            self.unit_sources[id(corpus.eval)] = SubsetSource(units, corpus.eval.doc_indices)
+        units = getattr(corpus, "artifacts", {}).get("units")
+        if units is None:   # a corpus built without prepare_corpus (an in-memory source): annotate it here
+            from ptm_jax.families.ernie.units import in_memory_units
+
+            train_units, eval_units = in_memory_units(cfg, corpus)
+        else:               # the artifact covers the whole token cache; train/eval are subsets of it
+            train_units = SubsetSource(units, corpus.train.doc_indices)
+            eval_units = None if corpus.eval is None else SubsetSource(units, corpus.eval.doc_indices)
+        self.unit_sources = {id(corpus.train): train_units, id(corpus.eval): eval_units}
 
     def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
         from ptm_jax.families.ernie.data import ernie_dataset

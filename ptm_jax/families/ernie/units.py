@@ -15,7 +15,7 @@ claims tokens no earlier unit holds):
   ``word2phrase.c``): score(a, b) = (count(ab) - min_count) / (count(a) count(b)) * N over words (a word = its
   WordPiece pieces), N the number of words; bigrams never cross a sentence; a word or bigram rarer than
   ``min_count`` never scores; reading left to right, b joins a when score > threshold, and the word after a
-  joined pair starts afresh (word2phrase sets pb = 0).
+  joined pair starts afresh (word2phrase sets pb = 0). Punctuation words never join (:func:`punctuation_ids`).
 
 Each token gets one code (uint8): bits 0-1 the kind of unit it is in (0 none, 1 phrase, 2 entity), bit 2 set on
 the first token of a unit. At masking level ``l`` (0 basic, 1 phrase, 2 entity) a token *continues* the unit of
@@ -62,8 +62,11 @@ def _kind(value: str, where: str) -> int:
 
 # -- lexicon -------------------------------------------------------------------------------------------------
 def read_lexicon(path: str, tokenizer: Any) -> dict[tuple[int, ...], int]:
-    """Token-id sequence -> kind for every entry of a lexicon file (entity wins over phrase for equal text)."""
+    """Token-id sequence -> kind for every entry of a lexicon file (entity wins over phrase for equal text).
+
+    An entry holding a word outside the vocabulary ([UNK]) is left out: it would match any unknown word."""
     lexicon: dict[tuple[int, ...], int] = {}
+    unk = getattr(tokenizer, "unk_id", None)
     text = fs.read_text(path)
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
@@ -77,7 +80,8 @@ def read_lexicon(path: str, tokenizer: Any) -> dict[tuple[int, ...], int]:
         ids = tuple(int(i) for i in tokenizer.encode(fields[1].strip()))
         if not ids:
             raise DataError(f"{where}: {fields[1].strip()[:80]!r} tokenizes to no tokens; delete the line")
-        lexicon[ids] = max(kind, lexicon.get(ids, NONE))
+        if unk is None or unk not in ids:
+            lexicon[ids] = max(kind, lexicon.get(ids, NONE))
     return lexicon
 
 
@@ -122,10 +126,29 @@ def _words(tokens: np.ndarray, word_start: np.ndarray) -> tuple[list[tuple[int, 
     return [tuple(toks[a:b]) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())], bounds
 
 
+def punctuation_ids(tokenizer: Any) -> frozenset[int]:
+    """Ids of the vocabulary entries without a letter or digit. word2phrase reads whitespace-separated words, to
+    which punctuation sticks; the WordPiece pre-tokenizer splits punctuation off as words of its own, and those
+    never join a phrase here (else "’ s" would be the commonest phrase of English prose)."""
+    if tokenizer is None or not hasattr(tokenizer, "id_to_token"):
+        return frozenset()
+    out = set()
+    for i in range(tokenizer.vocab_size):
+        text = tokenizer.id_to_token(i) or ""
+        if text.startswith("[") and text.endswith("]"):
+            continue   # specials
+        if not any(ch.isalnum() for ch in text):
+            out.add(i)
+    return frozenset(out)
+
+
 class PhraseScorer:
     """word2phrase.c's counts and score over word sequences (sentences of word tuples)."""
 
-    def __init__(self, sentences: Iterable[list[tuple[int, ...]]], min_count: int, threshold: float):
+    def __init__(self, sentences: Iterable[list[tuple[int, ...]]], min_count: int, threshold: float,
+                 never: frozenset[int] = frozenset()):
+        self.never = never
+        """First pieces of the words that never join (punctuation: see :func:`punctuation_ids`)."""
         self.unigrams: collections.Counter = collections.Counter()
         self.bigrams: collections.Counter = collections.Counter()
         for words in sentences:
@@ -147,7 +170,8 @@ class PhraseScorer:
         pa = 0
         for i, w in enumerate(words):
             pb = self.unigrams.get(w, 0)
-            if i and self.score(words[i - 1], w, pa) > self.threshold:
+            if i and w[0] not in self.never and words[i - 1][0] not in self.never \
+                    and self.score(words[i - 1], w, pa) > self.threshold:
                 out.append(i)
                 pb = 0   # the word after a joined pair starts afresh (word2phrase.c)
             pa = pb
@@ -189,9 +213,11 @@ def read_spans(path: str, doc_lengths: np.ndarray) -> list[tuple[int, int, int, 
 
 
 # -- the artifact ----------------------------------------------------------------------------------------------
-def annotate(cache: Any, train_docs: np.ndarray, is_continuation: np.ndarray, dcfg: Any,
-             tokenizer: Any) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
-    """(codes uint8 over the cache's tokens in document order, document token offsets, unit counts by source)."""
+def annotate(cache: Any, train_docs: np.ndarray, is_continuation: np.ndarray, dcfg: Any, tokenizer: Any,
+             count_source: Any = None) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """(codes uint8 over the cache's tokens in document order, document token offsets, unit counts by source).
+
+    PMI phrases are counted over documents ``train_docs`` of ``count_source`` (default: ``cache``)."""
     num_docs = cache.num_docs
     doc_len = np.array([int(cache.doc_sentence_lengths(d).sum()) for d in range(num_docs)], np.int64)
     offsets = np.concatenate([[0], np.cumsum(doc_len)])
@@ -205,10 +231,10 @@ def annotate(cache: Any, train_docs: np.ndarray, is_continuation: np.ndarray, dc
             taken[lo:hi] = True
             counts[source] += 1
 
-    def sentences(d: int):
-        base = offsets[d]
-        tokens = np.asarray(cache.doc_tokens(d))
-        for sent in np.split(tokens, np.cumsum(cache.doc_sentence_lengths(d))[:-1]):
+    def sentences(d: int, source: Any = cache):
+        base = offsets[d] if source is cache else 0
+        tokens = np.asarray(source.doc_tokens(d))
+        for sent in np.split(tokens, np.cumsum(source.doc_sentence_lengths(d))[:-1]):
             start = ~is_continuation[sent]
             start[0] = True
             yield base, sent, start
@@ -225,8 +251,10 @@ def annotate(cache: Any, train_docs: np.ndarray, is_continuation: np.ndarray, dc
                 for s, e, kind in matcher.match(sent, start):
                     claim(base + s, base + e, kind, "lexicon")
     if "pmi" in sources:
-        scorer = PhraseScorer((_words(sent, start)[0] for d in train_docs for _, sent, start in sentences(int(d))),
-                              dcfg.phrase_min_count, dcfg.phrase_threshold)
+        counted = cache if count_source is None else count_source
+        scorer = PhraseScorer((_words(sent, start)[0] for d in train_docs
+                               for _, sent, start in sentences(int(d), counted)),
+                              dcfg.phrase_min_count, dcfg.phrase_threshold, punctuation_ids(tokenizer))
         for d in range(num_docs):
             for base, sent, start in sentences(d):
                 words, bounds = _words(sent, start)
@@ -263,6 +291,24 @@ class UnitSource:
         lo = int(self.offsets[d]) + int(lengths[:first_sentence].sum())
         hi = int(self.offsets[d]) + int(lengths[:last].sum())
         return self.codes[lo:hi].astype(np.int32)
+
+
+def in_memory_units(cfg: Any, corpus: Any) -> tuple[UnitSource, UnitSource | None]:
+    """Unit sources of the train and eval documents of a corpus built without ``prepare_corpus`` (no token
+    cache, so no artifact): annotated here, PMI phrases counted over the training documents."""
+    cont = corpus.special.continuation
+    if cont is None:
+        cont = np.zeros(corpus.special.vocab_size, bool)
+    tok = getattr(corpus, "tokenizer", None)
+    out = []
+    for source in (corpus.train, corpus.eval):
+        if source is None:
+            out.append(None)
+            continue
+        codes, offsets, _ = annotate(source, np.arange(corpus.train.num_docs), cont, cfg.data, tok,
+                                     count_source=corpus.train)
+        out.append(UnitSource(codes, offsets, source))
+    return out[0], out[1]
 
 
 def build_units(cfg: Any, corpus: Any, directory: Any) -> UnitSource:
