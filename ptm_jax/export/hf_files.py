@@ -1,14 +1,15 @@
-"""Reading Hugging Face model folders, and the tensor-rename rules the converters share.
+"""Reading and writing Hugging Face model folders, and the tensor-rename rules the converters share.
 
-Used by every converter (``hf_bert.py``, ``hf_gpt2.py``, ``hf_xlnet.py``): config.json and other JSON files
-(every failure a ``CheckpointError`` naming the file and line), weights from ``model.safetensors`` (also
-sharded, with its index) or ``pytorch_model.bin`` read with ``torch.load(weights_only=True)``, the
-sentence-transformers layout (modules.json), and ``Rule``: one tensor's name on each side and the reshape
-between them.
+Used by every family's converter (``families/*/hf.py``): config.json and other JSON files (every failure a
+``CheckpointError`` naming the file and line), weights from ``model.safetensors`` (also sharded, with its
+index) or ``pytorch_model.bin`` read with ``torch.load(weights_only=True)``, the sentence-transformers layout
+(modules.json), ``id2label``, and ``Rule``: one tensor's name on each side and the reshape between them
+(``apply_rules`` one way, ``rules_to_hf`` the other). ``write_hf_dir`` writes a folder whole or not at all.
 """
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ptm_jax.errors import CheckpointError
+from ptm_jax.export import params as params_lib
 
 ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
@@ -212,3 +214,51 @@ def apply_rules(rules: list[Rule], tensors: dict[str, np.ndarray]) -> dict:
             node = node.setdefault(key, {})
         node[r.path[-1]] = r.to_ours(np.asarray(tensors[r.hf], dtype=np.float32))
     return params
+
+
+def rules_to_hf(params: dict, rules: list[Rule], head: str) -> dict[str, np.ndarray]:
+    """Our parameter tree (loop layout) -> HF name -> contiguous float32 array, one rule per tensor; a missing
+    or mis-shaped parameter is a CheckpointError naming its path (the inverse of ``apply_rules``)."""
+    out = {}
+    for r in rules:
+        try:
+            x = get_path(params, r.path)
+        except KeyError:
+            raise CheckpointError(f"the {head} parameters lack {'/'.join(r.path)} (needed for {r.hf})") from None
+        if tuple(np.shape(x)) != r.shape:
+            raise CheckpointError(f"{'/'.join(r.path)} has shape {tuple(np.shape(x))}; the model config implies "
+                                  f"{r.shape}")
+        out[r.hf] = r.to_hf(np.asarray(x, dtype=np.float32))
+    return out
+
+
+def label_names(hf: dict[str, Any], num_labels: int) -> list[str] | None:
+    """The class names of config.json's ``id2label``; None when they are transformers' defaults (LABEL_i)."""
+    raw = hf.get("id2label")
+    id2label = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+    labels = [id2label.get(str(i), f"LABEL_{i}") for i in range(num_labels)]
+    return None if labels == [f"LABEL_{i}" for i in range(num_labels)] else labels
+
+
+def write_hf_dir(out: str | Path, tensors: dict[str, np.ndarray], config: dict[str, Any], *,
+                 files: dict[str, Path] | None = None, json_files: dict[str, Any] | None = None,
+                 overwrite: bool = False) -> Path:
+    """An HF model folder: ``model.safetensors``, ``config.json``, ``files`` (name in the folder -> file to
+    copy: the tokenizer's) and ``json_files`` (name -> JSON value: tokenizer settings). Written into a staging
+    folder and renamed into place (``params.staging_dir`` / ``commit_dir``), so ``out`` is whole or absent."""
+    from safetensors.numpy import save_file
+
+    out = Path(out)
+    stage = params_lib.staging_dir(out, overwrite)
+    try:
+        save_file(tensors, str(stage / "model.safetensors"), metadata={"format": "pt"})
+        (stage / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        for name, src in (files or {}).items():
+            shutil.copyfile(src, stage / name)
+        for name, value in (json_files or {}).items():
+            (stage / name).write_text(json.dumps(value, indent=2) + "\n")
+        params_lib.commit_dir(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return out

@@ -18,10 +18,8 @@ FLOAT_FIELDS before any shape is computed, and every JSON file is read by ``read
 """
 from __future__ import annotations
 
-import json
 import logging
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +36,15 @@ from ptm_jax.export.hf_files import (
     dense_rules,
     fmt_names,
     get_path,
+    label_names,
     linear_rule,
     norm_rules,
     read_hf_dir,
     read_json,
     rule_problems,
+    rules_to_hf,
     st_modules,
+    write_hf_dir,
 )
 
 log = logging.getLogger(__name__)
@@ -315,9 +316,8 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: BertConfig, hf: dict[str, 
     info: dict[str, Any] = {"head": head, "has_pooler": has_pooler, "dropped": dropped}
     if head in ("sequence_classification", "token_classification"):
         info["num_labels"] = num_labels
-        id2label = {str(k): str(v) for k, v in (hf.get("id2label") or {}).items()}
-        labels = [id2label.get(str(i), f"LABEL_{i}") for i in range(num_labels)]
-        if labels != [f"LABEL_{i}" for i in range(num_labels)]:
+        labels = label_names(hf, num_labels)
+        if labels:
             info["label_names"] = labels
     return params, info
 
@@ -329,17 +329,7 @@ def params_to_hf(params: dict, cfg: BertConfig, head: str) -> tuple[dict[str, np
     has_pooler = "pooler" in params["bert"] and head not in NO_POOLER | {"masked_lm"}
     left_out = ["bert/pooler"] if "pooler" in params["bert"] and not has_pooler else []
     num_labels = int(np.shape(params["classifier"]["dense"]["kernel"])[-1]) if "classifier" in params else 2
-    out = {}
-    for r in all_rules(cfg, head, num_labels, has_pooler):
-        try:
-            x = get_path(params, r.path)
-        except KeyError:
-            raise CheckpointError(f"the {head} parameters lack {'/'.join(r.path)} (needed for {r.hf})") from None
-        if tuple(np.shape(x)) != r.shape:
-            raise CheckpointError(f"{'/'.join(r.path)} has shape {tuple(np.shape(x))}; the model config implies "
-                                  f"{r.shape}")
-        out[r.hf] = r.to_hf(np.asarray(x, dtype=np.float32))
-    return out, left_out
+    return rules_to_hf(params, all_rules(cfg, head, num_labels, has_pooler), head), left_out
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -386,8 +376,6 @@ def import_hf_to_params_dir(path: str | Path, out: str | Path, head: str | None 
 
 def export_hf(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
     """A params directory or a training run -> an HF folder (config.json, model.safetensors, tokenizer)."""
-    from safetensors.numpy import save_file
-
     params, cfg, info, tok_dir = params_lib.load_params(src)
     head, tok = info["head"], info.get("tokenizer") or {}
     vocab = tok_dir / tok["files"][0] if tok_dir is not None and tok.get("files") else None
@@ -397,20 +385,11 @@ def export_hf(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> 
     tensors, left_out = params_to_hf(params, cfg, head)
     if "classifier" in params:
         info = {**info, "num_labels": int(np.shape(params["classifier"]["dense"]["kernel"])[-1])}
-    out = Path(out_dir)
-    stage = params_lib.staging_dir(out, overwrite)
-    try:
-        save_file(tensors, str(stage / "model.safetensors"), metadata={"format": "pt"})
-        (stage / "config.json").write_text(json.dumps(hf_config(cfg, head, info), indent=2) + "\n")
-        shutil.copyfile(vocab, stage / "vocab.txt")
-        (stage / "tokenizer_config.json").write_text(json.dumps(
-            {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(tok.get("lower_case", True)),
-             "strip_accents": None, "tokenize_chinese_chars": True,
-             "model_max_length": cfg.max_position_embeddings, **SPECIAL_TOKENS}, indent=2) + "\n")
-        (stage / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS, indent=2) + "\n")
-        params_lib.commit_dir(stage, out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+    tokenizer_config = {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(tok.get("lower_case", True)),
+                        "strip_accents": None, "tokenize_chinese_chars": True,
+                        "model_max_length": cfg.max_position_embeddings, **SPECIAL_TOKENS}
+    out = write_hf_dir(out_dir, tensors, hf_config(cfg, head, info), files={"vocab.txt": vocab},
+                       json_files={"tokenizer_config.json": tokenizer_config,
+                                   "special_tokens_map.json": SPECIAL_TOKENS}, overwrite=overwrite)
     return {"out": str(out), "head": head, "architecture": ARCHITECTURES[head], "tensors": len(tensors),
             "left_out": left_out}

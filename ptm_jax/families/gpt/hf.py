@@ -15,10 +15,8 @@ Params directories are written and read by ``ptm_jax.export.params`` (head ``cau
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,7 @@ import numpy as np
 from ptm_jax.families.gpt.config import GptConfig
 from ptm_jax.errors import CheckpointError
 from ptm_jax.export import params as params_lib
-from ptm_jax.export.hf_files import ACT_FROM_HF, ACT_TO_HF, fmt_names, read_hf_dir
+from ptm_jax.export.hf_files import ACT_FROM_HF, ACT_TO_HF, fmt_names, read_hf_dir, write_hf_dir
 
 log = logging.getLogger(__name__)
 
@@ -252,8 +250,6 @@ def import_hf_gpt2_to_params_dir(path: str | Path, out: str | Path, overwrite: b
 def export_hf_gpt2(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
     """A GPT params directory, run or HF GPT-2 folder -> an HF GPT2LMHeadModel folder (config.json,
     model.safetensors, and vocab.json/merges.txt when the model has a byte-level BPE tokenizer)."""
-    from safetensors.numpy import save_file
-
     params, cfg, info, tok_dir = params_lib.load_params(src)
     if "gpt" not in params:
         raise CheckpointError(f"{src}: not a GPT model (top-level keys {', '.join(sorted(params))})")
@@ -263,20 +259,10 @@ def export_hf_gpt2(src: str | Path, out_dir: str | Path, overwrite: bool = False
     if tok.get("kind") != "byte_bpe" or not files or not all(f.is_file() for f in files):
         log.warning("%s: no byte-level BPE vocab.json/merges.txt; exporting the weights without a tokenizer", src)
         files = []
-    out = Path(out_dir)
-    stage = params_lib.staging_dir(out, overwrite)
-    try:
-        save_file(tensors, str(stage / "model.safetensors"), metadata={"format": "pt"})
-        (stage / "config.json").write_text(json.dumps(hf_gpt2_config(cfg, info), indent=2) + "\n")
-        for f in files:
-            shutil.copyfile(f, stage / f.name)
-        if files:
-            (stage / "tokenizer_config.json").write_text(json.dumps(
-                {"tokenizer_class": "GPT2Tokenizer", "model_max_length": cfg.max_position_embeddings,
-                 "add_prefix_space": False}, indent=2) + "\n")
-        params_lib.commit_dir(stage, out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+    json_files = {"tokenizer_config.json": {"tokenizer_class": "GPT2Tokenizer",
+                                            "model_max_length": cfg.max_position_embeddings,
+                                            "add_prefix_space": False}} if files else {}
+    out = write_hf_dir(out_dir, tensors, hf_gpt2_config(cfg, info), files={f.name: f for f in files},
+                       json_files=json_files, overwrite=overwrite)
     return {"out": str(out), "head": HEAD, "architecture": "GPT2LMHeadModel", "tensors": len(tensors),
             "tokenizer": [f.name for f in files]}

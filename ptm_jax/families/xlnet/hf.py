@@ -21,7 +21,6 @@ import dataclasses
 import json
 import logging
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +37,12 @@ from ptm_jax.export.hf_files import (
     dense_rules,
     fmt_names,
     get_path,
+    label_names,
     norm_rules,
     read_hf_dir,
     rule_problems,
+    rules_to_hf,
+    write_hf_dir,
 )
 
 log = logging.getLogger(__name__)
@@ -262,17 +264,7 @@ def params_to_hf(params: dict, cfg: XlnetConfig, head: str) -> dict[str, np.ndar
     """Our params (either layout) -> HF name -> contiguous float32 array."""
     params = params_lib.unstack_layers(params)
     num_labels = int(np.shape(params["classifier"]["dense"]["kernel"])[-1]) if "classifier" in params else 2
-    out = {}
-    for r in all_rules(cfg, head, num_labels):
-        try:
-            x = get_path(params, r.path)
-        except KeyError:
-            raise CheckpointError(f"the {head} parameters lack {'/'.join(r.path)} (needed for {r.hf})") from None
-        if tuple(np.shape(x)) != r.shape:
-            raise CheckpointError(f"{'/'.join(r.path)} has shape {tuple(np.shape(x))}; the model config implies "
-                                  f"{r.shape}")
-        out[r.hf] = r.to_hf(np.asarray(x, dtype=np.float32))
-    return out
+    return rules_to_hf(params, all_rules(cfg, head, num_labels), head)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -300,10 +292,8 @@ def import_hf_xlnet(path: str | Path, head: str | None = None) -> tuple[dict, Xl
     cfg = model_config_from_hf(hf, d / "config.json")
     params, cfg, info = hf_to_params(tensors, cfg, d, head)
     if info["head"] == "sequence_classification":
-        raw = hf.get("id2label")
-        id2label = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
-        labels = [id2label.get(str(i), f"LABEL_{i}") for i in range(info["num_labels"])]
-        if labels != [f"LABEL_{i}" for i in range(info["num_labels"])]:
+        labels = label_names(hf, info["num_labels"])
+        if labels:
             info["label_names"] = labels
     info.update(source=str(root.resolve()), pad_token_id=_field(hf, "pad_token_id", int, d / "config.json", 5),
                 tokenizer=tokenizer_settings(d))
@@ -323,30 +313,22 @@ def write_hf_xlnet(params: dict, cfg: XlnetConfig, head: str, out_dir: str | Pat
                    overwrite: bool = False) -> dict[str, Any]:
     """Our params -> an HF folder (config.json, model.safetensors, and spiece.model + tokenizer config when
     ``spm_model`` is given), written atomically."""
-    from safetensors.numpy import save_file
-
     if head not in ARCHITECTURES:
         raise CheckpointError(f"head {head!r} has no transformers XLNet class; exportable: {', '.join(ARCHITECTURES)}")
     info = dict(info or {})
     if "classifier" in params:
         info["num_labels"] = int(np.shape(params["classifier"]["dense"]["kernel"])[-1])
     tensors = params_to_hf(params, cfg, head)
-    out = Path(out_dir)
-    stage = params_lib.staging_dir(out, overwrite)
-    try:
-        save_file(tensors, str(stage / "model.safetensors"), metadata={"format": "pt"})
-        (stage / "config.json").write_text(json.dumps(hf_config(cfg, head, info), indent=2) + "\n")
-        if spm_model is not None:
-            shutil.copyfile(spm_model, stage / SPM_NAME)
-            lower = bool((info.get("tokenizer") or {}).get("lower_case", False))
-            (stage / "tokenizer_config.json").write_text(json.dumps(
-                {"tokenizer_class": "XLNetTokenizer", "do_lower_case": lower, "remove_space": True,
-                 "keep_accents": False, "padding_side": "left", **SPECIAL_TOKENS}, indent=2) + "\n")
-            (stage / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS, indent=2) + "\n")
-        params_lib.commit_dir(stage, out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+    files, json_files = {}, {}
+    if spm_model is not None:
+        files[SPM_NAME] = Path(spm_model)
+        lower = bool((info.get("tokenizer") or {}).get("lower_case", False))
+        json_files = {"tokenizer_config.json": {"tokenizer_class": "XLNetTokenizer", "do_lower_case": lower,
+                                                "remove_space": True, "keep_accents": False,
+                                                "padding_side": "left", **SPECIAL_TOKENS},
+                      "special_tokens_map.json": SPECIAL_TOKENS}
+    out = write_hf_dir(out_dir, tensors, hf_config(cfg, head, info), files=files, json_files=json_files,
+                       overwrite=overwrite)
     return {"out": str(out), "head": head, "architecture": ARCHITECTURES[head], "tensors": len(tensors),
             "tokenizer": SPM_NAME if spm_model is not None else None}
 
