@@ -118,6 +118,17 @@ SPECIAL_NAMES = ("pad", "cls", "sep", "mask", "eos")
 """Special tokens a family may declare in ``Family.specials`` (``SpecialIds`` fields)."""
 
 
+def lazy(module: str, attr: str) -> Callable[..., Any]:
+    """A function that calls ``module.attr`` with its arguments, importing ``module`` at the first call: a family's
+    ``__init__`` names its hooks without importing their modules (models, data builders, converters)."""
+
+    def call(*args: Any, **kw: Any) -> Any:
+        return getattr(importlib.import_module(module), attr)(*args, **kw)
+
+    call.__name__ = call.__qualname__ = attr
+    return call
+
+
 def tokenizer_kinds(family: Family) -> tuple[str, ...]:
     """The ``tokenizer.kind`` values ``family`` accepts."""
     return family.tokenizer_kinds or SUBWORD_KINDS

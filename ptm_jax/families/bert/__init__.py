@@ -8,7 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from ptm_jax.families.bert.config import BertConfig, BertDataConfig
-from ptm_jax.families.registry import Family, HfConverter, register
+from ptm_jax.families.registry import Family, HfConverter, lazy, register
+
+HF = "ptm_jax.families.bert.hf"
+BENCH = "ptm_jax.families.bert.bench"
 
 
 def _mlm_nsp(cfg: Any, corpus: Any):
@@ -25,44 +28,6 @@ def _infer_head(params: dict) -> str:
     if "classifier" in params:
         return "sequence_classification" if "pooler" in params["bert"] else "token_classification"
     return "encoder"
-
-
-def _hf() -> HfConverter:
-    def import_dir(hf_dir, out, head=None, overwrite=False):
-        from ptm_jax.families.bert.hf import import_hf_to_params_dir
-
-        return import_hf_to_params_dir(hf_dir, out, head=head, overwrite=overwrite)
-
-    def export_dir(src, out, overwrite=False):
-        from ptm_jax.families.bert.hf import export_hf
-
-        return export_hf(src, out, overwrite=overwrite)
-
-    def load(hf_dir):
-        from ptm_jax.families.bert.hf import import_hf
-
-        return import_hf(hf_dir)
-
-    return HfConverter(model_types=("bert",), import_dir=import_dir, export_dir=export_dir, load=load,
-                       fallback=True)
-
-
-def _flops(cfg: Any):
-    from ptm_jax.families.bert.flops import step_flops
-
-    return step_flops(cfg)
-
-
-def _synthetic_batch(example, cfg, rng):
-    from ptm_jax.families.bert.bench import synthetic_batch
-
-    return synthetic_batch(example, cfg, rng)
-
-
-def _dense_head(objective):
-    from ptm_jax.families.bert.bench import DenseMlmHead
-
-    return DenseMlmHead(objective)
 
 
 def _classifier(fcfg: Any) -> type:
@@ -109,10 +74,11 @@ FAMILY = register(Family(
     infer_head=_infer_head,
     classifier=_classifier,
     tasks={t: _task(t) for t in ("squad", "squad_v2", "conll2003", "swag", "consert")},
-    hf=_hf(),
-    flops=_flops,
-    synthetic_batch=_synthetic_batch,
-    bench_variants={"dense": _dense_head},
+    hf=HfConverter(model_types=("bert",), import_dir=lazy(HF, "import_hf_to_params_dir"),
+                   export_dir=lazy(HF, "export_hf"), load=lazy(HF, "import_hf"), fallback=True),
+    flops=lazy("ptm_jax.families.bert.flops", "step_flops"),
+    synthetic_batch=lazy(BENCH, "synthetic_batch"),
+    bench_variants={"dense": lazy(BENCH, "DenseMlmHead")},
     capabilities=frozenset({"embed", "classify", "pack_examples"}),
     task_heads={"encoder": _head("BertModel"),
                 "sequence_classification": _head("BertForSequenceClassification"),

@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from ptm_jax.families.gpt.config import GptConfig
-from ptm_jax.families.registry import Family, HfConverter, register
+from ptm_jax.families.registry import Family, HfConverter, lazy, register
 
 
 def _causal_lm(cfg: Any, corpus: Any):
@@ -38,30 +38,14 @@ def _hf() -> HfConverter:
             raise ConfigError(f"--head {head}: a GPT-2 folder imports as head causal_lm (GPT2LMHeadModel)")
         return import_hf_gpt2_to_params_dir(hf_dir, out, overwrite=overwrite)
 
-    def export_dir(src, out, overwrite=False):
-        from ptm_jax.families.gpt.hf import export_hf_gpt2
-
-        return export_hf_gpt2(src, out, overwrite=overwrite)
-
     def load(hf_dir):
         from ptm_jax.families.gpt.hf import import_hf_gpt2
 
         params, cfg, info = import_hf_gpt2(hf_dir)
         return params, cfg, info, hf_dir
 
-    return HfConverter(model_types=("gpt2",), import_dir=import_dir, export_dir=export_dir, load=load)
-
-
-def _flops(cfg: Any):
-    from ptm_jax.families.gpt.flops import step_flops
-
-    return step_flops(cfg)
-
-
-def _synthetic_batch(example, cfg, rng):
-    from ptm_jax.bench.harness import packed_lm_batch
-
-    return packed_lm_batch(example, cfg, rng)
+    return HfConverter(model_types=("gpt2",), import_dir=import_dir,
+                       export_dir=lazy("ptm_jax.families.gpt.hf", "export_hf_gpt2"), load=load)
 
 
 def _classifier(fcfg: Any) -> type:
@@ -95,18 +79,6 @@ def _lm_model() -> type:
     return GPTLMHeadModel
 
 
-def _generate(*args, **kw):
-    from ptm_jax.families.gpt.decode import generate
-
-    return generate(*args, **kw)
-
-
-def _perplexity(*args, **kw):
-    from ptm_jax.evaluate.perplexity import perplexity
-
-    return perplexity(*args, **kw)
-
-
 FAMILY = register(Family(
     name="gpt",
     model_config=GptConfig,
@@ -122,10 +94,10 @@ FAMILY = register(Family(
     task_heads={"causal_lm": _lm_model},
     prepare_finetune=_prepare_finetune,
     hf=_hf(),
-    flops=_flops,
-    synthetic_batch=_synthetic_batch,
-    generate=_generate,
-    perplexity=_perplexity,
+    flops=lazy("ptm_jax.families.gpt.flops", "step_flops"),
+    synthetic_batch=lazy("ptm_jax.bench.harness", "packed_lm_batch"),
+    generate=lazy("ptm_jax.families.gpt.decode", "generate"),
+    perplexity=lazy("ptm_jax.evaluate.perplexity", "perplexity"),
     capabilities=frozenset({"causal_lm"}),
     tiny_preset="gpt_tiny",
 ))

@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from ptm_jax.families.xlnet.config import XlnetConfig, XlnetDataConfig
-from ptm_jax.families.registry import Family, HfConverter, register
+from ptm_jax.families.registry import Family, HfConverter, lazy, register
+
+HF = "ptm_jax.families.xlnet.hf"
 
 
 def _plm(cfg: Any, corpus: Any):
@@ -23,31 +25,6 @@ def _infer_head(params: dict) -> str:
     if "qa_outputs" in params or "start_logits" in params:
         return "question_answering"
     return "plm"
-
-
-def _hf() -> HfConverter:
-    def import_dir(hf_dir, out, head=None, overwrite=False):
-        from ptm_jax.families.xlnet.hf import import_hf_xlnet_to_params_dir
-
-        return import_hf_xlnet_to_params_dir(hf_dir, out, head=head, overwrite=overwrite)
-
-    def export_dir(src, out, overwrite=False):
-        from ptm_jax.families.xlnet.hf import export_hf_xlnet
-
-        return export_hf_xlnet(src, out, overwrite=overwrite)
-
-    def load(hf_dir):
-        from ptm_jax.families.xlnet.hf import import_hf_xlnet
-
-        return import_hf_xlnet(hf_dir)
-
-    return HfConverter(model_types=("xlnet",), import_dir=import_dir, export_dir=export_dir, load=load)
-
-
-def _synthetic_batch(example, cfg, rng):
-    from ptm_jax.bench.harness import packed_lm_batch
-
-    return packed_lm_batch(example, cfg, rng)
 
 
 def _classifier(fcfg: Any) -> type:
@@ -85,7 +62,8 @@ FAMILY = register(Family(
     tasks={"squad": _task("squad"), "squad_v2": _task("squad_v2")},
     task_heads={"question_answering": _qa_model},
     qa_layout="document_first",
-    hf=_hf(),
-    synthetic_batch=_synthetic_batch,
+    hf=HfConverter(model_types=("xlnet",), import_dir=lazy(HF, "import_hf_xlnet_to_params_dir"),
+                   export_dir=lazy(HF, "export_hf_xlnet"), load=lazy(HF, "import_hf_xlnet")),
+    synthetic_batch=lazy("ptm_jax.bench.harness", "packed_lm_batch"),
     tiny_preset="xlnet_tiny",
 ))
