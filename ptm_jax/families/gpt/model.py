@@ -65,13 +65,18 @@ def causal_segment_mask(q_segments: jax.Array, k_segments: jax.Array, q_offset: 
     return mask[:, None]
 
 
-class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention; q/k/v [embed, heads, kv], output [heads, kv, embed]."""
+class _StackModule(nn.Module):
+    """The settings every module of the block stack carries: the config, ``deterministic`` (no dropout),
+    ``decode`` (the KV cache) and ``cache_length`` (its slots; 0 = ``max_position_embeddings``)."""
 
     cfg: GptConfig
     deterministic: bool = True
     decode: bool = False
     cache_length: int = 0
+
+
+class CausalSelfAttention(_StackModule):
+    """Multi-head causal self-attention; q/k/v [embed, heads, kv], output [heads, kv, embed]."""
 
     @nn.compact
     def __call__(self, x: jax.Array, segment_ids: jax.Array) -> jax.Array:
@@ -128,13 +133,8 @@ class GPTMlp(nn.Module):
                         bias_init=partitioned(nn.initializers.zeros, ("embed",)), name="proj")(h)
 
 
-class GPTBlock(nn.Module):
+class GPTBlock(_StackModule):
     """One block: post-LN (GPT-1) or pre-LN (GPT-2), residual dropout after attention and after the MLP."""
-
-    cfg: GptConfig
-    deterministic: bool = True
-    decode: bool = False
-    cache_length: int = 0
 
     @nn.compact
     def __call__(self, x: jax.Array, segment_ids: jax.Array) -> jax.Array:
@@ -159,12 +159,7 @@ def _block_cls(cfg: GptConfig, decode: bool) -> type[nn.Module]:
     return nn.remat(GPTBlock, policy=REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan_layers)
 
 
-class _ScannedBlock(nn.Module):
-    cfg: GptConfig
-    deterministic: bool = True
-    decode: bool = False
-    cache_length: int = 0
-
+class _ScannedBlock(_StackModule):
     @nn.compact
     def __call__(self, x: jax.Array, segment_ids: jax.Array):
         block = _block_cls(self.cfg, self.decode)
