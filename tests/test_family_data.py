@@ -57,7 +57,8 @@ def lines_file(shared_data, tmp_path_factory):
 
 
 def probe_config(lines_file, out, **tok) -> RunConfig:
-    return RunConfig(output_dir=str(out), objective="probe_lm", model=TransformerConfig(family="probe", vocab_size=5000),
+    return RunConfig(output_dir=str(out), objective="probe_lm",
+                     model=TransformerConfig(family="probe", vocab_size=5000),
                      tokenizer=TokenizerConfig(kind="word", vocab_size=5000, **tok),
                      data=DataConfig(corpus=str(lines_file), format="lines", eval_documents=2))
 
