@@ -215,6 +215,26 @@ def test_skipgram_on_tiny_shakespeare_finds_known_neighbours(corpus, skipgram_ru
     assert len(set(king) & {"richard", "edward", "henry", "iii:", "iv:", "vi:", "ii:"}) >= 2, king
 
 
+def test_trained_vectors_exported_in_word2vec_formats_load_in_gensim(corpus, skipgram_run, tmp_path):
+    from gensim.models import KeyedVectors
+
+    from ptm_jax.evaluate.word_vectors import WordVectors
+    from ptm_jax.export.vector_files import write_vectors
+
+    obj, result = skipgram_run
+    wv = WordVectors.from_vocab(FAMILY.word_vectors(jax.device_get(result.state.params), obj.cfg.model),
+                                corpus.tokenizer)
+    assert wv.words[:3] == ["the", "and", "to"] and len(wv) == corpus.tokenizer.vocab_size - 3
+    for fmt, binary in (("text_vectors", False), ("binary_vectors", True)):
+        path = write_vectors(tmp_path / fmt, wv.words, wv.vectors, fmt)
+        kv = KeyedVectors.load_word2vec_format(str(path), binary=binary)
+        assert kv.index_to_key == wv.words
+        np.testing.assert_array_equal(kv.vectors, wv.vectors)
+        a, b = wv.vectors[wv.words.index("thou")], wv.vectors[wv.words.index("art")]
+        assert kv.similarity("thou", "art") == pytest.approx(a @ b / np.linalg.norm(a) / np.linalg.norm(b),
+                                                             abs=1e-5)
+
+
 def test_stop_mid_epoch_and_resume_gives_the_uninterrupted_vectors(corpus, tmp_path):
     vocab = corpus.tokenizer
     cfg = run_config(vocab, "cbow", steps=6, batch=256, hs=True, lr=0.05)
