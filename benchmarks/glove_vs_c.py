@@ -51,6 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=65536, help="ptm_jax entries per step")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", choices=["both", "c", "ptm"], default="both")
+    ap.add_argument("--profile", action="store_true", help="only time the parts of ptm_jax's step (interleaved)")
     return ap.parse_args(argv)
 
 
@@ -162,6 +163,61 @@ def run_ptm(args, work: Path, corpus) -> dict:
             **evaluate([tok.id_to_token(i) for i in ids], vectors[ids], tok.counts[ids])}, cooc
 
 
+def profile(args, corpus, repeats: int = 8) -> dict:
+    """Seconds per step of: the loop's whole jitted train step, its forward + backward alone (the gathers and
+    their scatter-add gradients), the dense AdaGrad update of the tables alone, and the input pipeline's batch
+    (TripleOrder.batch), interleaved round-robin so the machine's load hits all alike (median of repeats)."""
+    import jax
+    import numpy as np
+    import optax
+
+    from ptm_jax.config import MeshConfig, RunConfig, TrainConfig
+    from ptm_jax.families.glove import FAMILY, GloveConfig
+    from ptm_jax.families.glove.cooccur import build_cooccurrence
+    from ptm_jax.parallel.feed import to_global
+    from ptm_jax.parallel.mesh import make_mesh
+    from ptm_jax.train.loop import compile_objective
+    from ptm_jax.train.optim import make_optimizer
+
+    model = GloveConfig(vocab_size=corpus.tokenizer.vocab_size, dim=args.dim, x_max=args.x_max)
+    corpus.artifacts = {"cooccurrence": build_cooccurrence(types.SimpleNamespace(data=corpus.data, model=model),
+                                                           corpus, work_dir(args) / "artifacts")}
+    tcfg = TrainConfig(batch_size=args.batch, steps=10 ** 6, optimizer="adagrad", learning_rate=1.0,
+                       adagrad_initial_accumulator=1.0 / args.eta ** 2, lr_decay="constant", warmup_steps=0,
+                       weight_decay=0.0, clip_norm=0.0, progress_bar=False, donate_state=False)  # re-run one state
+    cfg = RunConfig(objective="glove", model=model, data=corpus.data, train=tcfg)
+    obj = FAMILY.objectives["glove"](cfg, corpus)
+    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    compiled = compile_objective(obj, tcfg, mesh)
+    state = compiled.init_fn(jax.random.key(0))
+    host = obj.order.batch(0, args.batch)
+    batch = to_global(host, mesh, compiled.batch_keys)
+    grad = jax.jit(jax.grad(lambda p, b: obj.loss(p, b, None, None, True)[0]))
+    tx, _ = make_optimizer(tcfg, [])
+    g = grad(state.params, batch)
+    opt = jax.jit(lambda g, s, p: optax.apply_updates(p, tx.update(g, s, p)[0]))
+    parts = {"train_step": lambda: compiled.train_step(state, batch, jax.random.key(0))[1]["loss"],
+             "forward_backward": lambda: grad(state.params, batch),
+             "dense_adagrad_update": lambda: opt(g, state.opt_state, state.params),
+             "input_batch": lambda: obj.order.batch(args.batch * 3, args.batch)}
+    for f in parts.values():
+        jax.block_until_ready(f())
+    times: dict[str, list[float]] = {k: [] for k in parts}
+    for _ in range(repeats):
+        for k, f in parts.items():
+            t = time.time()
+            jax.block_until_ready(f())
+            times[k].append(time.time() - t)
+    out = {k: float(np.median(v)) for k, v in times.items()}
+    out["entries_per_step"] = args.batch
+    out["table_rows"] = model.vocab_size
+    return out
+
+
+def work_dir(args) -> Path:
+    return Path(args.work)
+
+
 def same_matrix(work: Path, cooc, tok) -> dict:
     """The C tool's cooccurrence.bin against ptm_jax's artifact, mapped through the words."""
     import numpy as np
@@ -185,6 +241,9 @@ def main(argv=None) -> int:
 
     path = prepare_corpus(work)
     corpus = load_corpus(path, work, args)
+    if args.profile:
+        print(json.dumps(profile(args, corpus), indent=2))
+        return 0
     report = {"settings": {k: v for k, v in vars(args).items() if k not in ("work", "only")},
               "running_words": int(corpus.cache.num_tokens)}
     if args.only in ("both", "c"):

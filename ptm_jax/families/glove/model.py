@@ -31,8 +31,9 @@ def glove_c_uniform(dim: int):
 
 def _rows(table: jax.Array, ids: jax.Array) -> jax.Array:
     """``table[ids]``. The ids come from the co-occurrence matrix, so always in range: ``mode='clip'`` skips
-    the out-of-range masking of jnp's default ('fill'), which made the gather and its scatter-add gradient
-    2.7x slower on CPU (0.26 s -> 0.10 s for the gradient of a 65536-entry batch, d=50, loaded 2-core host)."""
+    the out-of-range handling of plain indexing and of jnp.take's default ``'fill'`` (measured on the loaded
+    2-core CPU, a 65536-entry batch, d=50: the loss gradient 0.26 s with plain indexing, 0.10 s with 'clip';
+    the gather alone 43 ms with 'fill', 24 ms with 'clip')."""
     return jnp.take(table, ids, axis=0, mode="clip")
 
 
