@@ -276,3 +276,42 @@ def test_a_few_steps_through_the_loop_give_a_finite_falling_loss(files, corpus, 
     assert losses[-1] < losses[0]
     params = obj.init(jax.random.PRNGKey(0), obj.example_batch(1))
     assert registry.family_of_params(params["params"]).name == "ernie"
+
+
+def test_hugging_face_ernie_imports_with_equal_logits_and_exports_back_bit_equal(tmp_path):
+    """transformers' ErnieForPreTraining (BERT + optional task-type embeddings, off) on a tiny random model:
+    our import gives its MLM and NSP logits, and our export loads back in transformers with equal tensors."""
+    import jax.numpy as jnp
+    import torch
+    import transformers
+
+    from ptm_jax.families.ernie.model import ErnieForPreTraining
+
+    hf_cfg = transformers.ErnieConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                      intermediate_size=64, max_position_embeddings=64, use_task_id=False)
+    torch.manual_seed(0)
+    ref = transformers.ErnieForPreTraining(hf_cfg).eval()
+    ref.save_pretrained(tmp_path / "hf")
+    (tmp_path / "hf" / "vocab.txt").write_text(
+        "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(5, 99)]) + "\n")
+    fam = registry.hf_family("ernie")
+    assert fam.name == "ernie"
+    params, cfg, info, _ = fam.hf.load(tmp_path / "hf")
+    assert info["head"] == "pretraining" and sorted(params) == ["ernie", "mlm", "nsp"]
+    assert registry.family_of_params(params).name == "ernie"
+    ids = np.random.RandomState(0).randint(5, 99, (2, 16))
+    ids[:, 0] = 2
+    mask, seg = np.ones_like(ids), np.zeros_like(ids)
+    with torch.no_grad():
+        want = ref(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), token_type_ids=torch.tensor(seg))
+    mlm, nsp = ErnieForPreTraining(cfg, with_nsp=True).apply(
+        {"params": params}, jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(seg),
+        jnp.asarray(np.tile(np.arange(16), (2, 1))))
+    np.testing.assert_allclose(np.asarray(mlm), want.prediction_logits.numpy(), atol=2e-5)
+    np.testing.assert_allclose(np.asarray(nsp), want.seq_relationship_logits.numpy(), atol=2e-5)
+    fam.hf.import_dir(tmp_path / "hf", tmp_path / "params")
+    report = fam.hf.export_dir(tmp_path / "params", tmp_path / "back")
+    assert report["architecture"] == "ErnieForPreTraining"
+    back = transformers.ErnieForPreTraining.from_pretrained(tmp_path / "back").state_dict()
+    for name, tensor in ref.state_dict().items():
+        assert torch.equal(back[name], tensor), name
