@@ -252,3 +252,15 @@ def test_stop_mid_epoch_and_resume_gives_the_uninterrupted_vectors(corpus, tmp_p
     assert float(jnp.abs(tables["input"].value).max()) <= 0.5 / 32
     assert float(jnp.abs(tables["output"].value).max()) == 0.0 == float(jnp.abs(tables["hs_output"].value).max())
     assert tables["input"].names == ("vocab", "embed")
+
+
+@pytest.mark.parametrize("override, field", [("data.negative=0", "data.negative=0 and data.hs=false"),
+                                             ("data.window=0", "data.window=0"),
+                                             ("model.duplicate_cap=-1", "model.duplicate_cap=-1")])
+def test_bad_word2vec_settings_are_config_errors_naming_the_field(override, field):
+    from ptm_jax.config import load_config
+    from ptm_jax.errors import ConfigError
+
+    assert load_config("word2vec_sg", []).data.window == 5
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        load_config("word2vec_sg", [override])

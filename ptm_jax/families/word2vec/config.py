@@ -54,6 +54,11 @@ class Word2VecDataConfig(DataConfig):
     """Running words read on each side of a batch to find the window's kept neighbours after subsampling
     (0: 8 x window). A context word further than this from its center is not used (see ``data.py``)."""
 
+    def validate(self, where: str = "data") -> None:
+        """The shared fields (``DataConfig.validate``) and word2vec's own (``config.validate`` calls it)."""
+        super().validate(where)
+        self.validate_word2vec(where)
+
     def validate_word2vec(self, where: str = "data") -> None:
         for name, low in (("window", 1), ("negative", 0), ("margin", 0)):
             v = getattr(self, name)
