@@ -109,7 +109,8 @@ def main(argv=None) -> dict:
     objective = FAMILY.objectives["nnlm"](cfg, corpus)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     t1 = time.perf_counter()
-    result = fit(objective, cfg.train, mesh, work / "run", lr_scale=FAMILY.param_groups(cfg.model, "pretrain"))
+    result = fit(objective, cfg.train, mesh, work / "run",
+                 param_groups=FAMILY.param_groups(cfg.model, "pretrain"))
     train_s = time.perf_counter() - t1
     nnlm_full = objective.summarize(result.eval_metrics)
     params = jax.device_get(result.state.params)

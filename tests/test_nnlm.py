@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from step_losses import step_losses
 
 from ptm_jax.config import DataConfig, MeshConfig, RunConfig, TrainConfig, load_config
 from ptm_jax.data.cache import build_or_load_cache
@@ -25,10 +26,9 @@ from ptm_jax.families.nnlm import FAMILY, NnlmConfig, hooks
 from ptm_jax.families.nnlm.data import nnlm_dataset
 from ptm_jax.families.nnlm.model import NnlmLanguageModel
 from ptm_jax.families.nnlm.objective import NnlmObjective
-from ptm_jax.parallel.feed import to_global
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train import param_groups as pg
-from ptm_jax.train.loop import compile_objective, fit
+from ptm_jax.train.loop import fit
 
 VOCAB, L, ORDER, BATCH, STEPS = 1000, 16, 4, 32, 40
 EVAL_DOCS = 60
@@ -116,7 +116,7 @@ def reference(corpus, tmp_path_factory):
     stage = tmp_path_factory.mktemp("nnlm_ref")
     obj = objective(corpus)
     result = fit(obj, obj.cfg.train, make_mesh(MeshConfig(2, 2, 2)), stage,
-                 lr_scale=FAMILY.param_groups(obj.cfg.model, "pretrain"))
+                 param_groups=FAMILY.param_groups(obj.cfg.model, "pretrain"))
     return obj, result
 
 
@@ -139,9 +139,9 @@ def test_stop_and_resume_gives_the_uninterrupted_parameters(corpus, reference, t
     obj, ref = reference
     mesh = make_mesh(MeshConfig(2, 2, 2))
     rules = FAMILY.param_groups(obj.cfg.model, "pretrain")
-    first = fit(obj, obj.cfg.train, mesh, tmp_path, stop_after=STEPS // 2 - 1, lr_scale=rules)
+    first = fit(obj, obj.cfg.train, mesh, tmp_path, stop_after=STEPS // 2 - 1, param_groups=rules)
     assert first.step == STEPS // 2 - 1
-    resumed = fit(objective(corpus), obj.cfg.train, mesh, tmp_path, lr_scale=rules)
+    resumed = fit(objective(corpus), obj.cfg.train, mesh, tmp_path, param_groups=rules)
     assert resumed.step == STEPS
     for a, b in zip(jax.tree.leaves(resumed.state.params), jax.tree.leaves(ref.state.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -151,15 +151,7 @@ def test_one_device_and_the_2_2_2_mesh_give_the_same_losses(corpus):
     obj = objective(corpus)
 
     def losses(mesh):
-        compiled = compile_objective(obj, obj.cfg.train, mesh, FAMILY.param_groups(obj.cfg.model, "pretrain"))
-        state = compiled.init_fn(jax.random.key(7))
-        batches = obj.train_batches(0, BATCH, 0, 1)
-        out = []
-        for _ in range(3):
-            state, m = compiled.train_step(state, to_global(next(batches), mesh, compiled.batch_keys),
-                                           jax.random.key(0))
-            out.append([float(m["loss"]), float(m["grad_norm"])])
-        return np.array(out)
+        return step_losses(obj, obj.cfg.train, mesh, 3, FAMILY.param_groups(obj.cfg.model, "pretrain"))[0]
 
     ref = losses(make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1]))
     assert ref[0, 0] == pytest.approx(math.log(VOCAB), abs=0.05) and ref[2, 0] < ref[0, 0]

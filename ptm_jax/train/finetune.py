@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -23,6 +24,7 @@ from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import load_params, load_tokenizer, save_params
 from ptm_jax.objectives.finetune_registry import take_subset
 from ptm_jax.parallel.mesh import make_mesh
+from ptm_jax.train.hooks import Hook, Run
 from ptm_jax.train.param_groups import (
     DEFAULT_RULES,
     layerwise_decay_rules,
@@ -165,6 +167,38 @@ def _merge_encoder(pretrained: dict, trunk: str, keep_head: bool = False, where:
     return merge
 
 
+class KeepBest(Hook):
+    """After each evaluation: when the task's primary metric is the best so far, the parameters go to
+    ``<stage>/best`` (a params directory with the tokenizer files) and the step and metrics to ``best.json``.
+    A resumed run starts from the best it stored, if ``best/`` was written in full."""
+
+    def __init__(self, stage: Path, objective: Any, model_cfg: Any, task: str, tok_info: dict,
+                 tok_files: list[Path]):
+        self.stage, self.objective, self.model_cfg, self.task = stage, objective, model_cfg, task
+        self.tok_info, self.tok_files = tok_info, tok_files
+        self.file = stage / "best.json"
+        self.sign = -1.0 if objective.primary_metric.endswith("loss") else 1.0  # a loss: lower is better
+        self.best = {"step": -1, "value": -math.inf, "metrics": {}}
+        if self.file.exists() and fs.exists(stage / "best" / "ptm.json") and (
+                not fs.is_remote(stage) or fs.is_complete(stage / "best")):  # best/ written in full
+            self.best = json.loads(fs.read_text(self.file))
+
+    def on_eval(self, run: Run, metrics: dict[str, float]) -> None:
+        value = self.sign * metrics.get(self.objective.primary_metric, float("nan"))
+        if not (math.isfinite(value) and value > self.best["value"]):
+            return
+        # every process: the metrics are the same on all (computed from gathered predictions), and orbax's save
+        # inside save_params synchronises all processes
+        self.best.update(step=run.step, value=value, metrics=metrics)
+        save_params(self.stage / "best", run.state.params, self.model_cfg, self.objective.head, overwrite=True,
+                    extra={"task": self.task, "step": run.step, "metrics": metrics, "tokenizer": self.tok_info,
+                           "label_names": getattr(getattr(self.objective, "spec", None), "labels", None),
+                           "num_labels": getattr(self.objective, "num_labels", None)},
+                    tokenizer_files=self.tok_files)
+        if jax.process_index() == 0:
+            fs.write_text_atomic(self.file, json.dumps(self.best, indent=2))
+
+
 def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     f = cfg.finetune
     init = f.init or fs.to_str(fs.path(cfg.output_dir) / "pretrain")
@@ -192,36 +226,17 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
     param_groups = [*DEFAULT_RULES, *rules_from_config(f.param_groups, "finetune.param_groups")]
     if f.layerwise_lr_decay != 1.0:
         param_groups[1:1] = layerwise_decay_rules(f.layerwise_lr_decay, model_cfg.num_layers)
-    best = {"step": -1, "value": -math.inf, "metrics": {}}
-    best_file = stage / "best.json"
-    if best_file.exists() and fs.exists(stage / "best" / "ptm.json") and (
-            not fs.is_remote(stage) or fs.is_complete(stage / "best")):  # best/ written in full
-        best = json.loads(fs.read_text(best_file))
-    lower_is_better = objective.primary_metric.endswith("loss")
     tok_info = dict(info.get("tokenizer") or {})
     tok_files = [tok_dir / name for name in tok_info.get("files", [])] if tok_dir else []
-
-    def on_eval(step: int, metrics: dict, state) -> None:
-        value = metrics.get(objective.primary_metric, float("nan"))
-        value = -value if lower_is_better else value
-        if math.isfinite(value) and value > best["value"]:
-            # every process: the metrics are the same on all (computed from gathered predictions), and
-            # orbax's save inside save_params synchronises all processes
-            best.update(step=step, value=value, metrics=metrics)
-            save_params(stage / "best", state.params, model_cfg, objective.head, overwrite=True,
-                        extra={"task": f.task, "step": step, "metrics": metrics, "tokenizer": tok_info,
-                               "label_names": getattr(getattr(objective, "spec", None), "labels", None),
-                               "num_labels": getattr(objective, "num_labels", None)},
-                        tokenizer_files=tok_files)
-            if jax.process_index() == 0:
-                fs.write_text_atomic(best_file, json.dumps(best, indent=2))
+    keep_best = KeepBest(stage, objective, model_cfg, f.task, tok_info, tok_files)
+    best = keep_best.best
 
     from ptm_jax.train.loop import fit
 
     merge = _merge_encoder(pretrained, registry.get(model_cfg.family).trunk, f.keep_head, init)
-    result = fit(objective, tcfg, mesh, stage, init_params=merge, lr_scale=param_groups,
+    result = fit(objective, tcfg, mesh, stage, init_params=merge, param_groups=param_groups,
                  meta={"config": config_lib.to_dict(cfg), "head": objective.head, "task": f.task,
-                       "init": str(init)}, stop_after=stop_after, on_eval=on_eval)
+                       "init": str(init)}, stop_after=stop_after, hooks=[keep_best])
     summary = {"stage": "finetune", "task": f.task, "description": description, "step": result.step,
                "steps": tcfg.steps, "preempted": result.preempted, "init": str(init),
                "train": result.train_metrics, "final_eval": result.eval_metrics,

@@ -2,8 +2,10 @@
 
 fit(): build shardings from the model's logical axes -> restore the latest checkpoint or initialise ->
 jit the pure train step with in/out shardings and a donated state -> stream this process's rows of each
-global batch from the data cursor -> log metrics one step late (train.metrics_one_step_late) -> evaluate and
-checkpoint periodically -> on SIGTERM, checkpoint at the next step boundary and return (the caller exits 0).
+global batch from the data cursor -> after each step, the hooks (train/hooks.py) in order: the non-finite
+streak check, loss-spike rollback, metrics one step late (train.metrics_one_step_late), periodic evaluation,
+the caller's hooks, checkpointing (on SIGTERM: a checkpoint at the next step boundary, then return; the caller
+exits 0).
 """
 from __future__ import annotations
 
@@ -11,9 +13,8 @@ import dataclasses
 import os
 import signal
 import threading
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -23,7 +24,6 @@ from jax.sharding import Mesh
 from ptm_jax import fs
 from ptm_jax.checkpoint import Checkpointer, abstract_with_shardings
 from ptm_jax.config import TrainConfig
-from ptm_jax.errors import NumericalError
 from ptm_jax.objectives.base import CarriesState, Objective, TaskObjective, check_grad_accum
 from ptm_jax.parallel.feed import (
     Prefetcher,
@@ -38,8 +38,19 @@ from ptm_jax.parallel.rules import (
     replicated,
     state_shardings,
 )
-from ptm_jax.train.metrics import MetricsWriter, reduce_terms
+from ptm_jax.train.hooks import (
+    ROLLED_BACK,
+    Checkpointing,
+    Evaluation,
+    Hook,
+    MetricsLog,
+    NonFiniteStreak,
+    Run,
+    SpikeRollback,
+)
+from ptm_jax.train.metrics import MetricsWriter
 from ptm_jax.train.optim import make_optimizer
+from ptm_jax.train.param_groups import Rule
 from ptm_jax.train.state import TrainState
 from ptm_jax.train.step import make_eval_step, make_train_step
 
@@ -107,28 +118,6 @@ class _Preemption:
             signal.signal(signal.SIGTERM, self._old)
 
 
-class SpikeGuard:
-    """Loss-spike detection for rollback (Chowdhery et al. 2022, PaLM Sec. 5.1): a loss above
-    ``spike_factor`` x the median of the previous ``spike_window`` losses. Reading the loss costs one
-    device-to-host transfer per step, so it runs only when ``train.spike_factor > 0``."""
-
-    def __init__(self, tcfg: TrainConfig):
-        self.enabled = tcfg.spike_factor > 0
-        self.factor, self.window = tcfg.spike_factor, tcfg.spike_window
-        self.history: list[float] = []
-        self.last = self.median = float("nan")
-
-    def is_spike(self, step: int, loss: Any) -> bool:
-        self.last = float(host_value(loss))
-        if len(self.history) >= self.window:
-            self.median = float(np.median(self.history[-self.window:]))
-            if np.isfinite(self.last) and self.last > self.factor * self.median:
-                return True  # non-finite losses are the update-skipping guard's business (step.py)
-        if np.isfinite(self.last):
-            self.history.append(self.last)
-        return False
-
-
 @dataclasses.dataclass
 class Compiled:
     """Everything fit() needs about a (objective, train config, mesh) triple; also used by `ptm bench`."""
@@ -146,9 +135,9 @@ class Compiled:
 
 
 def compile_objective(objective: Objective, tcfg: TrainConfig, mesh: Mesh,
-                      lr_scale: Callable | None = None) -> Compiled:
+                      param_groups: Sequence[Rule] | None = None) -> Compiled:
     example = objective.example_batch(tcfg.batch_size)
-    tx, schedule = make_optimizer(tcfg, lr_scale)
+    tx, schedule = make_optimizer(tcfg, param_groups)
 
     check_grad_accum(objective, tcfg.grad_accum_steps)
     init_carry = objective.init_carry if isinstance(objective, CarriesState) else None
@@ -230,25 +219,25 @@ def evaluate(objective: Objective, compiled: Compiled, params: Any, mesh: Mesh, 
 
 
 def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Path, *,
-        init_params: Any = None, lr_scale: Callable | None = None, meta: dict[str, Any] | None = None,
-        stop_after: int | None = None, on_eval: Callable[[int, dict, TrainState], None] | None = None
-        ) -> FitResult:
+        init_params: Any = None, param_groups: Sequence[Rule] | None = None, meta: dict[str, Any] | None = None,
+        stop_after: int | None = None, hooks: Sequence[Hook] = ()) -> FitResult:
     """Trains ``objective`` for ``tcfg.steps`` steps, resuming from ``stage_dir/checkpoints`` if present.
 
     ``init_params``: parameters to start from when there is no checkpoint yet (finetuning from a pretrained
     encoder); a callable ``(fresh_params) -> params`` that merges pretrained weights into a fresh init.
+    ``param_groups``: parameter-group rules for the optimizer (train/param_groups.py; default: the weight-decay
+    mask ``DEFAULT_RULES``).
     ``stop_after``: stop (with a checkpoint) after this many steps in this call — used by tests and benchmarks.
-    ``on_eval(step, metrics, state)``: called after each periodic evaluation (e.g. keep the best model).
+    ``hooks``: more hooks (train/hooks.py), after the loop's own; e.g. finetuning's ``on_eval`` keeps the best
+    model.
     """
     stage_dir = fs.path(stage_dir)  # local or gs:// (a pathlib.Path would turn gs://b/x into gs:/b/x)
-    compiled = compile_objective(objective, tcfg, mesh, lr_scale)
+    compiled = compile_objective(objective, tcfg, mesh, param_groups)
     ckpt = Checkpointer(stage_dir / "checkpoints", keep=tcfg.keep_checkpoints, async_save=tcfg.async_checkpoints)
     rng = jax.random.key(tcfg.seed)
     if ckpt.latest_step() is not None:
         state, saved = ckpt.restore(compiled.abstract_state)
-        cursor = int(saved["cursor"])
-        start = int(saved["step"])
-        rollbacks = int(saved.get("rollbacks", 0))
+        cursor, start, rollbacks = int(saved["cursor"]), int(saved["step"]), int(saved.get("rollbacks", 0))
     else:
         state = compiled.init_fn(jax.random.fold_in(rng, 1))
         if init_params is not None:
@@ -259,7 +248,6 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
 
     global_batch = tcfg.batch_size
     example = objective.example_batch(global_batch)
-    tokens_per_step = int(np.prod(example[compiled.batch_keys[0]].shape))
     writer = MetricsWriter(stage_dir, tcfg.steps, tcfg.progress_bar, initial_step=start)
     if start >= tcfg.steps:
         writer.log(f"{stage_dir.name}: already at step {start} of {tcfg.steps}")
@@ -267,108 +255,29 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
                                  global_batch)
     feed = Prefetcher(host_batches, mesh, compiled.batch_keys, depth=tcfg.prefetch_batches,
                       global_rows=global_batch)
-    pending: tuple[int, Any] | None = None
-    last_train: dict[str, float] = {}
-    last_eval: dict[str, float] = {}
-    t_last, step_last = time.time(), start
-    preempted = False
-    step = start
-
-    def flush(pending_item):
-        nonlocal t_last, step_last, last_train
-        s, metrics = pending_item
-        scalars = reduce_terms(host_value(metrics))
-        now = time.time()
-        scalars["tokens_per_sec"] = tokens_per_step * (s - step_last) / max(now - t_last, 1e-9)
-        scalars["examples_per_sec"] = global_batch * (s - step_last) / max(now - t_last, 1e-9)
-        t_last, step_last = now, s
-        last_train = scalars
-        writer.write(s, "train", scalars)
-
-    skipped = cursor - start * global_batch  # examples skipped by loss-spike rollbacks so far
-    spikes = SpikeGuard(tcfg)
-
-    def save(s: int) -> None:
-        nonlocal pending
-        if pending is not None:  # the records up to a checkpoint are stored before it: a resume loses none
-            flush(pending)
-            pending = None
-        writer.flush()
-        info = {"step": s, "cursor": s * global_batch + skipped, "objective": objective.name,
-                "rollbacks": rollbacks, **(meta or {})}
-        ckpt.save(s, state, info)
-
-    def check_streak(counter, counted_step: int) -> None:
-        """Stop after train.max_nonfinite_steps non-finite steps in a row (``counter`` is step counted_step's)."""
-        if counter is None or tcfg.max_nonfinite_steps <= 0:
-            return
-        streak = int(host_value(counter))
-        if streak >= tcfg.max_nonfinite_steps:
-            raise NumericalError(
-                f"{stage_dir}: {streak} consecutive steps up to step {counted_step} had a non-finite loss "
-                f"or gradient (their updates were skipped). The last good checkpoint is step "
-                f"{ckpt.latest_step()} in {ckpt.directory}. Lower train.learning_rate, check the data, "
-                "or raise train.max_nonfinite_steps.")
-
-    late = int(tcfg.metrics_one_step_late)
+    run = Run(tcfg, stage_dir, state, start, start, ckpt, writer, compiled.abstract_state,
+              {"objective": objective.name, **(meta or {})},
+              skipped=cursor - start * global_batch, rollbacks=rollbacks)  # skipped: by loss-spike rollbacks
+    tokens_per_step = int(np.prod(example[compiled.batch_keys[0]].shape))
     with _Preemption() as preemption:
+        run.hooks = [NonFiniteStreak(tcfg), SpikeRollback(tcfg), MetricsLog(tcfg, tokens_per_step, start),
+                     Evaluation(tcfg, lambda params: evaluate(objective, compiled, params, mesh, global_batch,
+                                                              tcfg.eval_batches)),
+                     *hooks, Checkpointing(tcfg, preemption, stop_after)]
         try:
-            prev_streak = None
-            while step < tcfg.steps:
+            while run.step < tcfg.steps and run.stop is None:
                 _, batch = next(feed)
-                state, metrics = compiled.train_step(state, batch, rng)
-                step += 1
-                # late: the previous step's counter, read while this step runs (no stall); otherwise this
-                # step's, and the host waits for the step
-                check_streak(prev_streak if late else metrics["nonfinite_streak"], step - late)
-                prev_streak = metrics["nonfinite_streak"]
-                if spikes.enabled and spikes.is_spike(step, metrics["loss"]):
-                    back = ckpt.latest_step()
-                    if back is None or rollbacks >= tcfg.max_rollbacks:
-                        raise NumericalError(
-                            f"{stage_dir}: loss spike at step {step} ({spikes.last:.4g} > {tcfg.spike_factor} x "
-                            f"median {spikes.median:.4g}) and " + ("no checkpoint to roll back to" if back is None
-                            else f"{rollbacks} rollbacks already (train.max_rollbacks={tcfg.max_rollbacks})"))
-                    ckpt.wait()
-                    state, _ = ckpt.restore(compiled.abstract_state, back)
-                    skipped += (step - back) * global_batch  # the data stream goes on: those batches are skipped
-                    rollbacks += 1
-                    writer.log(f"loss spike at step {step}: {spikes.last:.4g} > {tcfg.spike_factor} x median "
-                               f"{spikes.median:.4g}; rolled back to step {back}, skipping {step - back} batches "
-                               f"(rollback {rollbacks} of at most {tcfg.max_rollbacks})")
-                    writer.write(step, "rollback", {"to_step": back, "skipped_batches": step - back,
-                                                    "loss": spikes.last})
-                    step, pending, prev_streak = back, None, None  # the loss history before the spike stays
-                    continue
-                if pending is not None:
-                    flush(pending)  # metrics of the previous logged step: fetched one step late
-                    pending = None
-                if step % tcfg.log_every == 0 or step == tcfg.steps:
-                    pending = (step, metrics)
-                    if not late:
-                        flush(pending)
-                        pending = None
-                if tcfg.eval_every > 0 and (step % tcfg.eval_every == 0 or step == tcfg.steps):
-                    last_eval = evaluate(objective, compiled, state.params, mesh, global_batch, tcfg.eval_batches)
-                    writer.write(step, "eval", last_eval)
-                    writer.log(f"step {step}: eval " + ", ".join(f"{k}={v:.4f}" for k, v in last_eval.items()))
-                    if on_eval is not None:
-                        on_eval(step, last_eval, state)
-                sigterm = preemption.requested(step)
-                stop_now = sigterm or (stop_after is not None and step - start >= stop_after)
-                if step % tcfg.checkpoint_every == 0 or step == tcfg.steps or stop_now:
-                    save(step)
-                if stop_now:
-                    preempted = sigterm
-                    writer.log(f"stopping at step {step} ({'SIGTERM' if preempted else 'stop_after'}); "
-                               f"checkpoint saved, resume by running the same command")
-                    break
-            if pending is not None:
-                flush(pending)
-            if late and not preempted:
-                check_streak(prev_streak, step)  # the last step's counter
+                run.state, metrics = compiled.train_step(run.state, batch, rng)
+                run.step += 1
+                for hook in run.hooks:
+                    if hook.after_step(run, metrics) == ROLLED_BACK:
+                        for h in run.hooks:
+                            h.on_rollback(run)
+                        break
+            for hook in reversed(run.hooks):
+                hook.on_stop(run)
         finally:
             feed.close()
             ckpt.close()
             writer.close()
-    return FitResult(state, step, last_train, last_eval, preempted, stage_dir)
+    return FitResult(run.state, run.step, run.last_train, run.last_eval, run.preempted, stage_dir)

@@ -1,0 +1,264 @@
+"""The side work of the training loop, as hooks: non-finite streak check, loss-spike rollback, metrics and log
+lines, periodic evaluation, checkpointing with the preemption stop.
+
+``loop.fit`` runs one jitted step at a time and hands it to its hooks, in order; each hook is one concern and
+keeps its own state. The design follows levanter's ``trainer.add_hook(fn, every=N)`` (DESIGN.md: "The loop
+stays short; side work is hooks"). The protocol (every method optional, the base class does nothing):
+
+- ``after_step(run, metrics)``: after each step, in hook order; ``metrics`` are the step's device values. A hook
+  that moves the run back (``SpikeRollback``) returns ``ROLLED_BACK``: the later hooks skip that step and every
+  hook's ``on_rollback(run)`` drops what it holds about steps after ``run.step``.
+- ``on_eval(run, metrics)``: after each periodic evaluation, with its host metrics (finetuning keeps its best
+  parameters here).
+- ``before_save(run)``: before a checkpoint is written: store whatever must be stored with it.
+- ``on_stop(run)``: once after the last step of this call (the end, ``stop_after`` or SIGTERM), in reverse hook
+  order (the hook that saw a step last finishes first); not after an exception.
+
+Hooks share ``Run``: the state, the step, the checkpointer, the writer and the counters a checkpoint stores.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ptm_jax.checkpoint import Checkpointer
+from ptm_jax.config import TrainConfig
+from ptm_jax.errors import NumericalError
+from ptm_jax.parallel.feed import host_value
+from ptm_jax.train.metrics import MetricsWriter, reduce_terms
+
+ROLLED_BACK = "rolled back"
+"""What ``after_step`` returns when it moved ``run.state`` and ``run.step`` back to a checkpoint."""
+
+
+@dataclasses.dataclass
+class Run:
+    """The loop's shared, mutable state during one ``fit`` call."""
+
+    tcfg: TrainConfig
+    stage_dir: Path
+    state: Any
+    step: int
+    start: int
+    """The step this call started at (0, or the restored checkpoint's)."""
+    ckpt: Checkpointer
+    writer: MetricsWriter
+    abstract_state: Any
+    """Shapes and shardings to restore a checkpoint into."""
+    checkpoint_info: dict[str, Any]
+    """Stored with every checkpoint besides step, cursor and rollbacks (objective name, config, ...)."""
+    skipped: int = 0
+    """Examples the data stream skipped through loss-spike rollbacks: the cursor is step * batch + skipped."""
+    rollbacks: int = 0
+    hooks: list["Hook"] = dataclasses.field(default_factory=list)
+    last_train: dict[str, float] = dataclasses.field(default_factory=dict)
+    last_eval: dict[str, float] = dataclasses.field(default_factory=dict)
+    stop: str | None = None
+    """Why this call stops before ``train.steps``: "SIGTERM" or "stop_after"."""
+
+    @property
+    def preempted(self) -> bool:
+        return self.stop == "SIGTERM"
+
+    def save(self) -> None:
+        """A checkpoint of the current step, after every hook's ``before_save``."""
+        for hook in self.hooks:
+            hook.before_save(self)
+        self.writer.flush()
+        info = {"step": self.step, "cursor": self.step * self.tcfg.batch_size + self.skipped,
+                "rollbacks": self.rollbacks, **self.checkpoint_info}
+        self.ckpt.save(self.step, self.state, info)
+
+
+class Hook:
+    """Does nothing at every point of the protocol (module docstring); a hook overrides what it needs."""
+
+    def after_step(self, run: Run, metrics: dict[str, Any]) -> str | None:
+        return None
+
+    def on_rollback(self, run: Run) -> None:
+        pass
+
+    def on_eval(self, run: Run, metrics: dict[str, float]) -> None:
+        pass
+
+    def before_save(self, run: Run) -> None:
+        pass
+
+    def on_stop(self, run: Run) -> None:
+        pass
+
+
+class NonFiniteStreak(Hook):
+    """Stops with a NumericalError after ``train.max_nonfinite_steps`` steps in a row whose update the jitted step
+    skipped (non-finite loss or gradient; train/step.py counts them in the state). With
+    ``train.metrics_one_step_late`` it reads the previous step's counter while this step runs (no stall);
+    otherwise this step's, and the host waits for the step."""
+
+    def __init__(self, tcfg: TrainConfig):
+        self.limit = tcfg.max_nonfinite_steps
+        self.late = int(tcfg.metrics_one_step_late)
+        self.previous = None  # the last step's counter (device value)
+
+    def after_step(self, run: Run, metrics: dict[str, Any]) -> None:
+        self._check(run, self.previous if self.late else metrics["nonfinite_streak"], run.step - self.late)
+        self.previous = metrics["nonfinite_streak"]
+
+    def on_rollback(self, run: Run) -> None:
+        self.previous = None
+
+    def on_stop(self, run: Run) -> None:
+        if self.late and not run.preempted:
+            self._check(run, self.previous, run.step)  # the last step's counter
+
+    def _check(self, run: Run, counter: Any, counted_step: int) -> None:
+        if counter is None or self.limit <= 0:
+            return
+        streak = int(host_value(counter))
+        if streak >= self.limit:
+            raise NumericalError(
+                f"{run.stage_dir}: {streak} consecutive steps up to step {counted_step} had a non-finite loss "
+                f"or gradient (their updates were skipped). The last good checkpoint is step "
+                f"{run.ckpt.latest_step()} in {run.ckpt.directory}. Lower train.learning_rate, check the data, "
+                "or raise train.max_nonfinite_steps.")
+
+
+class SpikeGuard:
+    """Loss-spike detection for rollback (Chowdhery et al. 2022, PaLM Sec. 5.1): a loss above
+    ``spike_factor`` x the median of the previous ``spike_window`` losses. Reading the loss costs one
+    device-to-host transfer per step, so it runs only when ``train.spike_factor > 0``."""
+
+    def __init__(self, tcfg: TrainConfig):
+        self.enabled = tcfg.spike_factor > 0
+        self.factor, self.window = tcfg.spike_factor, tcfg.spike_window
+        self.history: list[float] = []
+        self.last = self.median = float("nan")
+
+    def is_spike(self, loss: Any) -> bool:
+        self.last = float(host_value(loss))
+        if len(self.history) >= self.window:
+            self.median = float(np.median(self.history[-self.window:]))
+            if np.isfinite(self.last) and self.last > self.factor * self.median:
+                return True  # non-finite losses are the update-skipping guard's business (step.py)
+        if np.isfinite(self.last):
+            self.history.append(self.last)
+        return False
+
+
+class SpikeRollback(Hook):
+    """On a loss spike (``SpikeGuard``): restore the latest checkpoint and go on with the data stream, so the
+    batches since that checkpoint are skipped; at most ``train.max_rollbacks`` times (docs/reliability.md). The
+    loss history before the spike stays."""
+
+    def __init__(self, tcfg: TrainConfig):
+        self.tcfg = tcfg
+        self.guard = SpikeGuard(tcfg)
+
+    def after_step(self, run: Run, metrics: dict[str, Any]) -> str | None:
+        if not self.guard.enabled or not self.guard.is_spike(metrics["loss"]):
+            return None
+        g, tcfg, step = self.guard, self.tcfg, run.step
+        back = run.ckpt.latest_step()
+        if back is None or run.rollbacks >= tcfg.max_rollbacks:
+            raise NumericalError(
+                f"{run.stage_dir}: loss spike at step {step} ({g.last:.4g} > {tcfg.spike_factor} x median "
+                f"{g.median:.4g}) and " + ("no checkpoint to roll back to" if back is None
+                                           else f"{run.rollbacks} rollbacks already (train.max_rollbacks="
+                                                f"{tcfg.max_rollbacks})"))
+        run.ckpt.wait()
+        run.state, _ = run.ckpt.restore(run.abstract_state, back)
+        run.skipped += (step - back) * tcfg.batch_size  # the data stream goes on: those batches are skipped
+        run.rollbacks += 1
+        run.writer.log(f"loss spike at step {step}: {g.last:.4g} > {tcfg.spike_factor} x median {g.median:.4g}; "
+                       f"rolled back to step {back}, skipping {step - back} batches "
+                       f"(rollback {run.rollbacks} of at most {tcfg.max_rollbacks})")
+        run.writer.write(step, "rollback", {"to_step": back, "skipped_batches": step - back, "loss": g.last})
+        run.step = back
+        return ROLLED_BACK
+
+
+class MetricsLog(Hook):
+    """Train records every ``train.log_every`` steps and at the last step: the objective's reduced terms plus
+    tokens/s and examples/s since the previous record. With ``train.metrics_one_step_late`` a record's device
+    values are fetched after the next step was dispatched, so logging never stalls the device. Pending values
+    are stored before a checkpoint, so a resume loses no record."""
+
+    def __init__(self, tcfg: TrainConfig, tokens_per_step: int, start: int):
+        self.tcfg = tcfg
+        self.late = bool(tcfg.metrics_one_step_late)
+        self.tokens_per_step = tokens_per_step
+        self.pending: tuple[int, Any] | None = None
+        self.t_last, self.step_last = time.time(), start  # the first record's rate includes compilation
+
+    def after_step(self, run: Run, metrics: dict[str, Any]) -> None:
+        self._flush(run)  # the previous logged step's metrics: fetched one step late
+        if run.step % self.tcfg.log_every == 0 or run.step == self.tcfg.steps:
+            self.pending = (run.step, metrics)
+            if not self.late:
+                self._flush(run)
+
+    def on_rollback(self, run: Run) -> None:
+        self.pending = None
+
+    def before_save(self, run: Run) -> None:
+        self._flush(run)
+
+    def on_stop(self, run: Run) -> None:
+        self._flush(run)
+
+    def _flush(self, run: Run) -> None:
+        if self.pending is None:
+            return
+        (step, metrics), self.pending = self.pending, None
+        scalars = reduce_terms(host_value(metrics))
+        now = time.time()
+        elapsed = max(now - self.t_last, 1e-9)
+        scalars["tokens_per_sec"] = self.tokens_per_step * (step - self.step_last) / elapsed
+        scalars["examples_per_sec"] = self.tcfg.batch_size * (step - self.step_last) / elapsed
+        self.t_last, self.step_last = now, step
+        run.last_train = scalars
+        run.writer.write(step, "train", scalars)
+
+
+class Evaluation(Hook):
+    """Every ``train.eval_every`` steps and at the last step: ``evaluate(params)`` (held-out loss terms and
+    task metrics), an eval record and a log line, then every hook's ``on_eval``."""
+
+    def __init__(self, tcfg: TrainConfig, evaluate: Callable[[Any], dict[str, float]]):
+        self.every, self.steps = tcfg.eval_every, tcfg.steps
+        self.evaluate = evaluate
+
+    def after_step(self, run: Run, metrics: dict[str, Any]) -> None:
+        if self.every <= 0 or (run.step % self.every and run.step != self.steps):
+            return
+        run.last_eval = self.evaluate(run.state.params)
+        run.writer.write(run.step, "eval", run.last_eval)
+        run.writer.log(f"step {run.step}: eval " + ", ".join(f"{k}={v:.4f}" for k, v in run.last_eval.items()))
+        for hook in run.hooks:
+            hook.on_eval(run, run.last_eval)
+
+
+class Checkpointing(Hook):
+    """A checkpoint every ``train.checkpoint_every`` steps, at the last step, and when this call stops early:
+    on SIGTERM (``preemption.requested(step)``, asked at every step: with several processes it is a sync point
+    all of them must reach) or after ``stop_after`` steps of this call. Stopping early ends the loop with a
+    log line; the caller exits 0 and the same command resumes."""
+
+    def __init__(self, tcfg: TrainConfig, preemption: Any, stop_after: int | None):
+        self.every, self.steps = tcfg.checkpoint_every, tcfg.steps
+        self.preemption = preemption
+        self.stop_after = stop_after
+
+    def after_step(self, run: Run, metrics: dict[str, Any]) -> None:
+        sigterm = self.preemption.requested(run.step)
+        stop_now = sigterm or (self.stop_after is not None and run.step - run.start >= self.stop_after)
+        if run.step % self.every == 0 or run.step == self.steps or stop_now:
+            run.save()
+        if stop_now:
+            run.stop = "SIGTERM" if sigterm else "stop_after"
+            run.writer.log(f"stopping at step {run.step} ({run.stop}); checkpoint saved, resume by running the "
+                           "same command")
