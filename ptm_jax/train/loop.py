@@ -228,8 +228,8 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
     ``param_groups``: parameter-group rules for the optimizer (train/param_groups.py; default: the weight-decay
     mask ``DEFAULT_RULES``).
     ``stop_after``: stop (with a checkpoint) after this many steps in this call — used by tests and benchmarks.
-    ``hooks``: more hooks (train/hooks.py), after the loop's own; e.g. finetuning's ``on_eval`` keeps the best
-    model.
+    ``hooks``: more hooks (train/hooks.py), run after evaluation and before checkpointing; e.g. finetuning's
+    ``KeepBest.on_eval`` keeps the best model.
     """
     stage_dir = fs.path(stage_dir)  # local or gs:// (a pathlib.Path would turn gs://b/x into gs:/b/x)
     compiled = compile_objective(objective, tcfg, mesh, param_groups)
