@@ -104,18 +104,25 @@ def huffman(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         bit[b] = 1
         heapq.heappush(heap, (c1 + c2, node, node))
     root = 2 * n - 2
-    depth = np.zeros(2 * n - 1, np.int32)
-    for node in range(root - 1, -1, -1):          # parents are created after their children
-        depth[node] = depth[parent[node]] + 1
-    d_max = int(depth[:n].max())
+    # walk every leaf up to the root at once, one level a round (no Python loop over the words)
+    up_points, up_codes = [], []
+    depth = np.zeros(n, np.int32)
+    cur = np.arange(n)
+    alive = np.ones(n, bool)
+    while alive.any():
+        up_points.append(np.where(alive, parent[cur] - n, 0).astype(np.int32))
+        up_codes.append(np.where(alive, bit[cur], 0).astype(np.int8))
+        depth += alive
+        cur = np.where(alive, parent[cur], root)
+        alive = cur != root
+    up_p, up_c = np.stack(up_points, axis=1), np.stack(up_codes, axis=1)     # leaf first
+    d_max = up_p.shape[1]
+    back = depth[:, None] - 1 - np.arange(d_max)[None, :]                     # root first
+    ok = back >= 0
+    back = np.maximum(back, 0)
     points = np.zeros((v, d_max), np.int32)
     codes = np.zeros((v, d_max), np.int8)
-    for i, w in enumerate(words.tolist()):
-        node, k = i, int(depth[i])
-        lengths[w] = k
-        while node != root:
-            k -= 1
-            codes[w, k] = bit[node]
-            points[w, k] = parent[node] - n
-            node = parent[node]
+    points[words] = np.where(ok, np.take_along_axis(up_p, back, axis=1), 0)
+    codes[words] = np.where(ok, np.take_along_axis(up_c, back, axis=1), 0)
+    lengths[words] = depth
     return points, codes, lengths
