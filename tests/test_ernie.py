@@ -145,6 +145,8 @@ def test_bad_lexicon_and_span_lines_name_the_file_and_line(tmp_path, corpus):
         with pytest.raises(DataError, match=msg) as err:
             U.read_spans(str(spans), lengths)
         assert "spans.tsv" in str(err.value)
+    with pytest.raises(DataError, match=r"span file .*missing.tsv does not exist; set data.span_file"):
+        U.read_spans(str(tmp_path / "missing.tsv"), lengths)
     spans.write_text("# doc start end kind\n0\t1\t4\tentity\n1\t0\t4\tphrase\n", encoding="utf-8")
     assert U.read_spans(str(spans), lengths) == [(0, 1, 4, U.ENTITY), (1, 0, 4, U.PHRASE)]
 

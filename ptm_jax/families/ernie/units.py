@@ -53,6 +53,12 @@ def _mark(codes: np.ndarray, start: int, end: int, kind: int) -> None:
     codes[start] = kind | START
 
 
+def _read(path: str, what: str, field: str) -> bytes:
+    if not fs.exists(path):
+        raise DataError(f"{what} {path} does not exist; set {field} to an existing file")
+    return fs.read_bytes(path)
+
+
 def _kind(value: str, where: str) -> int:
     if value not in KINDS:
         raise DataError(f"{where}: unit kind {value!r} is not one of {', '.join(KINDS)}; write 'phrase' or "
@@ -67,7 +73,7 @@ def read_lexicon(path: str, tokenizer: Any) -> dict[tuple[int, ...], int]:
     An entry holding a word outside the vocabulary ([UNK]) is left out: it would match any unknown word."""
     lexicon: dict[tuple[int, ...], int] = {}
     unk = getattr(tokenizer, "unk_id", None)
-    text = fs.read_text(path)
+    text = _read(path, "lexicon file", "data.lexicon_file").decode("utf-8")
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -183,7 +189,7 @@ def read_spans(path: str, doc_lengths: np.ndarray) -> list[tuple[int, int, int, 
     """(doc, start, end, kind) of every line of a span file, checked against the token cache's documents."""
     spans = []
     taken: dict[int, list[tuple[int, int, int]]] = collections.defaultdict(list)
-    for n, line in enumerate(fs.read_text(path).splitlines(), 1):
+    for n, line in enumerate(_read(path, "span file", "data.span_file").decode("utf-8").splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         where = f"span file {path}, line {n}"
@@ -271,7 +277,7 @@ def fingerprint(dcfg: Any, cache: Any, tokenizer: Any) -> str:
              "vocab": tokenizer.vocab_size, "kind": tokenizer.kind}
     for src, field in (("lexicon", "lexicon_file"), ("spans", "span_file")):
         if src in dcfg.sources():
-            parts[field] = hashlib.sha256(fs.read_bytes(getattr(dcfg, field))).hexdigest()
+            parts[field] = hashlib.sha256(_read(getattr(dcfg, field), f"{src} file", f"data.{field}")).hexdigest()
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
