@@ -57,7 +57,7 @@ def run_config(objective: str, vocab_size: int, args, steps: int):
     return RunConfig(objective=objective, model=Word2VecConfig(vocab_size=vocab_size, dim=args.dim,
                                                            duplicate_cap=args.cap),
                      data=Word2VecDataConfig(window=args.window, sample=args.sample, negative=args.negative,
-                                             seed=args.seed),
+                                             shared_negatives=not args.per_pair_negatives, seed=args.seed),
                      tokenizer=TokenizerConfig(),
                      train=TrainConfig(batch_size=args.batch, steps=steps, optimizer="sgd",
                                        learning_rate=alpha(objective), lr_decay="bert", warmup_steps=0,
@@ -205,6 +205,8 @@ def main(argv=None) -> int:
     ap.add_argument("--min-count", type=int, default=5)
     ap.add_argument("--batch", type=int, default=4096, help="ptm_jax: running words per step")
     ap.add_argument("--cap", type=int, default=64, help="ptm_jax: model.duplicate_cap")
+    ap.add_argument("--per-pair-negatives", action="store_true",
+                    help="ptm_jax: data.shared_negatives=false (a draw per skip-gram pair, as word2vec.c)")
     ap.add_argument("--workers", type=int, default=2, help="gensim worker threads")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", default="/tmp/word2vec_bench")
