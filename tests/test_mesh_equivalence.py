@@ -1,14 +1,15 @@
 """The same run on different mesh shapes gives the same losses (fp32, rtol 1e-5), dropout included."""
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
 from corpus_util import word_source
+from step_losses import step_losses
 
 from ptm_jax.config import MeshConfig, load_config
 from ptm_jax.families.bert.mlm_nsp import MlmNspObjective
-from ptm_jax.parallel.feed import to_global
 from ptm_jax.parallel.mesh import make_mesh
-from ptm_jax.train.loop import compile_objective
 
 STEPS = 3
 
@@ -21,16 +22,7 @@ def objective(shared_data):
 
 
 def _losses(cfg, objective, mesh, accum=1):
-    tcfg = cfg.train.__class__(**{**cfg.train.__dict__, "grad_accum_steps": accum})
-    compiled = compile_objective(objective, tcfg, mesh)
-    state = compiled.init_fn(jax.random.key(7))
-    batches = objective.train_batches(0, tcfg.batch_size, 0, 1)
-    out = []
-    for _ in range(STEPS):
-        state, metrics = compiled.train_step(state, to_global(next(batches), mesh, compiled.batch_keys),
-                                             jax.random.key(0))
-        out.append([float(metrics["loss"]), float(metrics["grad_norm"])])
-    return np.array(out), state
+    return step_losses(objective, dataclasses.replace(cfg.train, grad_accum_steps=accum), mesh, STEPS)
 
 
 def test_losses_equal_on_one_device_and_meshes_8_1_1__2_2_2__1_4_2(objective):

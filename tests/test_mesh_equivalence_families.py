@@ -7,28 +7,19 @@ import jax
 import numpy as np
 import pytest
 from corpus_util import word_source
+from step_losses import step_losses
 
 from ptm_jax.config import MeshConfig, load_config
 from ptm_jax.families.gpt.causal_lm import CausalLmObjective
 from ptm_jax.families.xlnet.plm import PlmObjective
-from ptm_jax.parallel.feed import to_global
 from ptm_jax.parallel.mesh import make_mesh
-from ptm_jax.train.loop import compile_objective
 
 STEPS = 3
 VOCAB = 512
 
 
 def _losses(objective, tcfg, mesh):
-    compiled = compile_objective(objective, tcfg, mesh)
-    state = compiled.init_fn(jax.random.key(7))
-    batches = objective.train_batches(0, tcfg.batch_size, 0, 1)
-    out = []
-    for _ in range(STEPS):
-        state, metrics = compiled.train_step(state, to_global(next(batches), mesh, compiled.batch_keys),
-                                             jax.random.key(0))
-        out.append([float(metrics["loss"]), float(metrics["grad_norm"])])
-    return np.array(out), state
+    return step_losses(objective, tcfg, mesh, STEPS)
 
 
 def _objective(name, shared_data):
