@@ -47,12 +47,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def dev_spearman(model: str, glue: str, max_length: int) -> float:
+    import numpy as np
+
     from ptm_jax.data.tasks.glue import read_glue
     from ptm_jax.evaluate.glue_metrics import spearman
     from ptm_jax.export.commands import embed_texts
     from ptm_jax.export.params import load_params, load_tokenizer
-
-    import numpy as np
 
     params, cfg, info, tok_dir = load_params(model)
     tok = load_tokenizer(info, tok_dir)

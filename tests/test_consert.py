@@ -17,7 +17,12 @@ from ptm_jax.config import FinetuneConfig, MeshConfig, RunConfig, TrainConfig
 from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.objectives import augmentations as aug
-from ptm_jax.objectives.contrastive import ContrastiveObjective, build_consert, nt_xent, read_sentences
+from ptm_jax.objectives.contrastive import (
+    ContrastiveObjective,
+    build_consert,
+    nt_xent,
+    read_sentences,
+)
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.loop import compile_objective
 
@@ -276,3 +281,21 @@ def test_finetune_on_real_sentences_lowers_the_loss_and_serves_embed(tok, vocab,
     texts = ["A plane is taking off.", "A man is playing a flute."]
     vectors = embed_texts(params, cfg_b, load_tokenizer(info, tok_dir), texts, pooling="mean", max_length=32)
     assert vectors.shape == (2, 32) and np.all(np.isfinite(vectors))
+
+
+def test_supervised_variant_takes_the_positive_pairs_of_a_glue_tsv(tok, shared_data):
+    from ptm_jax.data.tasks.glue import read_glue
+
+    glue = shared_data / "glue"
+    cfg = run_cfg(tok, glue / "STS-B" / "train.tsv", "", consert_supervised=True)
+    obj, desc = build_consert(cfg, cfg.model, tok)
+    rows, _ = read_glue(glue, "stsb", "train")
+    positive = [e for e in rows if e.label >= 4.0]
+    assert obj.num_train == len(positive) and f"{len(positive)} positive pairs of {len(rows)}" in desc
+    first = tok.encode(positive[0].text_a)[:30]
+    second = tok.encode(positive[0].text_b)[:30]
+    assert obj.train["input_ids"][0, 0, 1:1 + len(first)].tolist() == first
+    assert obj.train["input_ids"][0, 1, 1:1 + len(second)].tolist() == second
+    cfg = run_cfg(tok, glue / "SST-2" / "train.tsv", glue, consert_supervised=True)
+    with pytest.raises(ConfigError, match=r"holds single sentences; use a pair task"):
+        build_consert(cfg, cfg.model, tok)

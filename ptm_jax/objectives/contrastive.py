@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -38,7 +39,13 @@ import numpy as np
 from ptm_jax.data.tasks.features import encode_inputs, pad_rows
 from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.evaluate.glue_metrics import task_metrics
-from ptm_jax.objectives.augmentations import NEEDS_HOOK, View, augment, parse_views, perturbation
+from ptm_jax.objectives.augmentations import (
+    NEEDS_HOOK,
+    View,
+    augment,
+    parse_views,
+    perturbation,
+)
 from ptm_jax.objectives.task_data import ArrayTaskData, task_head
 
 NEG = -1e9
@@ -91,7 +98,7 @@ def featurize(firsts: Sequence[str], seconds: Sequence[str], scores: Sequence[fl
     n = len(firsts)
     ids, _ = encode_inputs(tokenizer, list(firsts) + list(seconds), None, max_len)
     mask = [np.ones(len(x), np.int32) for x in ids]
-    stack = lambda rows: np.stack([pad_rows(rows[:n], max_len), pad_rows(rows[n:], max_len)], axis=1)  # noqa: E731
+    stack = lambda rows: np.stack([pad_rows(rows[:n], max_len), pad_rows(rows[n:], max_len)], axis=1)
     return {"input_ids": stack(ids), "input_mask": stack(mask),
             "labels": np.asarray(scores if scores is not None else np.full(n, -1.0), np.float32),
             "weights": np.ones(n, np.float32)}
@@ -226,6 +233,7 @@ def build_consert(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: 
     training data."""
     from ptm_jax.data.tasks.glue import get_task, read_glue
     from ptm_jax.objectives.base import check_grad_accum
+    from ptm_jax.objectives.finetune_registry import take_subset
 
     f = cfg.finetune
     if eval_split != "dev":
@@ -264,6 +272,7 @@ def build_consert(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: 
             if not pairs:
                 raise DataError(f"{path}: no positive pairs (STS-B score >= 4, paraphrase or entailment label)")
             what = f"{len(pairs)} positive pairs of {len(rows)} ({spec.name}) from {path}"
+            pairs = take_subset(pairs, f.train_subset, f.subset_seed)
         else:
             if source.is_dir():
                 source = source / "STS-B" / "train.tsv"
@@ -276,8 +285,6 @@ def build_consert(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: 
             unique = list(dict.fromkeys(s.strip() for s in sentences if s.strip()))
             if not unique:
                 raise DataError(f"{source}: no sentences")
-            from ptm_jax.objectives.finetune_registry import take_subset
-
             unique = take_subset(unique, f.train_subset, f.subset_seed)
             pairs = [(s, s) for s in unique]
             what = (f"{len(pairs)} distinct unlabelled sentences of {len(sentences)} from {source}")
