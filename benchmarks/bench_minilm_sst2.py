@@ -7,6 +7,16 @@ linear decay to 0 from the peak (transformers' get_linear_schedule_with_warmup; 
 train.lr_decay=from_peak), global-norm clip 1.0; the encoder of all-MiniLM-L6-v2 with a fresh 2-way classifier on
 the pooled output (dropout 0.1). Reported: accuracy on all 872 dev sentences and training examples/s.
 
+Timing is the same on both sides: examples/s over steps ``--skip-steps``+1 .. N (default 26..250), from the
+end of step 25 to the end of the last step. Left out on both sides: model loading, tokenization of the 8,000
+sentences (torch tokenizes them up front; ptm_jax featurizes them into its token cache before the loop), and
+the first 25 steps, which hold ptm_jax's XLA compilation and torch's first-call allocations. Included on both
+sides: each side's data feed (tensor slices for torch, the tf.data feed for ptm_jax) and per-step loss
+read-back (torch reads every loss; ptm_jax's loop fetches its metrics). ptm_jax's window is read from its
+``metrics.jsonl`` train records (``train.log_every`` = 25, so one at step 25 and one at the last step); torch's
+from a clock read after each step. The first 25 steps are reported separately for both
+(``first_steps_seconds``: for ptm_jax that is from the loop's start, compilation included).
+
     python benchmarks/bench_minilm_sst2.py --which torch            # full run (250 steps)
     python benchmarks/bench_minilm_sst2.py --which torch --steps 20  # smoke check
 
@@ -61,6 +71,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--eval-batch-size", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0, help="classifier init / dropout seed")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--skip-steps", type=int, default=25,
+                    help="steps left out of examples/s on both sides (compilation, first-call allocations)")
     ap.add_argument("--pack", action="store_true", help="ptm_jax: finetune.pack_examples=true (batch = 32 rows)")
     ap.add_argument("--parity", action="store_true",
                     help="both sides, dropout off, ptm_jax from torch's initial classifier; per-step loss gaps")
@@ -137,6 +149,7 @@ def run_torch(args: argparse.Namespace, data: dict) -> dict:
     model.train()
     b = args.batch_size
     losses = []
+    ends = []  # clock after each step (the loss read-back synchronises on CPU; CUDA is synchronised below)
     start = time.perf_counter()
     for step in range(data["steps"]):
         sl = slice(step * b, (step + 1) * b)
@@ -148,9 +161,11 @@ def run_torch(args: argparse.Namespace, data: dict) -> dict:
         sched.step()
         opt.zero_grad(set_to_none=True)
         losses.append(float(out.loss.detach()))
-    if device == "cuda":
-        torch.cuda.synchronize()
-    train_s = time.perf_counter() - start
+        if device == "cuda":
+            torch.cuda.synchronize()
+        ends.append(time.perf_counter())
+    train_s = ends[-1] - start
+    w = timing_window(args, data["steps"])
 
     model.eval()
     dev = encode(data["dev_texts"])
@@ -164,10 +179,18 @@ def run_torch(args: argparse.Namespace, data: dict) -> dict:
             correct += int((logits.argmax(-1).cpu() == torch.tensor(data["dev_labels"][sl])).sum())
     return {"framework": f"transformers {transformers.__version__} / torch {torch.__version__} ({device})",
             "steps": data["steps"], "train_seconds": round(train_s, 2),
-            "train_examples_per_s": round(data["steps"] * b / train_s, 1),
+            "train_examples_per_s": round((data["steps"] - w) * b / (ends[-1] - ends[w - 1]), 1),
+            "timed_steps": f"{w + 1}..{data['steps']}", "first_steps_seconds": round(ends[w - 1] - start, 2),
             "first_loss": round(losses[0], 4), "last_loss": round(losses[-1], 4),
             "dev_accuracy": round(correct / len(data["dev_texts"]), 4), "dev_examples": len(data["dev_texts"]),
             **({"losses": losses} if args.parity else {})}
+
+
+def timing_window(args: argparse.Namespace, steps: int) -> int:
+    """The number of leading steps left out of examples/s (module docstring), checked against the run."""
+    if not 1 <= args.skip_steps < steps:
+        sys.exit(f"--skip-steps {args.skip_steps}: must be at least 1 and below the {steps} steps of the run")
+    return args.skip_steps
 
 
 def parity_init_dir(args: argparse.Namespace) -> Path:
@@ -178,8 +201,8 @@ def parity_init_dir(args: argparse.Namespace) -> Path:
 def run_ptm(args: argparse.Namespace, data: dict) -> dict:
     """ptm_jax side: `ptm finetune` (ptm_jax.train.finetune.finetune) from the Hugging Face folder itself,
     with the same protocol expressed as config (train_subset=8000 after Random(0).shuffle, Adam with bias
-    correction like torch.optim.AdamW). Steady-state examples/s from the loop's own metrics log (compile
-    excluded, as torch's figure excludes model loading), plus the wall time of the whole stage."""
+    correction like torch.optim.AdamW). examples/s over the same steps as torch's (``timing_window``), from the
+    loop's own metrics log, plus the wall time of the whole stage."""
     import tempfile
 
     from ptm_jax.config import load_config
@@ -198,7 +221,7 @@ def run_ptm(args: argparse.Namespace, data: dict) -> dict:
         f"finetune.train_subset={args.train_examples}", "finetune.subset_seed=0", f"finetune.seed={args.seed}",
         f"finetune.eval_every={0 if args.pack else steps}", f"train.adam_eps={args.adam_eps}",
         "train.adam_bias_correction=true", "train.lr_decay='from_peak'",
-        f"train.log_every={1 if args.parity else 5 if args.pack else 25}",
+        f"train.log_every={1 if args.parity else 5 if args.pack else args.skip_steps}",
         "train.progress_bar=false",
         "mesh.data=-1", f"finetune.pack_examples={str(args.pack).lower()}",
     ] + (["finetune.keep_head=true", "finetune.classifier_dropout=0.0"] if args.parity else [])
@@ -207,7 +230,12 @@ def run_ptm(args: argparse.Namespace, data: dict) -> dict:
     summary = finetune(cfg)
     wall = time.perf_counter() - t0
     rows = [r for r in read_metrics(out / "finetune-sst2" / "metrics.jsonl") if r["split"] == "train"]
-    (s0, t_0), (s1, t_1) = (rows[0]["step"], rows[0]["time"]), (rows[-1]["step"], rows[-1]["time"])
+    w = timing_window(args, summary["step"])
+    first = [r for r in rows if r["step"] == w]
+    if not first:
+        sys.exit(f"{out}: no train record at step {w} in metrics.jsonl (train.log_every must divide "
+                 f"--skip-steps {w})")
+    (s0, t_0), (s1, t_1) = (w, first[0]["time"]), (rows[-1]["step"], rows[-1]["time"])
     import jax
 
     # examples per row: 1, or (packed) the sentences of the epoch over its rows, exact over the epoch
@@ -215,7 +243,8 @@ def run_ptm(args: argparse.Namespace, data: dict) -> dict:
     return {"framework": f"ptm_jax (jax {jax.__version__}, {jax.devices()[0].platform} x{jax.device_count()})",
             "steps": summary["step"], "train_seconds_with_compile": round(wall, 2),
             "train_examples_per_s": round((s1 - s0) * args.batch_size * per_row / max(t_1 - t_0, 1e-9), 1),
-            "examples_per_row": round(per_row, 3),
+            "examples_per_row": round(per_row, 3), "timed_steps": f"{s0 + 1}..{s1}",
+            "first_steps_seconds": round(t_0, 2),
             "first_loss": round(rows[0]["loss"], 4), "last_loss": round(rows[-1]["loss"], 4),
             "dev_accuracy": round(summary["best"]["metrics"]["accuracy"], 4), "dev_examples": len(data["dev_texts"]),
             "output_dir": str(out), **({"losses": [r["loss"] for r in rows]} if args.parity else {})}
@@ -244,6 +273,10 @@ def main(argv=None) -> int:
 
         args.out_dir = tempfile.mkdtemp(prefix="ptm_sst2_")
     results = {}
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import machine_info
+
+    load_before = [round(x, 2) for x in os.getloadavg()]
     if args.which in ("torch", "both"):
         results["torch"] = run_torch(args, data)
     if args.which in ("ptm", "both"):
@@ -261,7 +294,10 @@ def main(argv=None) -> int:
             results["torch_vs_torch"]["accuracy_gap"] = round(
                 results["torch"]["dev_accuracy"] - results["torch_control"]["dev_accuracy"], 4)
         results["loss_curves"] = curves
+    results["machine"] = machine_info.describe(torch_too=args.which != "ptm")
+    results["machine"]["load_average_before"] = load_before
     print(json.dumps({k: v for k, v in results.items() if k != "loss_curves"}, indent=2))
+    print(machine_info.one_line(results["machine"]), file=sys.stderr)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     return 0
