@@ -211,6 +211,22 @@ def test_registered_family_and_clear_errors(corpus, tmp_path):
     cfg = types.SimpleNamespace(data=GloveDataConfig(corpus="three-words.txt"), model=GloveConfig(vocab_size=8))
     with pytest.raises(DataError, match=r"three-words.txt: no two vocabulary words .* data.window=15"):
         cooccur.build_cooccurrence(cfg, lonely, tmp_path / "lonely")
+    # two "processes": both raise the same error (process 0 used to raise alone, leaving 1 at the barrier)
+    meet, errors = threading.Barrier(2, timeout=60), {}
+
+    def process(p):
+        try:
+            cooccur.build_cooccurrence(cfg, lonely, tmp_path / "lonely2", process_index=p, process_count=2,
+                                       barrier=lambda name: meet.wait())
+        except DataError as e:
+            errors[p] = str(e)
+
+    threads = [threading.Thread(target=process, args=(p,)) for p in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(errors) == [0, 1] and errors[0] == errors[1] and "no two vocabulary words" in errors[1]
     with pytest.raises(ConfigError, match="data.window=0"):
         GloveDataConfig(window=0).validate()
     with pytest.raises(ConfigError, match="model.x_max=0"):

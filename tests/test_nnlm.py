@@ -159,7 +159,7 @@ def test_one_device_and_the_2_2_2_mesh_give_the_same_losses(corpus):
 
 
 def test_registered_family_hooks_decay_mask_flops_and_bench_batch(corpus):
-    assert registry.family_of_objective("nnlm") is FAMILY and FAMILY.capabilities == {"perplexity"}
+    assert registry.family_of_objective("nnlm") is FAMILY and FAMILY.capabilities == {"perplexity", "word_vectors"}
     cfg = run_config()
     obj = objective(corpus, cfg)
     example = obj.example_batch(4)

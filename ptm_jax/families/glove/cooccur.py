@@ -29,6 +29,8 @@ from ptm_jax.errors import DataError
 FIRST_WORD = 3
 """Ids below this are the word vocabulary's specials (``data/word_vocab.py``): never counted."""
 MATRIX_FILE = "cooccurrence.npz"
+EMPTY_FILE = "EMPTY"
+"""Written by process 0 instead of the matrix when no pair co-occurs, so that every process raises the same error."""
 _FLUSH_ENTRIES = 1 << 24
 
 
@@ -202,15 +204,20 @@ def build_cooccurrence(cfg: Any, corpus: Any, directory: Any, *, process_index: 
             parts = [Cooccurrence.from_bytes(fs.read_bytes(root / f"partial-{p}-of-{pc}.npz"),
                                              f"{root}/partial-{p}-of-{pc}.npz") for p in range(pc)]
             merged = merge(parts)
-            if merged.nnz == 0:
-                raise DataError(f"{cfg.data.corpus}: no two vocabulary words occur within data.window="
-                                f"{cfg.data.window} of each other in one document, so the co-occurrence matrix "
-                                "is empty: add text, lower tokenizer min_count or raise data.window")
-            fs.write_bytes_atomic(final, merged.to_bytes())
             for p in range(pc):
                 fs.rmtree(root / f"partial-{p}-of-{pc}.npz")
-            fs.mark_complete(root)
+            if merged.nnz == 0:  # every process raises after the barrier below (none is left waiting)
+                fs.write_text_atomic(root / EMPTY_FILE, "0\n")
+            else:
+                if fs.exists(root / EMPTY_FILE):
+                    fs.rmtree(root / EMPTY_FILE)
+                fs.write_bytes_atomic(final, merged.to_bytes())
+                fs.mark_complete(root)
         meet("glove_cooccurrence_merged")
+        if not fs.is_complete(root) and fs.exists(root / EMPTY_FILE):
+            raise DataError(f"{cfg.data.corpus}: no two vocabulary words occur within data.window="
+                            f"{cfg.data.window} of each other in one document, so the co-occurrence matrix "
+                            "is empty: add text, lower tokenizer min_count or raise data.window")
     if not fs.exists(final):
         raise DataError(f"{root}: marked complete but {MATRIX_FILE} is missing; delete the folder to rebuild")
     return Cooccurrence.from_bytes(fs.read_bytes(final), str(final))
