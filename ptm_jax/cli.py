@@ -63,7 +63,7 @@ def _start(args: argparse.Namespace) -> None:
 
 
 def cmd_presets(args) -> int:
-    from ptm_jax.config import configs_dir, list_presets
+    from ptm_jax.presets import configs_dir, list_presets
 
     print(f"presets in {configs_dir()}:")
     for name in list_presets():

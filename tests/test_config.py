@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from ptm_jax.config import RunConfig, _owners, list_presets, load_config, model_from_dict, to_dict
+from ptm_jax.config import RunConfig, _owners, load_config, model_from_dict, to_dict
+from ptm_jax.presets import list_presets
 from ptm_jax.errors import ConfigError
 
 
