@@ -4,7 +4,8 @@ comes from the registry"). The objectives come from ``ptm_jax.families.registry`
 
 For each objective, on its family's tiny preset (vocabulary 256, batch 8, 32 tokens, 2 steps) over a real text
 (tinyshakespeare words, tests/corpus_util.py; a family with ``Family.artifacts`` goes through
-``train/stages.prepare_corpus`` instead, on the first 3000 lines, with its own tokenizer of 256 entries):
+``train/stages.prepare_corpus`` instead, on the first 3000 lines, with its own tokenizer of 256 entries, prepared once
+for all of the family's objectives):
 
 - two steps on the (2,2,2) mesh give finite losses (the first above 1 for a token-prediction loss over 256 ids,
   above 0.1 for others such as GloVe's weighted least squares);
@@ -66,11 +67,14 @@ def _build(objective: str, shared_data, root):
     family = registry.family_of_objective(objective)
     cfg = load_config(family.tiny_preset, [f"objective={objective}", *_overrides(objective)])
     if family.artifacts:  # derived data needs the real corpus path: tokenizer, token cache, artifacts
-        text = (shared_data / "corpus/tinyshakespeare/input.txt").read_text(encoding="utf-8").splitlines()[:3000]
-        (root / "corpus.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
+        shared = root.parent / f"prepare-{family.name}"  # the family's objectives share tokenizer, cache, artifacts
+        if not (shared / "corpus.txt").exists():
+            shared.mkdir()
+            text = (shared_data / "corpus/tinyshakespeare/input.txt").read_text(encoding="utf-8").splitlines()[:3000]
+            (shared / "corpus.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
         cfg = load_config(family.tiny_preset, [
             f"objective={objective}", *_overrides(objective), f"tokenizer.vocab_size={VOCAB}",
-            f"data.corpus={root / 'corpus.txt'}", "data.format=lines", f"output_dir={root / 'prepare'}"])
+            f"data.corpus={shared / 'corpus.txt'}", "data.format=lines", f"output_dir={shared}"])
         return cfg, family, family.objectives[objective](cfg, prepare_corpus(cfg))
     source, special = word_source(shared_data / "corpus/tinyshakespeare/input.txt", VOCAB)
     special = dataclasses.replace(special, continuation=np.zeros(VOCAB, bool))  # every word is one id
