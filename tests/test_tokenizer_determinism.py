@@ -4,7 +4,9 @@ fresh processes with different hash seeds on the same real text (a Gutenberg boo
 Before the fix, Hugging Face's WordPieceTrainer gave a different vocab.txt in each call (its '##c' ids follow a
 randomly seeded hash map, and ties between equally frequent pairs are broken by id), and spm.model held the
 temporary model path with the process id, and a unigram model trained with os.cpu_count() threads differs
-between machines with different core counts."""
+between machines with different core counts, and SentencePiece's own sample of a corpus larger than
+input_sentence_size differed between processes whatever its seed (the sampled model below: now a seeded
+reservoir sample, tokenizers.sentence_sample)."""
 import hashlib
 import os
 import subprocess
@@ -25,10 +27,11 @@ train_wordpiece(lines, 2000, out / "wordpiece")
 train_byte_bpe(lines, 1000, out / "byte_bpe")
 train_sentencepiece(lines, 1500, out / "unigram", "unigram")
 train_sentencepiece(lines, 1500, out / "bpe", "bpe")
+train_sentencepiece(lines, 1000, out / "unigram_sampled", "unigram", input_sentence_size=1500)
 """
 
 FILES = ["wordpiece/vocab.txt", "byte_bpe/vocab.json", "byte_bpe/merges.txt", "unigram/spm.model",
-         "unigram/spm.vocab", "bpe/spm.model", "bpe/spm.vocab"]
+         "unigram/spm.vocab", "bpe/spm.model", "bpe/spm.vocab", "unigram_sampled/spm.model"]
 
 
 @pytest.fixture(scope="module")

@@ -278,6 +278,20 @@ def test_sentencepiece_train_load_round_trip(model_type, shakespeare, tmp_path):
     assert [r for b in ds for r in b.to_list()] == ids
 
 
+def test_sentence_sample_is_seeded_uniform_and_in_corpus_order():
+    from ptm_jax.data.tokenizers import sentence_sample
+
+    texts = [f"s{i}" for i in range(1000)]
+    a = sentence_sample(iter(texts), 100, seed=0)
+    assert a == sentence_sample(iter(texts), 100, seed=0) != sentence_sample(iter(texts), 100, seed=1)
+    assert len(a) == 100 and a == sorted(a, key=lambda t: int(t[1:]))
+    assert sentence_sample(iter(texts[:50]), 100, seed=0) == texts[:50]
+    hits = np.zeros(1000)
+    for seed in range(200):
+        hits[[int(t[1:]) for t in sentence_sample(iter(texts), 100, seed)]] += 1
+    assert abs(hits[:500].sum() / hits.sum() - 0.5) < 0.02  # first and second half equally likely (20000 draws)
+
+
 def test_sentencepiece_model_errors(tmp_path, vocab_file):
     with pytest.raises(DataError, match="nothere.model: SentencePiece model not found"):
         SentencePieceTokenizer(tmp_path / "nothere.model")
