@@ -110,6 +110,13 @@ class Family:
     (row i = the tokenizer's id i): ``ptm neighbors``, ``ptm analogy``, ``ptm eval-vectors`` and
     ``ptm export --format text_vectors|binary_vectors`` read it (``evaluate/word_vectors.py``,
     ``export/vector_files.py``). A family with it lists the capability 'word_vectors'."""
+    word_features: Callable[..., Any] | None = None
+    """(params tree, model_cfg, tokenizer, sentences: list[list[str]], *, batch_size=32) -> list of float32
+    [L, n_words, D] arrays, one per sentence: the family's features of each given word at each of its L layers
+    (layer 0 the context-free token representation; a subword model gives a word its first subword's vector).
+    Feature-based task models, the scalar mix, probing and ``ptm compare`` read it
+    (``evaluate/features.py``); a family with only ``word_vectors`` is read as one layer of static vectors.
+    A family with it lists the capability 'word_features'."""
 
 
 SUBWORD_KINDS = ("wordpiece", "sentencepiece_unigram", "sentencepiece_bpe", "byte_bpe")
