@@ -1,0 +1,150 @@
+"""A long short-term memory layer on ``lax.scan``, with optional projection (LSTMP) and clipping.
+
+One step (Hochreiter and Schmidhuber 1997; the forget gate of Gers et al. 2000; the projection of Sak et al. 2014,
+"LSTM-based deep RNN architectures for large vocabulary speech recognition", as TensorFlow's ``LSTMCell`` with
+``num_proj`` that allenai/bilm-tf uses, ``bilm/model.py``)::
+
+    z = x_t @ kernel + h_{t-1} @ recurrent_kernel + bias            [B, 4H], gate blocks (i, f, g, o)
+    c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g)               then clip to [-cell_clip, cell_clip]
+    m_t = sigmoid(o) * tanh(c_t)
+    h_t = m_t @ projection                                          (LSTMP only) then clip to [-proj_clip, proj_clip]
+    h_t = m_t                                                       (no projection)
+
+Weight layout (the one place it is written down; importers and weight-drop rely on it):
+
+===================  ==========  ====================  ==================================================
+parameter            shape       logical axes          meaning
+===================  ==========  ====================  ==================================================
+``kernel``           [D, 4H]     ('embed', 'mlp')      input-to-hidden, columns in gate blocks i, f, g, o
+``recurrent_kernel`` [P, 4H]     ('embed', 'mlp')      hidden-to-hidden (P = proj_size, or H without one)
+``bias``             [4H]        ('mlp',)              one bias (torch's b_ih + b_hh; TF's bias with the
+                                                       forget bias added to the f block)
+``projection``       [H, P]      ('mlp', 'embed')      LSTMP only (torch's ``weight_hr.T``)
+===================  ==========  ====================  ==================================================
+
+The gate order is PyTorch's ``nn.LSTM`` order (i, f, g, o), so torch weights load as ``kernel = weight_ih.T``,
+``recurrent_kernel = weight_hh.T``, ``bias = bias_ih + bias_hh``, ``projection = weight_hr.T``. TensorFlow's
+``LSTMCell`` orders its blocks (i, j, f, o) (j = g) and adds ``forget_bias`` (1.0) to f inside the cell:
+importers reorder and fold it into ``bias`` (``families/elmo/weights.py``).
+
+Weight-drop (DropConnect on the hidden-to-hidden matrix, Merity et al. 2018 Sec. 4.1) is applied from outside:
+:class:`LSTM` takes ``recurrent_fn`` (called on ``recurrent_kernel`` once per call, before the scan, so one mask
+serves every time step as in AWD-LSTM), and :func:`lstm_scan` takes the weights as a plain dict.
+
+Masking: a step whose mask is False leaves the carry unchanged and outputs zeros. With ``reverse=True`` the scan
+runs from the last position to the first, so a right-padded row starts its backward pass at its last real token
+from the initial carry (the padding before it, in scan order, holds the carry). The final carry is returned so
+that state can be carried across batches (``TrainState.carry``, as Transformer-XL's memory).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from ptm_jax.models.layers import partitioned
+
+GATES = ("i", "f", "g", "o")
+"""Order of the four gate blocks along the 4H axis (PyTorch's)."""
+
+
+class LstmCarry(NamedTuple):
+    """State between steps: the cell ``c`` [B, H] and the (projected) output ``h`` [B, P]."""
+
+    c: jax.Array
+    h: jax.Array
+
+
+def zero_carry(batch: int, hidden_size: int, proj_size: int | None = None, dtype: Any = jnp.float32) -> LstmCarry:
+    return LstmCarry(jnp.zeros((batch, hidden_size), dtype), jnp.zeros((batch, proj_size or hidden_size), dtype))
+
+
+def lstm_scan(weights: dict, inputs: jax.Array, mask: jax.Array | None = None, carry: LstmCarry | None = None, *,
+              cell_clip: float | None = None, proj_clip: float | None = None, reverse: bool = False,
+              dtype: Any = jnp.float32) -> tuple[jax.Array, LstmCarry]:
+    """Runs the LSTM over time. ``weights``: the dict of the layout above; ``inputs`` [B, T, D] batch-major;
+    ``mask`` [B, T] (True/1 = a real step; None: all real); ``carry``: the initial state (None: zeros).
+    Returns (outputs [B, T, P] with zeros at masked steps, final carry). The carry stays float32."""
+    kernel, recurrent, bias = weights["kernel"], weights["recurrent_kernel"], weights["bias"]
+    projection = weights.get("projection")
+    batch = inputs.shape[0]
+    hidden = kernel.shape[-1] // 4
+    if carry is None:
+        carry = zero_carry(batch, hidden, None if projection is None else projection.shape[-1])
+    if mask is None:
+        mask = jnp.ones(inputs.shape[:2], bool)
+    # the input projection of all steps at once (one large matmul); only h @ recurrent stays inside the scan
+    x_proj = (jnp.einsum("btd,dg->btg", inputs.astype(dtype), kernel.astype(dtype))
+              + bias.astype(dtype)).astype(jnp.float32)
+    rec = recurrent.astype(dtype)
+    proj = None if projection is None else projection.astype(dtype)
+
+    def step(state: LstmCarry, xs):
+        z_x, m = xs
+        z = z_x + jnp.dot(state.h.astype(dtype), rec).astype(jnp.float32)
+        i, f, g, o = jnp.split(z, 4, axis=-1)
+        c = jax.nn.sigmoid(f) * state.c + jax.nn.sigmoid(i) * jnp.tanh(g)
+        if cell_clip is not None:
+            c = jnp.clip(c, -cell_clip, cell_clip)
+        h = jax.nn.sigmoid(o) * jnp.tanh(c)
+        if proj is not None:
+            h = jnp.dot(h.astype(dtype), proj).astype(jnp.float32)
+            if proj_clip is not None:
+                h = jnp.clip(h, -proj_clip, proj_clip)
+        m = m[:, None]
+        new = LstmCarry(jnp.where(m, c, state.c), jnp.where(m, h, state.h))
+        return new, jnp.where(m, h, 0.0)
+
+    xs = (jnp.swapaxes(x_proj, 0, 1), jnp.swapaxes(mask.astype(bool), 0, 1))
+    carry = LstmCarry(carry.c.astype(jnp.float32), carry.h.astype(jnp.float32))
+    final, outputs = jax.lax.scan(step, carry, xs, reverse=reverse)
+    return jnp.swapaxes(outputs, 0, 1).astype(dtype), final
+
+
+def uniform_init(scale: float) -> Callable:
+    """U(-scale, scale), PyTorch's ``nn.LSTM`` default with scale = 1/sqrt(H)."""
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -scale, scale)
+
+    return init
+
+
+class LSTM(nn.Module):
+    """One LSTM(P) layer (one direction): ``(inputs [B, T, D], mask [B, T], carry) -> (outputs [B, T, P], carry)``.
+
+    ``forget_bias`` initialises the f block of ``bias`` (TensorFlow's LSTMCell adds 1.0 there; PyTorch 0).
+    ``init_scale`` None: U(-1/sqrt(H), 1/sqrt(H)) as PyTorch."""
+
+    hidden_size: int
+    proj_size: int | None = None
+    cell_clip: float | None = None
+    proj_clip: float | None = None
+    reverse: bool = False
+    forget_bias: float = 0.0
+    init_scale: float | None = None
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array, mask: jax.Array | None = None, carry: LstmCarry | None = None,
+                 recurrent_fn: Callable[[jax.Array], jax.Array] | None = None) -> tuple[jax.Array, LstmCarry]:
+        hid, out = self.hidden_size, self.proj_size or self.hidden_size
+        init = uniform_init(self.init_scale if self.init_scale is not None else hid ** -0.5)
+
+        def bias_init(key, shape, dtype=jnp.float32):
+            b = init(key, shape, dtype)
+            return b.at[hid:2 * hid].add(self.forget_bias)
+
+        weights = {
+            "kernel": self.param("kernel", partitioned(init, ("embed", "mlp")), (inputs.shape[-1], 4 * hid)),
+            "recurrent_kernel": self.param("recurrent_kernel", partitioned(init, ("embed", "mlp")), (out, 4 * hid)),
+            "bias": self.param("bias", partitioned(bias_init, ("mlp",)), (4 * hid,)),
+        }
+        if self.proj_size:
+            weights["projection"] = self.param("projection", partitioned(init, ("mlp", "embed")), (hid, out))
+        if recurrent_fn is not None:
+            weights["recurrent_kernel"] = recurrent_fn(weights["recurrent_kernel"])
+        return lstm_scan(weights, inputs, mask, carry, cell_clip=self.cell_clip, proj_clip=self.proj_clip,
+                         reverse=self.reverse, dtype=self.dtype)
