@@ -1,0 +1,48 @@
+"""BERT's ``Family.word_features`` hook: every layer's hidden states at each word's first WordPiece.
+
+Input ``[CLS] pieces [SEP]`` (one segment, ids 0), as the BERT paper's feature-based NER experiment
+(Devlin et al. 2019 Sec. 5.4, which reads the first sub-token of each word). Layer 0 is the embedding output
+(word + position + segment embeddings after LayerNorm), layer i the output of block i: the layout of
+transformers' ``output_hidden_states``. The states are read with Flax's ``capture_intermediates`` (each
+module's ``__call__`` output), so the encoder needs no extra output; the spine's reader is
+``evaluate/features.py``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def hidden_states_fn(cfg: Any):
+    """fn(trunk params, ids [B,S], mask [B,S]) -> [L+1, B, S, H] float32 (cfg: an inference config)."""
+    import jax.numpy as jnp
+
+    from ptm_jax.families.bert.model import BertEmbeddings, BertLayer, BertModel
+
+    model = BertModel(cfg, add_pooler=False)
+
+    def keep(mdl, method: str) -> bool:
+        return method == "__call__" and isinstance(mdl, (BertEmbeddings, BertLayer))
+
+    def fn(p, ids, mask):
+        _, state = model.apply({"params": p}, ids, mask, jnp.zeros_like(ids), capture_intermediates=keep,
+                               mutable=["intermediates"])
+        inter = state["intermediates"]
+        hs = [inter["embeddings"]["__call__"][0]]
+        hs += [inter["encoder"][f"layers_{i}"]["__call__"][0] for i in range(cfg.num_layers)]
+        return jnp.stack(hs).astype(jnp.float32)
+
+    return fn
+
+
+def word_features(params: dict, model_cfg: Any, tokenizer: Any, sentences: list[list[str]], *,
+                  batch_size: int = 32) -> list[np.ndarray]:
+    from ptm_jax.evaluate.features import encode_words, inference_model, run_layers
+
+    params, cfg, key = inference_model(params, model_cfg)
+    rows = encode_words(tokenizer, sentences, prefix=(tokenizer.cls_id,), suffix=(tokenizer.sep_id,),
+                        max_length=cfg.max_position_embeddings)
+    out, _ = run_layers(("bert_features", key), lambda: hidden_states_fn(cfg), params["bert"], rows,
+                        batch_size=batch_size, pad_id=tokenizer.pad_id)
+    return out
