@@ -68,3 +68,83 @@ def test_word2vec_features_are_its_vectors_in_one_layer_with_zeros_for_unknown_w
     np.testing.assert_array_equal(feats[1][0], np.stack([np.zeros(5), table[ids[1][0]], np.zeros(5)]))
     with pytest.raises(ConfigError, match="layer 1 does not exist: the model has feature layers 0..0"):
         word_features(params, cfg, tok, [["the"]], layers=[1])
+
+
+TEXT = ["EU rejects German call to boycott British lamb .", "Peter Blackburn", "The European Commission said on "
+        "Thursday it disagreed with German advice to consumers to shun British lamb until scientists determine "
+        "whether mad cow disease can be transmitted to sheep .", "Germany 's representative to the European "
+        "Union 's veterinary committee Werner Zwingmann said on Wednesday consumers should buy sheepmeat ."]
+
+
+def _hf_states(model, ids, **kw) -> np.ndarray:
+    import torch
+
+    with torch.no_grad():
+        out = model(torch.tensor(ids[None], dtype=torch.long), output_hidden_states=True, **kw)
+    return np.stack([h[0].numpy() for h in out.hidden_states])
+
+
+def _check_against_hf(fam_name, params, cfg, tok, hf_model, encode, **hf_kw):
+    """Our hook's features == transformers' hidden states at the first pieces, fed the same ids."""
+    from ptm_jax.evaluate.features import num_layers, word_features
+    from ptm_jax.families import registry
+
+    sentences = [t.split() for t in TEXT]
+    feats = word_features(params, cfg, tok, sentences, batch_size=4)
+    assert "word_features" in registry.get(fam_name).capabilities
+    assert num_layers(cfg) == 3 and all(f.shape == (3, len(s), 32) for f, s in zip(feats, sentences))
+    several = 0
+    for words, got in zip(sentences, feats):
+        row = encode(words)
+        want = _hf_states(hf_model, row.ids, **hf_kw(row) if callable(hf_kw) else hf_kw)[:, row.first]
+        np.testing.assert_allclose(got, want, atol=2e-5, rtol=0)
+        several += len(row.ids) - len(words)
+    assert several > 8  # words of several pieces exist, so the first-piece alignment is exercised
+    return feats
+
+
+def test_gpt2_features_equal_transformers_hidden_states_at_each_words_first_bpe_piece(tmp_path):
+    import torch
+    import transformers
+
+    from ptm_jax.data.byte_bpe import train_byte_bpe
+    from ptm_jax.evaluate.features import encode_words
+    from ptm_jax.families.gpt.hf import import_hf_gpt2
+
+    tok = train_byte_bpe(TEXT, 300, tmp_path / "tok", min_frequency=2)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=4, vocab_size=tok.vocab_size, n_positions=256)).eval()
+    model.save_pretrained(tmp_path / "hf")
+    params, cfg, _ = import_hf_gpt2(tmp_path / "hf")
+    feats = _check_against_hf("gpt", params, cfg, tok, model.transformer,
+                              lambda w: encode_words(tok, [w], space_before=True)[0])
+    # causal: a word's features do not depend on the words after it
+    from ptm_jax.evaluate.features import word_features
+
+    head = word_features(params, cfg, tok, [TEXT[2].split()[:5]])[0]
+    np.testing.assert_allclose(head, feats[2][:, :5], atol=2e-5, rtol=0)
+
+
+def test_xlnet_features_equal_transformers_content_stream_at_each_words_first_piece(tmp_path):
+    import torch
+    import transformers
+
+    from ptm_jax.data.tokenizers import train_sentencepiece
+    from ptm_jax.evaluate.features import encode_words
+    from ptm_jax.families.xlnet.hf import import_hf_xlnet
+
+    tok = train_sentencepiece(TEXT * 4, 90, tmp_path / "tok")
+    torch.manual_seed(0)
+    model = transformers.XLNetModel(transformers.XLNetConfig(
+        vocab_size=tok.vocab_size, d_model=32, n_layer=2, n_head=4, d_inner=64)).eval()
+    model.save_pretrained(tmp_path / "hf")
+    params, cfg, _, _ = import_hf_xlnet(tmp_path / "hf")
+
+    def segments(row):
+        seg = np.zeros((1, len(row.ids)), np.int64)
+        seg[0, -1] = 2
+        return {"token_type_ids": torch.tensor(seg)}
+
+    _check_against_hf("xlnet", params, cfg, tok, model,
+                      lambda w: encode_words(tok, [w], suffix=(tok.sep_id, tok.cls_id))[0], hf_kw=segments)

@@ -98,6 +98,7 @@ FAMILY = register(Family(
     synthetic_batch=lazy("ptm_jax.bench.harness", "packed_lm_batch"),
     generate=lazy("ptm_jax.families.gpt.decode", "generate"),
     perplexity=lazy("ptm_jax.evaluate.perplexity", "perplexity"),
-    capabilities=frozenset({"causal_lm"}),
+    capabilities=frozenset({"causal_lm", "word_features"}),
+    word_features=lazy("ptm_jax.families.gpt.features", "word_features"),
     tiny_preset="gpt_tiny",
 ))

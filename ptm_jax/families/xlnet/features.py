@@ -1,0 +1,55 @@
+"""XLNet's ``Family.word_features`` hook: every layer's content-stream states at each word's first piece.
+
+Input ``pieces <sep> <cls>`` with segment ids 0 (the words and <sep>) and 2 (<cls>), the finetuning layout of
+``classification.py`` (transformers' XLNetTokenizer), padded on the right and masked; no memory, no query
+stream (finetuning and feature extraction read the content stream only: Yang et al. 2019 Sec. 2.3). Layer 0
+is the word embedding, layer i the content stream after block i: transformers' ``output_hidden_states``
+layout. Read with Flax's ``capture_intermediates``; the spine's reader is ``evaluate/features.py``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def segment_ids(mask):
+    """[B, S] 1 = real token -> segment ids: 0 for the words and <sep>, 2 for <cls> (the last real token)."""
+    import jax.numpy as jnp
+
+    last = jnp.sum(mask, axis=-1, keepdims=True) - 1
+    return jnp.where(jnp.arange(mask.shape[-1])[None] == last, 2, 0).astype(jnp.int32)
+
+
+def hidden_states_fn(cfg: Any):
+    """fn(trunk params, ids [B,S], mask [B,S]) -> [L+1, B, S, H] float32 (cfg: an inference config)."""
+    import jax.numpy as jnp
+
+    from ptm_jax.families.xlnet.model import XLNetEmbeddings, XLNetLayer, XLNetModel
+
+    model = XLNetModel(cfg)
+
+    def keep(mdl, method: str) -> bool:
+        return method == "__call__" and isinstance(mdl, (XLNetEmbeddings, XLNetLayer))
+
+    def fn(p, ids, mask):
+        _, state = model.apply({"params": p}, ids, segment_ids(mask), 1.0 - mask.astype(jnp.float32),
+                               capture_intermediates=keep, mutable=["intermediates"])
+        inter = state["intermediates"]
+        hs = [inter["embeddings"]["__call__"][0]]
+        hs += [inter["encoder"][f"layers_{i}"]["__call__"][0][0] for i in range(cfg.num_layers)]
+        return jnp.stack(hs).astype(jnp.float32)
+
+    return fn
+
+
+def word_features(params: dict, model_cfg: Any, tokenizer: Any, sentences: list[list[str]], *,
+                  batch_size: int = 32) -> list[np.ndarray]:
+    from ptm_jax.evaluate.features import encode_words, inference_model, run_layers
+
+    params, cfg, key = inference_model(params, model_cfg)
+    rows = encode_words(tokenizer, sentences, suffix=(tokenizer.sep_id, tokenizer.cls_id),
+                        max_length=cfg.max_position_embeddings)
+    out, _ = run_layers(("xlnet_features", key), lambda: hidden_states_fn(cfg), params["xlnet"], rows,
+                        batch_size=batch_size, pad_id=tokenizer.pad_id)
+    return out
