@@ -38,7 +38,8 @@ that state can be carried across batches (``TrainState.carry``, as Transformer-X
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax

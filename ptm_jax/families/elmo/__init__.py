@@ -1,0 +1,40 @@
+"""ELMo (Peters et al. 2018; allenai/bilm-tf) as one family package (issue 18, item 1).
+
+``config.py`` the ``[model]`` section, ``chars.py`` the character ids of a word, ``model.py`` the char-CNN and
+biLM modules, ``softmax.py`` the sampled and full softmax, ``data.py`` the tf.data lanes (state carried across
+steps), ``objective.py`` the loss, ``features.py`` the per-layer word features (``Family.word_features``),
+``weights.py`` the import of bilm-tf / AllenNLP weights (``options.json`` + ``weights.hdf5``). Its tokenizer is
+the word vocabulary (the softmax's classes); characters are computed from the words' strings.
+Importing this package registers it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ptm_jax.families.elmo import hooks
+from ptm_jax.families.elmo.config import ElmoConfig
+from ptm_jax.families.registry import Family, lazy, register
+
+
+def build_elmo(cfg: Any, corpus: Any):
+    """The registry's objective builder: ``corpus`` holds the word tokenizer and the train/eval sources."""
+    from ptm_jax.families.elmo.objective import ElmoObjective
+
+    return ElmoObjective(cfg, corpus.train, corpus.eval, corpus.tokenizer)
+
+
+FAMILY = register(Family(
+    name="elmo",
+    model_config=ElmoConfig,
+    objectives={"elmo_bilm": build_elmo},
+    tokenizer_kinds=("word",),
+    specials=("pad", "eos"),
+    trunk=hooks.TRUNK,
+    heads=("language_model",),
+    infer_head=hooks.infer_head,
+    layer_of=hooks.layer_of,
+    synthetic_batch=hooks.synthetic_batch,
+    tiny_preset="elmo_tiny",
+    word_features=lazy("ptm_jax.families.elmo.features", "word_features"),
+    capabilities=frozenset({"perplexity", "word_features"}),
+))
