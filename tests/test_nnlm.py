@@ -20,6 +20,7 @@ from ptm_jax.config import DataConfig, MeshConfig, RunConfig, TrainConfig, load_
 from ptm_jax.data.cache import build_or_load_cache
 from ptm_jax.data.pretraining.source import SubsetSource
 from ptm_jax.data.word_vocab import build_word_vocab
+from ptm_jax.errors import ConfigError
 from ptm_jax.families import registry
 from ptm_jax.data.pretraining.causal_lm import PackedStream
 from ptm_jax.families.nnlm import FAMILY, NnlmConfig, hooks
@@ -135,6 +136,31 @@ def test_fit_on_the_2_2_2_mesh_lowers_the_train_and_held_out_loss(reference):
     assert report["perplexity"] == pytest.approx(math.exp(report["lm_loss"]))
 
 
+def test_perplexity_hook_scores_every_word_and_eos_once_as_one_window_per_position(corpus, reference, tmp_path):
+    """`ptm perplexity`'s NNLM hook against a naive reference that scores each position from its own window of
+    n-1 predecessors (the stream starts with n-1 <eos>, every line ends with one)."""
+    obj, result = reference
+    params = jax.device_get(result.state.params)["params"]
+    lines = (tmp_path / "heldout.txt")
+    text = ["the game began in", "", "  it was not a success  ", "unknownwordzz and the"]
+    lines.write_text("\n".join(text) + "\n", encoding="utf-8")
+    got = FAMILY.perplexity(params, obj.cfg.model, corpus.tokenizer, lines, seq_len=4, batch_size=2)
+    tok, c = corpus.tokenizer, obj.cfg.model.context
+    ids = [tok.eos_id] * c
+    for t in text:
+        if t.strip():
+            ids += tok.encode_batch([t])[0] + [tok.eos_id]
+    model = NnlmLanguageModel(obj.cfg.model)
+    windows = np.stack([ids[i - c: i + 1] for i in range(c, len(ids))])
+    logp = jax.nn.log_softmax(model.apply({"params": params}, jnp.asarray(windows))[:, 0], axis=-1)
+    nll = -float(np.sum(np.take_along_axis(np.asarray(logp), np.asarray(ids[c:])[:, None], axis=1)))
+    assert got["tokens"] == len(ids) - c == 15 and got["words"] == 12
+    assert got["nll_per_token"] == pytest.approx(nll / 15, rel=1e-5)
+    assert got["word_perplexity"] == pytest.approx(math.exp(nll / 12), rel=1e-5)
+    with pytest.raises(ConfigError, match="--stride=2: an NNLM sees only its 3 predecessors"):
+        FAMILY.perplexity(params, obj.cfg.model, corpus.tokenizer, lines, seq_len=4, stride=2)
+
+
 def test_stop_and_resume_gives_the_uninterrupted_parameters(corpus, reference, tmp_path):
     obj, ref = reference
     mesh = make_mesh(MeshConfig(2, 2, 2))
@@ -216,3 +242,10 @@ def test_ptm_pretrain_nnlm_tiny_from_the_command_line(tmp_path):
     loss = summary["eval"]["lm_loss"]
     assert math.isfinite(loss) and 0 < loss < math.log(vocab) + 1.0
     assert summary["eval"]["perplexity"] == pytest.approx(math.exp(loss), rel=1e-6)
+    from ptm_jax.cli import main
+
+    text = tmp_path / "heldout.txt"
+    text.write_text("It was the best of times , it was the worst of times .\n", encoding="utf-8")
+    assert main(["perplexity", str(out), str(text), "--seq-len", "8", "--json", str(tmp_path / "ppl.json")]) == 0
+    ppl = json.loads((tmp_path / "ppl.json").read_text())
+    assert ppl["tokens"] == 15 and ppl["words"] == 14 and 1 < ppl["token_perplexity"] < 4 * vocab

@@ -41,13 +41,10 @@ def stream_rows(ids: np.ndarray, seq_len: int, stride: int) -> tuple[np.ndarray,
     return inputs, targets, weights
 
 
-def perplexity(params: Any, cfg: Any, tokenizer, path: str | Path, *, seq_len: int | None = None,
-               stride: int | None = None, batch_size: int = 16, max_tokens: int = 0,
-               collapse_whitespace: bool = False) -> dict[str, float]:
-    """``collapse_whitespace``: score ``' '.join(text.split())``, for a model whose training text never held a
-    newline (ptm's corpus reader joins the sentences of a document with single spaces)."""
+def read_text(path: str | Path, collapse_whitespace: bool = False) -> str:
+    """The evaluation text of ``path`` (local or gs://), a DataError naming the file when it is unreadable, not
+    UTF-8 or empty; ``collapse_whitespace``: ``' '.join(text.split())``."""
     from ptm_jax import fs
-    from ptm_jax.objectives.task_data import task_head
 
     p = fs.path(path)
     try:
@@ -56,8 +53,31 @@ def perplexity(params: Any, cfg: Any, tokenizer, path: str | Path, *, seq_len: i
         raise DataError(f"{p}: cannot read the evaluation text ({e}); pass a UTF-8 text file") from None
     if not text.strip():
         raise DataError(f"{p}: is empty")
-    if collapse_whitespace:
-        text = " ".join(text.split())
+    return " ".join(text.split()) if collapse_whitespace else text
+
+
+def summed_nll(nll: Any, arrays: tuple[np.ndarray, ...], batch_size: int) -> tuple[float, float]:
+    """(total NLL, total weight) of ``nll(*batch) -> (sum of NLL, sum of weights)`` over the rows of ``arrays``
+    in batches of ``batch_size``; the last batch is padded with zero rows (weight 0), so one shape compiles."""
+    total, count = 0.0, 0.0
+    for i in range(0, len(arrays[0]), batch_size):
+        batch = [a[i: i + batch_size] for a in arrays]
+        pad = batch_size - len(batch[0])
+        if pad:
+            batch = [np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)]) for a in batch]
+        a, b = nll(*batch)
+        total, count = total + float(a), count + float(b)
+    return total, count
+
+
+def perplexity(params: Any, cfg: Any, tokenizer, path: str | Path, *, seq_len: int | None = None,
+               stride: int | None = None, batch_size: int = 16, max_tokens: int = 0,
+               collapse_whitespace: bool = False) -> dict[str, float]:
+    """``collapse_whitespace``: score ``' '.join(text.split())``, for a model whose training text never held a
+    newline (ptm's corpus reader joins the sentences of a document with single spaces)."""
+    from ptm_jax.objectives.task_data import task_head
+
+    text = read_text(path, collapse_whitespace)
     seq_len = seq_len or cfg.max_position_embeddings
     if seq_len > cfg.max_position_embeddings:
         raise ConfigError(f"seq_len={seq_len} exceeds the model's context of {cfg.max_position_embeddings}")
@@ -75,14 +95,7 @@ def perplexity(params: Any, cfg: Any, tokenizer, path: str | Path, *, seq_len: i
         picked = jnp.take_along_axis(logp, y[..., None], axis=-1)[..., 0]
         return -jnp.sum(picked * w), jnp.sum(w)
 
-    total, count = 0.0, 0.0
-    for i in range(0, len(inputs), batch_size):
-        x, y, w = inputs[i: i + batch_size], targets[i: i + batch_size], weights[i: i + batch_size]
-        if len(x) < batch_size:  # one compiled shape: pad with weight-0 rows
-            pad = batch_size - len(x)
-            x, y, w = (np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)]) for a in (x, y, w))
-        a, b = nll(x, y, w)
-        total, count = total + float(a), count + float(b)
+    total, count = summed_nll(nll, (inputs, targets, weights), batch_size)
     words = len(tokenizer.decode(ids.tolist()).split()) if max_tokens else len(text.split())
     return {"tokens": int(count), "words": words, "nll_per_token": total / count,
             "token_perplexity": math.exp(total / count), "word_perplexity": math.exp(total / max(words, 1)),

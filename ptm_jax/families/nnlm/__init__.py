@@ -10,7 +10,7 @@ from typing import Any
 
 from ptm_jax.families.nnlm import hooks
 from ptm_jax.families.nnlm.config import NnlmConfig
-from ptm_jax.families.registry import Family, register
+from ptm_jax.families.registry import Family, lazy, register
 
 
 def build_nnlm(cfg: Any, corpus: Any):
@@ -36,5 +36,6 @@ FAMILY = register(Family(
     synthetic_batch=hooks.synthetic_batch,
     tiny_preset="nnlm_tiny",
     word_vectors=hooks.word_vectors,
+    perplexity=lazy("ptm_jax.families.nnlm.perplexity", "perplexity"),
     capabilities=frozenset({"perplexity", "word_vectors"}),
 ))
