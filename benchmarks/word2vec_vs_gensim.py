@@ -145,53 +145,80 @@ def load_corpus(path: Path, work: Path, min_count: int):
 
 
 def profile(objective: str, corpus, args) -> dict:
-    """Seconds per step of ptm_jax's parts on one real batch: the tf.data example generation (numpy), the
-    compiled train step, and the step without the table update (loss and gradient only)."""
+    """Seconds per step of ptm_jax's parts on real batches (wall and process CPU time, which is steadier on a
+    loaded machine): the tf.data example generation (numpy), the compiled train step with sparse row updates
+    (the default) and with dense table gradients and the optax update (``model.sparse_update=false``),
+    interleaved round by round, and within the sparse step the gathers, the loss alone and the row gradients."""
+    import dataclasses
+
     import jax
     import numpy as np
 
     from ptm_jax.config import MeshConfig
     from ptm_jax.families.word2vec import FAMILY
+    from ptm_jax.families.word2vec.model import TRUNK, row_ids
     from ptm_jax.parallel.feed import to_global
     from ptm_jax.parallel.mesh import make_mesh
     from ptm_jax.train.loop import compile_objective
 
     cfg = run_config(objective, corpus.tokenizer.vocab_size, args, 1000)
     obj = FAMILY.objectives[objective](cfg, corpus)
+    dense_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, sparse_update=False))
+    dense = FAMILY.objectives[objective](dense_cfg, corpus)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     it = obj.train_batches(0, args.batch, 0, 1)
-    t0 = time.perf_counter()
-    batches = [next(it) for _ in range(20)]
-    data_s = (time.perf_counter() - t0) / 20
-    compiled = compile_objective(obj, cfg.train, mesh, None)
-    state = compiled.init_fn(jax.random.key(0))
-    gb = [to_global(b, mesh, compiled.batch_keys) for b in batches]
-    state, m = compiled.train_step(state, gb[0], jax.random.key(0))
-    jax.block_until_ready(m)
-    t0 = time.perf_counter()
-    for b in gb[1:]:
-        state, m = compiled.train_step(state, b, jax.random.key(0))
-    jax.block_until_ready(m)
-    step_s = (time.perf_counter() - t0) / (len(gb) - 1)
-    params = state.params
-    grad = jax.jit(jax.grad(lambda p, b: obj.loss(p, b, None, obj.normalizers(b), True)[0]))
-    jax.block_until_ready(grad(params, gb[0]))
-    t0 = time.perf_counter()
-    for b in gb[1:]:
-        g = grad(params, b)
-    jax.block_until_ready(g)
-    grad_s = (time.perf_counter() - t0) / (len(gb) - 1)
-    fwd = jax.jit(lambda p, b: obj.loss(p, b, None, obj.normalizers(b), True)[0])
-    jax.block_until_ready(fwd(params, gb[0]))
-    t0 = time.perf_counter()
-    for b in gb[1:]:
-        f = fwd(params, b)
-    jax.block_until_ready(f)
-    fwd_s = (time.perf_counter() - t0) / (len(gb) - 1)
-    pairs = float(np.mean([b["context_weight"].sum() for b in batches]))
-    return {"objective": objective, "batch_words": args.batch, "pairs_per_batch": pairs,
-            "data_s_per_batch": data_s, "train_step_s": step_s, "loss_and_grad_s": grad_s, "loss_only_s": fwd_s,
-            "words_per_sec_step_only": args.batch / step_s}
+    n = 12
+    t0, c0 = time.perf_counter(), time.process_time()
+    batches = [next(it) for _ in range(n)]
+    out = {"objective": objective, "batch_words": args.batch,
+           "pairs_per_batch": float(np.mean([b["context_weight"].sum() for b in batches])),
+           "slots_per_batch": int(batches[0]["context_weight"].size),
+           "data_s": (time.perf_counter() - t0) / n, "data_cpu_s": (time.process_time() - c0) / n}
+    sides = {}
+    for name, o in (("sparse", obj), ("dense", dense)):
+        compiled = compile_objective(o, cfg.train if name == "sparse" else dense_cfg.train, mesh, None)
+        state = compiled.init_fn(jax.random.key(0))
+        gb = [to_global(b, mesh, compiled.batch_keys) for b in batches]
+        state, m = compiled.train_step(state, gb[0], jax.random.key(0))
+        jax.block_until_ready(m)
+        sides[name] = [compiled, state, gb]
+
+    def timed(fn, items):
+        t0, c0 = time.perf_counter(), time.process_time()
+        r = None
+        for x in items:
+            r = fn(x)
+        jax.block_until_ready(r)
+        return (time.perf_counter() - t0) / len(items), (time.process_time() - c0) / len(items)
+
+    for rnd in range(2):                               # interleaved: sparse, dense, sparse, dense
+        for name, side in sides.items():
+            compiled, _, gb = side
+
+            def one(b, side=side, compiled=compiled):
+                side[1], m = compiled.train_step(side[1], b, jax.random.key(0))
+                return m
+
+            wall, cpu = timed(one, gb[1:])
+            out.setdefault(f"{name}_step_s", []).append(round(wall, 5))
+            out.setdefault(f"{name}_step_cpu_s", []).append(round(cpu, 5))
+    params = sides["sparse"][1].params
+    gb = sides["sparse"][2]
+    norms = obj.normalizers
+
+    def gathers(p, b):
+        return {k: p["params"][TRUNK][k].at[i].get(mode="promise_in_bounds")
+                for k, i in row_ids(b, obj.model.negative, obj.model.hs).items()}
+
+    parts = {"gathers": jax.jit(gathers),
+             "loss_only": jax.jit(lambda p, b: obj.loss(p, b, None, norms(b), True)[0]),
+             "row_gradients": jax.jit(lambda p, b: obj.row_gradients(p, b, None, norms(b))[2])}
+    for name, fn in parts.items():
+        jax.block_until_ready(fn(params, gb[0]))
+        wall, cpu = timed(lambda b, fn=fn: fn(params, b), gb[1:])
+        out[f"{name}_s"], out[f"{name}_cpu_s"] = round(wall, 5), round(cpu, 5)
+    out["words_per_sec_step_only"] = args.batch / min(out["sparse_step_s"])
+    return out
 
 
 def main(argv=None) -> int:

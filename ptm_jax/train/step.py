@@ -6,7 +6,7 @@ each device keeps its own rows (no communication) and the loss equals the whole-
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import flax.linen as nn
 import jax
@@ -62,6 +62,8 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
 
     When ``state.carry`` is not None the objective's ``loss_carrying`` consumes it and returns the next one
     (``objectives.base.CarriesState``); no gradient flows through it."""
+    if isinstance(objective, SparseRows) and objective.sparse_rows:
+        return sparse_sgd_step(objective, schedule, grad_accum_steps)
 
     def grads_of(params, batch, rng, norms):
         def loss_fn(p):
@@ -111,6 +113,54 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
         new = state.replace(step=state.step + 1, params=params, opt_state=opt_state, nonfinite_streak=streak,
                             nonfinite_total=state.nonfinite_total + (~finite).astype(jnp.int32), carry=new_carry)
         return new, metrics
+
+    return train_step
+
+
+@runtime_checkable
+class SparseRows(Protocol):
+    """Optional: an objective whose parameters are lookup tables read a few rows a batch (word2vec), trained by
+    plain SGD on those rows only when ``sparse_rows`` is True (the objective checks that the optimizer is plain
+    SGD: no weight decay, clipping, parameter groups or accumulation)."""
+
+    sparse_rows: bool
+
+    def row_gradients(self, params: Any, batch: dict, rng: jax.Array, normalizers: dict[str, jax.Array]
+                      ) -> tuple[jax.Array, dict, dict[str, tuple[jax.Array, jax.Array]]]:
+        """(loss, terms, {table: (row ids [N], gradient rows [N, d])})."""
+
+    def apply_rows(self, params: Any, rows: dict[str, tuple[jax.Array, jax.Array]], step_size: jax.Array) -> Any:
+        """``params`` with ``-step_size x`` each gradient row added at its id (duplicates add up)."""
+
+
+def sparse_sgd_step(objective: SparseRows, schedule: Callable, grad_accum_steps: int = 1
+                    ) -> Callable[[TrainState, dict, jax.Array], tuple[TrainState, dict]]:
+    """SGD on the rows a batch touches: a scatter-add into the (donated) tables instead of a dense [V, d]
+    gradient and an optimizer pass over every row (word2vec.c updates only the rows of its pairs). The rate is
+    ``schedule(state.step)``; ``opt_state`` stays as initialised. A non-finite loss or gradient adds zeros
+    (params unchanged) and is counted as in the dense step. ``grad_norm`` is the norm of the gradient rows
+    (a row read n times counted n times); ``grad_norm/<table>`` per table."""
+    if grad_accum_steps != 1:
+        from ptm_jax.errors import ConfigError
+
+        raise ConfigError(f"train.grad_accum_steps={grad_accum_steps}: the sparse row updates of objective "
+                          f"{getattr(objective, 'name', '?')!r} apply one batch at a time; set train.grad_accum_steps=1")
+
+    def train_step(state: TrainState, batch: dict, rng: jax.Array) -> tuple[TrainState, dict[str, Any]]:
+        rng = jax.random.fold_in(rng, state.step)
+        loss, terms, rows = objective.row_gradients(state.params, batch, rng, objective.normalizers(batch))
+        norms = {f"grad_norm/{k}": jnp.sqrt(jnp.sum(jnp.square(g))) for k, (_, g) in rows.items()}
+        grad_norm = jnp.sqrt(sum(jnp.square(v) for v in norms.values()))
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        rows = {k: (i, jnp.where(finite, g, 0.0)) for k, (i, g) in rows.items()}   # a skip adds zeros
+        lr = schedule(state.step)
+        params = objective.apply_rows(state.params, rows, lr)
+        streak = jnp.where(finite, 0, state.nonfinite_streak + 1)
+        total = state.nonfinite_total + (~finite).astype(jnp.int32)
+        metrics = {"loss": loss, "grad_norm": grad_norm, "learning_rate": lr, "nonfinite_streak": streak,
+                   "nonfinite_total": total, **norms, **terms}
+        return state.replace(step=state.step + 1, params=params, nonfinite_streak=streak,
+                             nonfinite_total=total), metrics
 
     return train_step
 

@@ -22,6 +22,11 @@ class Word2VecConfig:
     """A table row occurring n times in one step gets the sum of its n pair updates scaled by
     min(1, duplicate_cap / n), so the commonest words do not take hundreds of stale steps at once (0: the
     plain gradient of the summed loss); see ``model.py`` ``Word2VecTables``."""
+    sparse_update: bool = True
+    """Train by SGD on the rows each batch reads (a scatter-add into the tables, ``train/step.py``
+    ``sparse_sgd_step``) when ``train.optimizer='sgd'`` with no weight decay, clipping, parameter groups or
+    accumulation; False, or any other optimizer: autodiff through the tables and the optimizer over all rows
+    (the same step, at the cost of dense [V, dim] gradients)."""
 
     def validate(self, where: str = "model") -> None:
         if self.family != "word2vec":

@@ -132,9 +132,45 @@ class Word2VecTables(nn.Module):
         return gather_rows(tables[table], ids, self.config.duplicate_cap)
 
 
-class Word2Vec(nn.Module):
-    """A batch of ``data.py`` features -> scores: ``positive`` [R, S'] (the target), ``negative`` [R, S', K],
+def row_ids(batch: dict, negative: bool, hs: bool) -> dict[str, jax.Array]:
+    """Table name -> the ids of its rows one batch reads, one gather per table: ``input`` the context [R, S];
+    ``output`` the target then the negatives [R, 1 + K] (or [R, 1 + S x K], a draw per pair); ``hs_output`` the
+    target's Huffman path [R, D]."""
+    ids = {"input": batch["context"]}
+    if negative:
+        neg = batch["negatives"]
+        ids["output"] = jnp.concatenate([batch["center"][:, None], neg.reshape(neg.shape[0], -1)], axis=1)
+    if hs:
+        ids["hs_output"] = batch["path"]
+    return ids
+
+
+def scores_from_rows(rows: dict[str, jax.Array], batch: dict, cbow: bool) -> dict[str, jax.Array]:
+    """The gathered rows of ``row_ids`` -> scores: ``positive`` [R, S'] (the target), ``negative`` [R, S', K],
     ``hs`` [R, S', D], S' = 2 x window pairs per center (skip-gram) or 1 (CBOW)."""
+    vin = rows["input"]                                                              # [R, S, d]
+    if cbow:
+        h = mean_with_sum_gradient(vin, batch["context_weight"])[:, None, :]        # [R, 1, d]
+    else:
+        h = vin
+    out = {}
+    if "output" in rows:
+        if batch["negatives"].ndim == 2:                                             # one draw per center
+            scores = pair_scores(h, rows["output"])                                  # [R, S', 1 + K]
+            out["positive"], out["negative"] = scores[..., 0], scores[..., 1:]
+        else:                                                                        # a draw per pair
+            r, s, k = batch["negatives"].shape
+            out_rows = rows["output"]
+            out["positive"] = jnp.einsum("rsd,rd->rs", h, out_rows[:, 0])
+            out["negative"] = jnp.einsum("rsd,rskd->rsk", h, out_rows[:, 1:].reshape(r, s, k, -1))
+    if "hs_output" in rows:
+        out["hs"] = pair_scores(h, rows["hs_output"])                                # [R, S', D]
+    return out
+
+
+class Word2Vec(nn.Module):
+    """A batch of ``data.py`` features -> scores (``scores_from_rows``), the rows gathered from the tables with
+    the duplicate cap on their gradient (the dense path: autodiff through the tables)."""
 
     config: Word2VecConfig
     cbow: bool
@@ -144,23 +180,5 @@ class Word2Vec(nn.Module):
     @nn.compact
     def __call__(self, batch: dict) -> dict[str, jax.Array]:
         tables = Word2VecTables(self.config, self.negative, self.hs, name=TRUNK)
-        vin = tables(batch["context"], "input")                                       # [R, S, d]
-        if self.cbow:
-            h = mean_with_sum_gradient(vin, batch["context_weight"])[:, None, :]     # [R, 1, d]
-        else:
-            h = vin
-        out = {}
-        if self.negative:
-            if batch["negatives"].ndim == 2:                                         # one draw per center
-                ids = jnp.concatenate([batch["center"][:, None], batch["negatives"]], axis=1)
-                scores = pair_scores(h, tables(ids, "output"))                       # [R, S', 1 + K]
-                out["positive"], out["negative"] = scores[..., 0], scores[..., 1:]
-            else:                                                                    # a draw per pair
-                r, s, k = batch["negatives"].shape
-                ids = jnp.concatenate([batch["center"][:, None], batch["negatives"].reshape(r, s * k)], axis=1)
-                rows = tables(ids, "output")                                         # one gather per table
-                out["positive"] = jnp.einsum("rsd,rd->rs", h, rows[:, 0])
-                out["negative"] = jnp.einsum("rsd,rskd->rsk", h, rows[:, 1:].reshape(r, s, k, -1))
-        if self.hs:
-            out["hs"] = pair_scores(h, tables(batch["path"], "hs_output"))          # [R, S', D]
-        return out
+        rows = {name: tables(ids, name) for name, ids in row_ids(batch, self.negative, self.hs).items()}
+        return scores_from_rows(rows, batch, self.cbow)

@@ -28,7 +28,7 @@ import numpy as np
 
 from ptm_jax.data.pretraining.source import DocumentSource
 from ptm_jax.families.word2vec.data import Tables, feature_dtype, feature_shapes, word2vec_dataset
-from ptm_jax.families.word2vec.model import Word2Vec
+from ptm_jax.families.word2vec.model import TRUNK, Word2Vec, row_ids, scores_from_rows
 from ptm_jax.objectives.base import SourceStreams
 
 EVAL_SEED_OFFSET = 1_000_003
@@ -66,6 +66,9 @@ class Word2VecObjective(SourceStreams):
         self.model = Word2Vec(cfg.model, cbow=self.cbow, negative=d.negative > 0, hs=bool(d.hs))
         self.train_source, self.eval_source = train_source, eval_source
         self.eos_id, self.pad_id = int(eos_id), int(pad_id)
+        t = cfg.train
+        self.sparse_rows = bool(cfg.model.sparse_update and t.optimizer == "sgd" and not t.weight_decay
+                                and not t.clip_norm and not t.param_groups and t.grad_accum_steps == 1)
 
     def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
         d = self.cfg.data
@@ -82,7 +85,9 @@ class Word2VecObjective(SourceStreams):
         return {"pairs": pairs.astype(jnp.float32)}
 
     def loss(self, params, batch, rng, normalizers, train: bool):
-        scores = self.model.apply(params, batch)
+        return self.loss_of_scores(self.model.apply(params, batch), batch, normalizers)
+
+    def loss_of_scores(self, scores, batch, normalizers):
         pair_w = batch["center_weight"][:, None] if self.cbow else batch["context_weight"]   # [R, S']
         total = jnp.zeros((), jnp.float32)
         if "positive" in scores:
@@ -98,6 +103,37 @@ class Word2VecObjective(SourceStreams):
         pairs = jnp.sum(pair_w)
         terms = {"w2v_loss": (total, normalizers["pairs"]), "w2v_pairs": (pairs, jnp.ones(()))}
         return total, terms
+
+    def row_gradients(self, params, batch, rng, normalizers):
+        """The sparse path (``train/step.py`` ``sparse_sgd_step``): (loss, terms, {table: (ids [N], rows [N, d])})
+        with ``rows`` the gradient of the loss with respect to each gathered row, scaled by
+        min(1, duplicate_cap / n) for a row gathered n times. Adding ``-lr x rows`` at ``ids`` is the dense
+        path's SGD step on the gradient of ``Word2VecTables`` (the same sums), touching only these rows."""
+        tables = params["params"][TRUNK]
+        ids = row_ids(batch, self.model.negative, self.model.hs)
+        rows = {k: tables[k].at[i].get(mode="promise_in_bounds") for k, i in ids.items()}
+
+        def loss_fn(r):
+            return self.loss_of_scores(scores_from_rows(r, batch, self.cbow), batch, normalizers)
+
+        (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(rows)
+        cap = float(self.cfg.model.duplicate_cap)
+        out = {}
+        for k, i in ids.items():
+            flat = i.reshape(-1)
+            g = grads[k].reshape(flat.shape[0], -1)
+            if cap:
+                n = jax.ops.segment_sum(jnp.ones(flat.shape, g.dtype), flat, num_segments=tables[k].shape[0])
+                g = g * jnp.minimum(1.0, cap / jnp.maximum(n[flat], 1.0))[:, None]
+            out[k] = (flat, g)
+        return loss, terms, out
+
+    def apply_rows(self, params, rows, step_size):
+        """``params`` with ``-step_size x grads`` added to the rows of each table (duplicates add up)."""
+        tables = dict(params["params"][TRUNK])
+        for k, (flat, g) in rows.items():
+            tables[k] = tables[k].at[flat].add(-step_size * g, mode="promise_in_bounds")
+        return {**params, "params": {**params["params"], TRUNK: tables}}
 
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
         return dict(metrics)
