@@ -54,6 +54,11 @@ class ElmoConfig:
     dtype: str = "float32"
 
     @property
+    def num_layers(self) -> int:
+        """The LSTM layers per direction (``evaluate/features.py`` reads ``num_layers`` + 1 feature layers)."""
+        return self.n_layers
+
+    @property
     def n_filters(self) -> int:
         return sum(int(n) for _, n in self.filters)
 

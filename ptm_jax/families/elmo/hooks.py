@@ -2,7 +2,8 @@
 params tree and a synthetic batch for ``ptm bench``."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -40,7 +40,7 @@ class Highway(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         init = partitioned(nn.initializers.normal(stddev=(1.0 / self.dim) ** 0.5), ("embed", "mlp"))
-        dense = lambda name, bias: nn.Dense(  # noqa: E731
+        dense = lambda name, bias: nn.Dense(
             self.dim, dtype=self.dtype, param_dtype=jnp.float32, kernel_init=init, name=name,
             bias_init=partitioned(nn.initializers.constant(bias), ("mlp",)))
         gate = jax.nn.sigmoid(dense("carry", -2.0)(x))

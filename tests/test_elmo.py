@@ -1,0 +1,297 @@
+"""ELMo (ptm_jax/families/elmo): bilm-tf's character ids; the import of an options.json + weights.hdf5 in the
+bilm-tf layout (written here from known random weights) puts each tensor where it belongs; the imported
+model's per-layer word features equal an independent PyTorch re-implementation written here from bilm-tf's
+rules (TF gate order, forget bias, clipping, residual) and, where AllenNLP 2.10's source is importable, its
+``_ElmoBiLm``; bad input gets clear errors; the scalar mix; the log-uniform sampler; the data lanes carry
+both directions across batches; the tiny preset trains through the loop with state carried across steps."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ptm_jax.errors import CheckpointError, ConfigError, DataError
+from ptm_jax.families.elmo import chars as ch
+from ptm_jax.families.elmo.weights import config_from_options, load_bilm
+
+h5py = pytest.importorskip("h5py")
+torch = pytest.importorskip("torch")
+
+OPTIONS = {"lstm": {"use_skip_connections": True, "projection_dim": 6, "cell_clip": 3, "proj_clip": 3,
+                    "dim": 10, "n_layers": 2},
+           "char_cnn": {"activation": "relu", "filters": [[1, 4], [2, 4], [3, 8]], "n_highway": 2,
+                        "embedding": {"dim": 4}, "n_characters": 262, "max_characters_per_token": 50}}
+SENTENCES = [["The", "play", "was", "naïve", "."], ["They", "play", "x" * 60], ["ok"]]
+
+
+def write_bilm(directory, options=OPTIONS, drop=None, reshape=None, scale=0.6):
+    """options.json + weights.hdf5 in bilm-tf's layout with seeded random weights; ``drop`` leaves a dataset
+    out, ``reshape`` gives one a wrong shape."""
+    rng = np.random.default_rng(0)
+    o = options
+    E, P, H = o["char_cnn"]["embedding"]["dim"], o["lstm"]["projection_dim"], o["lstm"]["dim"]
+    F = sum(n for _, n in o["char_cnn"]["filters"])
+    data = {"char_embed": (261, E)}
+    for i, (w, n) in enumerate(o["char_cnn"]["filters"]):
+        data[f"CNN/W_cnn_{i}"], data[f"CNN/b_cnn_{i}"] = (1, w, E, n), (n,)
+    for k in range(o["char_cnn"]["n_highway"]):
+        for a, s in (("W_carry", (F, F)), ("b_carry", (F,)), ("W_transform", (F, F)), ("b_transform", (F,))):
+            data[f"CNN_high_{k}/{a}"] = s
+    data["CNN_proj/W_proj"], data["CNN_proj/b_proj"] = (F, P), (P,)
+    for d in range(2):
+        for layer in range(o["lstm"]["n_layers"]):
+            cell = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+            data[f"{cell}/W_0"], data[f"{cell}/B"], data[f"{cell}/W_P_0"] = (2 * P, 4 * H), (4 * H,), (H, P)
+    arrays = {}
+    with h5py.File(directory / "weights.hdf5", "w") as f:
+        for name, shape in data.items():
+            if name == drop:
+                continue
+            if name == reshape:
+                shape = shape[:-1] + (shape[-1] + 1,)
+            gain = 3.0 if name.endswith(("W_0", "W_P_0")) else 1.0    # large enough that both clips bite
+            arrays[name] = (rng.normal(0, scale * gain, shape)).astype(np.float32)
+            f.create_dataset(name, data=arrays[name])
+    (directory / "options.json").write_text(json.dumps(options))
+    return directory / "options.json", directory / "weights.hdf5", arrays
+
+
+@pytest.fixture(scope="module")
+def bilm(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bilm")
+    opts, weights, arrays = write_bilm(d)
+    tree, cfg = load_bilm(opts, weights)
+    from ptm_jax.families.elmo.features import word_features
+
+    return types.SimpleNamespace(options=opts, weights=weights, arrays=arrays, tree=tree, cfg=cfg,
+                                 features=word_features(tree, cfg, None, SENTENCES, batch_size=2))
+
+
+def test_character_ids_are_bilm_tfs():
+    """bow 258, bytes, eow 259, pad 260, all + 1 (0 = mask); 48 bytes at most; <S>/</S> = [bow, 256|257, eow]."""
+    assert ch.word_char_ids("ab")[:5].tolist() == [259, 98, 99, 260, 261]
+    assert ch.word_char_ids("é")[:4].tolist() == [259, 0xC3 + 1, 0xA9 + 1, 260]
+    long = ch.word_char_ids("y" * 60)
+    assert long.shape == (50,) and long[1:49].tolist() == [ord("y") + 1] * 48 and long[49] == 260
+    assert ch.sentence_char_ids(["a"])[[0, 2], :4].tolist() == [[259, 257, 260, 261], [259, 258, 260, 261]]
+    with pytest.raises(DataError, match="not UTF-8"):
+        ch.word_char_ids(b"caf\xe9", where="line 3")
+    with pytest.raises(DataError, match="sentence 2 is empty"):
+        ch.sentence_char_ids([], where="sentence 2")
+
+
+def test_sentence_file_errors_name_the_line(tmp_path):
+    p = tmp_path / "s.txt"
+    p.write_bytes(b"a b\n\nc\n")
+    with pytest.raises(DataError, match=r"s.txt:2: empty line"):
+        ch.read_sentences(p)
+    p.write_bytes(b"a b\nc \xff d\n")
+    with pytest.raises(DataError, match=r"s.txt:2: byte 2"):
+        ch.read_sentences(p)
+    p.write_bytes("a B\nnaïve c\n".encode())
+    assert ch.read_sentences(p, lower_case=True) == [["a", "b"], ["naïve", "c"]]
+
+
+def test_import_puts_each_hdf5_tensor_where_it_belongs(bilm):
+    a, t, H = bilm.arrays, bilm.tree["elmo"], 10
+    enc = t["char_encoder"]
+    assert np.all(enc["char_embed"][0] == 0) and np.array_equal(enc["char_embed"][1:], a["char_embed"])
+    assert np.array_equal(enc["cnn_2_kernel"], a["CNN/W_cnn_2"][0])
+    assert np.array_equal(enc["highway_1"]["carry"]["kernel"], a["CNN_high_1/W_carry"])
+    assert np.array_equal(enc["projection"]["bias"], a["CNN_proj/b_proj"])
+    w0 = a["RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/W_0"]
+    b = a["RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B"]
+    back = t["bilm"]["backward_1"]
+    # TF blocks (i, j, f, o) -> ours (i, f, j, o); TF's forget_bias 1.0 folded into f
+    assert np.array_equal(back["kernel"][:, H:2 * H], w0[:6, 2 * H:3 * H])
+    assert np.array_equal(back["recurrent_kernel"][:, 2 * H:3 * H], w0[6:, H:2 * H])
+    np.testing.assert_allclose(back["bias"][H:2 * H], b[2 * H:3 * H] + 1.0)
+    assert np.array_equal(back["bias"][3 * H:], b[3 * H:])
+    assert bilm.cfg.n_layers == 2 and bilm.cfg.filters == [[1, 4], [2, 4], [3, 8]] and bilm.cfg.cell_clip == 3
+
+
+def torch_bilm_layers(arrays, options, char_ids: np.ndarray) -> list[np.ndarray]:
+    """An independent re-implementation from bilm-tf's rules, straight from the hdf5 arrays: char-CNN (max over
+    positions, then relu), highway (g * relu(W_t x) + (1 - g) x with g = sigmoid(W_carry x)), projection, then
+    per direction LSTMP cells in TF's gate order (i, j, f, o) with forget_bias 1, cell clip after the update,
+    projection clip after the projection, residual around layer 2; the backward direction reads the reversed
+    row. One sentence (with <S>, </S>) at a time -> [3, T, 2P]."""
+    T = lambda x: torch.from_numpy(np.asarray(x, np.float64))
+    o = options
+    emb = torch.cat([torch.zeros(1, o["char_cnn"]["embedding"]["dim"], dtype=torch.float64), T(arrays["char_embed"])])
+    x = emb[torch.from_numpy(char_ids.astype(np.int64))]                       # [T, 50, E]
+    pooled = []
+    for i, _ in enumerate(o["char_cnn"]["filters"]):
+        w = T(arrays[f"CNN/W_cnn_{i}"][0]).permute(2, 1, 0)                     # [n, E, w]
+        conv = torch.nn.functional.conv1d(x.transpose(1, 2), w) + T(arrays[f"CNN/b_cnn_{i}"])[None, :, None]
+        pooled.append(torch.relu(conv.max(dim=-1).values))
+    h = torch.cat(pooled, -1)
+    for k in range(o["char_cnn"]["n_highway"]):
+        g = torch.sigmoid(h @ T(arrays[f"CNN_high_{k}/W_carry"]) + T(arrays[f"CNN_high_{k}/b_carry"]))
+        h = g * torch.relu(h @ T(arrays[f"CNN_high_{k}/W_transform"]) + T(arrays[f"CNN_high_{k}/b_transform"])) \
+            + (1 - g) * h
+    tok = h @ T(arrays["CNN_proj/W_proj"]) + T(arrays["CNN_proj/b_proj"])
+    P, Hd, clip = o["lstm"]["projection_dim"], o["lstm"]["dim"], 3.0
+    layers = [torch.cat([tok, tok], -1)]
+    outs = {}
+    for d in range(2):
+        inp = tok if d == 0 else tok.flip(0)
+        outs[d] = []
+        for layer in range(2):
+            cell = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+            W, B, WP = T(arrays[f"{cell}/W_0"]), T(arrays[f"{cell}/B"]), T(arrays[f"{cell}/W_P_0"])
+            c, m, ys = torch.zeros(Hd, dtype=torch.float64), torch.zeros(P, dtype=torch.float64), []
+            for t in range(inp.shape[0]):
+                i, j, f, og = (torch.cat([inp[t], m]) @ W + B).split(Hd)
+                c = torch.clamp(torch.sigmoid(f + 1.0) * c + torch.sigmoid(i) * torch.tanh(j), -clip, clip)
+                m = torch.clamp((torch.sigmoid(og) * torch.tanh(c)) @ WP, -clip, clip)
+                ys.append(m)
+            y = torch.stack(ys) + (inp if layer > 0 else 0)
+            outs[d].append(y if d == 0 else y.flip(0))
+            inp = y
+    layers += [torch.cat([outs[0][k], outs[1][k]], -1) for k in range(2)]
+    return np.stack([t.numpy() for t in layers])
+
+
+def test_features_equal_an_independent_torch_reimplementation(bilm):
+    for s, feats in zip(SENTENCES, bilm.features):
+        ref = torch_bilm_layers(bilm.arrays, OPTIONS, ch.sentence_char_ids(s))[:, 1:-1]
+        assert feats.shape == (3, len(s), 12)
+        np.testing.assert_allclose(feats, ref, rtol=1e-5, atol=1e-5)
+    first = np.concatenate([f[1] for f in bilm.features])
+    assert np.abs(first).max() == pytest.approx(3.0)   # the projection clip (3) bites on the first LSTM layer
+
+
+def load_allennlp_elmo():
+    """(AllenNLP 2.10's ``allennlp/modules/elmo.py``, its ``ELMoCharacterMapper``), importing only what
+    ``_ElmoBiLm`` needs: the package's __init__ (spacy, transformers pins) is skipped and its unrelated framework
+    imports are stubbed; None when allennlp is not installed."""
+    spec = importlib.util.find_spec("allennlp")
+    if spec is None or spec.submodule_search_locations is None:
+        return None
+    root = spec.submodule_search_locations[0]
+
+    def pkg(name, path=None, **attrs):
+        m = types.ModuleType(name)
+        m.__path__ = [path] if path else []
+        m.__dict__.update(attrs)
+        sys.modules[name] = m
+
+    class Registrable:
+        @classmethod
+        def register(cls, *a, **k):
+            return lambda x: x
+
+    if "allennlp.modules.elmo" not in sys.modules:
+        pkg("allennlp", root)
+        pkg("allennlp.common", FromParams=Registrable, Registrable=Registrable)
+        pkg("allennlp.common.checks", ConfigurationError=ValueError)
+        pkg("allennlp.common.file_utils", cached_path=lambda p, *a, **k: p)
+        pkg("allennlp.common.util", lazy_groups_of=None, int_to_device=lambda d: d, is_distributed=lambda: False,
+            is_global_primary=lambda: True, pad_sequence_to_length=None)
+        pkg("allennlp.modules", root + "/modules")
+        pkg("allennlp.nn", root + "/nn")
+        pkg("allennlp.data")
+        for name in ("instance", "vocabulary", "batch", "fields", "tokenizers", "tokenizers.token_class"):
+            pkg(f"allennlp.data.{name}", Instance=None, Vocabulary=None, Batch=None, TextField=None, Token=None)
+        pkg("allennlp.data.token_indexers", root + "/data/token_indexers")
+        pkg("allennlp.data.token_indexers.token_indexer", TokenIndexer=Registrable, IndexedTokenList=dict)
+    return (importlib.import_module("allennlp.modules.elmo"),
+            importlib.import_module("allennlp.data.token_indexers.elmo_indexer").ELMoCharacterMapper)
+
+
+def test_features_equal_allennlp_elmo_bilm(bilm):
+    """AllenNLP's ``_ElmoBiLm`` (its own character mapper, weight loader and LSTM) on the same files."""
+    loaded = load_allennlp_elmo()
+    if loaded is None:
+        pytest.skip("allennlp is not importable (pip install --no-deps allennlp==2.10.1 to run this check)")
+    elmo, mapper = loaded[0], loaded[1]()
+    model = elmo._ElmoBiLm(str(bilm.options), str(bilm.weights)).eval()
+    n = max(map(len, SENTENCES))
+    ids = np.zeros((len(SENTENCES), n, 50), np.int64)
+    for b, s in enumerate(SENTENCES):
+        for t, w in enumerate(s):
+            ids[b, t] = mapper.convert_word_to_char_ids(w)
+            assert ids[b, t].tolist() == ch.word_char_ids(w).tolist()
+    with torch.no_grad():
+        out = model(torch.from_numpy(ids))
+    acts = np.stack([a.double().numpy() for a in out["activations"]])     # [3, B, n + 2, 2P]
+    for b, s in enumerate(SENTENCES):
+        np.testing.assert_allclose(bilm.features[b], acts[:, b, 1:len(s) + 1], rtol=1e-5, atol=1e-5)
+
+
+def test_wrong_hdf5_layout_and_mismatched_options_are_clear_errors(tmp_path):
+    opts, weights, _ = write_bilm(tmp_path, drop="CNN_high_1/W_transform")
+    with pytest.raises(CheckpointError, match=r"weights.hdf5: missing dataset 'CNN_high_1/W_transform'"):
+        load_bilm(opts, weights)
+    opts, weights, _ = write_bilm(tmp_path, reshape="RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/W_P_0")
+    with pytest.raises(CheckpointError, match=r"'RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/W_P_0' has shape \[10, 7\] "
+                                              r"where the options file implies \[10, 6\]"):
+        load_bilm(opts, weights)
+    bigger = json.loads(json.dumps(OPTIONS))
+    bigger["lstm"]["dim"] = 12
+    (tmp_path / "big.json").write_text(json.dumps(bigger))
+    opts, weights, _ = write_bilm(tmp_path)
+    with pytest.raises(CheckpointError, match="options.json and weights.hdf5 disagree"):
+        load_bilm(tmp_path / "big.json", weights)
+    del bigger["lstm"]["projection_dim"]
+    (tmp_path / "big.json").write_text(json.dumps(bigger))
+    with pytest.raises(ConfigError, match=r"big.json: missing field lstm.projection_dim"):
+        config_from_options(tmp_path / "big.json")
+    (tmp_path / "w.hdf5").write_text("not hdf5")
+    with pytest.raises(CheckpointError, match="w.hdf5: not an HDF5 file"):
+        load_bilm(opts, tmp_path / "w.hdf5")
+
+
+def test_scalar_mix_is_gamma_times_softmax_weighted_sum_with_masked_layer_norm():
+    from ptm_jax.models.scalar_mix import ScalarMix
+
+    rng = np.random.default_rng(0)
+    layers = rng.normal(2.0, 3.0, (3, 2, 4, 5)).astype(np.float32)
+    mask = np.array([[1, 1, 1, 0], [1, 1, 0, 0]], bool)
+    mix = ScalarMix(3, layer_norm=True)
+    params = {"params": {"weights": jnp.array([0.5, -1.0, 2.0]), "gamma": jnp.array([1.5])}}
+    out = np.asarray(mix.apply(params, jnp.asarray(layers), jnp.asarray(mask)))
+    s = np.exp([0.5, -1.0, 2.0]) / np.exp([0.5, -1.0, 2.0]).sum()
+    ref = 0.0
+    for j in range(3):
+        real = layers[j][mask]
+        ref = ref + s[j] * (layers[j] - real.mean()) / np.sqrt(real.var() + 1e-12)
+    np.testing.assert_allclose(out, 1.5 * ref, rtol=1e-5, atol=1e-5)
+    init = mix.init(jax.random.PRNGKey(0), jnp.asarray(layers))
+    plain = ScalarMix(3).apply(init, jnp.asarray(layers))   # w = 0, gamma = 1: the mean of the layers
+    np.testing.assert_allclose(np.asarray(plain), layers.mean(0), rtol=1e-5, atol=1e-5)
+
+
+def test_log_uniform_sampler_frequencies_and_sampled_softmax_with_accidental_hits_removed():
+    from ptm_jax.families.elmo.softmax import (
+        log_uniform_log_q,
+        log_uniform_sample,
+        sampled_softmax_ce,
+    )
+
+    V, K = 50, 20
+    draws = np.asarray(log_uniform_sample(jax.random.PRNGKey(0), 20_000, V))
+    q = np.exp(np.asarray(log_uniform_log_q(jnp.arange(V), V), np.float64))
+    assert q.sum() == pytest.approx(1.0, abs=1e-5) and q[0] == pytest.approx(np.log(2) / np.log(51), rel=1e-5)
+    np.testing.assert_allclose(np.bincount(draws, minlength=V)[:3] / draws.size, q[:3], rtol=0.05)
+    rng = np.random.default_rng(0)
+    w, b, h = rng.normal(size=(V, 3)), rng.normal(size=V), rng.normal(size=(4, 3))
+    targets = np.array([0, 1, 7, 49])
+    key = jax.random.PRNGKey(3)
+    ce = np.asarray(jax.jit(sampled_softmax_ce, static_argnums=5)(jnp.asarray(h, jnp.float32), jnp.asarray(targets), jnp.asarray(w, jnp.float32),
+                                       jnp.asarray(b, jnp.float32), key, K))
+    sampled = np.asarray(log_uniform_sample(key, K, V))
+    assert 0 in sampled and 1 in sampled          # the frequent targets are drawn: their hits must go
+    for r, y in enumerate(targets):
+        true = h[r] @ w[y] + b[y] - np.log(K * q[y])
+        neg = [h[r] @ w[s] + b[s] - np.log(K * q[s]) for s in sampled if s != y]
+        logits = np.array([true] + neg)
+        assert ce[r] == pytest.approx(np.log(np.exp(logits - logits.max()).sum()) + logits.max() - true, rel=1e-4)
