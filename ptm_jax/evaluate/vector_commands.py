@@ -30,12 +30,19 @@ def load_word_vectors(model: str) -> WordVectors:
 
     params, cfg, info, tok_dir = load_params(model)
     fam = registry.get(cfg.family)
-    if fam.word_vectors is None:
-        able = sorted(n for n, f in registry.families().items() if f.word_vectors is not None)
+    if fam.word_vectors is None and fam.subword_vectors is None:
+        able = sorted(n for n, f in registry.families().items() if "word_vectors" in f.capabilities)
         raise ConfigError(f"{model}: model.family={cfg.family!r} exports no static word vectors; the families "
                           f"that do: {', '.join(able)} (or pass a text vector file)")
     tokenizer = load_tokenizer(info, tok_dir)
-    return WordVectors.from_vocab(fam.word_vectors(params, cfg), tokenizer, source=str(model))
+    if fam.subword_vectors is None:
+        return WordVectors.from_vocab(fam.word_vectors(params, cfg), tokenizer, source=str(model))
+
+    def vectors_of(words):  # a subword family: any word's vector from its units
+        return fam.subword_vectors(params, cfg, tokenizer, list(words))
+
+    matrix = vectors_of(tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size))
+    return WordVectors.from_vocab(matrix, tokenizer, source=str(model), oov=vectors_of)
 
 
 def _print(rows: list[tuple[str, float]], title: str, as_json: bool, out: list) -> None:

@@ -60,7 +60,7 @@ class WordVectors:
     """Words (in vocabulary order) and their vectors, with case-aware lookup and cosine queries."""
 
     def __init__(self, words: Sequence[str], vectors: np.ndarray, counts: Sequence[int] | None = None,
-                 source: str = "these vectors"):
+                 source: str = "these vectors", oov=None):
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != len(words):
             raise DataError(f"{source}: {len(words)} words but vectors of shape {vectors.shape}; expected "
@@ -69,12 +69,15 @@ class WordVectors:
         self.vectors = vectors
         self.counts = None if counts is None else np.asarray(counts, dtype=np.int64)
         self.source = source
+        self.oov = oov
+        """None, or words -> float32 [n, dim]: vectors of words outside ``words`` (a subword family's
+        ``Family.subword_vectors``); ``neighbors`` and ``analogy`` use it for a word ``lookup`` does not find."""
         self._unit: np.ndarray | None = None
         self._index: dict[bool, dict[str, int]] = {}
         self._variants: dict[str, list[int]] | None = None
 
     @classmethod
-    def from_vocab(cls, matrix: np.ndarray, tokenizer, source: str = "this model") -> "WordVectors":
+    def from_vocab(cls, matrix: np.ndarray, tokenizer, source: str = "this model", oov=None) -> "WordVectors":
         """A family's ``word_vectors`` matrix (row i = id i) with the words of its tokenizer, the specials
         (``tokenizer.special_ids()``) left out: they are not words. Rows past the tokenizer's ids (a model
         vocabulary padded beyond the words) are unused ids and left out too."""
@@ -86,7 +89,7 @@ class WordVectors:
         ids = [i for i in range(tokenizer.vocab_size) if i not in special]
         counts = getattr(tokenizer, "counts", None)
         return cls([tokenizer.id_to_token(i) for i in ids], matrix[ids],
-                   None if counts is None else np.asarray(counts)[ids], source=source)
+                   None if counts is None else np.asarray(counts)[ids], source=source, oov=oov)
 
     def __len__(self) -> int:
         return len(self.words)
@@ -159,17 +162,30 @@ class WordVectors:
                   ) -> list[tuple[str, float]]:
         """Cosine nearest neighbours of ``word`` (the word itself left out, its case variants kept), as word2vec.c
         ``distance.c`` and gensim's ``most_similar``."""
-        row = self.lookup(word, ignore_case)
-        return self.nearest(self.unit[row], k, exclude=[row], restrict_vocab=restrict_vocab)
+        row, vec = self.query_vector(word, ignore_case)
+        return self.nearest(vec, k, exclude=[] if row is None else [row], restrict_vocab=restrict_vocab)
+
+    def query_vector(self, word: str, ignore_case: bool = False) -> tuple[int | None, np.ndarray]:
+        """(row, unit vector) of ``word``; a word outside the vocabulary has row None and its vector from
+        ``oov`` when set (else ``lookup``'s DataError)."""
+        key = word.upper() if ignore_case else word
+        row = self.index(ignore_case).get(key)
+        if row is not None or self.oov is None:
+            row = self.lookup(word, ignore_case)
+            return row, self.unit[row]
+        vec = np.asarray(self.oov([word]), dtype=np.float32)[0]
+        return None, vec / max(float(np.linalg.norm(vec)), float(np.finfo(np.float32).tiny))
 
     def analogy(self, a: str, b: str, c: str, k: int = 10, ignore_case: bool = False, restrict_vocab: int = 0
                 ) -> list[tuple[str, float]]:
         """Words closest to ``b - a + c`` over the unit vectors (a : b :: c : ?), the three left out (with
         ``ignore_case``, all their case variants, as :func:`evaluate_analogies`), as word2vec.c
         ``word-analogy.c``."""
-        rows = [self.lookup(w, ignore_case) for w in (a, b, c)]
-        ua, ub, uc = (self.unit[r] for r in rows)
-        exclude = [v for w in (a, b, c) for v in self.variants()[w.upper()]] if ignore_case else rows
+        found = [self.query_vector(w, ignore_case) for w in (a, b, c)]
+        rows = [r for r, _ in found if r is not None]
+        ua, ub, uc = (v for _, v in found)
+        exclude = ([v for w in (a, b, c) for v in self.variants().get(w.upper(), [])] if ignore_case
+                   else rows)
         return self.nearest(ub - ua + uc, k, exclude=exclude, restrict_vocab=restrict_vocab)
 
 

@@ -117,6 +117,13 @@ class Family:
     Feature-based task models, the scalar mix, probing and ``ptm compare`` read it
     (``evaluate/features.py``); a family with only ``word_vectors`` is read as one layer of static vectors.
     A family with it lists the capability 'word_features'."""
+    subword_vectors: Callable[..., Any] | None = None
+    """(params tree, model_cfg, tokenizer, words: list[str]) -> float32 [len(words), dim]: the static vectors of
+    words given as strings, out-of-vocabulary ones included, for a family that composes a word's vector from
+    subword units and so needs the words themselves (fastText's character n-grams). ``ptm neighbors``,
+    ``ptm analogy``, ``ptm eval-vectors`` and the vector-file export take the vocabulary's matrix from it in
+    place of ``word_vectors`` (``evaluate/vector_commands.py``), and neighbours and analogies of a word outside
+    the vocabulary are answered with it. A family with it lists the capability 'word_vectors'."""
 
 
 SUBWORD_KINDS = ("wordpiece", "sentencepiece_unigram", "sentencepiece_bpe", "byte_bpe")

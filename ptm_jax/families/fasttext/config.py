@@ -1,0 +1,70 @@
+"""The ``[model]`` and ``[data]`` sections of the fastText family (facebookresearch/fastText ``src/args.cc``
+options for ``skipgram`` and ``cbow``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ptm_jax.errors import ConfigError
+from ptm_jax.families.fasttext.ngrams import check_range
+from ptm_jax.families.word2vec.config import Word2VecDataConfig
+
+
+@dataclass
+class FastTextConfig:
+    """Two tables: the input table (fastText's ``input`` matrix, [vocab_size + bucket, dim]: one row per
+    vocabulary word, then one per hash bucket of character n-grams) and the output table of negative sampling
+    ([vocab_size, dim])."""
+
+    family: str = "fasttext"
+    vocab_size: int = 30000
+    """|V|: the word vocabulary (``data/word_vocab.py``; ``<pad>``, ``<unk>``, ``<eos>`` included)."""
+    dim: int = 100
+    """fastText ``-dim``."""
+    minn: int = 3
+    """fastText ``-minn``: the shortest character n-gram (characters, ``<`` and ``>`` counted)."""
+    maxn: int = 6
+    """fastText ``-maxn``: the longest character n-gram."""
+    bucket: int = 2000000
+    """fastText ``-bucket``: hash buckets of the n-grams (rows of the input table past the words)."""
+    duplicate_cap: int = 64
+    """As word2vec's ``model.duplicate_cap`` (``families/word2vec/model.py`` ``Word2VecTables``): a row taking
+    part in n > cap updates of one batch gets their sum scaled by cap / n (0: the plain summed gradient)."""
+
+    def validate(self, where: str = "model") -> None:
+        if self.family != "fasttext":
+            raise ConfigError(f"{where}.family={self.family!r}: this section is the fastText family's")
+        for name, low in (("vocab_size", 4), ("dim", 1), ("duplicate_cap", 0)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                raise ConfigError(f"{where}.{name}={v!r} must be an integer >= {low}")
+        check_range(self.minn, self.maxn, self.bucket, where)
+
+    @property
+    def input_rows(self) -> int:
+        return self.vocab_size + self.bucket
+
+
+@dataclass
+class FastTextDataConfig(Word2VecDataConfig):
+    """word2vec's example options (``families/word2vec/config.py``: window, subsampling, negatives, margin) with
+    fastText's defaults: ``-t 1e-4`` subsampling and negatives from unigram^0.5 (fastText's
+    ``NegativeSamplingLoss`` table; word2vec.c and gensim use 0.75). Negatives are always drawn per center and
+    shared by its pairs; fastText has no hierarchical softmax for word vectors here (``hs`` must stay false)."""
+
+    sample: float = 1e-4
+    ns_exponent: float = 0.5
+    """The power of the unigram counts that negatives are drawn from (fastText 0.5, gensim ``ns_exponent``)."""
+
+    def validate_word2vec(self, where: str = "data") -> None:
+        super().validate_word2vec(where)
+        if self.hs:
+            raise ConfigError(f"{where}.hs=true: the fastText family trains with negative sampling only; set "
+                              f"{where}.hs=false and {where}.negative >= 1")
+        if self.negative < 1:
+            raise ConfigError(f"{where}.negative={self.negative}: the fastText family needs negatives >= 1")
+        if not self.shared_negatives:
+            raise ConfigError(f"{where}.shared_negatives=false: the fastText family draws negatives per center "
+                              "(its skip-gram input is the center's n-grams); leave it true")
+        if not isinstance(self.ns_exponent, (int, float)) or not 0 <= self.ns_exponent <= 1:
+            raise ConfigError(f"{where}.ns_exponent={self.ns_exponent!r} must be a number in [0, 1] "
+                              "(fastText 0.5, word2vec 0.75)")

@@ -1,0 +1,109 @@
+"""fastText's skip-gram and CBOW objectives with negative sampling (Bojanowski et al. 2017, Sec. 3.1, eq. on
+the binary logistic loss; facebookresearch/fastText ``src/loss.cc`` ``NegativeSamplingLoss``) on the examples of
+``families/fasttext/data.py``.
+
+Per (hidden h, target w) pair the terms are ``-log s(u_w . h) - sum_k log s(-u_k . h)`` over the K negatives
+(s the logistic function), fastText's ``binaryLogistic`` with labels 1 and 0. A negative equal to the pair's
+target is masked (fastText redraws it). As word2vec's objective (``families/word2vec/objective.py``), the loss
+is the SUM over the global batch, so plain SGD at fastText's ``lr`` moves each row by the step fastText gives
+each pair, and linear decay to zero is ``train.lr_decay='bert'``, ``warmup_steps=0`` (fastText decays
+``lr * (1 - progress)`` by tokens read; a step reads ``batch_size`` running words). Differences from fastText:
+a batch's pairs are applied together, rows in more than ``model.duplicate_cap`` pairs of one batch have their
+summed step scaled down (word2vec's ``Word2VecTables``), and the K negatives of a center are shared by its
+skip-gram pairs.
+
+Reported: ``ft_loss`` (terms per pair, the mean over the batch's pairs) and ``ft_pairs``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ptm_jax.data.pretraining.source import DocumentSource
+from ptm_jax.errors import ConfigError
+from ptm_jax.families.fasttext.data import fasttext_dataset, feature_dtype, feature_shapes
+from ptm_jax.families.fasttext.model import FastText
+from ptm_jax.families.fasttext.subwords import Subwords
+from ptm_jax.families.word2vec import sampling
+from ptm_jax.families.word2vec.data import Tables
+from ptm_jax.objectives.base import SourceStreams
+
+EVAL_SEED_OFFSET = 1_000_003
+
+
+def pair_weights(batch: dict, cbow: bool) -> tuple[jax.Array, jax.Array]:
+    """(target weights [R, S'], negative weights [R, K]: each shared negative's weight summed over the row's
+    pairs, 0 where it equals the pair's target)."""
+    if cbow:
+        return batch["center_weight"][:, None], batch["negative_weight"]
+    pair_w = batch["context_weight"]                                               # [R, S]
+    differs = batch["negatives"][:, None, :] != batch["context"][:, :, None]       # [R, S, K]
+    return pair_w, jnp.sum(pair_w[:, :, None] * differs, axis=1)
+
+
+class FastTextObjective(SourceStreams):
+    """``cfg``: a run config whose ``model`` is a ``FastTextConfig`` and ``data`` a ``FastTextDataConfig``;
+    ``counts``: occurrences of each word id; ``subwords``: the vocabulary's n-gram table (``subwords.py``)."""
+
+    primary_metric = "ft_loss"
+
+    def __init__(self, cfg: Any, name: str, train_source: DocumentSource, eval_source: DocumentSource | None,
+                 counts: np.ndarray, special_ids, subwords: Subwords, eos_id: int, pad_id: int):
+        cfg.model.validate()
+        cfg.data.validate_word2vec()
+        self.cfg, self.name = cfg, name
+        self.cbow = name.endswith("cbow")
+        d = cfg.data
+        counts = np.asarray(counts)
+        if counts.shape[0] > cfg.model.vocab_size:
+            raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the word vocabulary "
+                              f"({counts.shape[0]} entries); set model.vocab_size >= {counts.shape[0]}")
+        if subwords.ids.shape[0] != cfg.model.vocab_size:
+            raise ConfigError(f"the n-gram table has {subwords.ids.shape[0]} rows but model.vocab_size="
+                              f"{cfg.model.vocab_size}; rebuild it with this config (prepare_corpus)")
+        counts = np.pad(counts, (0, cfg.model.vocab_size - counts.shape[0]))
+        tables = Tables.build(counts, special_ids, sample=float(d.sample), negative=d.negative, hs=False)
+        cdf = sampling.unigram_cdf(sampling.word_counts(counts, special_ids), float(d.ns_exponent))
+        self.tables = dataclasses.replace(tables, cdf=cdf)
+        self.subwords = subwords
+        self.model = FastText(cfg.model, cbow=self.cbow)
+        self.train_source, self.eval_source = train_source, eval_source
+        self.eos_id, self.pad_id = int(eos_id), int(pad_id)
+
+    def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
+        d = self.cfg.data
+        shapes = feature_shapes(batch_size, window=d.window, negative=d.negative, cbow=self.cbow,
+                                units=self.subwords.ids.shape[1])
+        shapes.pop("example_id")
+        return {k: np.zeros(s, feature_dtype(k)) for k, s in shapes.items()}  # 'center' first: words per step
+
+    def init(self, rng: jax.Array, batch: dict[str, Any]) -> Any:
+        return self.model.init(rng, {k: jnp.asarray(v[:1]) for k, v in batch.items()})
+
+    def normalizers(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
+        pairs = batch["center_weight"].sum() if self.cbow else batch["context_weight"].sum()
+        return {"pairs": pairs.astype(jnp.float32)}
+
+    def loss(self, params, batch, rng, normalizers, train: bool):
+        scores = self.model.apply(params, batch)
+        pair_w, neg_w = pair_weights(batch, self.cbow)
+        s = pair_w.shape[1]
+        total = (-jnp.sum(jax.nn.log_sigmoid(scores[:, :s]) * pair_w)
+                 - jnp.sum(jax.nn.log_sigmoid(-scores[:, s:]) * neg_w))
+        pairs = jnp.sum(pair_w)
+        return total, {"ft_loss": (total, normalizers["pairs"]), "ft_pairs": (pairs, jnp.ones(()))}
+
+    def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
+        return dict(metrics)
+
+    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+        d = self.cfg.data
+        seed = int(d.seed) if repeat else int(d.seed) + EVAL_SEED_OFFSET
+        return fasttext_dataset(source, self.tables, self.subwords, eos_id=self.eos_id, pad_id=self.pad_id,
+                                window=d.window, negative=d.negative, cbow=self.cbow, reach=d.reach, seed=seed,
+                                start_index=start, global_batch=global_batch, process_index=pi,
+                                process_count=pc)

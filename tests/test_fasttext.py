@@ -1,0 +1,164 @@
+"""fastText as a family package (ptm_jax/families/fasttext, issue 17 item 4): the character n-grams and their
+hashes equal gensim's on real words (non-ASCII included); one real `ptm pretrain` of skip-gram on
+tiny-shakespeare whose known neighbours come out, whose out-of-vocabulary words land beside their
+in-vocabulary relatives, whose word and OOV vectors equal gensim's ``FastTextKeyedVectors`` composition of the
+same tables, and whose exported vector files load in gensim; bad settings and queries are clear errors.
+Stop mid-epoch + resume ending bit-equal (and one device = the (2,2,2) mesh) is tests/test_conformance.py's,
+through ``Family.tiny_preset``."""
+import json
+
+import numpy as np
+import pytest
+
+from ptm_jax.errors import ConfigError, DataError
+from ptm_jax.families.fasttext.ngrams import char_ngrams, fnv1a, ngram_buckets
+
+WORDS = ["the", "a", "i", "thou", "king's", "unkindest", "naïve", "café", "Straße", "mañana", "naïveté", "日本語",
+         "мир", "ελληνικά", "😀ok", "x"]
+
+
+def test_ngrams_and_bucket_hashes_equal_gensim_on_real_words_non_ascii_included():
+    from gensim.models.fasttext import compute_ngrams_bytes, ft_hash_bytes, ft_ngram_hashes
+
+    for word in WORDS:
+        for minn, maxn in ((3, 6), (1, 2), (2, 4)):
+            assert char_ngrams(word, minn, maxn) == compute_ngrams_bytes(word, minn, maxn), (word, minn, maxn)
+        assert ngram_buckets(word, 3, 6, 2_000_000) == ft_ngram_hashes(word, 3, 6, 2_000_000), word
+        for gram in char_ngrams(word, 1, 6):
+            assert fnv1a(gram) == ft_hash_bytes(gram), gram
+    # the reference's rules, spelled out: '<' and '>' alone never count, the whole '<the>' does, n counts
+    # characters (the 2-byte 'é' is one), and a byte >= 0x80 is mixed in sign-extended
+    assert char_ngrams("the", 1, 6)[:3] == [b"<t", b"<th", b"<the"] and b"<the>" in char_ngrams("the", 3, 6)
+    assert b"<" not in char_ngrams("the", 1, 1) and b">" not in char_ngrams("the", 1, 1)
+    assert "café>".encode() in char_ngrams("café", 5, 5) and len(char_ngrams("café", 5, 5)) == 2
+    assert fnv1a(b"\xc3") == ((2166136261 ^ 0xFFFFFFC3) * 16777619) & 0xFFFFFFFF
+
+
+@pytest.fixture(scope="module")
+def run(shared_data, tmp_path_factory):
+    """`ptm pretrain -c fasttext_tiny` as skip-gram on tiny-shakespeare (whitespace words, count >= 5: 3,995
+    ids): half an epoch (100 steps of 1024 running words, lr 0.05), dim 32, 20,000 buckets."""
+    from ptm_jax.cli import main
+
+    out = tmp_path_factory.mktemp("fasttext_run") / "run"
+    corpus = shared_data / "corpus/tinyshakespeare/input.txt"
+    assert main(["pretrain", "-c", "fasttext_tiny", f"output_dir={str(out)!r}", f"data.corpus={str(corpus)!r}",
+                 "data.format=lines", "data.eval_documents=0", "tokenizer.min_count=5", "tokenizer.vocab_size=4000",
+                 "model.vocab_size=4000", "model.dim=32", "model.bucket=20000", "data.window=5",
+                 "data.negative=5", "train.batch_size=1024", "train.steps=100", "train.log_every=20", "train.learning_rate=0.05",
+                 "train.eval_every=1000", "train.checkpoint_every=1000", "data.seed=1"]) == 0
+    return out
+
+
+def _neighbours(main, capsys, run, word, k=8):
+    capsys.readouterr()
+    assert main(["neighbors", str(run), word, "-k", str(k), "--json"]) == 0
+    return [n["word"] for n in json.loads(capsys.readouterr().out)[0]["neighbors"]]
+
+
+def test_skipgram_run_finds_known_neighbours_and_places_oov_words_beside_their_relatives(run, capsys):
+    from ptm_jax.cli import main
+
+    losses = [json.loads(x) for x in (run / "pretrain" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["ft_loss"] for r in losses if r.get("split") == "train"]
+    assert losses[-1] < 0.8 * losses[0] and losses[0] < 6 * np.log(2), losses  # 1 + 5 terms of log 2 at the start
+    father = _neighbours(main, capsys, run, "father")
+    assert len({w for w in father if w.startswith("father")}) >= 4, father
+    lord = _neighbours(main, capsys, run, "lord")
+    assert len(set(lord) & {"lords", "lordship", "lord:", "lord;", "lord.", "lord,", "lord!"}) >= 3, lord
+    # out of the vocabulary (count < 5): the mean of their n-gram rows lands among their relatives, a
+    # superlative among superlatives
+    fatherly = _neighbours(main, capsys, run, "fatherly", k=5)
+    assert sum(w.startswith("father") for w in fatherly) >= 4, fatherly
+    thoughtfulness = _neighbours(main, capsys, run, "thoughtfulness", k=5)
+    assert all(w.startswith("thought") for w in thoughtfulness[:2]), thoughtfulness
+    unkindest = _neighbours(main, capsys, run, "unkindest", k=5)
+    assert sum(w.endswith("est") for w in unkindest) >= 2, unkindest
+    capsys.readouterr()
+    assert main(["analogy", str(run), "father", "fathers", "lord", "-k", "5", "--json"]) == 0
+    answers = [n["word"] for n in json.loads(capsys.readouterr().out)["neighbors"]]
+    assert len(answers) == 5 and not {"father", "fathers", "lord"} & set(answers), answers
+
+
+def test_word_and_oov_vectors_equal_gensim_fasttext_keyedvectors_of_the_same_tables(run):
+    from gensim.models.fasttext import FastTextKeyedVectors
+
+    from ptm_jax.export.params import load_params, load_tokenizer
+    from ptm_jax.families.fasttext import FAMILY
+    from ptm_jax.families.fasttext.subwords import ARTIFACT, Subwords, build_table
+
+    params, cfg, info, tok_dir = load_params(run)
+    tok = load_tokenizer(info, tok_dir)
+    table = np.asarray(params["fasttext"]["input"])
+    assert table.shape == (4000 + 20000, 32)
+    ids = [i for i in range(tok.vocab_size) if i not in set(tok.special_ids())]
+    words = [tok.id_to_token(i) for i in ids]
+    kv = FastTextKeyedVectors(32, 3, 6, 20000)
+    kv.add_vectors(words, np.zeros((len(words), 32), np.float32))
+    kv.vectors_vocab, kv.vectors_ngrams = table[ids], table[4000:]
+    kv.recalc_char_ngram_buckets()
+    kv.adjust_vectors()
+    oov = ["fatherly", "naïveté", "日本語", "kingdomes"]
+    ours = FAMILY.subword_vectors(params, cfg, tok, words + oov)
+    np.testing.assert_allclose(ours[:len(words)], kv.vectors, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours[len(words):], np.stack([kv.get_vector(w) for w in oov]), rtol=1e-5, atol=1e-6)
+    # the artifact cached beside the token cache is the table of this vocabulary
+    cached = list((run / "cache").rglob("subwords.npz")) or list(run.parent.rglob("subwords.npz"))
+    assert len(cached) == 1
+    got = Subwords.from_bytes(cached[0].read_bytes(), str(cached[0]))
+    want = build_table(cfg, tok)
+    np.testing.assert_array_equal(got.ids, want.ids)
+    assert ARTIFACT == "subwords" and got.lengths[tok.token_to_id("the")] == 1 + 6  # own row + 6 n-grams
+
+
+def test_exported_vector_files_load_in_gensim_with_the_composed_word_vectors(run, tmp_path, capsys):
+    from gensim.models import KeyedVectors
+
+    from ptm_jax.cli import main
+    from ptm_jax.evaluate.vector_commands import load_word_vectors
+
+    wv = load_word_vectors(str(run))
+    assert wv.words[:3] == ["the", "and", "to"] and wv.vectors.shape == (3992, 32)
+    for fmt, binary in (("text_vectors", False), ("binary_vectors", True)):
+        out = tmp_path / fmt
+        assert main(["export", str(run), "--format", fmt, "--out", str(out)]) == 0
+        kv = KeyedVectors.load_word2vec_format(str(out), binary=binary)
+        assert kv.index_to_key == wv.words
+        np.testing.assert_allclose(kv.vectors, wv.vectors, rtol=0 if binary else 1e-5, atol=0 if binary else 1e-6)
+    capsys.readouterr()
+    assert main(["neighbors", str(run), "father", "-k", "4", "--json"]) == 0
+    got = [n["word"] for n in json.loads(capsys.readouterr().out)[0]["neighbors"]]
+    assert got == [w for w, _ in kv.most_similar("father", topn=4)]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("bucket", 0, r"model.bucket=0 must be an integer >= 1"),
+    ("bucket", -5, r"model.bucket=-5 must be an integer >= 1"),
+    ("minn", 7, r"model.minn=7 is larger than model.maxn=6"),
+    ("minn", 0, r"model.minn=0 must be an integer >= 1"),
+])
+def test_bad_ngram_settings_are_config_errors_naming_the_field(field, value, message):
+    from ptm_jax.config import load_config
+
+    with pytest.raises(ConfigError, match=message):
+        load_config("fasttext_tiny", [f"model.{field}={value}"]).model.validate()
+
+
+def test_an_oov_query_without_any_ngram_is_a_data_error_naming_the_word(run, capsys):
+    import dataclasses
+
+    from ptm_jax.cli import main
+    from ptm_jax.evaluate.vector_commands import load_word_vectors
+    from ptm_jax.export.params import load_params, load_tokenizer
+    from ptm_jax.families.fasttext import FAMILY
+
+    params, cfg, info, tok_dir = load_params(run)
+    tok = load_tokenizer(info, tok_dir)
+    # with minn 5, the 2-letter 'qz' ('<qz>' is 4 characters) has no n-gram: nothing to build its vector from
+    with pytest.raises(DataError, match=r"word 'qz' is not in the vocabulary and has no character n-gram of 5..6"):
+        FAMILY.subword_vectors(params, dataclasses.replace(cfg, minn=5), tok, ["father", "qz"])
+    # with minn 3 every word has one ('<q>'): an unknown word is answered, a misspelt known word included
+    wv = load_word_vectors(str(run))
+    assert wv.neighbors("qz", k=3) and wv.neighbors("fatherr", k=3)[0][0].startswith("father")
+    assert main(["neighbors", str(run), "father", "-k", "0"]) == 2
+    assert "-k 0: must be at least 1" in capsys.readouterr().err
