@@ -264,3 +264,26 @@ def test_bad_word2vec_settings_are_config_errors_naming_the_field(override, fiel
     assert load_config("word2vec_sg", []).data.window == 5
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         load_config("word2vec_sg", [override])
+
+
+def test_sampling_tables_are_built_once_as_an_artifact_and_read_back(corpus, tmp_path):
+    from ptm_jax.families.word2vec.artifacts import ARTIFACT, TABLES_FILE, build_sampling_tables
+
+    vocab = corpus.tokenizer
+    cfg = run_config(vocab, "cbow", steps=2, batch=64, hs=True)
+    built = build_sampling_tables(cfg, corpus, tmp_path)
+    files = list(tmp_path.glob(f"t-*/{TABLES_FILE}"))
+    assert len(files) == 1 and ARTIFACT in FAMILY.artifacts
+    stamp = files[0].stat().st_mtime_ns
+    again = build_sampling_tables(cfg, corpus, tmp_path)                 # read, not rebuilt
+    assert files[0].stat().st_mtime_ns == stamp and list(tmp_path.glob("t-*")) == [files[0].parent]
+    fresh = Tables.build(vocab.counts, specials(vocab), sample=1e-3, negative=NEG, hs=True)
+    for k in ("keep", "cdf", "points", "codes", "lengths"):
+        np.testing.assert_array_equal(getattr(again, k), getattr(fresh, k), err_msg=k)
+        np.testing.assert_array_equal(getattr(built, k), getattr(fresh, k), err_msg=k)
+    assert again.depth == fresh.depth > 10 and again.keep[vocab.token_to_id("the")] < 0.2
+    with_artifact = types.SimpleNamespace(**vars(corpus), artifacts={ARTIFACT: again})
+    assert FAMILY.objectives["cbow"](cfg, with_artifact).tables is again
+    other = run_config(vocab, "cbow", steps=2, batch=64, hs=False)         # other settings: another key
+    assert build_sampling_tables(other, corpus, tmp_path).points is None
+    assert len(list(tmp_path.glob(f"t-*/{TABLES_FILE}"))) == 2

@@ -2,7 +2,8 @@
 sampling and/or the hierarchical softmax, trained through the one loop.
 
 ``config.py`` the ``[model]`` and ``[data]`` sections, ``sampling.py`` subsampling, unigram^0.75 negatives and
-the Huffman tree, ``data.py`` the tf.data examples, ``model.py`` the tables, ``objective.py`` the loss,
+the Huffman tree, ``artifacts.py`` those tables built once and cached beside the token cache, ``data.py`` the
+tf.data examples, ``model.py`` the tables, ``objective.py`` the loss,
 ``hooks.py`` the exported word vectors, FLOPs and the bench batch. Its tokenizer is the word vocabulary with
 counts (``ptm_jax/data/word_vocab.py``). Importing this package registers it.
 """
@@ -19,19 +20,30 @@ from ptm_jax.families.word2vec.model import TRUNK
 def _builder(name: str):
     def build(cfg: Any, corpus: Any):
         """The registry's objective builder: ``corpus`` holds the word tokenizer and the train/eval sources;
-        the counts are the vocabulary's (``vocab.tsv``), else counted over the train source."""
-        from ptm_jax.families.word2vec.objective import Word2VecObjective, source_counts
+        the sampling tables are ``corpus.artifacts['sampling_tables']`` (``prepare_corpus`` builds them once
+        beside the token cache), else built here from the vocabulary's counts (``vocab.tsv``, or counted over
+        the train source)."""
+        from ptm_jax.families.word2vec.artifacts import ARTIFACT, build_tables, vocabulary_counts
+        from ptm_jax.families.word2vec.objective import Word2VecObjective
 
         tok = corpus.tokenizer
-        counts = getattr(tok, "counts", None)
-        if counts is None:
-            counts = source_counts(corpus.train, cfg.model.vocab_size)
-        specials = {i for i in (getattr(tok, "pad_id", None), getattr(tok, "unk_id", None),
-                                getattr(tok, "eos_id", None)) if i is not None}
-        return Word2VecObjective(cfg, name, corpus.train, getattr(corpus, "eval", None), counts, sorted(specials),
-                                 eos_id=tok.eos_id, pad_id=tok.pad_id)
+        tables = (getattr(corpus, "artifacts", None) or {}).get(ARTIFACT)
+        counts, specials = None, None
+        if tables is None:
+            cfg.model.validate()
+            cfg.data.validate_word2vec()
+            counts, specials = vocabulary_counts(cfg, corpus)
+            tables = build_tables(cfg, counts, specials)
+        return Word2VecObjective(cfg, name, corpus.train, getattr(corpus, "eval", None), counts, specials,
+                                 eos_id=tok.eos_id, pad_id=tok.pad_id, tables=tables)
 
     return build
+
+
+def _sampling_tables(cfg: Any, corpus: Any, directory: Any):
+    from ptm_jax.families.word2vec.artifacts import build_sampling_tables
+
+    return build_sampling_tables(cfg, corpus, directory)
 
 
 FAMILY = register(Family(
@@ -41,6 +53,7 @@ FAMILY = register(Family(
     objectives={"skipgram": _builder("skipgram"), "cbow": _builder("cbow")},
     tokenizer_kinds=("word",),
     specials=("pad", "eos"),
+    artifacts={"sampling_tables": _sampling_tables},
     trunk=TRUNK,
     heads=("word_vectors",),
     infer_head=hooks.infer_head,

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ptm_jax.data.pretraining.source import DocumentSource
+from ptm_jax.families.word2vec.artifacts import source_counts  # noqa: F401  (its home before artifacts.py)
 from ptm_jax.families.word2vec.data import Tables, feature_dtype, feature_shapes, word2vec_dataset
 from ptm_jax.families.word2vec.model import TRUNK, Word2Vec, row_ids, scores_from_rows
 from ptm_jax.objectives.base import SourceStreams
@@ -34,35 +35,35 @@ from ptm_jax.objectives.base import SourceStreams
 EVAL_SEED_OFFSET = 1_000_003
 
 
-def source_counts(source: DocumentSource, vocab_size: int) -> np.ndarray:
-    """int64 [vocab_size] occurrences of each id over ``source`` (for a tokenizer without counts)."""
-    counts = np.zeros(vocab_size, np.int64)
-    for d in range(source.num_docs):
-        counts += np.bincount(source.doc_tokens(d), minlength=vocab_size)[:vocab_size]
-    return counts
-
-
 class Word2VecObjective(SourceStreams):
     """``cfg``: a run config whose ``model`` is a ``Word2VecConfig`` and ``data`` a ``Word2VecDataConfig``;
-    ``counts``: occurrences of each word id (the word vocabulary's ``vocab.tsv`` counts)."""
+    ``counts``: occurrences of each word id (the word vocabulary's ``vocab.tsv`` counts); ``tables``: the sampling
+    tables already built from them (the ``sampling_tables`` artifact, ``artifacts.py``), else built here."""
 
     primary_metric = "w2v_loss"
 
     def __init__(self, cfg: Any, name: str, train_source: DocumentSource, eval_source: DocumentSource | None,
-                 counts: np.ndarray, special_ids, eos_id: int, pad_id: int):
+                 counts: np.ndarray | None, special_ids, eos_id: int, pad_id: int, tables: Tables | None = None):
         cfg.model.validate()
         cfg.data.validate_word2vec()
         self.cfg, self.name = cfg, name
         self.cbow = name == "cbow"
         d = cfg.data
-        counts = np.asarray(counts)
-        if counts.shape[0] > cfg.model.vocab_size:
+        if tables is None:
+            counts = np.asarray(counts)
+            if counts.shape[0] > cfg.model.vocab_size:
+                from ptm_jax.errors import ConfigError
+
+                raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the word vocabulary "
+                                  f"({counts.shape[0]} entries); set model.vocab_size >= {counts.shape[0]}")
+            counts = np.pad(counts, (0, cfg.model.vocab_size - counts.shape[0]))
+            tables = Tables.build(counts, special_ids, sample=float(d.sample), negative=d.negative, hs=d.hs)
+        elif tables.keep.shape[0] != cfg.model.vocab_size:
             from ptm_jax.errors import ConfigError
 
-            raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the word vocabulary "
-                              f"({counts.shape[0]} entries); set model.vocab_size >= {counts.shape[0]}")
-        counts = np.pad(counts, (0, cfg.model.vocab_size - counts.shape[0]))
-        self.tables = Tables.build(counts, special_ids, sample=float(d.sample), negative=d.negative, hs=d.hs)
+            raise ConfigError(f"the sampling tables have {tables.keep.shape[0]} rows but model.vocab_size="
+                              f"{cfg.model.vocab_size}; delete the sampling_tables artifact to rebuild it")
+        self.tables = tables
         self.model = Word2Vec(cfg.model, cbow=self.cbow, negative=d.negative > 0, hs=bool(d.hs))
         self.train_source, self.eval_source = train_source, eval_source
         self.eos_id, self.pad_id = int(eos_id), int(pad_id)
