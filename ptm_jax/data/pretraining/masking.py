@@ -185,7 +185,8 @@ def _select_whole_words(candidates: tf.Tensor, continuation: tf.Tensor, keys: tf
 
 def mask_tokens(ids: tf.Tensor, seq_len: tf.Tensor, first_sep: tf.Tensor, uniforms: tf.Tensor,
                 special: SpecialIds, *, masked_lm_prob: float, max_predictions: int,
-                whole_word: bool = False, units: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
+                whole_word: bool = False, units: tf.Tensor | None = None,
+                candidates: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
     """BERT masking of a batch laid out as ``[CLS] A [SEP] B [SEP] pad...``.
 
     ids [B, L] int32, seq_len [B] (tokens incl. specials), first_sep [B] (position of the first [SEP]),
@@ -194,10 +195,13 @@ def mask_tokens(ids: tf.Tensor, seq_len: tf.Tensor, first_sep: tf.Tensor, unifor
 
     ``units`` [B, L] bool (ERNIE knowledge masking, ``families/ernie``): True where a token continues the unit
     of the token before it; units are then selected whole like words (a unit never spans [CLS]/[SEP]).
+    ``candidates`` [B, L] bool replaces the maskable positions of the pair layout (rows with more than two
+    segments, e.g. dialogue turns: every position but the specials); ``first_sep`` is then unused.
     """
     length = ids.shape[1]
     pos = tf.range(length)[None, :]
-    candidates = (pos >= 1) & (pos < seq_len[:, None] - 1) & (pos != first_sep[:, None])
+    if candidates is None:
+        candidates = (pos >= 1) & (pos < seq_len[:, None] - 1) & (pos != first_sep[:, None])
     budget = num_to_predict(seq_len, masked_lm_prob, max_predictions)
     keys, choice, pick = uniforms[:, 0], uniforms[:, 1], uniforms[:, 2]
     if units is not None:

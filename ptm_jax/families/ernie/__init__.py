@@ -7,6 +7,12 @@ key "ernie"), ``objective.py`` the objectives ``ernie_mlm`` and ``ernie_mlm_nsp`
 
 ``hf.py`` imports and exports transformers' ``model_type = "ernie"`` folders (BERT's tensors under the prefix
 "ernie.", task-type embeddings off). Not here yet: finetuning heads.
+
+The dialogue LM (Sec. 3.3), objective ``ernie_dlm``: ``dialogue.py`` (dialogue files, roles, the tokenized
+dialogues artifact), ``dialogue_data.py`` (the examples), ``dialogue_objective.py``. ERNIE 2.0 (Sun et al. 2020)
+registers as a second family, "ernie2", objective ``ernie2``: ``continual.py`` (config sections, the task
+schedule), ``case.py`` (capitalisation labels artifact), ``continual_data.py``, ``continual_model.py``,
+``continual_objective.py``.
 Importing this package registers it (``ptm_jax/families/registry.py``).
 """
 from __future__ import annotations
@@ -14,6 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from ptm_jax.families.ernie.config import ErnieConfig, ErnieDataConfig
+from ptm_jax.families.ernie.continual import Ernie2Config, Ernie2DataConfig
+from ptm_jax.families.ernie.continual_model import TRUNK as TRUNK_2
 from ptm_jax.families.ernie.model import TRUNK
 from ptm_jax.families.registry import Family, HfConverter, register
 
@@ -22,6 +30,18 @@ def _objective(cfg: Any, corpus: Any):
     from ptm_jax.families.ernie.objective import ErnieObjective
 
     return ErnieObjective(cfg, corpus)
+
+
+def _dialogue_lm(cfg: Any, corpus: Any):
+    from ptm_jax.families.ernie.dialogue_objective import DialogueLmObjective
+
+    return DialogueLmObjective(cfg, corpus)
+
+
+def _dialogues(cfg: Any, corpus: Any, directory: Any):
+    from ptm_jax.families.ernie.dialogue import build_dialogues
+
+    return build_dialogues(cfg, corpus, directory)
 
 
 def _units(cfg: Any, corpus: Any, directory: Any):
@@ -59,9 +79,9 @@ FAMILY = register(Family(
     name="ernie",
     model_config=ErnieConfig,
     data_config=ErnieDataConfig,
-    objectives={"ernie_mlm": _objective, "ernie_mlm_nsp": _objective},
+    objectives={"ernie_mlm": _objective, "ernie_mlm_nsp": _objective, "ernie_dlm": _dialogue_lm},
     specials=("pad", "cls", "sep", "mask"),
-    artifacts={"units": _units},
+    artifacts={"units": _units, "dialogues": _dialogues},
     trunk=TRUNK,
     stack="encoder",
     heads=("encoder", "pretraining", "masked_lm"),
@@ -69,3 +89,37 @@ FAMILY = register(Family(
     hf=_hf(),
     tiny_preset="ernie_tiny",
 ))
+
+
+def _continual(cfg: Any, corpus: Any):
+    from ptm_jax.families.ernie.continual_objective import ContinualObjective
+
+    return ContinualObjective(cfg, corpus)
+
+
+def _case(cfg: Any, corpus: Any, directory: Any):
+    from ptm_jax.families.ernie.case import build_case
+
+    return build_case(cfg, corpus, directory)
+
+
+def _infer_head_2(params: dict) -> str:
+    return "pretraining" if "mlm" in params else "encoder"
+
+
+FAMILY_2 = register(Family(
+    name="ernie2",
+    model_config=Ernie2Config,
+    data_config=Ernie2DataConfig,
+    objectives={"ernie2": _continual},
+    tokenizer_kinds=("wordpiece",),
+    specials=("pad", "cls", "sep", "mask"),
+    artifacts={"units": _units, "case": _case},
+    trunk=TRUNK_2,
+    stack="encoder",
+    heads=("encoder", "pretraining"),
+    infer_head=_infer_head_2,
+    tiny_preset="ernie2_tiny",
+))
+"""ERNIE 2.0 (``continual*.py``, ``case.py``) is a family of its own: its network adds the task embedding to
+ERNIE 1.0's and carries five task heads, which transformers' ERNIE classes have no place for (no ``hf``)."""

@@ -44,6 +44,18 @@ class ErnieDataConfig(BertDataConfig):
     """The training step from which phrase units are masked (before it: basic units only)."""
     entity_from_step: int = 0
     """The training step from which entity units are masked too (0 with phrase_from_step 0: from the start)."""
+    dialogue_file: str = ""
+    """``ernie_dlm``: the dialogue file(s) (comma-separated paths; ``dialogue.py``). Empty: the files of
+    ``data.corpus``."""
+    dialogue_format: str = "turns"
+    """``ernie_dlm``: 'turns' (a ``SPEAKER: text`` line per turn, a blank line between dialogues) or 'script'
+    (tiny-shakespeare: a ``Speaker:`` line, the speech's lines, a blank line; consecutive speeches form
+    dialogues of ``dialogue_turns`` turns)."""
+    dialogue_turns: int = 6
+    """``ernie_dlm``, 'script' format: speeches per dialogue."""
+    fake_response_prob: float = 0.5
+    """``ernie_dlm``: probability that an example's last turn is replaced by a random turn of another dialogue
+    (the real/fake response label 1)."""
 
     def sources(self) -> tuple[str, ...]:
         return tuple(s.strip() for s in self.unit_sources.split(",") if s.strip())
@@ -66,5 +78,11 @@ class ErnieDataConfig(BertDataConfig):
         if not 0 <= self.phrase_from_step <= self.entity_from_step:
             raise ConfigError(f"{where}.phrase_from_step={self.phrase_from_step} and {where}.entity_from_step="
                               f"{self.entity_from_step} must satisfy 0 <= phrase_from_step <= entity_from_step")
+        if self.dialogue_format not in ("turns", "script"):
+            raise ConfigError(f"{where}.dialogue_format={self.dialogue_format!r}: expected 'turns' or 'script'")
+        if self.dialogue_turns < 2:
+            raise ConfigError(f"{where}.dialogue_turns={self.dialogue_turns} must be >= 2 (a query and a response)")
+        if not 0.0 <= self.fake_response_prob <= 1.0:
+            raise ConfigError(f"{where}.fake_response_prob={self.fake_response_prob} must be in [0, 1]")
         if self.phrase_min_count < 1 or self.phrase_threshold < 0:
             raise ConfigError(f"{where}.phrase_min_count must be >= 1 and {where}.phrase_threshold >= 0")
