@@ -124,10 +124,12 @@ class TrainConfig:
     adam_eps: float = 1e-6
     adam_bias_correction: bool = False
     """False: BERT's AdamWeightDecayOptimizer (no bias correction); True: optax/torch AdamW moments."""
-    lr_decay: Literal["bert", "from_peak", "constant"] = "bert"
+    lr_decay: Literal["bert", "from_peak", "constant", "slanted_triangular"] = "bert"
     """After warmup, the learning rate falls linearly to 0 at `steps`. 'bert': the line starts at step 0
     (google-research/bert polynomial_decay), so the rate drops at the end of warmup; 'from_peak': the line
-    starts at the peak at the end of warmup (transformers' get_linear_schedule_with_warmup); 'constant': no decay."""
+    starts at the peak at the end of warmup (transformers' get_linear_schedule_with_warmup); 'constant': no decay;
+    'slanted_triangular': ULMFiT's (Howard & Ruder 2018 eq. 3), rising over warmup_steps from learning_rate /
+    ratio, ratio = 1 / min_lr_ratio (32 when min_lr_ratio is 0)."""
     optimizer: OPTIMIZERS = "adamw"
     """adamw: BERT's (decoupled decay; adam_bias_correction picks the moments); adam: Adam with bias correction;
     sgd: plain SGD (word2vec); adagrad (GloVe, ELMo). For adam/sgd/adagrad weight_decay is an L2 term on the
@@ -208,6 +210,21 @@ class FinetuneConfig:
     param_groups: list[ParamGroupConfig] = field(default_factory=list)
     """As train.param_groups, for the finetuning stage (train.param_groups do not apply to it)."""
     classifier_dropout: float = 0.1
+    head: Literal["", "textcnn", "textrnn", "textrcnn", "bilstm"] = ""
+    """A classic head on word features instead of the family's own (objectives/feature_tasks.py): 'textcnn',
+    'textrnn', 'textrcnn' for a single-sentence task (GLUE, embedded), 'bilstm' for conll2003. finetune.init
+    then names the words' features: 'random' (trained embeddings), a word-vector file (text or binary), a model
+    with static word vectors, or a model with per-layer features (frozen, computed once and cached, mixed by a
+    learned scalar mix). Kim 2014 used classifier_dropout=0.5. Empty: the family's own head."""
+    head_hidden: int = 100
+    """textrnn, textrcnn, bilstm: LSTM state size per direction (textrcnn: also its tanh projection)."""
+    head_pool: Literal["last", "max"] = "last"
+    """textrnn: the BiLSTM's final states ('last') or its outputs max-pooled over the words ('max')."""
+    freeze_embeddings: bool = True
+    """finetune.head with static vectors: keep them fixed (Kim's CNN-static); false trains them (CNN-non-static)."""
+    feature_cache: str = ""
+    """finetune.head with per-layer features: their cache folder, keyed by model and data (empty:
+    <output_dir>/feature_cache)."""
     train_subset: int = 0
     """Keep the first N training examples after random.Random(subset_seed).shuffle (0 = all)."""
     subset_seed: int = 0
@@ -244,6 +261,17 @@ class FinetuneConfig:
     consert_supervised: bool = False
     """consert: train on the positive pairs of a GLUE pair TSV (STS-B score >= 4, MRPC paraphrases, entailment)
     as the two views, instead of each sentence twice."""
+    tasks: list[str] = field(default_factory=list)
+    """mtdnn: the tasks trained together (objectives/multi_task.py): GLUE names, and '<pair task>_rank' for a
+    pairwise-ranking task built from a GLUE pair task (mrpc_rank, rte_rank). On the command line
+    finetune.tasks=[rte,mrpc,stsb]."""
+    task_weights: list[float] = field(default_factory=list)
+    """mtdnn: one weight per task of finetune.tasks (empty: all 1); a task's steps per epoch = weight x its
+    mini-batches. None negative, not all zero."""
+    mtdnn_finetune_epochs: float = 1.0
+    """mtdnn: epochs of per-task finetuning from the multi-task model, after the multi-task stage (0: none)."""
+    ranking_candidates: int = 4
+    """mtdnn ranking tasks: candidates per group (the true one and C - 1 others); batch_size must be a multiple."""
 
 
 @dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -170,12 +171,13 @@ def _merge_encoder(pretrained: dict, trunk: str, keep_head: bool = False, where:
 class KeepBest(Hook):
     """After each evaluation: when the task's primary metric is the best so far, the parameters go to
     ``<stage>/best`` (a params directory with the tokenizer files) and the step and metrics to ``best.json``.
-    A resumed run starts from the best it stored, if ``best/`` was written in full."""
+    A resumed run starts from the best it stored, if ``best/`` was written in full. ``select``: the part of the
+    parameters to save (MT-DNN: the encoder and one task's head, ``objectives/multi_task.single_task_params``)."""
 
     def __init__(self, stage: Path, objective: Any, model_cfg: Any, task: str, tok_info: dict,
-                 tok_files: list[Path]):
+                 tok_files: list[Path], select: Callable[[Any], Any] | None = None):
         self.stage, self.objective, self.model_cfg, self.task = stage, objective, model_cfg, task
-        self.tok_info, self.tok_files = tok_info, tok_files
+        self.tok_info, self.tok_files, self.select = tok_info, tok_files, select
         self.file = stage / "best.json"
         self.sign = -1.0 if objective.primary_metric.endswith("loss") else 1.0  # a loss: lower is better
         self.best = {"step": -1, "value": -math.inf, "metrics": {}}
@@ -190,7 +192,8 @@ class KeepBest(Hook):
         # every process: the metrics are the same on all (computed from gathered predictions), and orbax's save
         # inside save_params synchronises all processes
         self.best.update(step=run.step, value=value, metrics=metrics)
-        save_params(self.stage / "best", run.state.params, self.model_cfg, self.objective.head, overwrite=True,
+        params = run.state.params if self.select is None else self.select(run.state.params)
+        save_params(self.stage / "best", params, self.model_cfg, self.objective.head, overwrite=True,
                     extra={"task": self.task, "step": run.step, "metrics": metrics, "tokenizer": self.tok_info,
                            "label_names": getattr(getattr(self.objective, "spec", None), "labels", None),
                            "num_labels": getattr(self.objective, "num_labels", None)},
@@ -201,12 +204,22 @@ class KeepBest(Hook):
 
 def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     f = cfg.finetune
+    if f.task.lower() == "mtdnn":  # several tasks in one job (train/multi_task.py)
+        from ptm_jax.train.multi_task import mtdnn
+
+        return mtdnn(cfg, stop_after=stop_after)
+    if f.head:  # a classic head on word features (objectives/feature_tasks.py)
+        from ptm_jax.objectives.feature_tasks import finetune_features
+
+        return finetune_features(cfg, stop_after=stop_after)
     init = f.init or fs.to_str(fs.path(cfg.output_dir) / "pretrain")
     pretrained, model_cfg, info, tok_dir = load_params(init)
-    # architecture from the checkpoint; compute settings (dtype, attention, remat) from this run's config
-    model_cfg = dataclasses.replace(model_cfg, dtype=cfg.model.dtype, attention_impl=cfg.model.attention_impl,
-                                    remat=cfg.model.remat)
-    if f.max_seq_length > model_cfg.max_position_embeddings:
+    # architecture from the checkpoint; compute settings (dtype, attention, remat, and the fields a family's config
+    # class lists in ``run_settings``: ULMFiT's classifier-stage switches) from this run's config
+    keep = ("dtype", "attention_impl", "remat", *getattr(type(model_cfg), "run_settings", ()))
+    model_cfg = dataclasses.replace(model_cfg, **{k: getattr(cfg.model, k) for k in keep
+                                                  if hasattr(model_cfg, k) and hasattr(cfg.model, k)})
+    if f.max_seq_length > getattr(model_cfg, "max_position_embeddings", f.max_seq_length):
         raise ConfigError(f"finetune.max_seq_length={f.max_seq_length} exceeds the pretrained model's "
                           f"max_position_embeddings={model_cfg.max_position_embeddings} ({init}); lower it")
     tokenizer = load_tokenizer(info, tok_dir)
@@ -222,8 +235,11 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
     tcfg = finetune_train_config(cfg, objective.num_train)
     stage = fs.path(cfg.output_dir) / f"finetune-{f.task.lower()}"
     mesh = make_mesh(cfg.mesh)
-    # parameter groups: the model's own (the weight-decay mask), layer-wise lr decay, then finetune.param_groups
-    param_groups = [*DEFAULT_RULES, *rules_from_config(f.param_groups, "finetune.param_groups")]
+    # parameter groups: the model's own (the family's ``param_groups`` for this stage, else the weight-decay mask),
+    # layer-wise lr decay, then finetune.param_groups
+    own = registry.get(model_cfg.family).param_groups
+    param_groups = [*(own(model_cfg, "finetune") if own else DEFAULT_RULES),
+                    *rules_from_config(f.param_groups, "finetune.param_groups")]
     if f.layerwise_lr_decay != 1.0:
         param_groups[1:1] = layerwise_decay_rules(f.layerwise_lr_decay, model_cfg.num_layers)
     tok_info = dict(info.get("tokenizer") or {})

