@@ -227,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ptm_jax.evaluate.vector_commands import register as register_vectors
 
     register_vectors(sub)  # neighbors, analogy, eval-vectors
+    from ptm_jax.evaluate.inspect_commands import register as register_inspect
+
+    register_inspect(sub)  # attention, probe, context-neighbors, vector-map
     return parser
 
 

@@ -70,10 +70,11 @@ def test_word2vec_features_are_its_vectors_in_one_layer_with_zeros_for_unknown_w
         word_features(params, cfg, tok, [["the"]], layers=[1])
 
 
-TEXT = ["EU rejects German call to boycott British lamb .", "Peter Blackburn", "The European Commission said on "
-        "Thursday it disagreed with German advice to consumers to shun British lamb until scientists determine "
-        "whether mad cow disease can be transmitted to sheep .", "Germany 's representative to the European "
-        "Union 's veterinary committee Werner Zwingmann said on Wednesday consumers should buy sheepmeat ."]
+TEXT = ["EU rejects German call to boycott British lamb .", "Peter Blackburn",
+        ("The European Commission said on Thursday it disagreed with German advice to consumers to shun British "
+         "lamb until scientists determine whether mad cow disease can be transmitted to sheep ."),
+        ("Germany 's representative to the European Union 's veterinary committee Werner Zwingmann said on "
+         "Wednesday consumers should buy sheepmeat .")]
 
 
 def _hf_states(model, ids, **kw) -> np.ndarray:
@@ -103,7 +104,29 @@ def _check_against_hf(fam_name, params, cfg, tok, hf_model, encode, **hf_kw):
     return feats
 
 
-def test_gpt2_features_equal_transformers_hidden_states_at_each_words_first_bpe_piece(tmp_path):
+class _Row:
+    def __init__(self, ids):
+        self.ids = np.asarray(ids)
+
+
+def _check_attention_against_hf(params, cfg, tok, hf_model, ids, **hf_kw) -> np.ndarray:
+    """``ptm attention``'s probabilities of TEXT[0] == transformers' output_attentions for the same ids."""
+    import torch
+
+    from ptm_jax.evaluate.attention_maps import attention_maps
+
+    tokens, probs, _, _ = attention_maps(params, cfg, tok, TEXT[0])
+    assert [tok.token_to_id(t) for t in tokens] == list(ids)
+    with torch.no_grad():
+        out = hf_model(torch.tensor(np.asarray(ids)[None], dtype=torch.long), output_attentions=True, **hf_kw)
+    want = np.stack([a[0].numpy() for a in out.attentions])
+    assert probs.shape == want.shape == (2, 4, len(ids), len(ids))
+    np.testing.assert_allclose(probs, want, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+    return probs
+
+
+def test_gpt2_features_and_attention_equal_transformers_hidden_states_and_attentions(tmp_path):
     import torch
     import transformers
 
@@ -114,11 +137,14 @@ def test_gpt2_features_equal_transformers_hidden_states_at_each_words_first_bpe_
     tok = train_byte_bpe(TEXT, 300, tmp_path / "tok", min_frequency=2)
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        n_layer=2, n_embd=32, n_head=4, vocab_size=tok.vocab_size, n_positions=256)).eval()
+        n_layer=2, n_embd=32, n_head=4, vocab_size=tok.vocab_size, n_positions=256,
+        attn_implementation="eager")).eval()
     model.save_pretrained(tmp_path / "hf")
     params, cfg, _ = import_hf_gpt2(tmp_path / "hf")
     feats = _check_against_hf("gpt", params, cfg, tok, model.transformer,
                               lambda w: encode_words(tok, [w], space_before=True)[0])
+    probs = _check_attention_against_hf(params, cfg, tok, model.transformer, tok.encode(TEXT[0]))
+    assert np.all(np.triu(probs, k=1) == 0.0)  # causal: no query sees a later key
     # causal: a word's features do not depend on the words after it
     from ptm_jax.evaluate.features import word_features
 
@@ -126,7 +152,7 @@ def test_gpt2_features_equal_transformers_hidden_states_at_each_words_first_bpe_
     np.testing.assert_allclose(head, feats[2][:, :5], atol=2e-5, rtol=0)
 
 
-def test_xlnet_features_equal_transformers_content_stream_at_each_words_first_piece(tmp_path):
+def test_xlnet_features_and_attention_equal_transformers_content_stream_and_attentions(tmp_path):
     import torch
     import transformers
 
@@ -148,3 +174,6 @@ def test_xlnet_features_equal_transformers_content_stream_at_each_words_first_pi
 
     _check_against_hf("xlnet", params, cfg, tok, model,
                       lambda w: encode_words(tok, [w], suffix=(tok.sep_id, tok.cls_id))[0], hf_kw=segments)
+    ids = [*tok.encode(TEXT[0]), tok.sep_id, tok.cls_id]
+    probs = _check_attention_against_hf(params, cfg, tok, model, ids, **segments(_Row(ids)))
+    assert np.all(np.triu(probs, k=1).sum(-1)[..., :-1] > 0.01)  # bidirectional: every query sees later keys

@@ -117,6 +117,11 @@ class Family:
     Feature-based task models, the scalar mix, probing and ``ptm compare`` read it
     (``evaluate/features.py``); a family with only ``word_vectors`` is read as one layer of static vectors.
     A family with it lists the capability 'word_features'."""
+    attention_maps: Callable[..., Any] | None = None
+    """(params tree, model_cfg, tokenizer, text: str) -> (tokens: list[str], float32 [layers, heads, S, S]): the
+    attention probabilities of every layer and head over the family's input layout of one text (specials
+    included), each row a query's distribution over the keys: ``ptm attention`` (``evaluate/attention_maps.py``).
+    A family with it lists the capability 'attention_maps'."""
     subword_vectors: Callable[..., Any] | None = None
     """(params tree, model_cfg, tokenizer, words: list[str]) -> float32 [len(words), dim]: the static vectors of
     words given as strings, out-of-vocabulary ones included, for a family that composes a word's vector from

@@ -30,6 +30,21 @@ def causal_mask(length: int) -> jax.Array:
     return jnp.tril(jnp.ones((length, length), dtype=bool))[None, None]
 
 
+def attention_probs(q: jax.Array, k: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """q [B,T,N,H], k [B,S,N,H] -> float32 softmax(q k^T / sqrt(H)) [B,N,T,S], blocked keys at probability 0."""
+    logits = jnp.einsum("btnh,bsnh->bnts", q, k).astype(jnp.float32) * q.shape[-1] ** -0.5
+    if mask is not None:
+        logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+    return jax.nn.softmax(logits, axis=-1)
+
+
+def sow_probs(module: nn.Module, q: jax.Array, k: jax.Array, mask: jax.Array | None) -> None:
+    """Keeps the attention probabilities in the 'intermediates' collection as ``attention_probs`` when the caller
+    made it mutable (``ptm attention``: ``evaluate/attention_maps.py``); a no-op otherwise."""
+    if module.is_mutable_collection("intermediates"):
+        module.sow("intermediates", "attention_probs", attention_probs(q, k, mask))
+
+
 def dot_product_attention(
     q: jax.Array,
     k: jax.Array,
@@ -43,12 +58,7 @@ def dot_product_attention(
 ) -> jax.Array:
     """q [B,T,N,H], k/v [B,S,N,H], boolean mask broadcastable to [B,N,T,S] -> [B,T,N,H]."""
     if dropout_rate > 0.0 and not deterministic:
-        scale = q.shape[-1] ** -0.5
-        logits = jnp.einsum("btnh,bsnh->bnts", q, k).astype(jnp.float32) * scale
-        if mask is not None:
-            logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(logits, axis=-1)
-        probs = dropout(probs, dropout_rate, dropout_rng).astype(v.dtype)
+        probs = dropout(attention_probs(q, k, mask), dropout_rate, dropout_rng).astype(v.dtype)
         return jnp.einsum("bnts,bsnh->btnh", probs, v)
     impl = None if implementation == "auto" else implementation
     if mask is not None:
@@ -82,6 +92,7 @@ class SelfAttention(nn.Module):
 
         q, k, v = proj("query"), proj("key"), proj("value")
         q = nn.with_logical_constraint(q, ("batch", "length", "act_heads", "act_kv"))
+        sow_probs(self, q, k, mask)
         rng = None
         if self.dropout_rate > 0.0 and not deterministic:
             rng = self.make_rng("dropout")

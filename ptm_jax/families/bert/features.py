@@ -46,3 +46,16 @@ def word_features(params: dict, model_cfg: Any, tokenizer: Any, sentences: list[
     out, _ = run_layers(("bert_features", key), lambda: hidden_states_fn(cfg), params["bert"], rows,
                         batch_size=batch_size, pad_id=tokenizer.pad_id)
     return out
+
+
+def attention_maps(params: dict, model_cfg: Any, tokenizer: Any, text: str) -> tuple[list[str], np.ndarray]:
+    """``Family.attention_maps``: ``[CLS] text [SEP]`` -> (tokens, float32 [layers, heads, S, S])."""
+    from ptm_jax.evaluate.attention_maps import sown_probs
+    from ptm_jax.evaluate.features import inference_model
+    from ptm_jax.families.bert.model import BertModel
+
+    params, cfg, _ = inference_model(params, model_cfg)
+    ids = [tokenizer.cls_id, *tokenizer.encode(text)[: cfg.max_position_embeddings - 2], tokenizer.sep_id]
+    x = np.asarray([ids], np.int32)
+    probs = sown_probs(BertModel(cfg, add_pooler=False), params["bert"], x, np.ones_like(x), np.zeros_like(x))
+    return [tokenizer.id_to_token(i) for i in ids], probs[:, 0]

@@ -98,7 +98,8 @@ FAMILY = register(Family(
     synthetic_batch=lazy("ptm_jax.bench.harness", "packed_lm_batch"),
     generate=lazy("ptm_jax.families.gpt.decode", "generate"),
     perplexity=lazy("ptm_jax.evaluate.perplexity", "perplexity"),
-    capabilities=frozenset({"causal_lm", "word_features"}),
+    capabilities=frozenset({"causal_lm", "word_features", "attention_maps"}),
     word_features=lazy("ptm_jax.families.gpt.features", "word_features"),
+    attention_maps=lazy("ptm_jax.families.gpt.features", "attention_maps"),
     tiny_preset="gpt_tiny",
 ))

@@ -25,7 +25,7 @@ def hidden_states_fn(cfg: Any):
     model = GPTModel(cfg)
 
     def keep(mdl, method: str) -> bool:
-        return method == "__call__" and (isinstance(mdl, GPTBlock) or (isinstance(mdl, nn.Embed)))
+        return method == "__call__" and isinstance(mdl, (GPTBlock, nn.Embed))
 
     def fn(p, ids, mask):
         out, state = model.apply({"params": p}, ids, mask.astype(jnp.int32), capture_intermediates=keep,
@@ -49,3 +49,15 @@ def word_features(params: dict, model_cfg: Any, tokenizer: Any, sentences: list[
     out, _ = run_layers(("gpt_features", key), lambda: hidden_states_fn(cfg), params["gpt"], rows,
                         batch_size=batch_size, pad_id=tokenizer.pad_id)
     return out
+
+
+def attention_maps(params: dict, model_cfg: Any, tokenizer: Any, text: str) -> tuple[list[str], np.ndarray]:
+    """``Family.attention_maps``: the text's pieces as one causal row -> (tokens, float32 [layers, heads, S, S])."""
+    from ptm_jax.evaluate.attention_maps import sown_probs
+    from ptm_jax.evaluate.features import inference_model
+    from ptm_jax.families.gpt.model import GPTModel
+
+    params, cfg, _ = inference_model(params, model_cfg)
+    ids = list(tokenizer.encode(text))[: cfg.max_position_embeddings]
+    probs = sown_probs(GPTModel(cfg), params["gpt"], np.asarray([ids], np.int32))
+    return [tokenizer.id_to_token(i) for i in ids], probs[:, 0]

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.families.gpt.config import GptConfig
-from ptm_jax.models.attention import dot_product_attention
+from ptm_jax.models.attention import dot_product_attention, sow_probs
 from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.layers import (
     ACTIVATIONS,
@@ -94,6 +94,7 @@ class CausalSelfAttention(_StackModule):
         if self.decode:
             k, v, k_segments, offset = self._cached(k, v, segment_ids)
         mask = causal_segment_mask(segment_ids, k_segments, offset)
+        sow_probs(self, q, k, mask)
         rng = self.make_rng("dropout") if c.attention_dropout > 0.0 and not self.deterministic else None
         out = dot_product_attention(q, k, v, mask, dropout_rate=c.attention_dropout,
                                     deterministic=self.deterministic, dropout_rng=rng,

@@ -65,7 +65,8 @@ FAMILY = register(Family(
     hf=HfConverter(model_types=("xlnet",), import_dir=lazy(HF, "import_hf_xlnet_to_params_dir"),
                    export_dir=lazy(HF, "export_hf_xlnet"), load=lazy(HF, "import_hf_xlnet")),
     synthetic_batch=lazy("ptm_jax.bench.harness", "packed_lm_batch"),
-    capabilities=frozenset({"word_features"}),
+    capabilities=frozenset({"word_features", "attention_maps"}),
     word_features=lazy("ptm_jax.families.xlnet.features", "word_features"),
+    attention_maps=lazy("ptm_jax.families.xlnet.features", "attention_maps"),
     tiny_preset="xlnet_tiny",
 ))

@@ -53,3 +53,17 @@ def word_features(params: dict, model_cfg: Any, tokenizer: Any, sentences: list[
     out, _ = run_layers(("xlnet_features", key), lambda: hidden_states_fn(cfg), params["xlnet"], rows,
                         batch_size=batch_size, pad_id=tokenizer.pad_id)
     return out
+
+
+def attention_maps(params: dict, model_cfg: Any, tokenizer: Any, text: str) -> tuple[list[str], np.ndarray]:
+    """``Family.attention_maps``: ``text <sep> <cls>`` -> (tokens, content-stream float32 [layers, heads, S, S])."""
+    from ptm_jax.evaluate.attention_maps import sown_probs
+    from ptm_jax.evaluate.features import inference_model
+    from ptm_jax.families.xlnet.model import XLNetModel
+
+    params, cfg, _ = inference_model(params, model_cfg)
+    ids = [*tokenizer.encode(text)[: cfg.max_position_embeddings - 2], tokenizer.sep_id, tokenizer.cls_id]
+    x = np.asarray([ids], np.int32)
+    probs = sown_probs(XLNetModel(cfg), params["xlnet"], x, segment_ids(np.ones_like(x)),
+                       np.zeros(x.shape, np.float32))
+    return [tokenizer.id_to_token(i) for i in ids], probs[:, 0]

@@ -86,12 +86,13 @@ class HeadProjection(nn.Module):
 
 def rel_attention_core(q_BLND: jax.Array, k_BKND: jax.Array, v_BKND: jax.Array, r_PRND: jax.Array,
                        biases: RelBiases, seg_embed_SND: jax.Array, seg_diff_BLK: jax.Array | None,
-                       mask_B1LK: jax.Array | None, *, dropout_rate: float, dropout_rng: jax.Array | None
-                       ) -> jax.Array:
+                       mask_B1LK: jax.Array | None, *, dropout_rate: float, dropout_rng: jax.Array | None,
+                       on_probs=None) -> jax.Array:
     """Relative multi-head attention of one stream -> [B, L, N, D]. ``r_PRND`` has P = 1 (shared by the
     batch) or B rows; ``seg_diff_BLK`` is True where query and key lie in different segments (None: no
     segment term); ``mask_B1LK`` is True where the query may attend (None: everywhere). Attention
-    probabilities are dropped out when ``dropout_rng`` is given."""
+    probabilities are dropped out when ``dropout_rng`` is given; ``on_probs`` receives them before that
+    ([B, N, L, K] float32: ``ptm attention``)."""
     f32, dt = jnp.float32, v_BKND.dtype
     scale = q_BLND.shape[-1] ** -0.5
     klen = k_BKND.shape[1]
@@ -110,6 +111,8 @@ def rel_attention_core(q_BLND: jax.Array, k_BKND: jax.Array, v_BKND: jax.Array, 
     if mask_B1LK is not None:
         score = score - NEG_INF * (1.0 - mask_B1LK.astype(f32))
     probs = jax.nn.softmax(score, axis=-1)
+    if on_probs is not None:
+        on_probs(probs)
     if dropout_rng is not None and dropout_rate > 0.0:
         probs = dropout(probs, dropout_rate, dropout_rng)
     return jnp.einsum("bnlk,bknd->blnd", probs.astype(dt), v_BKND)
@@ -156,18 +159,21 @@ class TwoStreamAttention(nn.Module):
         k, v = proj("k")(cat_BKH), proj("v")(cat_BKH)
         r = proj("r")(pos_PRH.astype(dt))
 
-        def attend(q_BLND: jax.Array, mask: jax.Array | None) -> jax.Array:
+        def attend(q_BLND: jax.Array, mask: jax.Array | None, keep: bool = False) -> jax.Array:
             rng = None
             if self.attention_dropout > 0.0 and not deterministic:
                 rng = self.make_rng("dropout")
+            sow = None  # the content stream's probabilities, when the caller collects 'intermediates'
+            if keep and self.is_mutable_collection("intermediates"):
+                sow = lambda p: self.sow("intermediates", "attention_probs", p)
             return rel_attention_core(q_BLND, k, v, r, biases, seg_embed, seg_diff_BLK, mask,
-                                      dropout_rate=self.attention_dropout, dropout_rng=rng)
+                                      dropout_rate=self.attention_dropout, dropout_rng=rng, on_probs=sow)
 
         def post(x: jax.Array, vec: jax.Array) -> jax.Array:
             out = drop(o_proj.back(vec), deterministic=deterministic)
             return norm(x + out)
 
-        h_out = post(h_BLH, attend(q_proj(h_BLH), mask_h))
+        h_out = post(h_BLH, attend(q_proj(h_BLH), mask_h, keep=True))
         if g_BPH is None:
             return h_out, None
         q_g = q_proj(g_BPH)
