@@ -9,7 +9,9 @@ GloVe, ELMo) with accumulators starting at ``adagrad_initial_accumulator`` (glov
 
 Learning rate: linear warmup to ``learning_rate`` over ``warmup_steps``, and a linear decay to 0 at ``steps``
 counted from step 0 (polynomial_decay, power 1), or with ``lr_decay='from_peak'`` from the peak at the end of
-warmup (transformers' get_linear_schedule_with_warmup), or none (``lr_decay='constant'``).
+warmup (transformers' get_linear_schedule_with_warmup), or none (``lr_decay='constant'``), or ULMFiT's slanted
+triangular rates (``lr_decay='slanted_triangular'``: the rise is ``warmup_steps`` long, the ratio 1 / ``min_lr_ratio``,
+32 when that is 0).
 """
 from __future__ import annotations
 
@@ -65,6 +67,19 @@ def scale_by_adam_no_bias_correction(b1: float, b2: float, eps: float) -> optax.
     return optax.GradientTransformation(init, update)
 
 
+def slanted_triangular(peak: float, total_steps: int, cut: int, ratio: float = 32.0
+                       ) -> Callable[[jax.Array], jax.Array]:
+    """Howard & Ruder 2018 eq. 3: p = t / cut before ``cut`` (ULMFiT: cut = cut_frac T, cut_frac 0.1), then
+    1 - (t - cut) / (T - cut); lr = peak (1 + p (ratio - 1)) / ratio: from peak/ratio up to peak and back."""
+
+    def schedule(step):
+        t = jnp.asarray(step, jnp.float32)
+        p = jnp.where(t < cut, t / max(cut, 1), 1.0 - (t - cut) / max(total_steps - cut, 1))
+        return peak * (1.0 + jnp.clip(p, 0.0, 1.0) * (ratio - 1.0)) / ratio
+
+    return schedule
+
+
 def lr_schedule(cfg: TrainConfig) -> Callable[[jax.Array], jax.Array]:
     """``cfg``'s learning rate by step: warmup, then ``cfg.lr_decay``, never below ``cfg.min_lr_ratio`` x the
     peak after warmup (word2vec.c: ``alpha = max(alpha, starting_alpha * 0.0001)``)."""
@@ -75,6 +90,9 @@ def lr_schedule(cfg: TrainConfig) -> Callable[[jax.Array], jax.Array]:
             return jnp.where(jnp.asarray(step) < cfg.warmup_steps, inner(step), jnp.maximum(inner(step), floor))
 
         return floored
+    if cfg.lr_decay == "slanted_triangular":
+        return slanted_triangular(cfg.learning_rate, cfg.steps, cfg.warmup_steps,
+                                  1.0 / cfg.min_lr_ratio if cfg.min_lr_ratio > 0 else 32.0)
     if cfg.lr_decay == "constant":
         peak, warmup = cfg.learning_rate, cfg.warmup_steps
 

@@ -1,0 +1,127 @@
+"""Language-model batches for AWD-LSTM: B parallel streams read contiguously with variable BPTT lengths, so the
+LSTM state of row r at the end of a batch is the right initial state for row r of the next batch (fastai's
+``LMDataLoader``; Merity et al. 2018 Sec. 4.1 for the lengths).
+
+Layout. Pass ``e`` of the corpus is GPT's packed stream (``data/pretraining/causal_lm.py`` ``PackedStream``:
+the documents in permutation (seed, e), each followed by eos); it is cut into B equal row regions of R =
+pass_tokens // B tokens (the remainder is dropped). Row r of pass e reads its region from the start; each batch
+advances every row by the batch's length. A pass ends when a row region has no next token left; the last batch
+of a pass is shortened to fit, and the next batch starts pass e + 1 with ``reset = 1`` (the carried state is
+zeroed: fastai resets the model's hidden state at each epoch start).
+
+Lengths. Batch j of pass e draws, from a generator keyed on (seed, e, j): bptt with probability ``bptt_p``, else
+bptt / 2; then ``max(5, int(N(that, bptt_std)))``, capped at ``data.max_bptt``. The batch is right-padded to the
+next multiple of ``bptt_bucket`` (weight 0 past the length): one compiled step per bucket, a handful per run
+(``bucket_lengths``). The global batch index fixes (pass, batch in pass), so a run resumes at any step and every
+process reads the rows of the same batch (process p: rows [p B/P, (p+1) B/P)).
+
+Evaluation: one pass without shuffling, B rows, fixed length bptt, every target once (``carry`` is not used by
+the loop's evaluation: ``families/ulmfit/perplexity.py`` carries it for the reported perplexity).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Iterator
+
+import numpy as np
+
+from ptm_jax.data.pretraining.causal_lm import PackedStream
+from ptm_jax.errors import ConfigError
+
+MIN_LEN = 5
+
+
+def bptt_length(seed: int, epoch: int, j: int, bptt: int, p: float, std: float, max_len: int) -> int:
+    """Merity et al. 2018 Sec. 4.1 / fastai v0.7 ``LanguageModelLoader``: the length of batch j of pass e."""
+    rng = np.random.default_rng([seed, epoch, j, 7])
+    base = bptt if rng.random() < p else bptt / 2.0
+    return int(min(max(MIN_LEN, int(rng.normal(base, std))), max_len))
+
+
+def bucket_of(length: int, bucket: int, max_len: int) -> int:
+    return int(min(-(-length // bucket) * bucket, -(-max_len // bucket) * bucket))
+
+
+def bucket_lengths(bptt: int, std: float, p: float, bucket: int, max_len: int) -> list[int]:
+    """The padded lengths a run can compile (each one step compilation), from bptt/2 - 3 std to ``max_len``."""
+    lo = max(MIN_LEN, int(bptt / 2 - 3 * std)) if p < 1 else max(MIN_LEN, int(bptt - 3 * std))
+    return sorted({bucket_of(n, bucket, max_len) for n in range(lo, max_len + 1)})
+
+
+class LmBatches:
+    """Variable-length, state-carrying LM batches of a ``PackedStream`` (see the module docstring)."""
+
+    def __init__(self, stream: PackedStream, global_batch: int, *, bptt: int, variable: bool, p: float, std: float,
+                 bucket: int, max_len: int, seed: int, pad_id: int):
+        self.stream, self.B = stream, int(global_batch)
+        self.R = stream.pass_tokens // self.B
+        if self.R < 2:
+            raise ConfigError(f"the corpus has {stream.pass_tokens} tokens per pass: too few for "
+                              f"train.batch_size={self.B} parallel rows of at least 2 tokens; lower the batch size")
+        self.bptt, self.variable, self.p, self.std = int(bptt), bool(variable), float(p), float(std)
+        self.bucket, self.max_len, self.seed, self.pad_id = int(bucket), int(max_len), int(seed), int(pad_id)
+
+    @functools.lru_cache(maxsize=8)
+    def pass_lengths(self, epoch: int) -> np.ndarray:
+        """The lengths of pass ``epoch``'s batches: they use R - 1 inputs per row exactly."""
+        out, used, j = [], 0, 0
+        while used < self.R - 1:
+            n = (bptt_length(self.seed, epoch, j, self.bptt, self.p, self.std, self.max_len) if self.variable
+                 else self.bptt)
+            n = min(n, self.R - 1 - used)
+            out.append(n)
+            used, j = used + n, j + 1
+        return np.asarray(out, np.int64)
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """Global batch index -> (pass, batch within the pass)."""
+        epoch = 0
+        while index >= len(self.pass_lengths(epoch)):
+            index -= len(self.pass_lengths(epoch))
+            epoch += 1
+        return epoch, index
+
+    def batch(self, index: int, rows: slice) -> dict[str, np.ndarray]:
+        epoch, j = self.locate(index)
+        lengths = self.pass_lengths(epoch)
+        n, off = int(lengths[j]), int(lengths[:j].sum())
+        width = bucket_of(n, self.bucket, self.max_len) if self.variable else self.bptt
+        r = np.arange(self.B)[rows]
+        ids = np.full((len(r), width), self.pad_id, np.int32)
+        tgt = np.full((len(r), width), self.pad_id, np.int32)
+        base = epoch * self.stream.pass_tokens
+        for k, row in enumerate(r):
+            lo = int(base + int(row) * self.R + off)
+            toks = self.stream.span(lo, lo + n + 1)[0]
+            ids[k, :n], tgt[k, :n] = toks[:n], toks[1:n + 1]
+        w = np.zeros((len(r), width), np.float32)
+        w[:, :n] = 1.0
+        return {"target_weights": w, "input_ids": ids, "target_ids": tgt,
+                "reset": np.full((len(r),), 1 if j == 0 else 0, np.int32)}
+
+    def iterate(self, start_index: int, process_index: int, process_count: int) -> Iterator[dict[str, np.ndarray]]:
+        per = self.B // process_count
+        rows = slice(process_index * per, (process_index + 1) * per)
+        i = start_index
+        while True:
+            yield self.batch(i, rows)
+            i += 1
+
+
+def eval_batches(stream: PackedStream, global_batch: int, bptt: int, pad_id: int, process_index: int,
+                 process_count: int) -> Iterator[dict[str, np.ndarray]]:
+    """One pass in B row regions, fixed length bptt, the last batch padded with weight 0."""
+    R = stream.pass_tokens // global_batch
+    per = global_batch // process_count
+    rows = range(process_index * per, (process_index + 1) * per)
+    for off in range(0, max(R - 1, 0), bptt):
+        n = min(bptt, R - 1 - off)
+        ids = np.full((per, bptt), pad_id, np.int32)
+        tgt = np.full((per, bptt), pad_id, np.int32)
+        for k, row in enumerate(rows):
+            toks = stream.span(int(row * R + off), int(row * R + off + n + 1))[0]
+            ids[k, :n], tgt[k, :n] = toks[:n], toks[1:]
+        w = np.zeros((per, bptt), np.float32)
+        w[:, :n] = 1.0
+        yield {"target_weights": w, "input_ids": ids, "target_ids": tgt,
+               "reset": np.full((per,), 1 if off == 0 else 0, np.int32)}

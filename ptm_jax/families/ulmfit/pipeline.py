@@ -1,0 +1,123 @@
+"""ULMFiT's three stages in one job (Howard & Ruder 2018 Sec. 3, Fig. 1):
+
+1. general-domain LM pretraining: ``stages.pretrain`` on ``data.corpus`` -> ``<output_dir>/pretrain``;
+2. target-task LM finetuning: the same LM objective, from stage 1's weights, on the text of the target task's
+   training sentences (written once to ``<output_dir>/target_text/train.txt``, one sentence per line, tokenized
+   with stage 1's vocabulary) for ``lm_finetune_steps`` steps -> ``<output_dir>/lm_finetune``;
+3. the classifier (``finetune.task``; ``families/ulmfit/classification.py``) from stage 2's trunk, with the
+   family's discriminative rates and gradual unfreezing (``hooks.py``) and ``train.lr_decay``
+   ('slanted_triangular' in ULMFiT) -> ``<output_dir>/finetune-<task>``.
+
+Every stage resumes from its checkpoints; stage 3 refuses to start without a finished stage 2 (a ConfigError).
+``benchmarks/ulmfit_sst2.py`` runs it with each technique switched off in turn.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from ptm_jax import config as config_lib
+from ptm_jax import fs
+from ptm_jax.errors import ConfigError
+
+
+def target_text(cfg: Any, out: Path) -> Path:
+    """The target task's training sentences as a text file (one per line; the subset ``finetune.train_subset``
+    when set, as the classifier sees it)."""
+    from ptm_jax.data.tasks.glue import read_glue
+    from ptm_jax.objectives.finetune_registry import take_subset
+
+    f = cfg.finetune
+    task = f.task.lower().replace("-", "")
+    if not f.data_dir:
+        raise ConfigError(f"finetune.task={f.task}: set finetune.data_dir to the GLUE folder for ULMFiT's "
+                          "target-task LM stage")
+    rows = take_subset(read_glue(f.data_dir, task, "train")[0], f.train_subset, f.subset_seed)
+    path = out / "target_text" / "train.txt"
+    if jax.process_index() == 0 and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fs.write_text_atomic(path, "".join(e.text_a.strip() + "\n\n" for e in rows))
+    return path
+
+
+def lm_finetune(cfg: Any, steps: int, *, stop_after: int | None = None) -> dict[str, Any]:
+    """Stage 2: the LM objective on the target text, from stage 1's weights (same vocabulary)."""
+    from ptm_jax.export.params import load_params
+    from ptm_jax.objectives.registry import build_objective
+    from ptm_jax.parallel.mesh import make_mesh
+    from ptm_jax.train.finetune import _merge_encoder
+    from ptm_jax.train.loop import fit
+    from ptm_jax.train.stages import prepare_corpus
+
+    out = fs.path(cfg.output_dir)
+    first = out / "pretrain"
+    _require_finished(first, cfg.train.steps, "the general-domain LM (stage 1)")
+    pretrained, _, _, tok_dir = load_params(first)
+    text = target_text(cfg, out)
+    vocab = tok_dir / "vocab.tsv" if tok_dir is not None else None
+    if vocab is None or not vocab.exists():
+        raise ConfigError(f"{first}: no word vocabulary (vocab.tsv) beside the stage-1 LM; stage 2 reads the same "
+                          "vocabulary")
+    stage_cfg = dataclasses.replace(
+        cfg, output_dir=str(out / "lm_finetune"),
+        data=dataclasses.replace(cfg.data, corpus=str(text), format="lines", cache_dir="", eval_documents=0),
+        tokenizer=dataclasses.replace(cfg.tokenizer, vocab_file=str(vocab)),
+        train=dataclasses.replace(cfg.train, steps=steps, eval_every=0, checkpoint_every=steps))
+    corpus = prepare_corpus(stage_cfg)
+    objective = build_objective(stage_cfg, corpus)
+    merge = _lm_merge(pretrained)
+    result = fit(objective, stage_cfg.train, make_mesh(cfg.mesh), out / "lm_finetune" / "pretrain",
+                 init_params=merge, stop_after=stop_after, meta={"config": config_lib.to_dict(stage_cfg)})
+    return {"stage": "lm_finetune", "step": result.step, "preempted": result.preempted, "text": str(text),
+            "train": result.train_metrics}
+
+
+def _lm_merge(pretrained: dict):
+    def merge(fresh):
+        import numpy as np
+
+        def put(f, v, where):
+            if isinstance(f, dict):
+                return {k: put(f[k], v[k], f"{where}/{k}") for k in f}
+            if np.shape(f) != np.shape(v):
+                raise ConfigError(f"stage-1 parameter {where} has shape {np.shape(v)}, the LM {np.shape(f)}")
+            return v
+
+        return {"params": put(fresh["params"], pretrained, "params")}
+
+    return merge
+
+
+def _require_finished(stage: Path, steps: int, what: str) -> None:
+    from ptm_jax.checkpoint import Checkpointer
+
+    ckpt = stage / "checkpoints"
+    last = Checkpointer(ckpt, keep=1, async_save=False).latest_step() if fs.exists(ckpt) else None
+    if last is None or last < steps:
+        raise ConfigError(f"ULMFiT: {what} is not finished ({stage}: "
+                          f"{'no checkpoint' if last is None else f'step {last} of {steps}'}); run its stage "
+                          "first (the classifier starts from a finished language model)")
+
+
+def run(cfg: Any, lm_finetune_steps: int, *, skip_target_lm: bool = False) -> dict[str, Any]:
+    """The three stages; ``skip_target_lm``: the classifier starts from stage 1 (the paper's ablation 'no LM
+    fine-tuning'). A fresh classifier without any LM is ``finetune.init`` of an untrained run (see the benchmark)."""
+    from ptm_jax.train.finetune import finetune
+    from ptm_jax.train.stages import pretrain
+
+    out = fs.path(cfg.output_dir)
+    summary: dict[str, Any] = {"pretrain": pretrain(cfg)}
+    init = out / "pretrain"
+    if not skip_target_lm:
+        summary["lm_finetune"] = lm_finetune(cfg, lm_finetune_steps)
+        init = out / "lm_finetune" / "pretrain"
+        _require_finished(init, lm_finetune_steps, "the target-task LM (stage 2)")
+    summary["classifier"] = finetune(dataclasses.replace(cfg, finetune=dataclasses.replace(
+        cfg.finetune, init=str(init))))
+    if jax.process_index() == 0:
+        fs.write_text_atomic(out / "ulmfit_summary.json", json.dumps(summary, indent=2, default=str))
+    return summary
