@@ -287,3 +287,53 @@ def test_sampling_tables_are_built_once_as_an_artifact_and_read_back(corpus, tmp
     other = run_config(vocab, "cbow", steps=2, batch=64, hs=False)         # other settings: another key
     assert build_sampling_tables(other, corpus, tmp_path).points is None
     assert len(list(tmp_path.glob(f"t-*/{TABLES_FILE}"))) == 2
+
+
+def test_exported_vectors_initialise_word2vec_and_nnlm_tables_with_coverage(corpus, skipgram_run, tmp_path,
+                                                                          caplog):
+    import dataclasses
+    import logging
+
+    from ptm_jax.config import load_config
+    from ptm_jax.errors import ConfigError, DataError
+    from ptm_jax.evaluate.word_vectors import WordVectors
+    from ptm_jax.export.vector_files import write_vectors
+    from ptm_jax.families.registry import get
+
+    obj, result = skipgram_run
+    vocab = corpus.tokenizer
+    wv = WordVectors.from_vocab(FAMILY.word_vectors(jax.device_get(result.state.params), obj.cfg.model), vocab)
+    half = len(wv) // 2                                           # the file holds the commonest half of the words
+    paths = {fmt: write_vectors(tmp_path / fmt, wv.words[:half], wv.vectors[:half], fmt)
+             for fmt in ("text_vectors", "binary_vectors")}
+    ids = [vocab.token_to_id(w) for w in wv.words[:half]]
+    rest = [vocab.token_to_id(w) for w in wv.words[half:]]
+    cfg = run_config(vocab, steps=2, batch=64)
+    for fmt, path in paths.items():
+        c = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, init_vectors=str(path)))
+        with caplog.at_level(logging.INFO, logger="ptm_jax.export.vector_files"):
+            w2v = FAMILY.objectives["skipgram"](c, corpus)
+        assert f"{half} of the {len(wv)} vocabulary words found (50.0%)" in caplog.text
+        table = np.asarray(w2v.init(jax.random.key(3), w2v.example_batch(2))["params"]["word2vec"]["input"].value)
+        np.testing.assert_array_equal(table[ids], wv.vectors[:half], err_msg=fmt)
+        assert 0 < np.abs(table[rest]).max() <= 0.5 / 32                 # word2vec.c's init where not found
+    nn_cfg = load_config("nnlm_tiny", [f"model.vocab_size={vocab.vocab_size}", "model.embed_dim=32",
+                                       f"model.init_vectors={paths['text_vectors']}"])
+    nnlm = get("nnlm").objectives["nnlm"](nn_cfg, corpus)
+    c_table = np.asarray(nnlm.init(jax.random.key(3), nnlm.example_batch(2))["params"]["nnlm"]["embedding"].value)
+    np.testing.assert_array_equal(c_table[ids], wv.vectors[:half])
+    assert 0 < np.abs(c_table[rest]).max() < 0.05
+    small = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dim=16,
+                                                               init_vectors=str(paths["text_vectors"])))
+    with pytest.raises(ConfigError, match="model.init_vectors=.*32 dimensions but the model's embedding table has 16"):
+        FAMILY.objectives["skipgram"](small, corpus)
+    lines = paths["text_vectors"].read_text().splitlines()
+    lines[5] = " ".join(lines[5].split()[:-1])                               # a ragged row on line 6
+    bad = tmp_path / "ragged.txt"
+    bad.write_text("\n".join(lines) + "\n")
+    ragged = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, init_vectors=str(bad)))
+    with pytest.raises(DataError, match=r"ragged\.txt:6"):
+        FAMILY.objectives["skipgram"](ragged, corpus)
+    missing = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, init_vectors=str(tmp_path / "no.txt")))
+    with pytest.raises(ConfigError, match="model.init_vectors=.*no such vector file"):
+        FAMILY.objectives["skipgram"](missing, corpus)

@@ -255,3 +255,48 @@ def align_to_vocab(words: Sequence[str], vectors: np.ndarray, vocab: Sequence[st
     out = np.zeros((len(vocab), vectors.shape[1]), np.float32)
     out[found] = vectors[rows[found]]
     return out, found
+
+
+def vectors_for_vocab(path, tokenizer, rows: int, dim: int, field: str) -> tuple[np.ndarray, np.ndarray, dict]:
+    """A word2vec text/binary or GloVe text file (``read_vectors``) aligned to a later model's word vocabulary,
+    to initialise its [rows, dim] embedding table: ``(matrix, found [rows] bool, report)``. Row i is the file's
+    vector of ``tokenizer.id_to_token(i)``; specials and rows beyond the tokenizer take none. ``field`` names the
+    config field holding ``path`` in errors. The report (also logged): the file, its words, and how many of the
+    vocabulary's words it covers (``found``, ``coverage``)."""
+    import logging
+
+    p = Path(str(path))
+    if not p.is_file():
+        raise ConfigError(f"{field}={str(path)!r}: no such vector file; give a word2vec text/binary or GloVe text "
+                          "file (ptm export --format text_vectors writes one)")
+    words, vectors = read_vectors(p)
+    if vectors.shape[1] != dim:
+        raise ConfigError(f"{field}={str(path)!r}: the file's vectors have {vectors.shape[1]} dimensions but the "
+                          f"model's embedding table has {dim}; set the model's dimension to {vectors.shape[1]} "
+                          "or give a file of the table's size")
+    special = set(tokenizer.special_ids())
+    vocab = [tokenizer.id_to_token(i) if i < tokenizer.vocab_size and i not in special else "" for i in range(rows)]
+    matrix, found = align_to_vocab(words, vectors, vocab)
+    found &= np.array([bool(w) for w in vocab])
+    wanted = sum(1 for w in vocab if w)
+    report = {"file": str(p), "file_words": len(words), "dim": int(dim), "vocab_words": wanted,
+              "found": int(found.sum()), "coverage": float(found.sum()) / max(wanted, 1)}
+    logging.getLogger(__name__).info(
+        "%s=%s: %d of the %d vocabulary words found (%.1f%%) among the file's %d; the others keep their fresh "
+        "initialisation", field, p, report["found"], wanted, 100 * report["coverage"], len(words))
+    return matrix, found, report
+
+
+def with_initial_rows(params: dict, keys: Sequence[str], matrix: np.ndarray, found: np.ndarray) -> dict:
+    """``params`` (boxed or not) with the table at ``params['params'][keys...]`` taking ``matrix``'s rows where
+    ``found`` (the other rows keep their fresh initialisation); traceable (an objective's ``init``)."""
+    import jax.numpy as jnp
+
+    def put(tree, path):
+        if not path:
+            value = getattr(tree, "value", tree)
+            new = jnp.where(jnp.asarray(found)[:, None], jnp.asarray(matrix, value.dtype), value)
+            return tree.replace_boxed(new) if hasattr(tree, "replace_boxed") else new
+        return {**tree, path[0]: put(tree[path[0]], path[1:])}
+
+    return {**params, "params": put(params["params"], list(keys))}

@@ -18,7 +18,14 @@ def build_nnlm(cfg: Any, corpus: Any):
     from ptm_jax.families.nnlm.objective import NnlmObjective
 
     tok = corpus.tokenizer
-    return NnlmObjective(cfg, corpus.train, corpus.eval, eos_id=tok.eos_id, pad_id=tok.pad_id)
+    initial = None
+    if cfg.model.init_vectors:  # word2vec/GloVe vectors as the initial C (issue 17 item 6)
+        from ptm_jax.export.vector_files import vectors_for_vocab
+
+        initial = vectors_for_vocab(cfg.model.init_vectors, tok, cfg.model.vocab_size, cfg.model.embed_dim,
+                                    "model.init_vectors")[:2]
+    return NnlmObjective(cfg, corpus.train, corpus.eval, eos_id=tok.eos_id, pad_id=tok.pad_id,
+                         initial_vectors=initial)
 
 
 FAMILY = register(Family(

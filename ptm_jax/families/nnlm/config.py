@@ -28,6 +28,10 @@ class NnlmConfig:
     """Standard deviation of the (truncated normal) initial weights and features."""
     dtype: str = "float32"
     """Compute dtype (float32 or bfloat16); parameters stay float32."""
+    init_vectors: str = ""
+    """A word2vec text/binary or GloVe text vector file (``export/vector_files.py``) whose vectors initialise C
+    for the vocabulary's words it holds (the coverage is logged; the other rows keep ``init_std``); '': none.
+    Its dimension must be ``embed_dim``."""
 
     @property
     def context(self) -> int:

@@ -28,13 +28,15 @@ class NnlmObjective(SourceStreams, LanguageModelReport):
     primary_metric = "lm_loss"
 
     def __init__(self, cfg: Any, train_source: DocumentSource, eval_source: DocumentSource | None,
-                 eos_id: int, pad_id: int):
+                 eos_id: int, pad_id: int, initial_vectors: tuple[np.ndarray, np.ndarray] | None = None):
         cfg.model.validate()
         self.cfg = cfg
         self.name = "nnlm"
         self.model = NnlmLanguageModel(cfg.model)
         self.train_source, self.eval_source = train_source, eval_source
         self.eos_id, self.pad_id = int(eos_id), int(pad_id)
+        self.initial_vectors = initial_vectors
+        """(matrix [V, m], found [V]): rows of C taken from ``model.init_vectors``."""
 
     @property
     def length(self) -> int:
@@ -46,7 +48,12 @@ class NnlmObjective(SourceStreams, LanguageModelReport):
                 "window_ids": np.zeros((batch_size, L + c), np.int32)}
 
     def init(self, rng: jax.Array, batch: dict[str, Any]) -> Any:
-        return self.model.init(rng, jnp.asarray(batch["window_ids"][:1]))
+        params = self.model.init(rng, jnp.asarray(batch["window_ids"][:1]))
+        if self.initial_vectors is not None:
+            from ptm_jax.export.vector_files import with_initial_rows
+
+            params = with_initial_rows(params, ("nnlm", "embedding"), *self.initial_vectors)
+        return params
 
     def normalizers(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
         return {"lm": jnp.sum(batch["target_weights"].astype(jnp.float32))}

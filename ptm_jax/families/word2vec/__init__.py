@@ -34,8 +34,14 @@ def _builder(name: str):
             cfg.data.validate_word2vec()
             counts, specials = vocabulary_counts(cfg, corpus)
             tables = build_tables(cfg, counts, specials)
+        initial = None
+        if cfg.model.init_vectors:
+            from ptm_jax.export.vector_files import vectors_for_vocab
+
+            initial = vectors_for_vocab(cfg.model.init_vectors, tok, cfg.model.vocab_size, cfg.model.dim,
+                                        "model.init_vectors")[:2]
         return Word2VecObjective(cfg, name, corpus.train, getattr(corpus, "eval", None), counts, specials,
-                                 eos_id=tok.eos_id, pad_id=tok.pad_id, tables=tables)
+                                 eos_id=tok.eos_id, pad_id=tok.pad_id, tables=tables, initial_vectors=initial)
 
     return build
 

@@ -27,6 +27,10 @@ class Word2VecConfig:
     ``sparse_sgd_step``) when ``train.optimizer='sgd'`` with no weight decay, clipping, parameter groups or
     accumulation; False, or any other optimizer: autodiff through the tables and the optimizer over all rows
     (the same step, at the cost of dense [V, dim] gradients)."""
+    init_vectors: str = ""
+    """A word2vec text/binary or GloVe text vector file (``export/vector_files.py``) whose vectors initialise the
+    input table (word2vec.c ``syn0``) for the vocabulary's words it holds (the coverage is logged); the other
+    rows keep word2vec.c's initialisation. '' : none. Its dimension must be ``dim``."""
 
     def validate(self, where: str = "model") -> None:
         if self.family != "word2vec":
@@ -35,6 +39,8 @@ class Word2VecConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ConfigError(f"{where}.{name}={v!r} must be an integer >= {low}")
+        if not isinstance(self.init_vectors, str):
+            raise ConfigError(f"{where}.init_vectors={self.init_vectors!r} must be a path to a vector file or ''")
 
 
 @dataclass

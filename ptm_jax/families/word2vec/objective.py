@@ -43,7 +43,8 @@ class Word2VecObjective(SourceStreams):
     primary_metric = "w2v_loss"
 
     def __init__(self, cfg: Any, name: str, train_source: DocumentSource, eval_source: DocumentSource | None,
-                 counts: np.ndarray | None, special_ids, eos_id: int, pad_id: int, tables: Tables | None = None):
+                 counts: np.ndarray | None, special_ids, eos_id: int, pad_id: int, tables: Tables | None = None,
+                 initial_vectors: tuple[np.ndarray, np.ndarray] | None = None):
         cfg.model.validate()
         cfg.data.validate_word2vec()
         self.cfg, self.name = cfg, name
@@ -64,6 +65,8 @@ class Word2VecObjective(SourceStreams):
             raise ConfigError(f"the sampling tables have {tables.keep.shape[0]} rows but model.vocab_size="
                               f"{cfg.model.vocab_size}; delete the sampling_tables artifact to rebuild it")
         self.tables = tables
+        self.initial_vectors = initial_vectors
+        """(matrix [V, dim], found [V]): rows of the input table taken from ``model.init_vectors``."""
         self.model = Word2Vec(cfg.model, cbow=self.cbow, negative=d.negative > 0, hs=bool(d.hs))
         self.train_source, self.eval_source = train_source, eval_source
         self.eos_id, self.pad_id = int(eos_id), int(pad_id)
@@ -79,7 +82,12 @@ class Word2VecObjective(SourceStreams):
         return {k: np.zeros(s, feature_dtype(k)) for k, s in shapes.items()}  # 'center' first: words per step
 
     def init(self, rng: jax.Array, batch: dict[str, Any]) -> Any:
-        return self.model.init(rng, {k: jnp.asarray(v[:1]) for k, v in batch.items()})
+        params = self.model.init(rng, {k: jnp.asarray(v[:1]) for k, v in batch.items()})
+        if self.initial_vectors is not None:
+            from ptm_jax.export.vector_files import with_initial_rows
+
+            params = with_initial_rows(params, (TRUNK, "input"), *self.initial_vectors)
+        return params
 
     def normalizers(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
         pairs = batch["center_weight"].sum() if self.cbow else batch["context_weight"].sum()
