@@ -45,10 +45,13 @@ ADJACENT, SAME_DOCUMENT, OTHER_DOCUMENT = 0, 1, 2
 
 
 class TaskExample:
-    """One row before padding."""
+    """One row before padding; ``where`` says what it was built from (single-span tasks: document, first and end
+    sentence, tokens kept; reorder: document, the span's tokens in order, the cut points; distance: document and
+    sentence of A, then of B)."""
 
-    def __init__(self, ids, segments, units=None, token_labels=None, token_weights=None, label=0):
+    def __init__(self, ids, segments, units=None, token_labels=None, token_weights=None, label=0, where=()):
         n = len(ids)
+        self.where = where
         self.ids = np.asarray(ids, np.int32)
         self.segments = np.asarray(segments, np.int32)
         self.units = np.zeros(n, np.int32) if units is None else np.asarray(units, np.int32)
@@ -99,7 +102,7 @@ class TaskExamples:
             codes = self.units.doc_tokens(d, first, end)[:n]
             cont = units_lib.continuation(codes.astype(np.uint8), 2).astype(np.int32)
             cont[:1] = 0
-            return TaskExample(ids, segments, units=np.concatenate([[0], cont, [0]]))
+            return TaskExample(ids, segments, units=np.concatenate([[0], cont, [0]]), where=(d, first, end, n))
         weights = np.concatenate([[0.0], np.ones(n), [0.0]])
         if task == "capitalisation":
             lab = self.case.doc_tokens(d, first, end)[:n]
@@ -111,7 +114,8 @@ class TaskExamples:
             lo, hi = int(lengths[:first].sum()), int(lengths[:end].sum())
             rest = np.concatenate([doc[:lo], doc[hi:]])
             lab = np.isin(tokens, rest).astype(np.int32)
-        return TaskExample(ids, segments, token_labels=np.concatenate([[0], lab, [0]]), token_weights=weights)
+        return TaskExample(ids, segments, token_labels=np.concatenate([[0], lab, [0]]), token_weights=weights,
+                           where=(d, first, end, n))
 
     def reorder(self, rng) -> TaskExample:
         c, k = self.special, self.cfg.reorder_segments
@@ -128,7 +132,7 @@ class TaskExamples:
         for j, p in enumerate(PERMUTATIONS[k][label]):
             ids.extend(parts[p].tolist() + [c.sep])
             segments.extend([j % 2] * (len(parts[p]) + 1))
-        return TaskExample(ids, segments, label=label)
+        return TaskExample(ids, segments, label=label, where=(d, tokens, cuts))
 
     def distance(self, rng) -> TaskExample:
         c, cap = self.special, (self.L - 3) // 2
@@ -157,7 +161,7 @@ class TaskExamples:
         sb = self.source.doc_tokens(b_doc, b, b + 1)[:cap]
         ids = np.concatenate([[c.cls], sa, [c.sep], sb, [c.sep]])
         segments = np.concatenate([np.zeros(len(sa) + 2), np.ones(len(sb) + 1)])
-        return TaskExample(ids, segments, label=label)
+        return TaskExample(ids, segments, label=label, where=(d, a, b_doc, b))
 
     def example(self, task: str, index: int, seed: int) -> TaskExample:
         rng = np.random.default_rng([seed, index, STREAM])
