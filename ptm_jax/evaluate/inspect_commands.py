@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 def register(subparsers) -> None:
-    from ptm_jax.evaluate import attention_maps
+    from ptm_jax.evaluate import attention_maps, probing
 
     attention_maps.register(subparsers)
+    probing.register(subparsers)
