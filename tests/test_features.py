@@ -46,7 +46,25 @@ def test_minilm_features_equal_transformers_hidden_states_at_each_words_first_su
     np.testing.assert_allclose(last, feats[0][[0, 6]], atol=1e-5, rtol=0)  # another batch shape
 
 
-def test_word2vec_features_are_its_vectors_in_one_layer_with_zeros_for_unknown_words(tmp_path):
+def test_minilm_contextual_neighbours_tell_the_senses_of_bank_apart(minilm):
+    from ptm_jax.evaluate.word_maps import context_neighbors
+
+    _, params, cfg, tok = minilm
+    reference = [s.split() for s in ("He deposited the cheque at the bank on Monday .",
+                                     "They fished from the grassy bank of the river .",
+                                     "The bank raised its interest rates again .",
+                                     "Ducks swam near the muddy bank of the stream .")]
+    money = context_neighbors(params, cfg, tok, "She opened a savings account at the bank .".split(), 7, reference,
+                              k=4)
+    river = context_neighbors(params, cfg, tok, "We walked along the bank of the canal .".split(), 4, reference,
+                              k=4)
+    assert [h["word"] for h in money[:2]] == ["bank", "bank"] == [h["word"] for h in river[:2]]
+    assert {h["sentence"] for h in money[:2]} == {" ".join(reference[0]), " ".join(reference[2])}
+    assert {h["sentence"] for h in river[:2]} == {" ".join(reference[1]), " ".join(reference[3])}
+    assert 0.0 < money[1]["cosine"] <= money[0]["cosine"] <= 1.0
+
+
+def test_word2vec_features_are_its_vectors_in_one_layer_with_zeros_for_unknown_words_and_map_in_2d(tmp_path):
     from ptm_jax.config import model_from_dict
     from ptm_jax.data.word_vocab import build_word_vocab
     from ptm_jax.errors import ConfigError
@@ -68,6 +86,20 @@ def test_word2vec_features_are_its_vectors_in_one_layer_with_zeros_for_unknown_w
     np.testing.assert_array_equal(feats[1][0], np.stack([np.zeros(5), table[ids[1][0]], np.zeros(5)]))
     with pytest.raises(ConfigError, match="layer 1 does not exist: the model has feature layers 0..0"):
         word_features(params, cfg, tok, [["the"]], layers=[1])
+
+    # the 2-D map of the same vectors: PCA (numpy) equals the SVD projection (t-SNE, scikit-learn, is left
+    # out here: importing it costs seconds)
+    from ptm_jax.cli import main
+    from ptm_jax.evaluate.plots import project_2d
+
+    png = tmp_path / "map.png"
+    assert main(["vector-map", str(tmp_path / "w2v"), "cat", "--neighbors", "2", "--background", "10",
+                 "--out", str(png)]) == 0
+    assert png.stat().st_size > 5_000
+    x = table[3:] - table[3:].mean(axis=0)
+    xy = project_2d(table[3:], "pca")
+    np.testing.assert_allclose(np.abs(xy), np.abs(x @ np.linalg.svd(x)[2][:2].T), atol=1e-5)
+    assert np.var(xy[:, 0]) >= np.var(xy[:, 1]) > 0  # first component first
 
 
 TEXT = ["EU rejects German call to boycott British lamb .", "Peter Blackburn",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 def register(subparsers) -> None:
-    from ptm_jax.evaluate import attention_maps, probing
+    from ptm_jax.evaluate import attention_maps, probing, word_maps
 
     attention_maps.register(subparsers)
     probing.register(subparsers)
+    word_maps.register(subparsers)
