@@ -87,6 +87,18 @@ def test_word2vec_features_are_its_vectors_in_one_layer_with_zeros_for_unknown_w
     with pytest.raises(ConfigError, match="layer 1 does not exist: the model has feature layers 0..0"):
         word_features(params, cfg, tok, [["the"]], layers=[1])
 
+    # fastText composes vectors for the words themselves (n-grams): an unknown word gets one too
+    from ptm_jax.families import registry
+
+    ft_cfg = model_from_dict({"family": "fasttext", "vocab_size": vocab.vocab_size, "dim": 5, "bucket": 64})
+    ft_params = {"fasttext": {"input": np.random.default_rng(1).standard_normal((vocab.vocab_size + 64, 5))}}
+    stats = {}
+    words = ["the", "dog", "doggerel"]
+    got = word_features(ft_params, ft_cfg, tok, [words], stats=stats)[0]
+    want = registry.get("fasttext").subword_vectors(ft_params, ft_cfg, tok, words)
+    assert got.shape == (1, 3, 5) and stats["oov"] == 0 and np.abs(want[2]).sum() > 0
+    np.testing.assert_allclose(got[0], want, rtol=1e-6)
+
     # the 2-D map of the same vectors: PCA (numpy) equals the SVD projection (t-SNE, scikit-learn, is left
     # out here: importing it costs seconds)
     from ptm_jax.cli import main

@@ -6,7 +6,9 @@ computes it in its own ``word_features`` hook: the hidden state of every layer, 
 embedding output, each word read at its first subword (the BERT paper's feature-based NER setup, Devlin et
 al. 2019 Sec. 5.4, and the probing papers' convention: Tenney et al. 2019, Liu et al. 2019 "Linguistic
 Knowledge and Transferability of Contextual Representations"). A family that has only static
-``word_vectors`` (word2vec, GloVe, NNLM) is read as ONE layer: the word's row of the vector matrix.
+``word_vectors`` (word2vec, GloVe, NNLM) is read as ONE layer: the word's row of the vector matrix; a family
+with ``subword_vectors`` (fastText) as one layer of the vectors it composes for the words themselves (character
+n-grams: out-of-vocabulary words get a vector too).
 
 Static out-of-vocabulary rule: a word the vocabulary does not know (its id is the tokenizer's ``unk_id``, or
 it has none) gets a row of ZEROS (not the ``<unk>`` vector, which word2vec never trains); how many words that
@@ -59,7 +61,7 @@ def family_of(model_cfg: Any):
 
 def supports_features(model_cfg: Any) -> bool:
     fam = family_of(model_cfg)
-    return fam.word_features is not None or fam.word_vectors is not None
+    return any(getattr(fam, h, None) is not None for h in ("word_features", "subword_vectors", "word_vectors"))
 
 
 def num_layers(model_cfg: Any) -> int:
@@ -110,6 +112,12 @@ def word_features(params: dict, model_cfg: Any, tokenizer: Any, sentences: Seque
     if fam.word_features is not None:
         arrays = fam.word_features(params, model_cfg, tokenizer, sentences, batch_size=batch_size)
         oov = sum(int(np.sum(~np.any(a != 0, axis=(0, 2)))) for a in arrays)
+    elif getattr(fam, "subword_vectors", None) is not None:  # fastText: every word has a vector (n-grams)
+        vocab = list(dict.fromkeys(w for s in sentences for w in s))
+        table = np.asarray(fam.subword_vectors(params, model_cfg, tokenizer, vocab), np.float32)
+        row = {w: i for i, w in enumerate(vocab)}
+        arrays = [table[[row[w] for w in s]][None].reshape(1, len(s), table.shape[1]) for s in sentences]
+        oov = sum(int(np.sum(~np.any(a != 0, axis=(0, 2)))) for a in arrays)
     elif fam.word_vectors is not None:
         arrays, oov = static_features(np.asarray(fam.word_vectors(params, model_cfg), np.float32), tokenizer,
                                       sentences)
@@ -119,7 +127,8 @@ def word_features(params: dict, model_cfg: Any, tokenizer: Any, sentences: Seque
     else:
         from ptm_jax.families import registry
 
-        able = sorted(n for n, f in registry.families().items() if f.word_features or f.word_vectors)
+        able = sorted(n for n, f in registry.families().items()
+                      if f.word_features or f.word_vectors or getattr(f, "subword_vectors", None))
         raise ConfigError(f"model.family={model_cfg.family!r} gives no word features; the families that do: "
                           f"{', '.join(able)}")
     arrays = [np.asarray(a, np.float32) for a in arrays]
