@@ -1,0 +1,197 @@
+"""fastText (ptm_jax/families/fasttext) side by side with gensim ``FastText`` in one run, on the same corpus,
+dimensions, window, negatives, subsampling, negative-sampling exponent, min_count, n-gram range, buckets and
+epochs (issue 17 "Show").
+
+The corpus and the evaluation are word2vec's benchmark's (``benchmarks/word2vec_vs_gensim.py``: the cleaned
+Gutenberg paragraphs, gensim through ``corpus_file``, ptm_jax through its token cache; analogy accuracy with
+coverage by the compute-accuracy protocol over the top 30,000 words, WordSim353 and SimLex-999 Spearman, all
+through ``ptm_jax/evaluate/word_vectors.py``). Both sides are scored on their in-vocabulary word vectors, each
+the mean of the word's own row and its n-gram rows (gensim ``FastTextKeyedVectors.vectors``, ptm_jax
+``Family.subword_vectors``). words/s: running words x epochs / wall time of training (vocabulary, token cache
+and n-gram table excluded on both sides; ptm_jax's includes its compilation). The sides run one after the
+other in one process, each side on both cores (gensim ``workers=2``, XLA:CPU's thread pool).
+
+    python benchmarks/fasttext_vs_gensim.py --epochs 1 --bucket 200000
+    python benchmarks/fasttext_vs_gensim.py --profile --bucket 200000     # where ptm_jax's step time goes
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from word2vec_vs_gensim import evaluate, load_corpus, prepare_corpus  # noqa: E402  (the shared corpus, scores)
+
+
+def run_config(objective: str, vocab_size: int, args, steps: int):
+    from ptm_jax.config import RunConfig, TokenizerConfig, TrainConfig
+    from ptm_jax.families.fasttext import FastTextConfig, FastTextDataConfig
+
+    return RunConfig(objective=objective,
+                     model=FastTextConfig(vocab_size=vocab_size, dim=args.dim, minn=args.minn, maxn=args.maxn,
+                                          bucket=args.bucket, duplicate_cap=args.cap),
+                     data=FastTextDataConfig(window=args.window, sample=args.sample, negative=args.negative,
+                                             ns_exponent=args.ns_exponent, seed=args.seed),
+                     tokenizer=TokenizerConfig(),
+                     train=TrainConfig(batch_size=args.batch, steps=steps, optimizer="sgd",
+                                       learning_rate=args.alpha, lr_decay="bert", warmup_steps=0,
+                                       min_lr_ratio=1e-4, weight_decay=0.0, clip_norm=0.0,
+                                       log_every=max(steps // 5, 1), eval_every=10 ** 9,
+                                       checkpoint_every=10 ** 9, progress_bar=False, seed=args.seed))
+
+
+def build_objective(objective: str, corpus, args, steps: int):
+    from ptm_jax.families.fasttext import FAMILY
+    from ptm_jax.families.fasttext.subwords import build_table
+
+    cfg = run_config(objective, corpus.tokenizer.vocab_size, args, steps)
+    t0 = time.perf_counter()
+    corpus.artifacts = {"subwords": build_table(cfg.model, corpus.tokenizer)}
+    table_s = time.perf_counter() - t0
+    return cfg, FAMILY.objectives[objective](cfg, corpus), table_s
+
+
+def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
+    import jax
+
+    from ptm_jax.config import MeshConfig
+    from ptm_jax.data.pretraining.causal_lm import PackedStream
+    from ptm_jax.families.fasttext import FAMILY
+    from ptm_jax.families.word2vec import steps_for_epochs
+    from ptm_jax.parallel.mesh import make_mesh
+    from ptm_jax.train.loop import fit
+
+    vocab = corpus.tokenizer
+    pass_tokens = PackedStream(corpus.train, vocab.eos_id, seed=0, shuffle=False).pass_tokens
+    steps = steps_for_epochs(args.epochs, pass_tokens, args.batch)
+    cfg, obj, table_s = build_objective(objective, corpus, args, steps)
+    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    t0 = time.perf_counter()
+    result = fit(obj, cfg.train, mesh, work / f"ptm_{objective}_{time.time_ns()}")
+    secs = time.perf_counter() - t0
+    special = set(vocab.special_ids())
+    ids = [i for i in range(vocab.vocab_size) if i not in special]
+    words = [vocab.id_to_token(i) for i in ids]
+    matrix = FAMILY.subword_vectors(jax.device_get(result.state.params), cfg.model, vocab, words)
+    out = {"side": "ptm_jax", "objective": objective, "seconds": secs, "steps": steps,
+           "ngram_table_s": table_s, "units_padded": int(obj.subwords.ids.shape[1]),
+           "words_per_sec": running_words * args.epochs / secs}
+    out.update(evaluate(words, matrix, vocab.counts[ids]))
+    return out
+
+
+def gensim_side(objective: str, path: Path, running_words: int, args) -> dict:
+    from gensim.models import FastText
+
+    a = args.alpha
+    model = FastText(vector_size=args.dim, window=args.window, sample=args.sample, negative=args.negative, hs=0,
+                     sg=int(objective == "fasttext_skipgram"), cbow_mean=1, min_count=args.min_count, alpha=a,
+                     min_alpha=a * 1e-4, workers=args.workers, seed=args.seed, min_n=args.minn, max_n=args.maxn,
+                     bucket=args.bucket, ns_exponent=args.ns_exponent)
+    model.build_vocab(corpus_file=str(path))
+    t0 = time.perf_counter()
+    model.train(corpus_file=str(path), total_words=model.corpus_total_words, total_examples=model.corpus_count,
+                epochs=int(args.epochs))
+    secs = time.perf_counter() - t0
+    wv = model.wv
+    out = {"side": "gensim", "objective": objective, "seconds": secs,
+           "words_per_sec": running_words * args.epochs / secs}
+    out.update(evaluate(list(wv.index_to_key), wv.vectors, [wv.get_vecattr(w, "count") for w in wv.index_to_key]))
+    return out
+
+
+def profile(objective: str, corpus, args) -> dict:
+    """Seconds per step of ptm_jax's parts on real batches: the tf.data example generation (numpy), the
+    compiled train step, and the loss and gradient alone (the rest of the step is the SGD update of the
+    tables); and how many of the padded input units of a row are used."""
+    import jax
+    import numpy as np
+
+    from ptm_jax.config import MeshConfig
+    from ptm_jax.parallel.feed import to_global
+    from ptm_jax.parallel.mesh import make_mesh
+    from ptm_jax.train.loop import compile_objective
+
+    cfg, obj, _ = build_objective(objective, corpus, args, 1000)
+    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    it = obj.train_batches(0, args.batch, 0, 1)
+    t0 = time.perf_counter()
+    batches = [next(it) for _ in range(12)]
+    data_s = (time.perf_counter() - t0) / len(batches)
+    compiled = compile_objective(obj, cfg.train, mesh, None)
+    state = compiled.init_fn(jax.random.key(0))
+    gb = [to_global(b, mesh, compiled.batch_keys) for b in batches]
+    state, m = compiled.train_step(state, gb[0], jax.random.key(0))
+    jax.block_until_ready(m)
+    t0 = time.perf_counter()
+    for b in gb[1:]:
+        state, m = compiled.train_step(state, b, jax.random.key(0))
+    jax.block_until_ready(m)
+    step_s = (time.perf_counter() - t0) / (len(gb) - 1)
+    grad = jax.jit(jax.grad(lambda p, b: obj.loss(p, b, None, obj.normalizers(b), True)[0]))
+    jax.block_until_ready(grad(state.params, gb[0]))
+    t0 = time.perf_counter()
+    for b in gb[1:]:
+        g = grad(state.params, b)
+    jax.block_until_ready(g)
+    grad_s = (time.perf_counter() - t0) / (len(gb) - 1)
+    used = float(np.mean([b["subword_weight"].sum() / max(b["center_weight"].sum(), 1) for b in batches]))
+    return {"objective": objective, "batch_words": args.batch, "bucket": args.bucket,
+            "units_padded": int(obj.subwords.ids.shape[1]), "units_used_per_trained_row": used,
+            "data_s_per_batch": data_s, "train_step_s": step_s, "loss_and_grad_s": grad_s,
+            "words_per_sec_step_only": args.batch / step_s}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", choices=["fasttext_skipgram", "fasttext_cbow"], default="fasttext_skipgram")
+    ap.add_argument("--epochs", type=float, default=1)
+    ap.add_argument("--dim", type=int, default=100)
+    ap.add_argument("--window", type=int, default=5)
+    ap.add_argument("--negative", type=int, default=5)
+    ap.add_argument("--sample", type=float, default=1e-3, help="gensim's default (fastText's is 1e-4)")
+    ap.add_argument("--ns-exponent", type=float, default=0.75, help="gensim's default (fastText's is 0.5)")
+    ap.add_argument("--alpha", type=float, default=0.025, help="gensim's default (fastText's is 0.05)")
+    ap.add_argument("--min-count", type=int, default=5)
+    ap.add_argument("--minn", type=int, default=3)
+    ap.add_argument("--maxn", type=int, default=6)
+    ap.add_argument("--bucket", type=int, default=2_000_000)
+    ap.add_argument("--batch", type=int, default=4096, help="ptm_jax: running words per step")
+    ap.add_argument("--cap", type=int, default=64, help="ptm_jax: model.duplicate_cap")
+    ap.add_argument("--workers", type=int, default=2, help="gensim worker threads")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--work", default="/tmp/fasttext_bench")
+    ap.add_argument("--profile", action="store_true", help="only time ptm_jax's step parts")
+    ap.add_argument("--skip-gensim", action="store_true")
+    ap.add_argument("--skip-ours", action="store_true")
+    args = ap.parse_args(argv)
+    work = Path(args.work)
+    path = prepare_corpus(work)
+    running_words = sum(len(line.split()) for line in path.read_text(encoding="utf-8").splitlines())
+    corpus = load_corpus(path, work, args.min_count)
+    print(json.dumps({"corpus": str(path), "running_words": running_words, "vocab": corpus.tokenizer.vocab_size - 3,
+                      "documents": corpus.train.num_docs, "settings": {k: v for k, v in vars(args).items()
+                                                                       if k not in ("work",)}}), flush=True)
+    if args.profile:
+        print(json.dumps(profile(args.only, corpus, args)), flush=True)
+        return 0
+    rows = []
+    if not args.skip_ours:
+        rows.append(ours(args.only, corpus, running_words, args, work))
+        print(json.dumps(rows[-1]), flush=True)
+    if not args.skip_gensim:
+        rows.append(gensim_side(args.only, path, running_words, args))
+        print(json.dumps(rows[-1]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.exit(main())
