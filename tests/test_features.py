@@ -54,10 +54,10 @@ def test_minilm_contextual_neighbours_tell_the_senses_of_bank_apart(minilm):
                                      "They fished from the grassy bank of the river .",
                                      "The bank raised its interest rates again .",
                                      "Ducks swam near the muddy bank of the stream .")]
-    money = context_neighbors(params, cfg, tok, "She opened a savings account at the bank .".split(), 7, reference,
-                              k=4)
-    river = context_neighbors(params, cfg, tok, "We walked along the bank of the canal .".split(), 4, reference,
-                              k=4)
+    money = ["She", "opened", "a", "savings", "account", "at", "the", "bank", "."]
+    money = context_neighbors(params, cfg, tok, money, 7, reference, k=4, batch_size=2)  # compiled above
+    river = ["We", "walked", "along", "the", "bank", "of", "the", "canal", "."]
+    river = context_neighbors(params, cfg, tok, river, 4, reference, k=4, batch_size=2)
     assert [h["word"] for h in money[:2]] == ["bank", "bank"] == [h["word"] for h in river[:2]]
     assert {h["sentence"] for h in money[:2]} == {" ".join(reference[0]), " ".join(reference[2])}
     assert {h["sentence"] for h in river[:2]} == {" ".join(reference[1]), " ".join(reference[3])}

@@ -8,8 +8,8 @@ read at its first subword, layer 0 the embedding output, a static-vector family 
 carries all three tags per word (``word POS chunk NER``, ``data/tasks/conll.py``): POS (45 Penn tags),
 chunk (IOB1 chunk tags as in the file) and NER (IOB2 entity tags, scored as entities by ``ner_metrics``).
 
-Every layer's probe trains on the same words for the same fixed budget, all layers at once (``jax.vmap``
-over the layer axis): features standardised per layer with the train words' mean and std, zero-initialised
+Every layer's probe trains on the same words for the same fixed budget, all layers at once (one einsum
+batched over the layer axis, each layer's mean loss summed): features standardised per layer with the train words' mean and std, zero-initialised
 weights, Adam, ``steps`` minibatches of ``batch_size`` words drawn with a seeded generator. The figures are
 word accuracy on the dev words (a tag never seen in training counts as wrong) and, for NER, the entity F1 of
 the predicted tag sequences. Output: ``probe.json`` (the figures and the settings) and ``probe.png`` (accuracy
