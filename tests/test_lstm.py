@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ptm_jax.models.lstm import LSTM, LstmCarry, lstm_scan  # noqa: E402
+from ptm_jax.models.lstm import LSTM, LstmCarry, lstm_scan
 
 B, T, D, H, P = 3, 7, 5, 6, 4
 LENGTHS = [7, 4, 1]
@@ -30,7 +30,7 @@ def torch_run():
 
 
 def _weights(net, suffix):
-    g = lambda name: getattr(net, name + suffix).detach().numpy().astype(np.float32)  # noqa: E731
+    g = lambda name: getattr(net, name + suffix).detach().numpy().astype(np.float32)
     return {"kernel": g("weight_ih_l0").T, "recurrent_kernel": g("weight_hh_l0").T,
             "bias": g("bias_ih_l0") + g("bias_hh_l0"), "projection": g("weight_hr_l0").T}
 
@@ -91,7 +91,7 @@ def test_clipping_and_recurrent_fn_match_a_numpy_loop():
     w = {"kernel": rng.normal(0, 1.5, (D, 4 * H)), "recurrent_kernel": rng.normal(0, 1.5, (P, 4 * H)),
          "bias": rng.normal(0, 1, (4 * H,)), "projection": rng.normal(0, 1.5, (H, P))}
     x = rng.normal(0, 1, (B, T, D))
-    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    sig = lambda v: 1 / (1 + np.exp(-v))
 
     def loop(zero_rec=False):
         c, h, ys = np.zeros((B, H)), np.zeros((B, P)), []

@@ -113,8 +113,10 @@ def uniform_init(scale: float) -> Callable:
     return init
 
 
-class LSTM(nn.Module):
-    """One LSTM(P) layer (one direction): ``(inputs [B, T, D], mask [B, T], carry) -> (outputs [B, T, P], carry)``.
+class LSTMWeights(nn.Module):
+    """The parameters of one LSTM(P) layer in the layout above, without running it: ``(in_dim) -> weights``.
+    A caller that runs several layers at once (ELMo's two directions, ``jax.vmap`` of :func:`lstm_scan` over
+    their stacked weights) declares each layer's weights with it; :class:`LSTM` declares them the same way.
 
     ``forget_bias`` initialises the f block of ``bias`` (TensorFlow's LSTMCell adds 1.0 there; PyTorch 0).
     ``init_scale`` None: U(-1/sqrt(H), 1/sqrt(H)) as PyTorch."""
@@ -128,9 +130,7 @@ class LSTM(nn.Module):
     init_scale: float | None = None
     dtype: Any = jnp.float32
 
-    @nn.compact
-    def __call__(self, inputs: jax.Array, mask: jax.Array | None = None, carry: LstmCarry | None = None,
-                 recurrent_fn: Callable[[jax.Array], jax.Array] | None = None) -> tuple[jax.Array, LstmCarry]:
+    def make_weights(self, in_dim: int) -> dict:
         hid, out = self.hidden_size, self.proj_size or self.hidden_size
         init = uniform_init(self.init_scale if self.init_scale is not None else hid ** -0.5)
 
@@ -139,12 +139,27 @@ class LSTM(nn.Module):
             return b.at[hid:2 * hid].add(self.forget_bias)
 
         weights = {
-            "kernel": self.param("kernel", partitioned(init, ("embed", "mlp")), (inputs.shape[-1], 4 * hid)),
+            "kernel": self.param("kernel", partitioned(init, ("embed", "mlp")), (in_dim, 4 * hid)),
             "recurrent_kernel": self.param("recurrent_kernel", partitioned(init, ("embed", "mlp")), (out, 4 * hid)),
             "bias": self.param("bias", partitioned(bias_init, ("mlp",)), (4 * hid,)),
         }
         if self.proj_size:
             weights["projection"] = self.param("projection", partitioned(init, ("mlp", "embed")), (hid, out))
+        return weights
+
+    @nn.compact
+    def __call__(self, in_dim: int) -> dict:
+        return self.make_weights(in_dim)
+
+
+class LSTM(LSTMWeights):
+    """One LSTM(P) layer (one direction): ``(inputs [B, T, D], mask [B, T], carry) -> (outputs [B, T, P], carry)``
+    (fields: :class:`LSTMWeights`)."""
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array, mask: jax.Array | None = None, carry: LstmCarry | None = None,
+                 recurrent_fn: Callable[[jax.Array], jax.Array] | None = None) -> tuple[jax.Array, LstmCarry]:
+        weights = self.make_weights(inputs.shape[-1])
         if recurrent_fn is not None:
             weights["recurrent_kernel"] = recurrent_fn(weights["recurrent_kernel"])
         return lstm_scan(weights, inputs, mask, carry, cell_clip=self.cell_clip, proj_clip=self.proj_clip,

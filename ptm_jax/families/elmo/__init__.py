@@ -20,7 +20,7 @@ def build_elmo(cfg: Any, corpus: Any):
     """The registry's objective builder: ``corpus`` holds the word tokenizer and the train/eval sources."""
     from ptm_jax.families.elmo.objective import ElmoObjective
 
-    return ElmoObjective(cfg, corpus.train, corpus.eval, corpus.tokenizer)
+    return ElmoObjective(cfg, corpus.train, corpus.eval, corpus.tokenizer, corpus.artifacts["char_ids"])
 
 
 FAMILY = register(Family(
@@ -29,6 +29,7 @@ FAMILY = register(Family(
     objectives={"elmo_bilm": build_elmo},
     tokenizer_kinds=("word",),
     specials=("pad", "eos"),
+    artifacts={"char_ids": lazy("ptm_jax.families.elmo.chars", "build_char_table")},
     trunk=hooks.TRUNK,
     heads=("language_model",),
     infer_head=hooks.infer_head,

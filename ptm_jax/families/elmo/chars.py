@@ -68,6 +68,13 @@ def vocab_char_table(tokenizer, width: int = 50) -> np.ndarray:
     return table
 
 
+def build_char_table(cfg, corpus, directory) -> np.ndarray:
+    """``Family.artifacts['char_ids']``: the word vocabulary's character table (:func:`vocab_char_table`), built
+    from the corpus's tokenizer after the token cache exists. Every process computes it (a pass over the
+    vocabulary, no file), so no barrier is needed; ``directory`` is unused."""
+    return vocab_char_table(corpus.tokenizer, cfg.model.max_characters_per_token)
+
+
 def read_sentences(path, lower_case: bool = False) -> list[list[str]]:
     """One sentence per line of a UTF-8 file, words split on whitespace; an empty line or bytes that are not
     UTF-8 are a DataError naming the file and line."""

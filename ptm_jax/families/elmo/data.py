@@ -13,7 +13,7 @@ row r of global batch i reads, for L = ``data.max_seq_length``:
 
 with lane stride S = max(N // G, 1). Rows are independent, so process p of P takes rows [p*G/P, (p+1)*G/P)
 and the same rows whatever P; ``start_index`` (a multiple of G) resumes at batch start_index / G. The carry
-of a resumed run restarts from zero (it is not part of the data).
+itself is part of the checkpointed train state (``TrainState.carry``), so a resumed run goes on exactly.
 
 Evaluation (``repeat=False``): one unshuffled pass with S = ceil(N / G); a target at stream position p
 counts (weight 1) in lane r only when r*S < p <= min((r+1)*S, N - 1), so every position but the first is

@@ -126,8 +126,8 @@ class Elmo(nn.Module):
 
     @nn.compact
     def __call__(self, chars: dict, mask: dict, carry: dict | None = None, train: bool = False):
-        enc = CharEncoder(self.config, name="char_encoder")
-        tokens = {d: enc(chars[d]) for d in DIRECTIONS}
+        both = CharEncoder(self.config, name="char_encoder")(jnp.concatenate([chars[d] for d in DIRECTIONS]))
+        tokens = dict(zip(DIRECTIONS, jnp.split(both, len(DIRECTIONS))))   # one char-CNN call for both
         layers, new_carry = BiLM(self.config, name="bilm")(tokens, mask, carry, train)
         return tokens, layers, new_carry
 

@@ -7,7 +7,8 @@ classes) and carries both directions' LSTM state from one step to the next (``Tr
 ``CarriesState`` protocol, as bilm-tf feeds each batch's final state to the next); evaluation (``loss``) uses
 the full softmax from a zero state per window. ``lm_loss`` is the mean full-softmax CE over both
 directions' targets, so ``perplexity`` = exp(lm_loss) is the mean of the two directions' log-perplexities.
-The word ids of a batch become characters through the vocabulary's table (``chars.py``).
+The word ids of a batch become characters through the vocabulary's table (``chars.py``, the family's
+``char_ids`` artifact).
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ptm_jax.families.elmo.chars import vocab_char_table
 from ptm_jax.families.elmo.model import DIRECTIONS, ElmoLanguageModel, init_carry
 from ptm_jax.families.elmo.softmax import full_softmax_logits, sampled_softmax_ce
 from ptm_jax.models.layers import Partitioned
@@ -28,19 +28,19 @@ from ptm_jax.objectives.language_model import LanguageModelReport, lm_terms
 class ElmoObjective(SourceStreams, LanguageModelReport):
     primary_metric = "lm_loss"
 
-    def __init__(self, cfg: Any, train_source, eval_source, tokenizer):
+    def __init__(self, cfg: Any, train_source, eval_source, tokenizer, char_table: np.ndarray):
         cfg.model.validate()
-        if tokenizer.vocab_size > cfg.model.vocab_size:
+        if len(char_table) > cfg.model.vocab_size:
             from ptm_jax.errors import ConfigError
 
             raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is below the word vocabulary's "
-                              f"{tokenizer.vocab_size} entries; raise it (or lower tokenizer.vocab_size)")
+                              f"{len(char_table)} entries; raise it (or lower tokenizer.vocab_size)")
         self.cfg = cfg
         self.name = "elmo"
         self.model = ElmoLanguageModel(cfg.model)
         self.train_source, self.eval_source = train_source, eval_source
         self.eos_id, self.pad_id = int(tokenizer.eos_id), int(tokenizer.pad_id)
-        self.char_table = vocab_char_table(tokenizer, cfg.model.max_characters_per_token)
+        self.char_table = np.asarray(char_table, np.int32)      # Family.artifacts['char_ids'] (chars.py)
 
     @property
     def length(self) -> int:
