@@ -25,7 +25,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", action="append", required=True, metavar="NAME=PATH")
+    ap.add_argument("--model", action="append", default=[], metavar="NAME=PATH")
     ap.add_argument("--data-dir", default=str(REPO.parent / "shared/data/conll2003"))
     ap.add_argument("--train-sentences", type=int, default=2000)
     ap.add_argument("--dev-sentences", type=int, default=1000)
@@ -33,14 +33,25 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=1e-2)
     ap.add_argument("--docs", default=str(REPO / "docs"))
     ap.add_argument("--out", default=str(REPO / "runs/probe_layers"))
+    ap.add_argument("--replot", action="store_true", help="only redraw the plots from <out>/probe_layers.json")
     args = ap.parse_args()
 
     from ptm_jax.evaluate.features import load_model
     from ptm_jax.evaluate.plots import plot_layer_curves
     from ptm_jax.evaluate.probing import TASKS, ProbeSettings, probe, probe_curves
 
+    def plot(name: str, r: dict) -> None:
+        plot_layer_curves(probe_curves(r), Path(args.docs) / f"probe_{name}.png",
+                          title=f"{name}: linear probe per layer\nCoNLL-2003 dev ({r['dev_words']} words), "
+                          f"{r['train_words']} train words, {r['settings']['steps']} steps",
+                          ylabel="dev accuracy / entity F1")
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.replot:  # the plots again from the JSON of an earlier run
+        for name, r in json.loads((out / "probe_layers.json").read_text()).items():
+            plot(name, r)
+        return 0
     results = {}
     for spec in args.model:
         name, _, path = spec.partition("=")
@@ -54,9 +65,7 @@ def main() -> int:
                   dev_sentences=args.dev_sentences, settings=ProbeSettings(steps=args.steps, learning_rate=args.lr))
         r.update(model=path, seconds=round(time.time() - t0, 1))
         results[name] = r
-        plot_layer_curves(probe_curves(r), Path(args.docs) / f"probe_{name}.png",
-                          title=f"linear probes per layer: {name} (CoNLL-2003 dev, {r['dev_words']} words; "
-                          f"{r['train_words']} train words)", ylabel="dev accuracy / entity F1")
+        plot(name, r)
         (out / "probe_layers.json").write_text(json.dumps(results, indent=2) + "\n")
         print(json.dumps({name: {t: {k: v[k] for k in ("accuracy", "f1", "majority_baseline") if k in v}
                                  for t, v in r["tasks"].items()}}), flush=True)
