@@ -1,0 +1,158 @@
+"""The MT-DNN job: multi-task training of a shared encoder, then per-task finetuning from it, keeping the best
+model per task (Liu et al. 2019 Sec. 4, "the training procedure ... consists of two stages: pretraining and
+multi-task learning", followed by task-specific finetuning, Sec. 5.2).
+
+``ptm finetune --task mtdnn finetune.tasks=[rte,mrpc,stsb] --init MODEL --glue-dir GLUE output_dir=OUT``:
+
+1. ``OUT/mtdnn/multitask``: the multi-task stage, ``finetune.epochs`` epochs of the task plan
+   (``objectives/multi_task.py``: every step one task's mini-batch, tasks in proportion to their size and
+   ``finetune.task_weights``), through the one loop (``train/loop.fit``) with its checkpoints and exact resume.
+   Every evaluation scores every task's dev split.
+2. ``OUT/mtdnn/<task>/finetune``: for each task, ``finetune.mtdnn_finetune_epochs`` epochs on that task alone,
+   starting from the multi-task encoder and the task's multi-task head (0: no such stage).
+3. ``OUT/mtdnn/<task>/best``: the best model of the task over both stages by the task's dev metric
+   (``train/finetune.KeepBest``, one per task), saved as a single-task classifier: ``ptm eval --model
+   OUT/mtdnn/rte/best --task rte`` scores it again. ``best.json`` beside it holds its step and metrics;
+   ``OUT/mtdnn/summary.json`` the figures of both stages.
+
+The same command resumes: each stage restarts from its latest checkpoint, a finished stage is not rerun.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import jax
+
+from ptm_jax import config as config_lib
+from ptm_jax import fs
+from ptm_jax.config import RunConfig
+from ptm_jax.errors import ConfigError
+from ptm_jax.export.params import load_params, load_tokenizer
+from ptm_jax.objectives.multi_task import (
+    MultiTaskObjective,
+    read_task,
+    single_task_params,
+    task_names,
+    task_view,
+    task_weights,
+)
+from ptm_jax.parallel.mesh import make_mesh
+from ptm_jax.train.finetune import KeepBest, _merge_encoder, finetune_train_config
+from ptm_jax.train.param_groups import (
+    DEFAULT_RULES,
+    layerwise_decay_rules,
+    rules_from_config,
+)
+
+
+def _stage_config(cfg: RunConfig, epochs: float) -> RunConfig:
+    return dataclasses.replace(cfg, finetune=dataclasses.replace(cfg.finetune, epochs=epochs))
+
+
+def mtdnn(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
+    """Runs (or resumes) the job; returns its summary (also written to ``OUT/mtdnn/summary.json``).
+    ``stop_after``: stop (with a checkpoint) after this many steps of the current stage."""
+    from ptm_jax.families import registry
+    from ptm_jax.train.loop import fit
+
+    f = cfg.finetune
+    names = task_names(f.tasks)
+    weights = task_weights(f.task_weights, len(names))
+    if f.mtdnn_finetune_epochs < 0:
+        raise ConfigError(f"finetune.mtdnn_finetune_epochs={f.mtdnn_finetune_epochs} must be >= 0 (0: no per-task "
+                          "finetuning)")
+    init = f.init or fs.to_str(fs.path(cfg.output_dir) / "pretrain")
+    pretrained, model_cfg, info, tok_dir = load_params(init)
+    model_cfg = dataclasses.replace(model_cfg, dtype=cfg.model.dtype, attention_impl=cfg.model.attention_impl,
+                                    remat=cfg.model.remat)
+    if f.max_seq_length > model_cfg.max_position_embeddings:
+        raise ConfigError(f"finetune.max_seq_length={f.max_seq_length} exceeds the pretrained model's "
+                          f"max_position_embeddings={model_cfg.max_position_embeddings} ({init}); lower it")
+    fam = registry.get(model_cfg.family)
+    if "encoder" not in fam.task_heads:
+        raise ConfigError(f"finetune.task=mtdnn needs a shared encoder: model.family={model_cfg.family!r} has no "
+                          "'encoder' task head")
+    tokenizer = load_tokenizer(info, tok_dir)
+    tasks = [read_task(cfg, n, tokenizer) for n in names]
+    objective = MultiTaskObjective(model_cfg, tasks, weights, f)
+    tcfg = finetune_train_config(cfg, objective.num_train)
+    root = fs.path(cfg.output_dir) / "mtdnn"
+    mesh = make_mesh(cfg.mesh)
+    groups = [*DEFAULT_RULES, *rules_from_config(f.param_groups, "finetune.param_groups")]
+    if f.layerwise_lr_decay != 1.0:
+        groups[1:1] = layerwise_decay_rules(f.layerwise_lr_decay, model_cfg.num_layers)
+    tok_info = dict(info.get("tokenizer") or {})
+    tok_files = [tok_dir / n for n in tok_info.get("files", [])] if tok_dir else []
+    trunk = fam.trunk
+
+    def keeper(t):
+        return KeepBest(root / t.name, task_view(t), model_cfg, t.name, tok_info, tok_files,
+                        select=lambda p: single_task_params(p, trunk, t.name))
+
+    meta = {"config": config_lib.to_dict(cfg), "head": objective.head, "task": "mtdnn", "init": str(init)}
+    keep = [keeper(t) for t in tasks]
+    result = fit(objective, tcfg, mesh, root / "multitask", init_params=_merge_encoder(pretrained, trunk),
+                 param_groups=groups, meta=meta, stop_after=stop_after, hooks=keep)
+    summary: dict[str, Any] = {
+        "stage": "mtdnn", "task": "mtdnn", "init": str(init), "tasks": names, "task_weights": weights,
+        "plan": {t.name: int(k) for t, k in zip(tasks, objective.plan.k)}, "steps": tcfg.steps,
+        "step": result.step, "preempted": result.preempted, "multitask": {"final_eval": result.eval_metrics},
+        "tasks_detail": {t.name: t.description for t in tasks}, "primary_metric": objective.primary_metric,
+    }
+    summary["multitask"]["best"] = {t.name: {"step": k.best["step"], t.primary: k.best["metrics"].get(
+        f"{t.name}/{t.primary}")} for t, k in zip(tasks, keep)}
+    done = result.step >= tcfg.steps
+    finetuned: dict[str, Any] = {}
+    if done and f.mtdnn_finetune_epochs > 0:
+        shared = result.state.params
+        for t in tasks:
+            if t.train is None:
+                continue
+            single = MultiTaskObjective(model_cfg, [t], [1.0], f, name=f"mtdnn-{t.name}")
+            tcfg_t = finetune_train_config(_stage_config(cfg, f.mtdnn_finetune_epochs), single.num_train)
+            merge = _from_multitask(shared, trunk, t.name)
+            kb = keeper(t)  # goes on from the multi-task stage's best of the task
+            r = fit(single, tcfg_t, mesh, root / t.name / "finetune", init_params=merge, param_groups=groups,
+                    meta={**meta, "task": t.name}, stop_after=stop_after, hooks=[kb])
+            finetuned[t.name] = {"step": r.step, "steps": tcfg_t.steps, "final_eval": r.eval_metrics}
+            if r.step < tcfg_t.steps:
+                done = False
+                break
+    summary["finetune"] = finetuned
+    summary["best_per_task"] = {}
+    for t in tasks:
+        file = root / t.name / "best.json"
+        if fs.exists(file):
+            b = json.loads(fs.read_text(file))
+            summary["best_per_task"][t.name] = {"model": fs.to_str(root / t.name / "best"), "step": b["step"],
+                                                t.primary: b["metrics"].get(f"{t.name}/{t.primary}")}
+    summary["complete"] = bool(done)
+    summary["description"] = _describe(summary)
+    if jax.process_index() == 0:
+        fs.write_text_atomic(root / "summary.json", json.dumps(summary, indent=2))
+    return summary
+
+
+def _from_multitask(shared: Any, trunk: str, task: str):
+    """init_params of a per-task stage: the multi-task encoder and the task's head."""
+
+    def merge(fresh):
+        src = shared["params"]
+        out = {"params": {trunk: src[trunk], f"head_{task}": src[f"head_{task}"]}}
+        if set(out["params"]) != set(fresh["params"]):
+            raise ConfigError(f"the multi-task model has {sorted(src)}, the per-task model {sorted(fresh['params'])}")
+        return out
+
+    return merge
+
+
+def _describe(summary: dict[str, Any]) -> str:
+    head = (f"MT-DNN over {', '.join(summary['tasks'])} (batches per epoch {summary['plan']}), "
+            f"multi-task step {summary['step']} of {summary['steps']}")
+    lines = [head]
+    for name, b in summary["best_per_task"].items():
+        figures = ", ".join(f"{k}={v:.4f}" for k, v in b.items() if isinstance(v, float))
+        lines.append(f"  {name}: best {figures} -> {b['model']}")
+    return "\n".join(lines)

@@ -1,0 +1,208 @@
+"""MT-DNN (objectives/multi_task.py, train/multi_task.py): the task plan's proportions, bad task lists and
+weights, the ranking loss against numpy, and one real multi-task job on RTE, STS-B and an MRPC ranking task
+(subsets; a tiny random BERT with all-MiniLM-L6-v2's vocabulary) that is stopped, resumed, trains every head,
+and keeps a best model per task that `ptm eval` scores again."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ptm_jax.config import FinetuneConfig, RunConfig
+from ptm_jax.errors import ConfigError
+from ptm_jax.families.bert.config import BertConfig
+from ptm_jax.objectives.multi_task import (
+    MultiTaskObjective,
+    TaskPlan,
+    read_task,
+    task_names,
+    task_weights,
+)
+
+GLUE_SIZES = {"cola": 8551, "sst2": 67349, "mrpc": 3668, "stsb": 5749, "rte": 2490, "wnli": 635}
+
+
+def test_task_plan_steps_follow_task_sizes_and_weights_and_depend_only_on_step_and_seed():
+    n = np.array(list(GLUE_SIZES.values()))
+    for weights in ([1.0] * 6, [1.0, 0.25, 2.0, 1.0, 0.0, 3.0]):
+        plan = TaskPlan.from_sizes(n, [32] * 6, weights, seed=3)
+        want = np.asarray(weights) * n / np.sum(np.asarray(weights) * n)  # the share of steps by size x weight
+        steps = 7 * plan.length + 123  # seven epochs and part of the eighth
+        tasks = plan.tasks(0, steps)
+        share = np.bincount(tasks, minlength=6) / steps
+        # whole mini-batches per task (ceil(n/32), rounded after weighting) and the partial last epoch: 0.3%
+        np.testing.assert_allclose(share, want, atol=3e-3)
+        np.testing.assert_array_equal(share == 0, np.asarray(weights) == 0)  # weight 0: never sampled
+        # every epoch holds exactly k_t batches of task t; the counts before any step are those of the steps
+        for e in range(7):
+            np.testing.assert_array_equal(np.bincount(tasks[e * plan.length:(e + 1) * plan.length], minlength=6),
+                                          plan.k)
+        for s in (0, 1, 999, plan.length, steps - 1):
+            np.testing.assert_array_equal(plan.counts_before(s), np.bincount(tasks[:s], minlength=6))
+        # a function of (seed, step): a fresh plan gives the same tasks from any step; another seed does not
+        again = TaskPlan.from_sizes(n, [32] * 6, weights, seed=3)
+        assert [again.task_of(s) for s in (steps - 1, 5, 2 * plan.length + 7)] == [tasks[steps - 1], tasks[5],
+                                                                                    tasks[2 * plan.length + 7]]
+        other = TaskPlan.from_sizes(n, [32] * 6, weights, seed=4).tasks(0, plan.length)
+        assert not np.array_equal(other, tasks[:plan.length])
+    # ceil(n / B) batches per epoch, as Algorithm 1 of Liu et al. 2019 merges every task's mini-batches
+    assert TaskPlan.from_sizes([2490, 635], [32, 32], [1, 1], 0).k.tolist() == [78, 20]
+
+
+def test_bad_task_lists_and_weights_are_config_errors_naming_the_field(tmp_path):
+    assert task_names("[rte, MRPC,sts-b,mrpc_rank]") == ["rte", "mrpc", "stsb", "mrpc_rank"]
+    assert task_weights([], 3) == [1.0, 1.0, 1.0] and task_weights([2, 0, 0.5], 3) == [2.0, 0.0, 0.5]
+    for bad, msg in (([1.0, -0.5], r"finetune.task_weights\[1\]=-0.5 is negative"),
+                     ([0, 0.0], r"finetune.task_weights=\[0, 0.0\] are all zero"),
+                     ([1.0], r"finetune.task_weights has 1 values for 2 tasks"),
+                     ([1.0, float("nan")], r"finetune.task_weights\[1\]=nan is not a finite number")):
+        with pytest.raises(ConfigError, match=msg):
+            task_weights(bad, 2)
+    for bad, msg in (([], "finetune.tasks is empty"), (["rte", "rte"], "names rte more than once"),
+                     (["squad"], "'squad' is not a GLUE task"), (["sst2_rank"], "needs a labelled sentence-pair"),
+                     (["stsb_rank"], "needs a labelled sentence-pair")):
+        with pytest.raises(ConfigError, match=msg):
+            task_names(bad)
+    # through `ptm finetune --task mtdnn`: refused before any model or data is read
+    from ptm_jax.config import load_config
+    from ptm_jax.train.finetune import finetune
+
+    cfg = load_config("bert_tiny", ["finetune.task=mtdnn", "finetune.tasks=[rte,mrpc]", "finetune.task_weights=[0,0]",
+                                    f"finetune.init='{tmp_path / 'missing'}'", f"output_dir='{tmp_path}'"])
+    assert cfg.finetune.tasks == "[rte,mrpc]"  # the bare override text; task_names reads it
+    with pytest.raises(ConfigError, match=r"finetune.task_weights=\[0, 0\] are all zero"):
+        finetune(cfg)
+
+
+def test_ranking_loss_is_softmax_cross_entropy_over_each_group(minilm_tok, glue_subset):
+    cfg = run_cfg(minilm_tok, glue_subset, tasks=["mrpc_rank"], ranking_candidates=4, batch_size=8)
+    task = read_task(cfg, "mrpc_rank", minilm_tok)
+    obj = MultiTaskObjective(cfg.model, [task], [1.0], cfg.finetune)
+    # groups of 4 rows: the true second sentence once, at the position the seeded order put it
+    y = task.train["labels"].reshape(-1, 4)
+    assert task.units == 16 and np.all(y.sum(-1) == 1) and len(set(np.argmax(y, -1))) > 1
+    batch = next(obj.train_batches(0, 8, 0, 1))
+    scores = np.random.default_rng(0).normal(size=(8, 1)).astype(np.float32)
+    total, count = obj._branch(0)((jnp.asarray(scores),), {k: jnp.asarray(v) for k, v in batch.items()})
+    s, gold = scores[:, 0].reshape(2, 4), np.argmax(batch["labels"].reshape(2, 4), -1)
+    ref = -np.sum(s[np.arange(2), gold] - np.log(np.sum(np.exp(s), -1)))
+    assert float(count) == 2 and float(total) == pytest.approx(ref, rel=1e-5)
+    assert float(obj.normalizers(batch)["n"]) == 2.0  # examples of a ranking batch: its groups
+
+
+# ---------------------------------------------------------------------------------------------- a real job
+
+def tiny_bert(minilm_tok) -> BertConfig:
+    return BertConfig(vocab_size=minilm_tok.vocab_size, hidden_size=32, num_layers=1, num_heads=2,
+                      intermediate_size=64, max_position_embeddings=64)
+
+
+def run_cfg(minilm_tok, glue, **fine) -> RunConfig:
+    cfg = RunConfig(model=tiny_bert(minilm_tok))
+    cfg.finetune = FinetuneConfig(data_dir=str(glue), max_seq_length=32, train_subset=16,
+                                  **{"task": "mtdnn", "batch_size": 8, **fine})
+    cfg.train.progress_bar = False
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def glue_subset(shared_data, tmp_path_factory):
+    """RTE, STS-B and MRPC with their real train files and the first 24 (MRPC: 48) dev rows."""
+    out = tmp_path_factory.mktemp("glue")
+    for d, rows in (("RTE", 24), ("STS-B", 24), ("MRPC", 48)):
+        (out / d).mkdir()
+        shutil.copy(shared_data / "glue" / d / "train.tsv", out / d / "train.tsv")
+        lines = (shared_data / "glue" / d / "dev.tsv").read_text(encoding="utf-8").splitlines(True)
+        (out / d / "dev.tsv").write_text("".join(lines[: rows + 1]), encoding="utf-8")
+    return out
+
+
+@pytest.fixture
+def compile_cache(tmp_path_factory):
+    """JAX's persistent compilation cache in a temporary folder for one test, then off again: the resumed run
+    compiles the same train step as the stopped one, and reads it back instead (CI time)."""
+    from jax._src import compilation_cache
+
+    keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    before = {k: getattr(jax.config, k) for k in keys}
+    compilation_cache.reset_cache()
+    jax.config.update(keys[0], str(tmp_path_factory.mktemp("xla_cache")))
+    jax.config.update(keys[1], 0.0)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            jax.config.update(k, v)
+        compilation_cache.reset_cache()
+
+
+def test_multitask_job_trains_every_head_resumes_exactly_and_keeps_a_best_model_per_task(
+        minilm_tok, minilm_vocab, glue_subset, tmp_path, compile_cache):
+    from ptm_jax.export.params import load_params, save_params
+    from ptm_jax.families.bert.model import BertModel
+    from ptm_jax.train.evaluation import evaluate_task
+    from ptm_jax.train.finetune import finetune
+
+    mc = tiny_bert(minilm_tok)
+    ids = jnp.zeros((1, 8), jnp.int32)
+    # random weights without compiling an init: N(0, 0.02) kernels and embeddings, LayerNorm 1 / 0, zero biases
+    shapes = jax.eval_shape(lambda: nn.meta.unbox(BertModel(mc, name="bert").init(jax.random.key(0), ids, ids + 1,
+                                                                                   ids)))["params"]
+    rng = np.random.default_rng(0)
+    init = jax.tree_util.tree_map_with_path(
+        lambda path, s: (np.ones if path[-1].key == "scale" else np.zeros)(s.shape, np.float32)
+        if path[-1].key in ("scale", "bias") else rng.normal(0, 0.02, s.shape).astype(np.float32), shapes)
+    save_params(tmp_path / "init", {"bert": init}, mc, "encoder", tokenizer_files=[minilm_vocab])
+    cfg = run_cfg(minilm_tok, glue_subset, tasks=["rte", "stsb", "mrpc_rank"], ranking_candidates=2,
+                  init=str(tmp_path / "init"), epochs=10.0, learning_rate=2e-3, warmup_proportion=0.0, eval_every=40,
+                  mtdnn_finetune_epochs=0.0)
+    cfg.output_dir = str(tmp_path / "run")
+    cfg.train.log_every = 1
+    first = finetune(cfg, stop_after=13)  # stopped inside the multi-task stage (a checkpoint at step 13) ...
+    assert first["step"] == 13 and not first["complete"]
+    summary = finetune(cfg)  # ... and the same command goes on from it
+    # 16 examples per task, batches of 8 rows: 2 + 2 + 4 batches (16 MRPC groups of 2 candidates) per epoch
+    assert summary["plan"] == {"rte": 2, "stsb": 2, "mrpc_rank": 4} and summary["steps"] == 80
+    assert summary["complete"] and summary["step"] == 80
+    stage = tmp_path / "run" / "mtdnn" / "multitask"
+    rows = [json.loads(x) for x in (stage / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r["split"] == "train"]
+    # resumed exactly: every step logged once, each with the task the plan gives that step
+    plan = TaskPlan([2, 2, 4], cfg.finetune.seed)
+    assert [r["step"] for r in train] == list(range(1, 81))
+    assert [round(r["task"]) for r in train] == plan.tasks(0, 80).tolist()
+    # ... and the resumed data stream is the uninterrupted one from step 13 on
+    objective = MultiTaskObjective(mc, [read_task(cfg, t, minilm_tok) for t in cfg.finetune.tasks], [1.0] * 3,
+                                   cfg.finetune)
+    whole, resumed = objective.train_batches(0, 8, 0, 1), objective.train_batches(13 * 8, 8, 0, 1)
+    for s in range(30):
+        a = next(whole)
+        if s >= 13:
+            b = next(resumed)
+            assert all(np.array_equal(a[k], b[k]) for k in a), s
+    # every head trains: each task's mean loss over its last five steps is below 0.8 x that of its first five
+    for i, name in enumerate(["rte", "stsb", "mrpc_rank"]):
+        losses = [r["loss"] for r in train if round(r["task"]) == i]
+        assert all(math.isfinite(x) for x in losses)
+        assert np.mean(losses[-5:]) < 0.8 * np.mean(losses[:5]), (name, losses)
+    evals = [r for r in rows if r["split"] == "eval"]
+    assert [r["step"] for r in evals] == [40, 80]
+    assert {"rte/accuracy", "stsb/spearman", "stsb/pearson", "mrpc_rank/accuracy", "mean"} <= set(evals[-1])
+    # a best model per task, a single-task classifier that `ptm eval` scores to the figure kept with it
+    for name, metric, labels in (("rte", "accuracy", 2), ("stsb", "spearman", 1)):
+        best = json.loads((tmp_path / "run" / "mtdnn" / name / "best.json").read_text())
+        assert best["value"] == max(r[f"{name}/{metric}"] for r in evals)
+        params, _, info, _ = load_params(tmp_path / "run" / "mtdnn" / name / "best")
+        assert info["head"] == "sequence_classification" and info["num_labels"] == labels
+        assert set(params) == {"bert", "classifier"}
+        if name == "rte":
+            ecfg = run_cfg(minilm_tok, glue_subset, task="rte")
+            got = evaluate_task(ecfg, str(tmp_path / "run" / "mtdnn" / name / "best"))
+            assert got["metrics"]["accuracy"] == pytest.approx(best["metrics"]["rte/accuracy"], abs=1e-9)
+    assert summary["best_per_task"]["mrpc_rank"]["accuracy"] == max(r["mrpc_rank/accuracy"] for r in evals)
