@@ -31,12 +31,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ptm_jax.config import load_config  # noqa: E402
-from ptm_jax.families.ernie import continual  # noqa: E402
-from ptm_jax.families.ernie.dialogue import script_to_turns  # noqa: E402
-from ptm_jax.objectives.registry import build_objective  # noqa: E402
-from ptm_jax.train.metrics import read_metrics  # noqa: E402
-from ptm_jax.train.stages import prepare_corpus, pretrain  # noqa: E402
+from ptm_jax.config import load_config
+from ptm_jax.families.ernie import continual
+from ptm_jax.families.ernie.dialogue import script_to_turns
+from ptm_jax.objectives.registry import build_objective
+from ptm_jax.train.metrics import read_metrics
+from ptm_jax.train.stages import prepare_corpus, pretrain
 
 SCRIPT = ROOT.parent / "shared" / "data" / "corpus" / "tinyshakespeare" / "input.txt"
 TASK_METRIC = {"knowledge_masking": "mlm_accuracy", **{t: f"{t}_accuracy" for t in continual.TASKS[1:]}}

@@ -8,6 +8,7 @@ Real text: the first 3000 lines of tiny-shakespeare (../shared/data/corpus/tinys
 500 trained on it."""
 import collections
 import re
+import types
 
 import numpy as np
 import pytest
@@ -33,11 +34,11 @@ def run(shared_data, tmp_path_factory):
                                       f"data.max_seq_length={L}", f"train.batch_size={G}"])
     corpus = prepare_corpus(cfg)
     obj = registry.get("ernie2").objectives["ernie2"](cfg, corpus)
-    return cfg, corpus, obj, obj.builders[id(corpus.train)], lines
+    return types.SimpleNamespace(cfg=cfg, corpus=corpus, obj=obj, ex=obj.builders[id(corpus.train)], lines=lines)
 
 
 def test_capitalisation_labels_are_istitle_or_isupper_of_each_word(run):
-    cfg, corpus, obj, ex, lines = run
+    corpus, lines = run.corpus, run.lines
     tok, cache, labels = corpus.tokenizer, corpus.cache, corpus.artifacts["case"]
     speeches = [s.split("\n") for s in "\n".join(lines).split("\n\n") if s.strip()]
     ones = 0
@@ -54,7 +55,7 @@ def test_capitalisation_labels_are_istitle_or_isupper_of_each_word(run):
 
 
 def test_token_document_labels_by_direct_counting(run):
-    cfg, corpus, obj, ex, _ = run
+    cfg, ex = run.cfg, run.ex
     src, positives, total = ex.source, 0, 0
     for i in range(200):
         x = ex.example("token_document", i, cfg.data.seed)
@@ -72,13 +73,13 @@ def test_token_document_labels_by_direct_counting(run):
 
 
 def test_reorder_classes_are_uniform_and_the_parts_reassemble(run):
-    cfg, corpus, obj, ex, _ = run
+    cfg, corpus, ex = run.cfg, run.corpus, run.ex
     k = cfg.data.reorder_segments
     counts = np.zeros(len(PERMUTATIONS[k]), int)
     n = 1200
     for i in range(n):
         x = ex.example("reorder", i, cfg.data.seed)
-        d, tokens, cuts = x.where
+        tokens = x.where[1]
         counts[x.label] += 1
         seps = np.flatnonzero(x.ids == corpus.special.sep)
         assert len(seps) == k and len(x.ids) <= L and x.ids[0] == corpus.special.cls
@@ -93,7 +94,7 @@ def test_reorder_classes_are_uniform_and_the_parts_reassemble(run):
 
 
 def test_distance_classes_are_balanced_and_true(run):
-    cfg, corpus, obj, ex, _ = run
+    cfg, corpus, ex = run.cfg, run.corpus, run.ex
     counts = np.zeros(3, int)
     n = 1200
     for i in range(n):
@@ -113,8 +114,7 @@ def test_distance_classes_are_balanced_and_true(run):
     assert np.all(np.abs(counts / n - 1 / 3) < 0.05), counts
 
 
-def test_schedule_adds_each_task_at_its_step_and_samples_by_weight(run):
-    cfg, corpus, obj, ex, _ = run
+def test_schedule_adds_each_task_at_its_step_and_samples_by_weight():
     dcfg = load_config("ernie2_tiny", ['data.task_weights="1,1,1,1,4"']).data
     starts = dict(zip(dcfg.task_list(), dcfg.starts()))   # 0, 4, 8, 12, 16
     seen = [continual.task_at(dcfg, s, 5) for s in range(3000)]
@@ -128,7 +128,7 @@ def test_schedule_adds_each_task_at_its_step_and_samples_by_weight(run):
 
 
 def test_stream_follows_the_schedule_and_resumes_exactly(run):
-    cfg, corpus, obj, ex, _ = run
+    cfg, obj = run.cfg, run.obj
     km = continual.TASKS.index("knowledge_masking")
     whole = obj.train_batches(0, G, 0, 1)
     batches = [next(whole) for _ in range(10)]

@@ -5,6 +5,9 @@ the network's output. Training through the loop (finite losses, exact resume, 1 
 tests/test_conformance.py's ernie_dlm row.
 
 Real text: tiny-shakespeare (../shared/data/corpus/tinyshakespeare/input.txt), whose speakers alternate."""
+import itertools
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,7 +62,8 @@ def test_a_turn_without_a_speaker_is_an_error_naming_file_and_line(tmp_path):
 def test_tinyshakespeare_script_becomes_alternating_dialogues(shakespeare, tmp_path):
     dialogues = D.read_script(shakespeare, 6)
     # counted independently: speeches = blank-line blocks whose first line is "Name:" and that have text
-    blocks = [b.split("\n") for b in open(shakespeare, encoding="utf-8").read().split("\n\n") if b.strip()]
+    text = Path(shakespeare).read_text(encoding="utf-8")
+    blocks = [b.split("\n") for b in text.split("\n\n") if b.strip()]
     speeches = [b for b in blocks if len([s for s in b[1:] if s.strip()])]
     assert sum(map(len, dialogues)) == len(speeches)
     first = dialogues[0]
@@ -112,7 +116,7 @@ def test_examples_fake_rate_roles_and_fake_source(dlm):
         assert ids[0] == special.cls and len(seps) == k and seps[-1] == len(ids) - 1 and len(ids) <= L
         # the role of a turn covers its tokens and its [SEP]; [CLS] takes the first turn's role
         bounds = np.concatenate([[0], seps])
-        for a, b in zip(bounds[:-1], bounds[1:]):
+        for a, b in itertools.pairwise(bounds):
             assert len(set(roles[a + 1:b + 1].tolist())) == 1
         assert roles[0] == roles[1]
         if i < 500:   # the last turn: the drawn response itself when real, another turn when fake
@@ -150,7 +154,7 @@ def test_stream_masks_only_turn_tokens_and_labels_match(dlm):
 
 
 def test_role_embeddings_change_the_output(dlm):
-    cfg, corpus, obj = dlm
+    cfg, _, obj = dlm
     b = {k: jnp.asarray(v[:2]) for k, v in next(obj.train_batches(0, 8, 0, 1)).items()}
     model = ErnieForPreTraining(cfg.model, with_nsp=True)
     params = jax.jit(model.init)(jax.random.key(0), b["input_ids"], b["input_mask"], b["segment_ids"],

@@ -17,6 +17,7 @@ alone (a resumed run trains the same tasks). Each task has its own id in the tas
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,7 +84,7 @@ class Ernie2DataConfig(ErnieDataConfig):
             if len(values) != len(tasks):
                 raise ConfigError(f"{where}.{name} has {len(values)} entries but {where}.tasks has {len(tasks)}; "
                                   "give one per task")
-        if starts[0] != 0 or any(b < a for a, b in zip(starts, starts[1:])):
+        if starts[0] != 0 or any(b < a for a, b in itertools.pairwise(starts)):
             raise ConfigError(f"{where}.task_from_steps={self.task_from_steps!r}: the first task must start at step "
                               "0 and the starts must not decrease (each stage adds a task to the earlier ones)")
         if any(not np.isfinite(w) or w < 0 for w in weights):

@@ -17,7 +17,14 @@ import jax.numpy as jnp
 from ptm_jax.families.bert.heads import MlmHead
 from ptm_jax.families.bert.model import BertEmbeddings, BertEncoder
 from ptm_jax.models.attention import padding_mask
-from ptm_jax.models.layers import Dense, constrain, dtype_of, gather_positions, partitioned, truncated_normal
+from ptm_jax.models.layers import (
+    Dense,
+    constrain,
+    dtype_of,
+    gather_positions,
+    partitioned,
+    truncated_normal,
+)
 
 TRUNK = "ernie2"
 

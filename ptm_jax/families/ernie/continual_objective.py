@@ -21,7 +21,11 @@ import optax
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.bert.mlm import mlm_loss, mlm_terms
 from ptm_jax.families.ernie import continual
-from ptm_jax.families.ernie.continual_data import PERMUTATIONS, TaskExamples, continual_dataset
+from ptm_jax.families.ernie.continual_data import (
+    PERMUTATIONS,
+    TaskExamples,
+    continual_dataset,
+)
 from ptm_jax.families.ernie.continual_model import Ernie2ForPreTraining
 from ptm_jax.objectives.base import SourceStreams
 
@@ -60,7 +64,7 @@ class ContinualObjective(SourceStreams):
 
     def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
         L, P = self.cfg.data.max_seq_length, self.cfg.data.max_predictions_per_seq
-        z = lambda *s, t=np.int32: np.zeros(s, t)  # noqa: E731
+        z = lambda *s, t=np.int32: np.zeros(s, t)
         return {"input_ids": z(batch_size, L), "input_mask": np.ones((batch_size, L), np.int32),
                 "segment_ids": z(batch_size, L), "task_ids": z(batch_size),
                 "masked_lm_positions": z(batch_size, P), "masked_lm_ids": z(batch_size, P),

@@ -166,7 +166,7 @@ class DialogueSource:
     def dialogue_of(self, t: np.ndarray | int) -> np.ndarray:
         return np.searchsorted(self.turn_first, t, side="right") - 1
 
-    def subset(self, first: int, last: int) -> "DialogueSource":
+    def subset(self, first: int, last: int) -> DialogueSource:
         """Dialogues [first, last) as a source of their own."""
         t0, t1 = int(self.turn_first[first]), int(self.turn_first[last])
         k0, k1 = int(self.tok_first[t0]), int(self.tok_first[t1])
@@ -237,7 +237,7 @@ def build_dialogues(cfg: Any, corpus: Any, directory: Any) -> DialogueSource | N
         fs.makedirs(directory)
         fs.write_bytes_atomic(arrays_path, buf.getvalue())
         fs.write_text_atomic(meta_path, json.dumps({"fingerprint": key, "dialogues": src.num_dialogues,
-                                                    "turns": src.num_turns, "tokens": int(len(src.tokens))}))
+                                                    "turns": src.num_turns, "tokens": len(src.tokens)}))
     barrier("ernie_dialogues")
     with np.load(io.BytesIO(fs.read_bytes(arrays_path))) as z:
         return DialogueSource(z["tokens"], z["tok_first"], z["role"], z["turn_first"])
