@@ -1,0 +1,92 @@
+"""AWD-LSTM perplexity on WikiText-2 for a stated CPU budget, next to a plain LSTM of the same size and budget
+(the same 3-layer model with every AWD-LSTM regulariser off: no embedding, locked, weight or output dropout, no
+AR/TAR; weights tied in both so that only the regularisation differs).
+
+Data: ../shared/data/corpus/wikitext-2-tokenized holds only WikiText-2's valid and test splits, so valid.txt
+(217,646 tokens) is the training text and test.txt the held-out text, read as lines (a document per paragraph)
+with a word vocabulary built from valid.txt (``--vocab`` most frequent words, the rest '<unk>'). Training runs
+through the project's loop (variable BPTT around ``--bptt``, state carried across batches, STLR schedule,
+Adam(0.8, 0.99), clip 0.4); the held-out figure is ``families/ulmfit/perplexity.py``: test.txt cut into 16
+contiguous rows, state carried from chunk to chunk. Run from the repository root:
+
+    python benchmarks/awd_lstm_wikitext2.py --steps 300 --out /tmp/awd_wt2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+DATA = REPO.parent / "shared" / "data" / "corpus" / "wikitext-2-tokenized"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--bptt", type=int, default=70)
+    ap.add_argument("--embed", type=int, default=400)
+    ap.add_argument("--hidden", type=int, default=1150)
+    ap.add_argument("--vocab", type=int, default=10000)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--variants", default="awd,plain", help="comma-separated: awd, plain")
+    ap.add_argument("--out", default="/tmp/awd_lstm_wikitext2")
+    ap.add_argument("--json", default="")
+    return ap.parse_args(argv)
+
+
+def overrides(args, out: Path, plain: bool) -> list[str]:
+    o = [f"output_dir={out}", f"data.corpus={DATA / 'valid.txt'}", "data.format=lines", "data.eval_documents=0",
+         f"data.max_seq_length={args.bptt}", "data.bptt_std=5", "data.bptt_bucket=16",
+         f"model.vocab_size={args.vocab}", f"tokenizer.vocab_size={args.vocab}", "tokenizer.lower_case=false",
+         f"model.embed_dim={args.embed}", f"model.hidden_dim={args.hidden}", f"train.batch_size={args.batch_size}",
+         f"train.steps={args.steps}", f"train.learning_rate={args.lr}", "train.lr_decay=slanted_triangular",
+         f"train.warmup_steps={max(1, args.steps // 10)}", "train.eval_every=0", f"train.checkpoint_every={args.steps}",
+         "train.log_every=25", "mesh.data=1"]
+    if plain:
+        o += [f"model.{k}=0.0" for k in ("output_p", "hidden_p", "input_p", "embed_p", "weight_p", "ar_alpha",
+                                         "tar_beta")]
+    return o
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import jax
+
+    from ptm_jax import config as config_lib
+    from ptm_jax.export.params import load_params, load_tokenizer
+    from ptm_jax.families.ulmfit.perplexity import perplexity
+    from ptm_jax.train.stages import pretrain
+
+    results = {"machine": os.uname().nodename, "cpus": os.cpu_count(), "load_before": os.getloadavg()[0],
+               "steps": args.steps, "batch_size": args.batch_size, "bptt": args.bptt, "embed": args.embed,
+               "hidden": args.hidden, "vocab": args.vocab, "runs": {}}
+    for variant in args.variants.split(","):
+        out = Path(args.out) / variant
+        cfg = config_lib.load_config(str(REPO / "configs" / "ulmfit_tiny.toml"),
+                                     overrides(args, out, variant == "plain"))
+        t0 = time.time()
+        summary = pretrain(cfg)
+        train_s = time.time() - t0
+        params, model_cfg, info, tok_dir = load_params(out / "pretrain")
+        t1 = time.time()
+        ppl = perplexity(params, model_cfg, load_tokenizer(info, tok_dir), DATA / "test.txt", seq_len=args.bptt)
+        results["runs"][variant] = {"train_seconds": round(train_s, 1), "eval_seconds": round(time.time() - t1, 1),
+                                    "train_lm_loss": summary["train"].get("lm_loss"), "test": ppl}
+        print(json.dumps({variant: results["runs"][variant]}, indent=2), flush=True)
+    results["load_after"] = os.getloadavg()[0]
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
