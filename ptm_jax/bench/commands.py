@@ -46,12 +46,25 @@ def _print_rows(title: str, rows: list[tuple[str, str]]) -> None:
         print(f"  {k:<{width}}  {v}")
 
 
+def _fields(*pairs: tuple[str, Any], sep: str = "=") -> str:
+    """' name=value' for each field the family has (None: a field of other families, e.g. a Transformer's
+    layers for word2vec), so a header never prints None."""
+    return "".join(f" {k}{sep}{v}" if k else f" {v}" for k, v in pairs if v is not None)
+
+
+def _shape(m: dict[str, Any]) -> str:
+    """'batch B x seq S (P=..)' or 'batch B' for families whose example is one token (word2vec's center)."""
+    seq = f" x seq {m['seq_len']}" if m.get("seq_len") not in (None, 1) else ""
+    return f"batch {m['batch']}{seq}{_fields(('P', m.get('predictions')))}"
+
+
 def print_train(r: dict[str, Any]) -> None:
     m, mem = r["model"], r.get("memory_per_device", {})
     _print_rows(
-        f"ptm bench: {m['family']} L={m['layers']} H={m['hidden']} heads={m['heads']} FFN={m['ffn']} V={m['vocab']} "
-        f"| batch {m['batch']} x seq {m['seq_len']} (P={m['predictions']}) | {m['dtype']} remat={m['remat']} "
-        f"scan={m['scan_layers']} attention={m['attention_impl']} accum={m['grad_accum_steps']} "
+        f"ptm bench: {m['family']}{_fields(('L', m['layers']), ('H', m['hidden']), ('heads', m['heads']))}"
+        f"{_fields(('FFN', m['ffn']), ('dim', m.get('dim')), ('V', m['vocab']))} | {_shape(m)} |"
+        f"{_fields(('', m['dtype']), ('remat', m['remat']), ('scan', m['scan_layers']))}"
+        f"{_fields(('attention', m['attention_impl']), ('accum', m['grad_accum_steps']))} "
         f"mlm_head={r['mlm_head']} | mesh {r['mesh']} on {r['devices']} x {r['device_kind']}",
         [
             ("parameters", f"{r['params']:,}"),
@@ -99,9 +112,10 @@ def _per_step(r: dict[str, Any], key: str) -> float | None:
 def print_compile(r: dict[str, Any]) -> None:
     mem, m = r["memory_per_device"], r["model"]
     _print_rows(
-        f"ptm compile: {m['family']} L={m['layers']} H={m['hidden']} | batch {m['batch']} x seq {m['seq_len']} | "
-        f"{m['dtype']} remat={m['remat']} scan={m['scan_layers']} | mesh {r['mesh']} on {r['devices']} x "
-        f"{r['device_kind']} ({r['device_type']})",
+        f"ptm compile: {m['family']}{_fields(('L', m['layers']), ('H', m['hidden']), ('dim', m.get('dim')))}"
+        f"{_fields(('V', m['vocab']))} | {_shape(m)} |"
+        f"{_fields(('', m['dtype']), ('remat', m['remat']), ('scan', m['scan_layers'])) or ' -'} | mesh {r['mesh']} "
+        f"on {r['devices']} x {r['device_kind']} ({r['device_type']})",
         [
             ("parameters", f"{r['params']:,}"),
             ("train state per device", _gib(r["state_bytes_per_device"])),

@@ -177,11 +177,15 @@ def model_summary(cfg: RunConfig) -> dict[str, Any]:
     def get(name):  # the Transformer fields; None for families without them (NNLM, word2vec)
         return getattr(m, name, None)
 
+    seq = cfg.data.max_seq_length
+    if flops_lib.has_formula(m.family):  # the family's tokens per example (word2vec: one center word, no seq)
+        seq = flops_lib.train_step_flops(cfg).tokens // max(cfg.train.batch_size, 1)
     return {"family": m.family, "layers": get("num_layers"), "hidden": get("hidden_size"), "heads": get("num_heads"),
-            "ffn": get("intermediate_size"), "vocab": m.vocab_size, "dtype": get("dtype"), "remat": get("remat"),
+            "ffn": get("intermediate_size"), "vocab": m.vocab_size, "dim": get("dim") or get("embed_dim"),
+            "dtype": get("dtype"), "remat": get("remat"),
             "scan_layers": get("scan_layers"), "attention_impl": get("attention_impl"),
             "dropout": [get("hidden_dropout"), get("attention_dropout")], "objective": cfg.objective,
-            "batch": cfg.train.batch_size, "seq_len": cfg.data.max_seq_length,
+            "batch": cfg.train.batch_size, "seq_len": seq,
             "predictions": getattr(cfg.data, "max_predictions_per_seq", None),
             "grad_accum_steps": cfg.train.grad_accum_steps}
 
@@ -276,7 +280,7 @@ class _Run:
             "step_s_mean": statistics.fmean(times), "step_s_std": statistics.pstdev(times),
             "step_s_min": min(times),
             "step_cpu_s_median": statistics.median(self.cpu_times[-len(times):]),  # all threads of the process
-            "tokens_per_s": b * s / med, "examples_per_s": b / med,
+            "tokens_per_s": fl.tokens / med, "examples_per_s": b / med,
             "model_flops_per_step": fl.train, "model_flops_source": source,
             "model_flops_breakdown": {k: 3.0 * v for k, v in fl.forward.items()},
             "hardware_flops_per_step": fl.hardware,
