@@ -240,8 +240,9 @@ def read_task(cfg: Any, name: str, tokenizer, *, train: bool = True) -> TaskData
 
 class MultiTaskModel(nn.Module):
     """The family's encoder (``Family.task_heads['encoder']``, named as its trunk so pretrained weights merge)
-    with its pooler, one dropout, and a linear head per task (``head_<task>``, the single-task classifier's
-    ``Dense``) -> a tuple of float32 [B, outputs] per task."""
+    with its pooler, one dropout, and a linear head per task (``head_<i>`` for the i-th task, the single-task
+    classifier's ``Dense``; numbered, not named, so one-task models of different tasks compile to the same
+    program) -> a tuple of float32 [B, outputs] per task."""
 
     encoder: Any
     cfg: Any
@@ -258,8 +259,8 @@ class MultiTaskModel(nn.Module):
                                                               deterministic=deterministic)
         pooled = seq[:, 0] if pooled is None else pooled
         pooled = Dropout(self.dropout)(pooled, deterministic=deterministic)
-        return tuple(Dense(n, ("embed", "classes"), self.cfg.initializer_range, name=f"head_{name}")(pooled)
-                     .astype(jnp.float32) for name, n in self.outputs)
+        return tuple(Dense(n, ("embed", "classes"), self.cfg.initializer_range, name=f"head_{i}")(pooled)
+                     .astype(jnp.float32) for i, (_, n) in enumerate(self.outputs))
 
 
 # ---------------------------------------------------------------------------------------------- objective
@@ -435,8 +436,8 @@ def task_view(task: TaskData) -> TaskView:
         task.labels), task.num_outputs)
 
 
-def single_task_params(params: Any, trunk: str, task: str) -> dict:
-    """{trunk, 'classifier'}: task ``task``'s model as the single-task classifier lays it out
+def single_task_params(params: Any, trunk: str, index: int) -> dict:
+    """{trunk, 'classifier'}: the model of task ``index`` as the single-task classifier lays it out
     (``BertForSequenceClassification``: ``ptm eval`` and ``ptm predict`` read it)."""
     p = params.get("params", params)
-    return {"params": {trunk: p[trunk], "classifier": p[f"head_{task}"]}}
+    return {"params": {trunk: p[trunk], "classifier": p[f"head_{index}"]}}

@@ -87,12 +87,12 @@ def mtdnn(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     tok_files = [tok_dir / n for n in tok_info.get("files", [])] if tok_dir else []
     trunk = fam.trunk
 
-    def keeper(t):
+    def keeper(t, index):
         return KeepBest(root / t.name, task_view(t), model_cfg, t.name, tok_info, tok_files,
-                        select=lambda p: single_task_params(p, trunk, t.name))
+                        select=lambda p: single_task_params(p, trunk, index))
 
     meta = {"config": config_lib.to_dict(cfg), "head": objective.head, "task": "mtdnn", "init": str(init)}
-    keep = [keeper(t) for t in tasks]
+    keep = [keeper(t, i) for i, t in enumerate(tasks)]
     result = fit(objective, tcfg, mesh, root / "multitask", init_params=_merge_encoder(pretrained, trunk),
                  param_groups=groups, meta=meta, stop_after=stop_after, hooks=keep)
     summary: dict[str, Any] = {
@@ -107,13 +107,13 @@ def mtdnn(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     finetuned: dict[str, Any] = {}
     if done and f.mtdnn_finetune_epochs > 0:
         shared = result.state.params
-        for t in tasks:
+        for i, t in enumerate(tasks):
             if t.train is None:
                 continue
             single = MultiTaskObjective(model_cfg, [t], [1.0], f, name=f"mtdnn-{t.name}")
             tcfg_t = finetune_train_config(_stage_config(cfg, f.mtdnn_finetune_epochs), single.num_train)
-            merge = _from_multitask(shared, trunk, t.name)
-            kb = keeper(t)  # goes on from the multi-task stage's best of the task
+            merge = _from_multitask(shared, trunk, i)
+            kb = keeper(t, 0)  # goes on from the multi-task stage's best of the task
             r = fit(single, tcfg_t, mesh, root / t.name / "finetune", init_params=merge, param_groups=groups,
                     meta={**meta, "task": t.name}, stop_after=stop_after, hooks=[kb])
             finetuned[t.name] = {"step": r.step, "steps": tcfg_t.steps, "final_eval": r.eval_metrics}
@@ -135,12 +135,12 @@ def mtdnn(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     return summary
 
 
-def _from_multitask(shared: Any, trunk: str, task: str):
-    """init_params of a per-task stage: the multi-task encoder and the task's head."""
+def _from_multitask(shared: Any, trunk: str, index: int):
+    """init_params of a per-task stage: the multi-task encoder and the head of task ``index`` (its one head)."""
 
     def merge(fresh):
         src = shared["params"]
-        out = {"params": {trunk: src[trunk], f"head_{task}": src[f"head_{task}"]}}
+        out = {"params": {trunk: src[trunk], "head_0": src[f"head_{index}"]}}
         if set(out["params"]) != set(fresh["params"]):
             raise ConfigError(f"the multi-task model has {sorted(src)}, the per-task model {sorted(fresh['params'])}")
         return out
