@@ -203,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="stop (with a checkpoint) after this many steps of this invocation")
         if name in ("run", "finetune", "eval"):
             p.add_argument("--task", default=None, help="finetune.task: embedded | sst2 | cola | mrpc | stsb | "
-                           "qqp | mnli | qnli | rte | wnli | squad | squad_v2 | conll2003 | swag | consert")
+                           "qqp | mnli | qnli | rte | wnli | squad | squad_v2 | conll2003 | swag | consert | "
+                           "mtdnn (the tasks of finetune.tasks=[...] in one job)")
             p.add_argument("--glue-dir", default=None, help="finetune.data_dir for GLUE tasks")
             p.add_argument("--data-dir", default=None, help="finetune.data_dir (SQuAD/CoNLL folder, or 'tfds')")
         if name in ("finetune", "eval"):

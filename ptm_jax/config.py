@@ -188,8 +188,9 @@ class FinetuneConfig:
 
     task: str = "embedded"
     """'embedded' (derived from the embedded corpus), a GLUE task (sst2, cola, mrpc, stsb, qqp, mnli, qnli,
-    rte, wnli), 'squad', 'squad_v2', 'conll2003', 'swag' or 'consert' (contrastive sentence embeddings,
-    objectives/contrastive.py); empty: no finetuning stage in `ptm run`."""
+    rte, wnli), 'squad', 'squad_v2', 'conll2003', 'swag', 'consert' (contrastive sentence embeddings,
+    objectives/contrastive.py) or 'mtdnn' (the tasks of finetune.tasks in one multi-task job,
+    train/multi_task.py); empty: no finetuning stage in `ptm run`."""
     data_dir: str = ""
     """GLUE directory (holding SST-2/, CoLA/, ...), SQuAD JSON folder, CoNLL-2003 folder, SWAG CSV folder, or
     'tfds'. SQuAD with no train file: 'PATH/dev-v1.1.json#fold=K/N' trains on the articles a % N != K of
