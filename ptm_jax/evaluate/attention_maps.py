@@ -210,7 +210,7 @@ def cmd_attention(args: argparse.Namespace) -> int:
     tokens, probs, lay, hd = attention_maps(params, cfg, tok, args.text, layers=layers,
                                             heads=_ints(args.heads, "heads"))
     out = Path(args.out)
-    title = f"{Path(str(args.model).rstrip('/')).name}: {args.text[:80]}"
+    title = f"{args.name or Path(str(args.model).rstrip('/')).name}: {args.text[:80]}"
     png = save_png(tokens, probs, lay, hd, out / "attention.png", title)
     page = head_view_html(tokens, probs, lay, hd, out / "attention.html", title)
     print(json.dumps({"tokens": tokens, "layers": [x + 1 for x in lay], "heads": hd, "png": str(png),
@@ -230,5 +230,6 @@ def register(subparsers) -> None:
     p.add_argument("--layers", default=None, help="comma-separated layers, 1 = the first block, -1 = the last "
                    "(default: all)")
     p.add_argument("--heads", default=None, help="comma-separated heads from 0 (default: all)")
+    p.add_argument("--name", default=None, help="model name in the titles (default: the folder's name)")
     p.add_argument("--out", default="attention", help="output folder (default ./attention)")
     p.set_defaults(handler=cmd_attention)
