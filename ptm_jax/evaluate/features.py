@@ -255,7 +255,8 @@ def run_layers(key: tuple, build: Callable[[], Callable], params: Any, rows: lis
 
 
 def inference_model(params: dict, model_cfg: Any) -> tuple[dict, Any, str]:
-    """(params in the loop layout, the config with dropout 0, no remat, no scan, a cache key of it)."""
+    """(params in the loop layout, the config with dropout 0, no remat, no scan, a cache key of it), for a
+    ``TransformerConfig`` family (``models/config.py``: the fields replaced here)."""
     from ptm_jax.config import to_dict
     from ptm_jax.export.params import to_layout
 
