@@ -78,9 +78,9 @@ def test_frozen_minilm_layers_train_textcnn_and_the_scalar_mix_through_fit(sst2_
     assert obj.example_batch(16)["features"].shape == (16, 7, 24, 384)
 
 
-def test_bilstm_tagger_reads_conll_on_a_frozen_vector_file_and_scores_entities(tmp_path, shared_data):
+def test_bilstm_tagger_reads_conll_over_a_vector_file_and_scores_entities_with_ner_metrics(tmp_path, shared_data):
     from ptm_jax.export.vector_files import write_text_vectors
-    from ptm_jax.objectives.feature_tasks import build_feature_task, finetune_features
+    from ptm_jax.objectives.feature_tasks import build_feature_task
 
     data = tmp_path / "conll"
     data.mkdir()
@@ -110,15 +110,11 @@ def test_bilstm_tagger_reads_conll_on_a_frozen_vector_file_and_scores_entities(t
     all_o[..., obj.label_to_id["O"]] = 1.0
     assert obj.score({"logits": all_o})["f1"] == 0.0
 
-    summary = finetune_features(cfg)
-    assert summary["step"] == 2 and "f1" in summary["final_eval"] and "precision" in summary["final_eval"]
-    assert 0.0 <= summary["final_eval"]["f1"] <= 1.0 and summary["scalar_mix"] is None
-    saved = json.loads((tmp_path / "run" / "finetune-conll2003" / "best" / "feature_model.json").read_text())
-    assert saved["frozen_embeddings"] and saved["label_names"] == list(obj.spec.labels)
-
-    import orbax.checkpoint as ocp
-
-    params = ocp.PyTreeCheckpointer().restore(str(tmp_path / "run" / "finetune-conll2003" / "best" / "params"))
-    table = np.asarray(params["params"]["inputs"]["embedding"])
-    rows = [saved["words"].index(w) for w in words[:20]]
-    np.testing.assert_array_equal(table[rows], vectors[:20])  # frozen: still the file's vectors
+    # the table holds the file's vectors (frozen by a parameter-group rule when trained: finetune.freeze_embeddings)
+    rows = [features.table.index[w] for w in words[:20]]
+    np.testing.assert_array_equal(features.table.matrix[rows], vectors[:20])
+    batch = obj.example_batch(16)
+    assert batch["ids"].shape == (16, 40) and batch["labels"].shape == (16, 40)
+    first = obj.train["labels"][0]
+    n = len(read_conll(data / "eng.train")[0][0].words)  # train_subset 0: the file order
+    assert (first[:n] >= 0).all() and (first[n:] == -100).all() and obj.train["mask"][0].sum() == n

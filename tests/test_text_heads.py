@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -12,44 +11,37 @@ LENGTHS = np.array([5, 1, 3])
 VOCAB, DIM = 11, 8
 
 
-def _ids(pad_to: int, fill: int) -> tuple[np.ndarray, np.ndarray]:
-    """The same three rows (lengths 5, 1, 3) right-padded to ``pad_to`` with word id ``fill`` under mask 0."""
+def _batch() -> dict[str, np.ndarray]:
+    """Three rows (lengths 5, 1, 3) padded to 9 with id 0, then the same rows with random real word ids in the
+    padded positions (mask 0 there too)."""
     rng = np.random.default_rng(0)
     words = rng.integers(1, VOCAB, size=(3, 5))
-    ids = np.full((3, pad_to), fill, np.int32)
-    mask = np.zeros((3, pad_to), np.int32)
+    ids = np.zeros((6, 9), np.int32)
+    mask = np.zeros((6, 9), np.int32)
     for r, n in enumerate(LENGTHS):
-        ids[r, :n], mask[r, :n] = words[r, :n], 1
-    return ids, mask
+        ids[r, :n] = ids[r + 3, :n] = words[r, :n]
+        ids[r + 3, n:] = rng.integers(1, VOCAB, size=9 - n)
+        mask[r, :n] = mask[r + 3, :n] = 1
+    return {"ids": ids, "mask": mask}
 
 
-@pytest.mark.parametrize("head,width", [("textcnn", 300), ("textrnn", 12), ("textrcnn", 6)])
-def test_sentence_head_shapes_and_padding_never_changes_the_logits(head, width):
-    model = FeatureClassifier(WordInputs(VOCAB, DIM, name="inputs"), head, num_labels=2, hidden=6)
-    ids, mask = _ids(6, 0)
-    params = jax.jit(model.init)(jax.random.key(0), {"ids": ids, "mask": mask})
-    pooled_width = params["params"]["output"]["kernel"].value.shape[0]
-    assert pooled_width == width  # 3 widths x 100 maps; 2 x hidden; the projection
-    apply = jax.jit(model.apply)
-    logits = apply(params, {"ids": ids, "mask": mask})
-    assert logits.shape == (3, 2)
-    longer, long_mask = _ids(13, 7)  # more padding, and a real word id in the padded positions
-    again = apply(params, {"ids": longer, "mask": long_mask})
-    np.testing.assert_allclose(np.asarray(again), np.asarray(logits), rtol=1e-6, atol=1e-6)
-    assert float(jnp.std(logits)) > 0  # rows differ: the head reads the words
-
-
-def test_tagger_logits_at_words_ignore_padding():
-    model = FeatureTagger(WordInputs(VOCAB, DIM, name="inputs"), num_labels=5, hidden=6)
-    ids, mask = _ids(6, 0)
-    params = jax.jit(model.init)(jax.random.key(1), {"ids": ids, "mask": mask})
-    apply = jax.jit(model.apply)
-    logits = np.asarray(apply(params, {"ids": ids, "mask": mask}))
-    assert logits.shape == (3, 6, 5)
-    longer, long_mask = _ids(10, 3)
-    again = np.asarray(apply(params, {"ids": longer, "mask": long_mask}))
-    for r, n in enumerate(LENGTHS):
-        np.testing.assert_allclose(again[r, :n], logits[r, :n], rtol=1e-6, atol=1e-6)
+@pytest.mark.parametrize("head,width", [("textcnn", 300), ("textrnn", 12), ("textrcnn", 6), ("bilstm", 12)])
+def test_head_shapes_and_padding_never_changes_the_logits(head, width):
+    inputs = WordInputs(VOCAB, DIM, name="inputs")
+    model = (FeatureTagger(inputs, num_labels=5, hidden=6) if head == "bilstm"
+             else FeatureClassifier(inputs, head, num_labels=2, hidden=6))
+    batch = _batch()
+    params = jax.jit(model.init)(jax.random.key(0), batch)
+    assert params["params"]["output"]["kernel"].value.shape == (width, 5 if head == "bilstm" else 2)
+    logits = np.asarray(jax.jit(model.apply)(params, batch))  # 3 widths x 100 maps; 2 x hidden; the projection
+    if head == "bilstm":
+        assert logits.shape == (6, 9, 5)
+        for r, n in enumerate(LENGTHS):
+            np.testing.assert_allclose(logits[r + 3, :n], logits[r, :n], rtol=1e-6, atol=1e-6)
+    else:
+        assert logits.shape == (6, 2)
+        np.testing.assert_allclose(logits[3:], logits[:3], rtol=1e-6, atol=1e-6)
+    assert float(np.std(logits[:3, 0])) > 1e-4  # the rows differ: the head reads the words
 
 
 def test_textcnn_max_over_time_equals_numpy_wide_convolution():

