@@ -145,7 +145,6 @@ def _check_against_hf(fam_name, params, cfg, tok, hf_model, encode, **hf_kw):
         np.testing.assert_allclose(got, want, atol=2e-5, rtol=0)
         several += len(row.ids) - len(words)
     assert several > 8  # words of several pieces exist, so the first-piece alignment is exercised
-    return feats
 
 
 class _Row:
@@ -185,15 +184,10 @@ def test_gpt2_features_and_attention_equal_transformers_hidden_states_and_attent
         attn_implementation="eager")).eval()
     model.save_pretrained(tmp_path / "hf")
     params, cfg, _ = import_hf_gpt2(tmp_path / "hf")
-    feats = _check_against_hf("gpt", params, cfg, tok, model.transformer,
-                              lambda w: encode_words(tok, [w], space_before=True)[0])
+    _check_against_hf("gpt", params, cfg, tok, model.transformer,
+                      lambda w: encode_words(tok, [w], space_before=True)[0])
     probs = _check_attention_against_hf(params, cfg, tok, model.transformer, tok.encode(TEXT[0]))
     assert np.all(np.triu(probs, k=1) == 0.0)  # causal: no query sees a later key
-    # causal: a word's features do not depend on the words after it
-    from ptm_jax.evaluate.features import word_features
-
-    head = word_features(params, cfg, tok, [TEXT[2].split()[:5]])[0]
-    np.testing.assert_allclose(head, feats[2][:, :5], atol=2e-5, rtol=0)
 
 
 def test_xlnet_features_and_attention_equal_transformers_content_stream_and_attentions(tmp_path):
