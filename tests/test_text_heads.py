@@ -5,7 +5,12 @@ import jax
 import numpy as np
 import pytest
 
-from ptm_jax.models.text_heads import FeatureClassifier, FeatureTagger, TextCNN, WordInputs
+from ptm_jax.models.text_heads import (
+    FeatureClassifier,
+    FeatureTagger,
+    TextCNN,
+    WordInputs,
+)
 
 LENGTHS = np.array([5, 1, 3])
 VOCAB, DIM = 11, 8

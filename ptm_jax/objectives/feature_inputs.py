@@ -26,8 +26,9 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -202,7 +203,7 @@ class FeatureStore:
     def num_layers(self) -> int:
         return int(self.data.shape[1])
 
-    def append(self, other: "FeatureStore") -> np.ndarray:
+    def append(self, other: FeatureStore) -> np.ndarray:
         """Adds ``other``'s rows after this store's; returns their row numbers here."""
         first = len(self)
         if len(self) == 0:

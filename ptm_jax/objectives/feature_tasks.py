@@ -25,8 +25,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +38,13 @@ from ptm_jax import fs
 from ptm_jax.config import FinetuneConfig, RunConfig
 from ptm_jax.data.tasks.conll import IGNORE_INDEX, ConllSentence, label_list
 from ptm_jax.errors import ConfigError, DataError
-from ptm_jax.models.text_heads import HEADS, TAGGERS, FeatureClassifier, FeatureTagger, WordInputs
+from ptm_jax.models.text_heads import (
+    HEADS,
+    TAGGERS,
+    FeatureClassifier,
+    FeatureTagger,
+    WordInputs,
+)
 from ptm_jax.objectives.classification import SequenceClassificationObjective
 from ptm_jax.objectives.feature_inputs import (
     FeatureStore,
@@ -260,8 +267,9 @@ def _sentence_task(cfg: RunConfig):
     read = (lambda split: glue_from_tfds(task, split)) if f.data_dir == "tfds" else (
         lambda split: read_glue(f.data_dir, task, split)[0])
     train, dev = read("train"), read("dev_matched" if task == "mnli" else "dev")
-    desc = f"GLUE {task}: {len(train)} train / {len(dev)} dev examples from {f.data_dir}"
-    return get_task(task), take_subset(train, f.train_subset, f.subset_seed), dev, desc
+    kept = take_subset(train, f.train_subset, f.subset_seed)
+    desc = (f"GLUE {task}: {len(kept)} train (of {len(train)}) / {len(dev)} dev examples from {f.data_dir}")
+    return get_task(task), kept, dev, desc
 
 
 def build_feature_task(cfg: RunConfig) -> tuple[Any, FeatureInputs, str]:
@@ -283,11 +291,11 @@ def build_feature_task(cfg: RunConfig) -> tuple[Any, FeatureInputs, str]:
         else:
             train_file, dev_file = conll_files(f.data_dir, "dev")
             train, dev = read_conll(train_file)[0], read_conll(dev_file)[0]
-        labels = label_list(train)
+        labels, total = label_list(train), len(train)  # labels of the whole file: a subset keeps the same ids
         train = take_subset(train, f.train_subset, f.subset_seed)
         features = FeatureInputs(source, f, [s.words for s in train], [s.words for s in dev], cache)
         obj = FeatureTaggingObjective(f, train, dev, labels, features)
-        return obj, features, (f"CoNLL-2003 NER: {len(train)} train / {len(dev)} dev sentences, "
+        return obj, features, (f"CoNLL-2003 NER: {len(train)} train (of {total}) / {len(dev)} dev sentences, "
                                f"{len(labels)} labels, {obj.dev_truncated_words} dev words past max_seq_length")
     spec, train, dev, desc = _sentence_task(cfg)
     features = FeatureInputs(source, f, [e.text_a.split() for e in train], [e.text_a.split() for e in dev], cache)
