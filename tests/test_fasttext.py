@@ -166,3 +166,48 @@ def test_an_oov_query_without_any_ngram_is_a_data_error_naming_the_word(run, vec
         FAMILY.subword_vectors(params, dataclasses.replace(cfg, minn=5), tok, ["father", "qz"])
     # with minn 3 every word has one ('<q>'): an unknown word is answered, a misspelt known word included
     assert len(vectors.neighbors("qz", k=3)) == 3 and vectors.neighbors("fatherr", k=3)[0][0].startswith("father")
+
+
+def test_sparse_row_update_equals_the_dense_sgd_step(shared_data, tmp_path):
+    """One CBOW SGD step on a real batch (both tables, the context's units together): the rows' scatter-add
+    (``row_gradients`` + ``apply_rows``) equals the dense gradient of the tables, duplicate cap included (cap 2
+    so that it binds). Skip-gram shares all but which ids are read (``model.row_ids``); its sparse training is
+    the conformance test's (resume bit-equal, one device = the (2,2,2) mesh)."""
+    import types
+
+    import jax
+
+    from ptm_jax.config import RunConfig, TokenizerConfig, TrainConfig
+    from ptm_jax.data.pretraining.source import ArraySource
+    from ptm_jax.data.word_vocab import build_word_vocab
+    from ptm_jax.families.fasttext import FAMILY, FastTextConfig, FastTextDataConfig
+
+    lines = (shared_data / "corpus/tinyshakespeare/input.txt").read_text(encoding="utf-8").splitlines()[:300]
+    vocab = build_word_vocab(lines, tmp_path, min_count=2, lower_case=True)
+    docs = [[np.asarray(ids, np.int32)] for ids in vocab.encode_batch(lines) if ids]
+    corpus = types.SimpleNamespace(tokenizer=vocab, eval=None, train=ArraySource(docs))
+    for objective in ("fasttext_cbow",):
+        cfg = RunConfig(objective=objective,
+                        model=FastTextConfig(vocab_size=vocab.vocab_size, dim=8, bucket=512, duplicate_cap=2),
+                        data=FastTextDataConfig(window=3, sample=0.0, negative=3, seed=2), tokenizer=TokenizerConfig(),
+                        train=TrainConfig(batch_size=64, steps=1, optimizer="sgd", learning_rate=0.5,
+                                          weight_decay=0.0, clip_norm=0.0))
+        obj = FAMILY.objectives[objective](cfg, corpus)
+        assert obj.sparse_rows
+        batch = {k: jax.numpy.asarray(v) for k, v in next(obj.train_batches(0, 64, 0, 1)).items()}
+        params = jax.tree.map(lambda x: getattr(x, "value", x), obj.init(jax.random.key(0), batch),
+                              is_leaf=lambda x: hasattr(x, "value"))
+        params = jax.tree.map(lambda x: x + 0.1, params)          # nonzero output rows: every gradient flows
+        norms = obj.normalizers(batch)
+
+        @jax.jit
+        def both(p):
+            grads = jax.grad(lambda q: obj.loss(q, batch, None, norms, True)[0])(p)
+            loss, _, rows = obj.row_gradients(p, batch, None, norms)
+            return jax.tree.map(lambda x, g: x - 0.5 * g, p, grads), obj.apply_rows(p, rows, 0.5), loss, rows
+
+        dense, sparse, loss, rows = both(params)
+        assert float(loss) > 0 and sum(int((g != 0).any(axis=1).sum()) for _, g in rows.values()) > 100
+        for k in ("input", "output"):
+            np.testing.assert_allclose(sparse["params"]["fasttext"][k], dense["params"]["fasttext"][k], rtol=1e-5,
+                                       atol=1e-6, err_msg=f"{objective} {k}")

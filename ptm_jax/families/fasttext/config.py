@@ -29,6 +29,10 @@ class FastTextConfig:
     duplicate_cap: int = 64
     """As word2vec's ``model.duplicate_cap`` (``families/word2vec/model.py`` ``Word2VecTables``): a row taking
     part in n > cap updates of one batch gets their sum scaled by cap / n (0: the plain summed gradient)."""
+    sparse_update: bool = True
+    """With plain SGD (no weight decay, clipping, parameter groups or accumulation) a step scatter-adds the
+    gradient of the rows it read into the tables (``train/step.py`` ``SparseRows``), as fastText updates only
+    those rows, instead of a dense gradient of the (vocab_size + bucket) x dim input table; the same update."""
 
     def validate(self, where: str = "model") -> None:
         if self.family != "fasttext":

@@ -53,6 +53,24 @@ class FastTextTables(nn.Module):
         return gather_rows(tables[table], ids, cfg.duplicate_cap)
 
 
+def row_ids(batch: dict, cbow: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(input unit ids [R, M], their weights [R, M], output target ids [R, T]) of a batch: the rows a step
+    reads from each table (M = N units, or 2 window x N for CBOW's context; T as :class:`FastText`)."""
+    units, weight = batch["subwords"], batch["subword_weight"]
+    if cbow:                                                       # the context's units together
+        r = units.shape[0]
+        units, weight = units.reshape(r, -1), weight.reshape(r, -1)
+    first = batch["center"][:, None] if cbow else batch["context"]
+    return units, weight, jnp.concatenate([first, batch["negatives"]], axis=1)
+
+
+def scores_from_rows(inputs: jax.Array, weight: jax.Array, targets: jax.Array) -> jax.Array:
+    """[R, M, d] input unit rows, [R, M] weights, [R, T, d] target rows -> [R, T]: the mean of the units (the
+    whole gradient to each) against every target."""
+    h = mean_with_sum_gradient(inputs, weight)                                     # [R, d]
+    return pair_scores(h[:, None, :], targets)[:, 0, :]
+
+
 class FastText(nn.Module):
     """A batch of ``data.py`` features -> ``scores`` [R, T]: the hidden vector of each row against its targets,
     the context words then the negatives (skip-gram, T = 2 window + K) or the center then the negatives (CBOW,
@@ -64,11 +82,5 @@ class FastText(nn.Module):
     @nn.compact
     def __call__(self, batch: dict) -> jax.Array:
         tables = FastTextTables(self.config, name=TRUNK)
-        units, weight = batch["subwords"], batch["subword_weight"]
-        if self.cbow:                                              # the context's units together
-            r = units.shape[0]
-            units, weight = units.reshape(r, -1), weight.reshape(r, -1)
-        h = mean_with_sum_gradient(tables(units, "input"), weight)               # [R, d]
-        first = batch["center"][:, None] if self.cbow else batch["context"]
-        targets = jnp.concatenate([first, batch["negatives"]], axis=1)           # [R, T]
-        return pair_scores(h[:, None, :], tables(targets, "output"))[:, 0, :]    # [R, T]
+        units, weight, targets = row_ids(batch, self.cbow)
+        return scores_from_rows(tables(units, "input"), weight, tables(targets, "output"))

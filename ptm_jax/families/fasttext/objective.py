@@ -12,6 +12,11 @@ a batch's pairs are applied together, rows in more than ``model.duplicate_cap`` 
 summed step scaled down (word2vec's ``Word2VecTables``), and the K negatives of a center are shared by its
 skip-gram pairs.
 
+With plain SGD (``model.sparse_update``, the default) the step is ``train/step.py``'s ``sparse_sgd_step``:
+``row_gradients`` gives the gradient of each row the batch read (the capped sums above) and ``apply_rows``
+scatter-adds ``-lr x`` them into the tables, as fastText touches only those rows; the dense path's update
+(``tests/test_fasttext.py`` checks both on one batch).
+
 Reported: ``ft_loss`` (terms per pair, the mean over the batch's pairs) and ``ft_pairs``.
 """
 from __future__ import annotations
@@ -26,7 +31,7 @@ import numpy as np
 from ptm_jax.data.pretraining.source import DocumentSource
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.fasttext.data import fasttext_dataset, feature_dtype, feature_shapes
-from ptm_jax.families.fasttext.model import FastText
+from ptm_jax.families.fasttext.model import TRUNK, FastText, row_ids, scores_from_rows
 from ptm_jax.families.fasttext.subwords import Subwords
 from ptm_jax.families.word2vec import sampling
 from ptm_jax.families.word2vec.data import Tables
@@ -73,6 +78,9 @@ class FastTextObjective(SourceStreams):
         self.model = FastText(cfg.model, cbow=self.cbow)
         self.train_source, self.eval_source = train_source, eval_source
         self.eos_id, self.pad_id = int(eos_id), int(pad_id)
+        t = cfg.train
+        self.sparse_rows = bool(cfg.model.sparse_update and t.optimizer == "sgd" and not t.weight_decay
+                                and not t.clip_norm and not t.param_groups and t.grad_accum_steps == 1)
 
     def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
         d = self.cfg.data
@@ -89,13 +97,47 @@ class FastTextObjective(SourceStreams):
         return {"pairs": pairs.astype(jnp.float32)}
 
     def loss(self, params, batch, rng, normalizers, train: bool):
-        scores = self.model.apply(params, batch)
+        return self.loss_of_scores(self.model.apply(params, batch), batch, normalizers)
+
+    def loss_of_scores(self, scores, batch, normalizers):
         pair_w, neg_w = pair_weights(batch, self.cbow)
         s = pair_w.shape[1]
         total = (-jnp.sum(jax.nn.log_sigmoid(scores[:, :s]) * pair_w)
                  - jnp.sum(jax.nn.log_sigmoid(-scores[:, s:]) * neg_w))
         pairs = jnp.sum(pair_w)
         return total, {"ft_loss": (total, normalizers["pairs"]), "ft_pairs": (pairs, jnp.ones(()))}
+
+    def row_gradients(self, params, batch, rng, normalizers):
+        """The sparse path (``train/step.py`` ``sparse_sgd_step``): (loss, terms, {table: (ids [N], rows [N, d])}),
+        ``rows`` the gradient of the loss with respect to each gathered row scaled by min(1, duplicate_cap / n)
+        for a row gathered n times: adding ``-lr x rows`` at ``ids`` is the dense path's SGD step (the same
+        sums, ``FastTextTables``), touching only the rows read."""
+        tables = params["params"][TRUNK]
+        units, weight, targets = row_ids(batch, self.cbow)
+        ids = {"input": units, "output": targets}
+        rows = {k: tables[k].at[i].get(mode="promise_in_bounds") for k, i in ids.items()}
+
+        def loss_fn(r):
+            return self.loss_of_scores(scores_from_rows(r["input"], weight, r["output"]), batch, normalizers)
+
+        (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(rows)
+        cap = float(self.cfg.model.duplicate_cap)
+        out = {}
+        for k, i in ids.items():
+            flat = i.reshape(-1)
+            g = grads[k].reshape(flat.shape[0], -1)
+            if cap:
+                n = jax.ops.segment_sum(jnp.ones(flat.shape, g.dtype), flat, num_segments=tables[k].shape[0])
+                g = g * jnp.minimum(1.0, cap / jnp.maximum(n[flat], 1.0))[:, None]
+            out[k] = (flat, g)
+        return loss, terms, out
+
+    def apply_rows(self, params, rows, step_size):
+        """``params`` with ``-step_size x grads`` added to the rows of each table (duplicates add up)."""
+        tables = dict(params["params"][TRUNK])
+        for k, (flat, g) in rows.items():
+            tables[k] = tables[k].at[flat].add(-step_size * g, mode="promise_in_bounds")
+        return {**params, "params": {**params["params"], TRUNK: tables}}
 
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
         return dict(metrics)
