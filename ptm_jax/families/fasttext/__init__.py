@@ -61,6 +61,7 @@ FAMILY = register(Family(
     heads=("word_vectors",),
     infer_head=hooks.infer_head,
     layer_of=hooks.layer_of,
+    flops=hooks.step_flops,
     synthetic_batch=hooks.synthetic_batch,
     tiny_preset="fasttext_tiny",
     subword_vectors=hooks.subword_vectors,

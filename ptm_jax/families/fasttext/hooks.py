@@ -47,6 +47,25 @@ def subword_vectors(params: Any, model_cfg: Any, tokenizer: Any, words: Sequence
     return out
 
 
+def forward_flops(cfg: Any) -> dict[str, float]:
+    """2 x multiply-adds of one forward pass if every slot of the batch trained: B centers, S = 2 window
+    context slots, K negatives, U input units of a word, taken as a ``subwords.SYNTHETIC_LETTERS``-letter
+    word's (the padded count of a real vocabulary is its longest word's); the table lookups are gathers."""
+    from ptm_jax.families.fasttext.subwords import SYNTHETIC_LETTERS
+
+    m, d, b, s, k = cfg.model, cfg.model.dim, cfg.train.batch_size, 2 * cfg.data.window, cfg.data.negative
+    units = 1 + sum(max(0, SYNTHETIC_LETTERS + 3 - n) for n in range(m.minn, m.maxn + 1))
+    cbow = cfg.objective.endswith("cbow")
+    macs = {"unit_mean": b * units * d * (s if cbow else 1), "pair_scores": b * ((1 if cbow else s) + k) * d}
+    return {key: 2.0 * v for key, v in macs.items()}
+
+
+def step_flops(cfg: Any):
+    from ptm_jax.bench.flops import StepFlops
+
+    return StepFlops(forward=forward_flops(cfg), recompute=0.0, tokens=cfg.train.batch_size)
+
+
 def layer_of(keys: Sequence[str]) -> str:
     """Parameter path -> gradient-norm group: the table's name ('input', 'output')."""
     keys = [str(k) for k in keys]

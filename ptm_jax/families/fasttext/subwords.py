@@ -60,9 +60,29 @@ def vocabulary_words(tokenizer: Any, vocab_size: int) -> list[str]:
     return [tokenizer.id_to_token(i) for i in range(n)] + [""] * (vocab_size - n)
 
 
+SYNTHETIC_LETTERS = 8
+"""``synthetic_table``: each id stands for a word of this many letters (4 x 8 - 6 = 26 n-grams of 3-6)."""
+
+
+def synthetic_table(model_cfg: Any) -> Subwords:
+    """For a tokenizer without words (``ptm bench``/``ptm compile``'s synthetic corpus): every id gets its own
+    row and the n-gram count of a ``SYNTHETIC_LETTERS``-letter word, spread over the buckets by a
+    multiplicative hash, so the shapes and the rows touched are a real vocabulary's."""
+    v, n = int(model_cfg.vocab_size), max(1, sum(max(0, SYNTHETIC_LETTERS + 3 - k)
+                                                 for k in range(model_cfg.minn, model_cfg.maxn + 1)))
+    i = np.arange(v, dtype=np.int64)[:, None]
+    k = np.arange(1, n + 1, dtype=np.int64)[None, :]
+    grams = v + (i * 2654435761 + k * 40503) % int(model_cfg.bucket)
+    ids = np.concatenate([i, grams], axis=1).astype(np.int32)
+    return Subwords(ids, np.full(v, n + 1, np.int32))
+
+
 def build_table(model_cfg: Any, tokenizer: Any) -> Subwords:
-    """The table of ``tokenizer``'s words under ``model_cfg``'s n-gram settings (no cache)."""
+    """The table of ``tokenizer``'s words under ``model_cfg``'s n-gram settings (no cache); a tokenizer
+    without words (a synthetic corpus) gets ``synthetic_table``."""
     model_cfg.validate()
+    if not hasattr(tokenizer, "id_to_token"):
+        return synthetic_table(model_cfg)
     words = vocabulary_words(tokenizer, model_cfg.vocab_size)
     specials = set(tokenizer.special_ids()) | set(range(int(tokenizer.vocab_size), model_cfg.vocab_size))
     ids, lengths = subword_table(words, specials, nwords=model_cfg.vocab_size, minn=model_cfg.minn,
