@@ -61,7 +61,8 @@ def test_bad_task_lists_and_weights_are_config_errors_naming_the_field(tmp_path)
     for bad, msg in (([1.0, -0.5], r"finetune.task_weights\[1\]=-0.5 is negative"),
                      ([0, 0.0], r"finetune.task_weights=\[0, 0.0\] are all zero"),
                      ([1.0], r"finetune.task_weights has 1 values for 2 tasks"),
-                     ([1.0, float("nan")], r"finetune.task_weights\[1\]=nan is not a finite number")):
+                     ([1.0, float("nan")], r"finetune.task_weights\[1\]=nan is not a finite number"),
+                     ("[1,x]", r"finetune.task_weights='\[1,x\]': give a list of numbers")):
         with pytest.raises(ConfigError, match=msg):
             task_weights(bad, 2)
     for bad, msg in (([], "finetune.tasks is empty"), (["rte", "rte"], "names rte more than once"),

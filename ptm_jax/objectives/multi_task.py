@@ -82,6 +82,8 @@ def task_names(value: Any, where: str = "finetune.tasks") -> list[str]:
 
 def task_weights(weights: Sequence[Any], n: int, where: str = "finetune.task_weights") -> list[float]:
     """One non-negative weight per task (empty: all 1); negative, non-numeric or all-zero weights are refused."""
+    if isinstance(weights, str):  # an override that is not a list literal, e.g. [1,x]
+        raise ConfigError(f"{where}={weights!r}: give a list of numbers, one per task, e.g. {where}=[1,0.5]")
     if weights is None or len(weights) == 0:
         return [1.0] * n
     if len(weights) != n:

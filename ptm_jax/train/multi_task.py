@@ -108,7 +108,7 @@ def mtdnn(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     if done and f.mtdnn_finetune_epochs > 0:
         shared = result.state.params
         for i, t in enumerate(tasks):
-            if t.train is None:
+            if t.train is None or weights[i] == 0:  # weight 0: left out of training, still evaluated
                 continue
             single = MultiTaskObjective(model_cfg, [t], [1.0], f, name=f"mtdnn-{t.name}")
             tcfg_t = finetune_train_config(_stage_config(cfg, f.mtdnn_finetune_epochs), single.num_train)
