@@ -1,6 +1,11 @@
 """ULMFiT / AWD-LSTM (issue 18, item 2): fastai parity, weight-import errors, variable-BPTT batches, the LM
 trained through the loop with its carried state, the classifier stage's parameter groups and slanted
-triangular rates, and the pipeline's refusal to build a classifier without a finished LM."""
+triangular rates, and the pipeline's refusal to build a classifier without a finished LM.
+
+The two fastai tests skip where fastai is absent: it is not in pyproject.toml because its own requirements
+(torchvision, spacy) would let pip replace the pinned torch. Install it beside torch with
+``pip install --no-deps fastai fastcore fasttransform fastdownload "fastprogress==1.0.3" plum-dispatch beartype
+pandas`` (fastprogress 1.1 imports python-fasthtml)."""
 from __future__ import annotations
 
 import jax

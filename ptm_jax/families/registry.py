@@ -103,6 +103,9 @@ class Family:
     """(params, model_cfg, prompts, ...) -> token ids: autoregressive decoding (``ptm generate``)."""
     perplexity: Callable[..., Any] | None = None
     """(params, model_cfg, tokenizer, file, **kw) -> dict: held-out perplexity (``ptm perplexity``)."""
+    stages: Callable[..., Any] | None = None
+    """(cfg: RunConfig) -> summary dict: the family's own chain of stages that ``ptm run`` runs in place of
+    pretrain -> finetune when ``finetune.task`` is set (ULMFiT: general LM -> target-task LM -> classifier)."""
     tiny_preset: str | None = None
     """A preset small enough for the conformance test (``tests/test_conformance.py``)."""
     word_vectors: Callable[[Any, Any], Any] | None = None

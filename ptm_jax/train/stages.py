@@ -139,7 +139,13 @@ def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | 
 
 
 def run(cfg: RunConfig) -> dict[str, Any]:
-    """The main job: pretrain, then the finetuning/evaluation stages when configured."""
+    """The main job: pretrain, then the finetuning/evaluation stages when configured; a family with its own chain
+    of stages (``Family.stages``) runs that instead when ``finetune.task`` is set."""
+    from ptm_jax.families import registry
+
+    own = registry.family_of_objective(cfg.objective).stages
+    if cfg.finetune.task and own is not None:
+        return own(cfg)
     summary = {"pretrain": pretrain(cfg)}
     if cfg.finetune.task and not summary["pretrain"]["preempted"]:
         from ptm_jax.train.finetune import finetune
