@@ -295,3 +295,31 @@ def test_log_uniform_sampler_frequencies_and_sampled_softmax_with_accidental_hit
         neg = [h[r] @ w[s] + b[s] - np.log(K * q[s]) for s in sampled if s != y]
         logits = np.array([true] + neg)
         assert ce[r] == pytest.approx(np.log(np.exp(logits - logits.max()).sum()) + logits.max() - true, rel=1e-4)
+
+
+def test_lanes_continue_across_batches_in_both_directions_and_eval_predicts_each_position_once():
+    from ptm_jax.data.pretraining.causal_lm import PackedStream
+    from ptm_jax.data.pretraining.source import ArraySource
+    from ptm_jax.families.elmo.data import lane_rows, reversed_span
+
+    lengths = [7, 3, 9, 4, 6]
+    start = np.cumsum([0] + lengths) + 10
+    docs = [[np.arange(a, a + n, dtype=np.int32)] for a, n in zip(start, lengths)]   # every token unique
+    stream = PackedStream(ArraySource(docs), 2, seed=0, shuffle=False)
+    N, G, L = stream.pass_tokens, 4, 3                                                # N = 34 with the eos
+    two = stream.span(0, 2 * N)[0]
+    np.testing.assert_array_equal(reversed_span(stream, 30, 40), np.concatenate([two[:N][::-1], two[N:][::-1]])[30:40])
+    b0, b1 = (lane_rows(stream, i, range(G), G, L, 0, finite=False) for i in (0, 1))
+    for d in ("fwd_ids", "bwd_ids"):
+        np.testing.assert_array_equal(b1[d][:, 0], b0[d][:, -1])   # each lane goes on where it stopped
+    np.testing.assert_array_equal(b0["fwd_ids"][2], two[2 * (N // G): 2 * (N // G) + L + 1])
+    counts = {"fwd": np.zeros(N, int), "bwd": np.zeros(N, int)}
+    stride = -(-N // G)
+    for i in range(-(-stride // L)):
+        rows = lane_rows(stream, i, range(G), G, L, 0, finite=True)
+        for r in range(G):
+            pos = r * stride + i * L + 1 + np.arange(L)
+            for name, w in (("fwd", rows["target_weights"][r]), ("bwd", rows["bwd_weights"][r])):
+                np.add.at(counts[name], pos[w > 0], 1)
+    for c in counts.values():
+        assert c[0] == 0 and np.all(c[1:] == 1)

@@ -22,7 +22,6 @@ predicted exactly once per direction; window tokens past the pass are ``pad_id``
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
 from ptm_jax.data.pretraining.causal_lm import PackedStream
 from ptm_jax.data.pretraining.source import DocumentSource, check_share
@@ -82,9 +81,11 @@ def eval_batches(stream: PackedStream, global_batch: int, length: int) -> int:
 
 def elmo_dataset(source: DocumentSource, eos_id: int, pad_id: int, length: int, *, seed: int, start_index: int,
                  global_batch: int, process_index: int = 0, process_count: int = 1, repeat: bool = True,
-                 shuffle: bool = True) -> tf.data.Dataset:
+                 shuffle: bool = True):
     """This process's rows of global batches ``start_index / global_batch``, ... (features of
-    ``FEATURE_DTYPES``)."""
+    ``FEATURE_DTYPES``): a ``tf.data.Dataset`` (TensorFlow is imported here, not with the module)."""
+    import tensorflow as tf
+
     if not isinstance(length, (int, np.integer)) or length < 1:
         raise ConfigError(f"ELMo unroll length {length!r} must be an integer >= 1 (data.max_seq_length)")
     check_share(start_index, global_batch, process_index, process_count)
@@ -98,7 +99,7 @@ def elmo_dataset(source: DocumentSource, eos_id: int, pad_id: int, length: int, 
         out = lane_rows(stream, int(batch.numpy()), mine, global_batch, length, pad_id, finite=not repeat)
         return [out[k] for k in _NAMES]
 
-    def build(batch: tf.Tensor) -> dict[str, tf.Tensor]:
+    def build(batch):
         tensors = tf.py_function(make, [batch], [tf.as_dtype(FEATURE_DTYPES[k]) for k in _NAMES])
         out = dict(zip(_NAMES, tensors))
         for k, t in out.items():
