@@ -339,3 +339,33 @@ def test_exported_vectors_initialise_word2vec_and_nnlm_tables_with_coverage(corp
     missing = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, init_vectors=str(tmp_path / "no.txt")))
     with pytest.raises(ConfigError, match="model.init_vectors=.*no such vector file"):
         FAMILY.objectives["skipgram"](missing, corpus)
+
+
+def test_sparse_row_updates_equal_the_dense_gradient_and_optimizer_step(corpus):
+    import dataclasses
+
+    from ptm_jax.parallel.feed import to_global
+    from ptm_jax.train.loop import compile_objective
+
+    cfg = run_config(corpus.tokenizer, steps=10, batch=128, hs=True, lr=0.5)       # a large rate: big steps
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, shared_negatives=False))
+    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    out = {}
+    for sparse in (True, False):
+        c = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, sparse_update=sparse))
+        obj = FAMILY.objectives["skipgram"](c, corpus)
+        assert obj.sparse_rows is sparse
+        compiled = compile_objective(obj, c.train, mesh)
+        state = compiled.init_fn(jax.random.key(0))
+        init = jax.device_get(state.params)["params"]["word2vec"]
+        it = obj.train_batches(0, 128, 0, 1)
+        for _ in range(2):
+            state, m = compiled.train_step(state, to_global(next(it), mesh, compiled.batch_keys), jax.random.key(0))
+        out[sparse] = jax.device_get(state.params)["params"]["word2vec"], float(m["loss"]), int(state.step)
+    (sp, sp_loss, sp_step), (de, de_loss, de_step) = out[True], out[False]
+    assert sp_step == de_step == 2 and sp_loss == pytest.approx(de_loss, rel=1e-5)
+    for k in ("input", "output", "hs_output"):
+        assert np.abs(de[k] - init[k]).max() > 1e-3, k                     # the steps moved every table
+        np.testing.assert_allclose(sp[k], de[k], atol=1e-6, err_msg=k)
+    wd = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, weight_decay=0.01))
+    assert not FAMILY.objectives["skipgram"](wd, corpus).sparse_rows               # decay: the dense path

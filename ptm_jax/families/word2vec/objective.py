@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -141,7 +142,9 @@ class Word2VecObjective(SourceStreams):
         """``params`` with ``-step_size x grads`` added to the rows of each table (duplicates add up)."""
         tables = dict(params["params"][TRUNK])
         for k, (flat, g) in rows.items():
-            tables[k] = tables[k].at[flat].add(-step_size * g, mode="promise_in_bounds")
+            flat = nn.with_logical_constraint(flat, (None,))
+            g = nn.with_logical_constraint(-step_size * g, (None, "embed"))
+            tables[k] = tables[k].at[flat].add(g, mode="promise_in_bounds")
         return {**params, "params": {**params["params"], TRUNK: tables}}
 
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
