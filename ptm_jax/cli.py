@@ -231,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ptm_jax.evaluate.inspect_commands import register as register_inspect
 
     register_inspect(sub)  # attention, probe, context-neighbors, vector-map
+    from ptm_jax.evaluate import compare, report
+
+    compare.register(sub), report.register(sub)  # compare, report
     return parser
 
 
