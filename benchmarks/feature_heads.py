@@ -94,6 +94,11 @@ def sst2(args) -> None:
             name = f"{head}/{source}"
             run_one(name, [*common, f"finetune.init={init}", f"finetune.head={head}",
                            f"output_dir={args.runs}/sst2_{head}_{source}"], results, out, args.redo)
+    if args.w2v and "textcnn" in args.heads:  # Kim's CNN-non-static: the vectors trained too
+        run_one("textcnn/word2vec_trained", [*common, f"finetune.init={args.w2v}", "finetune.head=textcnn",
+                                             "finetune.freeze_embeddings=false",
+                                             f"output_dir={args.runs}/sst2_textcnn_word2vec_trained"],
+                results, out, args.redo)
     if args.finetuned:  # the whole encoder trained: BERT's recipe, the same subset, max_seq_length 64
         run_one("minilm_finetuned", ["finetune.task=sst2", f"finetune.data_dir={DATA / 'glue'}",
                                      f"finetune.train_subset={args.train_subset}", "finetune.epochs=1",
