@@ -64,7 +64,7 @@ def main() -> None:
         torch.manual_seed(0)
         net = torch.nn.LSTM(D, H, batch_first=True, proj_size=P)
         x_t = torch.randn(B, T, D, requires_grad=True)
-        g = lambda n: getattr(net, n).detach().numpy().T  # noqa: E731
+        g = lambda n, net=net: getattr(net, n).detach().numpy().T
         weights = {"kernel": g("weight_ih_l0"), "recurrent_kernel": g("weight_hh_l0"),
                    "bias": (net.bias_ih_l0 + net.bias_hh_l0).detach().numpy()}
         if P:
@@ -75,12 +75,12 @@ def main() -> None:
         grad = jax.jit(jax.grad(lambda w, x: lstm_scan(w, x)[0].sum(), argnums=(0, 1)))
         jax.block_until_ready(grad(weights, x_j))            # compile
 
-        def run_jax():
+        def run_jax(grad=grad, weights=weights, x_j=x_j):
             for _ in range(args.steps):
                 out = grad(weights, x_j)
             jax.block_until_ready(out)
 
-        def run_torch():
+        def run_torch(net=net, x_t=x_t):
             for _ in range(args.steps):
                 net.zero_grad()
                 x_t.grad = None
