@@ -138,9 +138,9 @@ def row_of(cmp: dict, entry: dict) -> dict:
                                           if k in summary.get("train", {})), None), "finetune": "not run"}
     if family.flops is not None:
         try:
-            row["train_flops"] = f"{float(family.flops(cfg)) * cfg.train.steps:.3g}"
-        except (TypeError, ValueError):
-            pass
+            row["train_flops"] = f"{family.flops(cfg).train * cfg.train.steps:.3g}"  # bench/flops.py StepFlops
+        except (AttributeError, TypeError, ValueError) as e:
+            log.warning("compare %s: no train FLOPs (%s)", entry["name"], e)
     tasks = probe_res["tasks"]
     if "pos" in tasks:
         row["feature_pos_acc"], row["feature_pos_layer"] = _best(tasks["pos"]["accuracy"])
