@@ -30,6 +30,8 @@ class BertForSequenceClassification(nn.Module):
     cfg: BertConfig
     num_labels: int
     classifier_dropout: float = 0.1
+    trunk: str = "bert"
+    """params key of the encoder (``Family.trunk``): a family reusing these heads names its own."""
 
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True, packed=None) -> jax.Array:
@@ -39,8 +41,8 @@ class BertForSequenceClassification(nn.Module):
         if packed is not None:
             position_ids, pack_ids, cls_positions = packed
             kw = dict(position_ids=position_ids, attention_mask=segment_mask(pack_ids), cls_positions=cls_positions)
-        _, pooled = BertModel(self.cfg, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic,
-                                                     **kw)
+        _, pooled = BertModel(self.cfg, name=self.trunk)(input_ids, input_mask, segment_ids,
+                                                         deterministic=deterministic, **kw)
         pooled = Dropout(self.classifier_dropout)(pooled, deterministic=deterministic)
         return _classifier(self.cfg, self.num_labels, "classifier")(pooled).astype(jnp.float32)
 
@@ -51,10 +53,12 @@ class BertForTokenClassification(nn.Module):
     cfg: BertConfig
     num_labels: int
     classifier_dropout: float = 0.1
+    trunk: str = "bert"
+    """params key of the encoder (``Family.trunk``): a family reusing these heads names its own."""
 
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True) -> jax.Array:
-        seq, _ = BertModel(self.cfg, add_pooler=False, name="bert")(input_ids, input_mask, segment_ids,
+        seq, _ = BertModel(self.cfg, add_pooler=False, name=self.trunk)(input_ids, input_mask, segment_ids,
                                                                      deterministic=deterministic)
         seq = Dropout(self.classifier_dropout)(seq, deterministic=deterministic)
         return _classifier(self.cfg, self.num_labels, "classifier")(seq).astype(jnp.float32)
@@ -64,10 +68,12 @@ class BertForQuestionAnswering(nn.Module):
     """(start_logits [B, S], end_logits [B, S])."""
 
     cfg: BertConfig
+    trunk: str = "bert"
+    """params key of the encoder (``Family.trunk``): a family reusing these heads names its own."""
 
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True):
-        seq, _ = BertModel(self.cfg, add_pooler=False, name="bert")(input_ids, input_mask, segment_ids,
+        seq, _ = BertModel(self.cfg, add_pooler=False, name=self.trunk)(input_ids, input_mask, segment_ids,
                                                                      deterministic=deterministic)
         logits = _classifier(self.cfg, 2, "qa_outputs")(seq).astype(jnp.float32)
         return logits[..., 0], logits[..., 1]
@@ -78,12 +84,14 @@ class BertForMultipleChoice(nn.Module):
 
     cfg: BertConfig
     classifier_dropout: float = 0.1
+    trunk: str = "bert"
+    """params key of the encoder (``Family.trunk``): a family reusing these heads names its own."""
 
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True) -> jax.Array:
         b, c, s = input_ids.shape
         flat = lambda x: x.reshape(b * c, s)  # noqa: E731
-        _, pooled = BertModel(self.cfg, name="bert")(flat(input_ids), flat(input_mask), flat(segment_ids),
+        _, pooled = BertModel(self.cfg, name=self.trunk)(flat(input_ids), flat(input_mask), flat(segment_ids),
                                                      deterministic=deterministic)
         pooled = Dropout(self.classifier_dropout)(pooled, deterministic=deterministic)
         return _classifier(self.cfg, 1, "classifier")(pooled).astype(jnp.float32).reshape(b, c)

@@ -6,7 +6,8 @@ stream (BERT's, via ``families/bert/mlm_nsp_data.py``), ``model.py`` the network
 key "ernie"), ``objective.py`` the objectives ``ernie_mlm`` and ``ernie_mlm_nsp``.
 
 ``hf.py`` imports and exports transformers' ``model_type = "ernie"`` folders (BERT's tensors under the prefix
-"ernie.", task-type embeddings off). Not here yet: finetuning heads.
+"ernie.", task-type embeddings off). ``task_heads.py`` the finetuning heads: BERT's, re-keyed to the trunk, with
+BERT's sentence classifier objective and tasks (GLUE, CoNLL-2003, SQuAD, SWAG, ConSERT).
 
 The dialogue LM (Sec. 3.3), objective ``ernie_dlm``: ``dialogue.py`` (dialogue files, roles, the tokenized
 dialogues artifact), ``dialogue_data.py`` (the examples), ``dialogue_objective.py``. ERNIE 2.0 (Sun et al. 2020)
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ptm_jax.families import bert as _bert
 from ptm_jax.families.ernie.config import ErnieConfig, ErnieDataConfig
 from ptm_jax.families.ernie.continual import Ernie2Config, Ernie2DataConfig
 from ptm_jax.families.ernie.continual_model import TRUNK as TRUNK_2
@@ -72,7 +74,21 @@ def _hf() -> HfConverter:
 def _infer_head(params: dict) -> str:
     if "mlm" in params:
         return "pretraining" if "nsp" in params else "masked_lm"
+    if "qa_outputs" in params:
+        return "question_answering"
+    if "classifier" in params:
+        return "sequence_classification" if "pooler" in params[TRUNK] else "token_classification"
     return "encoder"
+
+
+def _head(name: str):
+    def get() -> type:
+        from ptm_jax.families.bert.model import BertModel
+        from ptm_jax.families.ernie import task_heads
+
+        return BertModel if name == "encoder" else getattr(task_heads, name)
+
+    return get
 
 
 FAMILY = register(Family(
@@ -84,8 +100,17 @@ FAMILY = register(Family(
     artifacts={"units": _units, "dialogues": _dialogues},
     trunk=TRUNK,
     stack="encoder",
-    heads=("encoder", "pretraining", "masked_lm"),
+    heads=("encoder", "pretraining", "masked_lm", "sequence_classification", "token_classification",
+           "question_answering", "multiple_choice"),
     infer_head=_infer_head,
+    classifier=_bert.FAMILY.classifier,
+    tasks=dict(_bert.FAMILY.tasks),
+    task_heads={"encoder": _head("encoder"),
+                "sequence_classification": _head("ErnieForSequenceClassification"),
+                "token_classification": _head("ErnieForTokenClassification"),
+                "question_answering": _head("ErnieForQuestionAnswering"),
+                "multiple_choice": _head("ErnieForMultipleChoice")},
+    capabilities=frozenset({"embed", "classify"}),
     hf=_hf(),
     tiny_preset="ernie_tiny",
 ))

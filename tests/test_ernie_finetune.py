@@ -1,0 +1,83 @@
+"""ERNIE 1.0 finetuning (issue 19; ptm_jax/families/ernie/task_heads.py): BERT's heads on the "ernie" trunk, so
+`ptm finetune` runs CoNLL-2003 NER and a GLUE task from an ``ernie_mlm`` pretraining run.
+
+One real run, module-scoped: ernie_mlm pretrains a 2-layer H=32 model for 4 steps on the first 40 kB of Pride
+and Prejudice (lexicon units), then CoNLL-2003 (64 training / 32 dev sentences of eng.train / eng.testa) and
+SST-2 (64 / 32 rows of train.tsv / dev.tsv) are finetuned from it for one epoch (4 steps of 16) each. Subsets are written to
+tmp files in file order (deterministic across processes)."""
+import numpy as np
+import pytest
+
+from ptm_jax.config import FinetuneConfig, RunConfig, TokenizerConfig, TrainConfig
+from ptm_jax.export.params import load_params
+from ptm_jax.families import registry
+from ptm_jax.families.ernie.config import ErnieConfig, ErnieDataConfig
+from ptm_jax.train.finetune import finetune
+from ptm_jax.train.stages import pretrain
+
+LEXICON = "entity\tElizabeth Bennet\nentity\tMr. Darcy\nentity\tJane\nphrase\tyoung lady\nphrase\tgreat deal\n"
+STEPS, LR = 4, 1e-3  # one epoch of batch 16 over 59 CoNLL sentences / 64 SST-2 rows
+
+
+def _first_sentences(src, dst, n):
+    """The first ``n`` blank-line separated CoNLL sentences of ``src`` (the -DOCSTART- line kept)."""
+    blocks = src.read_text(encoding="utf-8").split("\n\n")
+    dst.write_text("\n\n".join(blocks[: n + 1]) + "\n\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def run(shared_data, tmp_path_factory):
+    d = tmp_path_factory.mktemp("ernie_ft")
+    text = (shared_data / "corpus/gutenberg/1342-0.txt").read_bytes()[:40_000].decode("utf-8", "ignore")
+    (d / "pp.txt").write_text(text, encoding="utf-8")
+    (d / "lexicon.tsv").write_text(LEXICON, encoding="utf-8")
+    (d / "conll").mkdir()
+    _first_sentences(shared_data / "conll2003/eng.train", d / "conll/eng.train", 64)
+    _first_sentences(shared_data / "conll2003/eng.testa", d / "conll/eng.testa", 32)
+    (d / "SST-2").mkdir()
+    for name, n in (("train.tsv", 64), ("dev.tsv", 32)):
+        lines = (shared_data / "glue/SST-2" / name).read_text(encoding="utf-8").splitlines()
+        (d / "SST-2" / name).write_text("\n".join(lines[: n + 1]) + "\n", encoding="utf-8")
+    cfg = RunConfig(output_dir=str(d / "run"), objective="ernie_mlm",
+                    model=ErnieConfig(vocab_size=800, hidden_size=32, num_layers=2, num_heads=2,
+                                      intermediate_size=64, max_position_embeddings=64),
+                    tokenizer=TokenizerConfig(kind="wordpiece", vocab_size=800),
+                    data=ErnieDataConfig(corpus=str(d / "pp.txt"), max_seq_length=64, max_predictions_per_seq=10,
+                                         eval_documents=2, unit_sources="lexicon",
+                                         lexicon_file=str(d / "lexicon.tsv"), phrase_from_step=0,
+                                         entity_from_step=0),
+                    train=TrainConfig(batch_size=8, steps=4, learning_rate=2e-3, warmup_steps=1, log_every=1,
+                                      eval_every=100, eval_batches=1, checkpoint_every=100, progress_bar=False))
+    pre = pretrain(cfg)
+    pretrained, _, info, _ = load_params(d / "run")
+    out = {"pre": pre, "pretrained": pretrained, "pre_info": info}
+    for task, data_dir in (("conll2003", d / "conll"), ("sst-2", d)):
+        cfg.finetune = FinetuneConfig(task=task, data_dir=str(data_dir), max_seq_length=64, batch_size=16,
+                                      epochs=1.0, learning_rate=LR, warmup_proportion=0.0,
+                                      weight_decay=0.0)
+        out[task] = finetune(cfg)
+        out[task + "_best"] = load_params(d / "run" / f"finetune-{task}" / "best")
+    return out
+
+
+def test_conll2003_and_sst2_finetune_from_an_ernie_pretraining_run(run):
+    fam = registry.get("ernie")
+    assert run["pre_info"]["head"] == "masked_lm" and "ernie" in run["pretrained"]
+    for task, head, metric in (("conll2003", "token_classification", "f1"),
+                               ("sst-2", "sequence_classification", "accuracy")):
+        s = run[task]
+        # 64 CoNLL blocks hold 5 -DOCSTART- lines, so 59 sentences
+        assert s["step"] == STEPS and s["train_rows"] == (59 if task == "conll2003" else 64)
+        assert np.isfinite(s["train"]["loss"]) and 0.0 <= s["final_eval"][metric] <= 1.0
+        params, model_cfg, info, _ = run[task + "_best"]
+        assert model_cfg.family == "ernie" and set(params) == {"ernie", "classifier"}
+        assert info["head"] == head == fam.infer_head(params)
+        assert params["classifier"]["dense"]["kernel"].shape == (32, 9 if task == "conll2003" else 2)
+        # the trunk was merged from pretraining: Adam moves each weight by about LR per step (up to ~2.5 LR for
+        # an embedding row whose gradient is sparse), so the word embeddings stay within 3 * STEPS * LR = 0.012
+        # of the pretrained ones (measured: 0.010), while two independent N(0, 0.02) initialisations of these
+        # 800 x 32 tables differ by ~0.08 at the maximum
+        pre = np.asarray(run["pretrained"]["ernie"]["embeddings"]["word_embeddings"]["embedding"], np.float32)
+        ft = np.asarray(params["ernie"]["embeddings"]["word_embeddings"]["embedding"], np.float32)
+        assert np.abs(ft - pre).max() <= 3 * STEPS * LR
+        assert "pooler" in params["ernie"] if head == "sequence_classification" else "pooler" not in params["ernie"]
