@@ -5,6 +5,8 @@ One real run, module-scoped: ernie_mlm pretrains a 2-layer H=32 model for 4 step
 and Prejudice (lexicon units), then CoNLL-2003 (64 training / 32 dev sentences of eng.train / eng.testa) and
 SST-2 (64 / 32 rows of train.tsv / dev.tsv) are finetuned from it for one epoch (4 steps of 16) each. Subsets are written to
 tmp files in file order (deterministic across processes)."""
+from itertools import islice
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,9 @@ from ptm_jax.export.params import load_params
 from ptm_jax.families import registry
 from ptm_jax.families.ernie.config import ErnieConfig, ErnieDataConfig
 from ptm_jax.train.finetune import finetune
-from ptm_jax.train.stages import pretrain
+from ptm_jax.data.pretraining.source import SubsetSource
+from ptm_jax.families.bert.mlm_nsp_data import local_batches
+from ptm_jax.train.stages import prepare_corpus, pretrain
 
 LEXICON = "entity\tElizabeth Bennet\nentity\tMr. Darcy\nentity\tJane\nphrase\tyoung lady\nphrase\tgreat deal\n"
 STEPS, LR = 4, 1e-3  # one epoch of batch 16 over 59 CoNLL sentences / 64 SST-2 rows
@@ -50,7 +54,7 @@ def run(shared_data, tmp_path_factory):
                                       eval_every=100, eval_batches=1, checkpoint_every=100, progress_bar=False))
     pre = pretrain(cfg)
     pretrained, _, info, _ = load_params(d / "run")
-    out = {"pre": pre, "pretrained": pretrained, "pre_info": info}
+    out = {"pre": pre, "pretrained": pretrained, "pre_info": info, "cfg": cfg}
     for task, data_dir in (("conll2003", d / "conll"), ("sst-2", d)):
         cfg.finetune = FinetuneConfig(task=task, data_dir=str(data_dir), max_seq_length=64, batch_size=16,
                                       epochs=1.0, learning_rate=LR, warmup_proportion=0.0,
@@ -81,3 +85,23 @@ def test_conll2003_and_sst2_finetune_from_an_ernie_pretraining_run(run):
         ft = np.asarray(params["ernie"]["embeddings"]["word_embeddings"]["embedding"], np.float32)
         assert np.abs(ft - pre).max() <= 3 * STEPS * LR
         assert "pooler" in params["ernie"] if head == "sequence_classification" else "pooler" not in params["ernie"]
+
+
+def test_one_planning_pass_carries_the_unit_codes_with_the_same_bytes_as_two_passes(run):
+    """mlm_nsp_data.local_batches(annotations=...) plans once; before, ERNIE planned the token and the unit-code
+    streams separately with the same seed. 30 local batches of 8 rows over the real text: every token array
+    (BERT's, annotation keys aside) and the unit codes equal the two separate passes byte for byte."""
+    cfg = run["cfg"]
+    corpus = prepare_corpus(cfg)   # the pretraining run's cached tokens and units artifact
+    units = SubsetSource(corpus.artifacts["units"], corpus.train.doc_indices)
+    kw = dict(seed=3, start_index=5, global_batch=16, process_index=1, process_count=2, epochs=None)
+    one = list(islice(local_batches(corpus.train, cfg.data, vocab_size=800, annotations=units,
+                                    annotation_name="units", **kw), 30))
+    tokens = list(islice(local_batches(corpus.train, cfg.data, vocab_size=800, **kw), 30))
+    codes = list(islice(local_batches(units, cfg.data, vocab_size=8, **kw), 30))
+    assert len(one) == len(tokens) == len(codes) == 30
+    for o, t, c in zip(one, tokens, codes):
+        assert set(o) == set(t) | {"a_units", "b_units"}
+        assert all(o[k].dtype == t[k].dtype and o[k].tobytes() == t[k].tobytes() for k in t)
+        assert o["a_units"].tobytes() == c["a_ids"].tobytes() and o["b_units"].tobytes() == c["b_ids"].tobytes()
+    assert sum(int((o["a_units"] > 0).sum()) for o in one) > 0   # the text has units to carry

@@ -62,8 +62,13 @@ def _pack(a: list[np.ndarray], b: list[np.ndarray], meta: list[tuple[int, int]],
 
 def local_batches(source: DocumentSource, cfg: BertDataConfig, *, seed: int, start_index: int, global_batch: int,
                   process_index: int, process_count: int, vocab_size: int,
-                  epochs: int | None) -> Iterator[dict[str, np.ndarray]]:
+                  epochs: int | None, annotations: DocumentSource | None = None,
+                  annotation_name: str = "annotations") -> Iterator[dict[str, np.ndarray]]:
     """This process's rows of every complete global batch, as flat untruncated A/B token runs.
+
+    ``annotations``: a parallel per-token source shaped like ``source`` (same documents and lengths, e.g. unit
+    codes); its runs at the same coordinates come along as ``a_<annotation_name>`` / ``b_<annotation_name>``
+    int32, from the same single pass over the plan.
 
     A local batch is released only once its whole global batch exists in the plan, so with ``epochs`` set the
     final partial global batch is dropped on every process alike.
@@ -73,6 +78,8 @@ def local_batches(source: DocumentSource, cfg: BertDataConfig, *, seed: int, sta
     a: list[np.ndarray] = []
     b: list[np.ndarray] = []
     meta: list[tuple[int, int]] = []   # (global index, is_random_next)
+    a_ann: list[np.ndarray] = []
+    b_ann: list[np.ndarray] = []
     ready: deque[tuple[int, dict[str, np.ndarray]]] = deque()   # (last global index needed, local batch)
     for rec in nsp.iter_plan(source, cfg, seed, start_index, epochs=epochs):
         if not len(rec):
@@ -83,12 +90,19 @@ def local_batches(source: DocumentSource, cfg: BertDataConfig, *, seed: int, sta
             a.append(source.doc_tokens(doc, a_first, a_last))
             b.append(source.doc_tokens(b_doc, b_first, b_last))
             meta.append((index, is_random))
+            if annotations is not None:
+                a_ann.append(annotations.doc_tokens(doc, a_first, a_last))
+                b_ann.append(annotations.doc_tokens(b_doc, b_first, b_last))
             if len(meta) == rows:
                 if index >= masking.MAX_INDEX:
                     raise ConfigError(f"example {index} is beyond the supported stream (index < 2^40)")
                 last_needed = (index // global_batch + 1) * global_batch - 1
-                ready.append((last_needed, _pack(a, b, meta, vocab_size)))
-                a, b, meta = [], [], []
+                packed = _pack(a, b, meta, vocab_size)
+                if annotations is not None:
+                    packed[f"a_{annotation_name}"] = np.concatenate(a_ann).astype(np.int32, copy=False)
+                    packed[f"b_{annotation_name}"] = np.concatenate(b_ann).astype(np.int32, copy=False)
+                ready.append((last_needed, packed))
+                a, b, meta, a_ann, b_ann = [], [], [], [], []
         seen = int(rec["index"][-1])
         while ready and ready[0][0] <= seen:
             yield ready.popleft()[1]

@@ -1,9 +1,8 @@
 """ERNIE knowledge-masking examples through tf.data: BERT's MLM(+NSP) stream (``families/bert/mlm_nsp_data.py``)
 with whole phrase/entity units masked instead of single tokens (Sun et al. 2019 Sec. 3.2).
 
-The token stream and the unit-code stream (``units.UnitSource``, shaped like the token cache) are planned by the
-same ``local_batches`` with the same seed, which depends only on sentence lengths, so both yield the same
-examples in the same order. The codes become per-token continuation flags at the masking level of each example's
+The unit-code stream (``units.UnitSource``, shaped like the token cache) rides along the token stream through
+one pass of BERT's ``local_batches`` (its ``annotations`` option), so both are cut at the same coordinates. The codes become per-token continuation flags at the masking level of each example's
 training step (``step = index // global_batch``; basic before ``data.phrase_from_step``, phrase units from it,
 entity units too from ``data.entity_from_step``), so the level is a function of the step alone: the stream stays
 stateless, resumable at any step and the same for any host count. BERT's ``build_features`` lays out the flags
@@ -55,10 +54,8 @@ def ernie_dataset(source: DocumentSource, unit_source: DocumentSource, special: 
               process_count=process_count, epochs=None if repeat else 1)
 
     def gen() -> Iterator[dict[str, np.ndarray]]:
-        tokens = mlm_nsp_data.local_batches(source, cfg, vocab_size=special.vocab_size, **kw)
-        codes = mlm_nsp_data.local_batches(unit_source, cfg, vocab_size=8, **kw)
-        for tok, unit in zip(tokens, codes):
-            yield tok | {"a_units": unit["a_ids"], "b_units": unit["b_ids"]}
+        yield from mlm_nsp_data.local_batches(source, cfg, vocab_size=special.vocab_size, annotations=unit_source,
+                                              annotation_name="units", **kw)
 
     sig = mlm_nsp_data._generator_signature(rows)
     sig |= {"a_units": tf.TensorSpec([None], tf.int32), "b_units": tf.TensorSpec([None], tf.int32)}
