@@ -18,6 +18,13 @@
   ptm pretrain -c xlnet_tiny       XLNet permutation LM (two-stream attention) on the embedded corpus
   ptm generate MODEL --prompt "Once upon" --top-p 0.9     KV-cached sampling from a GPT checkpoint
   ptm perplexity MODEL ../shared/data/corpus/wikitext-2-tokenized/test.txt    held-out perplexity
+  ptm pretrain -c word2vec_sg       word2vec skip-gram (also word2vec_cbow, glove, fasttext_sg, nnlm_small)
+  ptm pretrain -c elmo_small        ELMo biLM (char-CNN + LSTMP); ulmfit_tiny: AWD-LSTM, `ptm run` does all 3 stages
+  ptm neighbors MODEL king queen   static word vectors: also analogy, eval-vectors, vector-map
+  ptm finetune --task sst2 finetune.head=textcnn finetune.init=MODEL    a TextCNN/TextRNN/TextRCNN head on features
+  ptm finetune --task mtdnn finetune.tasks=[rte,mrpc,stsb] --init MODEL   MT-DNN multi-task, best model per task
+  ptm probe MODEL --task pos,chunk,ner     linear probes on every layer (also attention, context-neighbors)
+  ptm compare -c compare_tiny && ptm report runs/compare_tiny    the families side by side, one HTML page
 
 Errors in the user's input (config, files) are printed as one message and exit with status 2.
 """

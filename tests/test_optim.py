@@ -169,8 +169,8 @@ def _optimizer_settings():
         cfg = load_config(preset)
         for tcfg in (cfg.train, finetune_train_config(cfg, 1000)):
             tcfg = dataclasses.replace(tcfg, warmup_steps=1, steps=max(tcfg.steps, 10))
-            if tcfg.optimizer != "adamw" or tcfg.lr_decay == "constant":  # what the pre-seam optimizer had: AdamW
-                continue  # with BERT's or the from-peak decay (not GloVe's AdaGrad, word2vec's SGD, constant rates)
+            if tcfg.optimizer != "adamw" or tcfg.lr_decay not in ("bert", "from_peak"):  # the pre-seam optimizer:
+                continue  # AdamW with BERT's or the from-peak decay (not AdaGrad, SGD, constant or ULMFiT's rates)
             key = (tcfg.optimizer, tcfg.adam_bias_correction, tcfg.lr_decay, tcfg.clip_norm > 0,
                    tcfg.weight_decay > 0, len(tcfg.param_groups))
             seen.setdefault(key, (preset, tcfg))

@@ -1,4 +1,5 @@
-"""`ptm compare -c configs/compare_*.toml`: several pretraining objectives, one corpus, one budget, one table.
+"""`ptm compare -c configs/compare/compare_*.toml`: several pretraining objectives, one corpus, one budget, one
+table.
 
 Each entry of the config names a preset (and overrides); every entry pretrains on the config's ``corpus``
 through the one pretraining stage (``train/stages.py`` pretrain -> ``train/loop.py`` fit) for its
@@ -43,17 +44,17 @@ def load_compare_config(path: str | Path) -> dict[str, Any]:
     from ptm_jax.presets import configs_dir
 
     p = Path(path)
-    if not p.is_file() and (configs_dir() / f"{path}.toml").is_file():
-        p = configs_dir() / f"{path}.toml"
+    if not p.is_file() and (configs_dir() / "compare" / f"{path}.toml").is_file():
+        p = configs_dir() / "compare" / f"{path}.toml"
     if not p.is_file():
-        raise ConfigError(f"ptm compare -c {path}: no such file (and no configs/{path}.toml)")
+        raise ConfigError(f"ptm compare -c {path}: no such file (and no configs/compare/{path}.toml)")
     try:
         cfg = tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML: {e}") from e
     for key in ("output_dir", "corpus", "entries"):
         if key not in cfg:
-            raise ConfigError(f"{p}: missing top-level field {key!r} (see configs/compare_tiny.toml)")
+            raise ConfigError(f"{p}: missing top-level field {key!r} (see configs/compare/compare_tiny.toml)")
     names = [e.get("name") for e in cfg["entries"]]
     for i, e in enumerate(cfg["entries"]):
         if not e.get("name") or not e.get("preset"):
@@ -212,7 +213,7 @@ def register(subparsers) -> None:
         "of steps (wall seconds and FLOPs reported), probes each as a frozen feature extractor on CoNLL-2003 "
         "(POS, NER), and writes OUTPUT_DIR/compare.json, compare.md and compare.png. Finished stages are "
         "skipped and stopped pretraining resumes, so rerunning continues a stopped comparison.")
-    p.add_argument("-c", "--config", required=True, help="compare TOML (path or name in configs/)")
+    p.add_argument("-c", "--config", required=True, help="compare TOML (path, or a name in configs/compare/)")
     p.add_argument("--stop-after", type=int, default=None,
                    help="stop the first unfinished pretraining after N steps (checkpoint saved) and exit")
     p.set_defaults(handler=cmd_compare)
