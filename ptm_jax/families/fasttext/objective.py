@@ -36,6 +36,7 @@ from ptm_jax.families.fasttext.subwords import Subwords
 from ptm_jax.families.word2vec import sampling
 from ptm_jax.families.word2vec.data import Tables
 from ptm_jax.objectives.base import SourceStreams
+from ptm_jax.train.step import add_to_rows, capped_row_gradients
 
 EVAL_SEED_OFFSET = 1_000_003
 
@@ -121,22 +122,11 @@ class FastTextObjective(SourceStreams):
             return self.loss_of_scores(scores_from_rows(r["input"], weight, r["output"]), batch, normalizers)
 
         (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(rows)
-        cap = float(self.cfg.model.duplicate_cap)
-        out = {}
-        for k, i in ids.items():
-            flat = i.reshape(-1)
-            g = grads[k].reshape(flat.shape[0], -1)
-            if cap:
-                n = jax.ops.segment_sum(jnp.ones(flat.shape, g.dtype), flat, num_segments=tables[k].shape[0])
-                g = g * jnp.minimum(1.0, cap / jnp.maximum(n[flat], 1.0))[:, None]
-            out[k] = (flat, g)
-        return loss, terms, out
+        return loss, terms, capped_row_gradients(ids, grads, tables, float(self.cfg.model.duplicate_cap))
 
     def apply_rows(self, params, rows, step_size):
         """``params`` with ``-step_size x grads`` added to the rows of each table (duplicates add up)."""
-        tables = dict(params["params"][TRUNK])
-        for k, (flat, g) in rows.items():
-            tables[k] = tables[k].at[flat].add(-step_size * g, mode="promise_in_bounds")
+        tables = add_to_rows(dict(params["params"][TRUNK]), rows, step_size)
         return {**params, "params": {**params["params"], TRUNK: tables}}
 
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
