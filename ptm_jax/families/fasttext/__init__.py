@@ -16,7 +16,7 @@ from ptm_jax.families.fasttext import hooks
 from ptm_jax.families.fasttext.config import FastTextConfig, FastTextDataConfig
 from ptm_jax.families.fasttext.model import TRUNK
 from ptm_jax.families.fasttext.subwords import ARTIFACT
-from ptm_jax.families.registry import Family, register
+from ptm_jax.families.registry import Family, lazy, register
 
 
 def _builder(name: str):
@@ -43,12 +43,6 @@ def _builder(name: str):
     return build
 
 
-def build_subwords(cfg: Any, corpus: Any, directory: Any):
-    from ptm_jax.families.fasttext.subwords import build_subwords as build
-
-    return build(cfg, corpus, directory)
-
-
 FAMILY = register(Family(
     name="fasttext",
     model_config=FastTextConfig,
@@ -56,7 +50,7 @@ FAMILY = register(Family(
     objectives={"fasttext_skipgram": _builder("fasttext_skipgram"), "fasttext_cbow": _builder("fasttext_cbow")},
     tokenizer_kinds=("word",),
     specials=("pad", "eos"),
-    artifacts={ARTIFACT: build_subwords},
+    artifacts={ARTIFACT: lazy("ptm_jax.families.fasttext.subwords", "build_subwords")},
     trunk=TRUNK,
     heads=("word_vectors",),
     infer_head=hooks.infer_head,

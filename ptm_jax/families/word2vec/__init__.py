@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ptm_jax.families.registry import Family, register
+from ptm_jax.families.registry import Family, lazy, register
 from ptm_jax.families.word2vec import hooks
 from ptm_jax.families.word2vec.config import Word2VecConfig, Word2VecDataConfig, steps_for_epochs
 from ptm_jax.families.word2vec.model import TRUNK
@@ -46,12 +46,6 @@ def _builder(name: str):
     return build
 
 
-def _sampling_tables(cfg: Any, corpus: Any, directory: Any):
-    from ptm_jax.families.word2vec.artifacts import build_sampling_tables
-
-    return build_sampling_tables(cfg, corpus, directory)
-
-
 FAMILY = register(Family(
     name="word2vec",
     model_config=Word2VecConfig,
@@ -59,7 +53,7 @@ FAMILY = register(Family(
     objectives={"skipgram": _builder("skipgram"), "cbow": _builder("cbow")},
     tokenizer_kinds=("word",),
     specials=("pad", "eos"),
-    artifacts={"sampling_tables": _sampling_tables},
+    artifacts={"sampling_tables": lazy("ptm_jax.families.word2vec.artifacts", "build_sampling_tables")},
     trunk=TRUNK,
     heads=("word_vectors",),
     infer_head=hooks.infer_head,
