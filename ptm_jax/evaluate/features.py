@@ -18,7 +18,10 @@ The helpers here are what the families' hooks share: :func:`encode_words` (each 
 word, laid out with the family's specials, the first piece's position kept), :func:`run_layers` (a jitted
 ``[B, S] -> [L, B, S, D]`` forward over length-bucketed batches, gathered back to words) and
 :func:`inference_model` (dropout off, no remat, the loop layout of the layer stack, so Flax's
-``capture_intermediates`` sees each layer).
+``capture_intermediates`` sees each layer). A Transformer family gives its trunk as a :class:`WordEncoder`
+(``Family.word_encoder``: the differentiable ``[B, S] -> [L+1, B, S, H]`` function, its init and input layout),
+and its ``word_features`` hook is then :func:`encoder_word_features`; the same encoder is what a task model
+finetunes end to end under a word-level head (``objectives/feature_tasks.py``).
 
 ``load_model(path)`` loads what ``ptm embed`` and ``ptm neighbors`` load (``export/params.load_params``: a
 params directory, a training run, a Hugging Face folder) with its tokenizer.
@@ -254,12 +257,73 @@ def run_layers(key: tuple, build: Callable[[], Callable], params: Any, rows: lis
     return [a for a in out if a is not None] if len(rows) else [], cut
 
 
+@dataclasses.dataclass(frozen=True)
+class WordEncoder:
+    """A family's trunk as a differentiable function of its parameters (``Family.word_encoder``): what
+    ``word_features`` runs frozen, and what a task model trains end to end under a word-level head
+    (``objectives/feature_tasks.py`` with ``finetune.freeze_features=false``).
+
+    ``hidden_states(trunk params, ids [B,S], mask [B,S]) -> [L+1, B, S, H]`` float32 (layer 0 the embedding
+    output); ``init(rng, ids, mask) -> trunk params`` (boxed with their logical axes, for the loop's shardings);
+    a sentence is laid out as ``prefix`` + its words' pieces + ``suffix`` (``space_before``: byte-level BPE words
+    after the first carry their space) in at most ``max_length`` ids; ``trunk`` is the params key."""
+
+    trunk: str
+    cfg: Any
+    hidden_states: Callable[..., Any]
+    init: Callable[..., Any]
+    prefix: tuple[int, ...] = ()
+    suffix: tuple[int, ...] = ()
+    space_before: bool = False
+
+    @property
+    def max_length(self) -> int:
+        return int(self.cfg.max_position_embeddings)
+
+    @property
+    def key(self) -> tuple:
+        from ptm_jax.config import to_dict
+
+        return (self.trunk, type(self.cfg).__name__, json.dumps(to_dict(self.cfg), sort_keys=True))
+
+    def encode(self, tokenizer: Any, sentences: list[list[str]], max_length: int | None = None
+               ) -> list[EncodedWords]:
+        return encode_words(tokenizer, sentences, prefix=self.prefix, suffix=self.suffix,
+                            max_length=min(max_length or self.max_length, self.max_length),
+                            space_before=self.space_before)
+
+
+def encoder_word_features(encoder: WordEncoder, params: dict, tokenizer: Any, sentences: list[list[str]], *,
+                          batch_size: int = 32) -> list[np.ndarray]:
+    """``Family.word_features`` of a family with a :class:`WordEncoder`: every layer at each word's first piece."""
+    from ptm_jax.export.params import to_layout
+
+    rows = encoder.encode(tokenizer, sentences)
+    out, _ = run_layers(encoder.key, lambda: encoder.hidden_states, to_layout(params, False)[encoder.trunk], rows,
+                        batch_size=batch_size, pad_id=tokenizer.pad_id)
+    return out
+
+
+def inference_config(model_cfg: Any) -> Any:
+    """The config with dropout 0, no remat, no scan (the loop layout, so ``capture_intermediates`` sees each
+    layer), for a ``TransformerConfig`` family (``models/config.py``: the fields replaced here)."""
+    return dataclasses.replace(model_cfg, remat="none", hidden_dropout=0.0, attention_dropout=0.0,
+                               scan_layers=False)
+
+
+def trunk_of(model_cfg: Any) -> str:
+    """The params key of the family's trunk (``Family.trunk``)."""
+    trunk = family_of(model_cfg).trunk
+    if not trunk:
+        raise ConfigError(f"model.family={model_cfg.family!r} declares no trunk key")
+    return trunk
+
+
 def inference_model(params: dict, model_cfg: Any) -> tuple[dict, Any, str]:
     """(params in the loop layout, the config with dropout 0, no remat, no scan, a cache key of it), for a
     ``TransformerConfig`` family (``models/config.py``: the fields replaced here)."""
     from ptm_jax.config import to_dict
     from ptm_jax.export.params import to_layout
 
-    cfg = dataclasses.replace(model_cfg, remat="none", hidden_dropout=0.0, attention_dropout=0.0,
-                              scan_layers=False)
+    cfg = inference_config(model_cfg)
     return to_layout(params, False), cfg, json.dumps(to_dict(cfg), sort_keys=True)

@@ -125,6 +125,11 @@ class Family:
     attention probabilities of every layer and head over the family's input layout of one text (specials
     included), each row a query's distribution over the keys: ``ptm attention`` (``evaluate/attention_maps.py``).
     A family with it lists the capability 'attention_maps'."""
+    word_encoder: Callable[..., Any] | None = None
+    """(model_cfg, tokenizer) -> ``evaluate.features.WordEncoder``: the trunk as a differentiable function of its
+    parameters giving every layer's states (with its init and input layout). ``word_features`` runs it frozen;
+    a word-level task head trains it end to end with ``finetune.freeze_features=false``
+    (``objectives/feature_tasks.py``)."""
     subword_vectors: Callable[..., Any] | None = None
     """(params tree, model_cfg, tokenizer, words: list[str]) -> float32 [len(words), dim]: the static vectors of
     words given as strings, out-of-vocabulary ones included, for a family that composes a word's vector from

@@ -136,25 +136,29 @@ class WordInputs(nn.Module):
     mix_layer_norm: bool = False
 
     @nn.compact
-    def __call__(self, batch: dict[str, jax.Array]) -> jax.Array:
+    def __call__(self, batch: dict[str, jax.Array], suffix: str = "") -> jax.Array:
+        """``suffix`` '_b': the second sentence of a pair (``ids_b`` / ``features_b``, ``mask_b``), read through
+        the same table or scalar mix."""
         if self.vocab_size:
             def init(key, shape, dtype=jnp.float32):
                 return jax.random.uniform(key, shape, dtype, -0.25, 0.25)
 
             emb = self.param("embedding", partitioned(init, ("vocab", "embed")), (self.vocab_size, self.dim))
-            return jnp.take(emb, batch["ids"], axis=0)
-        feats = batch["features"].astype(jnp.float32)
+            return jnp.take(emb, batch["ids" + suffix], axis=0)
+        feats = batch["features" + suffix].astype(jnp.float32)
         if self.num_layers == 1:
             return feats[:, 0]
         from ptm_jax.models.scalar_mix import ScalarMix
 
         layers = [feats[:, i] for i in range(self.num_layers)]
         return ScalarMix(self.num_layers, layer_norm=self.mix_layer_norm, name="scalar_mix")(
-            layers, batch["mask"])
+            layers, batch["mask" + suffix])
 
 
 class FeatureClassifier(nn.Module):
-    """Word inputs -> sentence head -> dropout -> linear logits [B, num_labels]."""
+    """Word inputs -> sentence head -> dropout -> linear logits [B, num_labels]. ``pair``: both sentences go
+    through the same inputs and head (a siamese encoder, u and v) and the output layer reads
+    ``[u; v; |u - v|; u * v]`` (Conneau et al. 2017, InferSent Sec. 3.1; SentEval's pair-task features)."""
 
     inputs: WordInputs
     head: str
@@ -162,11 +166,15 @@ class FeatureClassifier(nn.Module):
     dropout: float = 0.5
     hidden: int = 100
     pool: str = "last"
+    pair: bool = False
 
     @nn.compact
     def __call__(self, batch: dict[str, jax.Array], deterministic: bool = True) -> jax.Array:
-        x = self.inputs(batch)
-        pooled = head_module(self.head, self.hidden, self.pool)(x, batch["mask"])
+        head = head_module(self.head, self.hidden, self.pool)
+        pooled = head(self.inputs(batch), batch["mask"])
+        if self.pair:
+            v = head(self.inputs(batch, "_b"), batch["mask_b"])
+            pooled = jnp.concatenate([pooled, v, jnp.abs(pooled - v), pooled * v], axis=-1)
         pooled = Dropout(self.dropout)(pooled, deterministic)
         return nn.Dense(self.num_labels, name="output",
                         kernel_init=partitioned(nn.initializers.lecun_normal(), ("embed", "classes")),

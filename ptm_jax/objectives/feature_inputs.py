@@ -17,7 +17,9 @@ Four kinds of source, one rule each:
   words (:class:`FeatureStore`) and gathered into dense ``[B, L, T, D]`` batches. The task model mixes the L
   layers with a learned scalar mix (Peters et al. 2018 Eq. 1).
 
-Words are the whitespace-separated tokens of a text (GLUE SST-2 is distributed tokenized) or CoNLL's words.
+Words are CoNLL's words, or the words of a GLUE text (:func:`text_words`): its whitespace-separated tokens with
+brackets, quotes and sentence punctuation split off their ends (SST-2 is distributed tokenized, so its tokens
+stay as they are; MRPC, STS-B and RTE are raw text, where 'dog.' is the two words 'dog' and '.').
 """
 from __future__ import annotations
 
@@ -35,6 +37,31 @@ import numpy as np
 from ptm_jax.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
+
+_LEAD = "([{\"'`"
+_TRAIL = ".,;:!?)]}\"'`"
+_CLITICS = {"'s", "'re", "'ll", "'ve", "'d", "'m", "n't"}
+
+
+def text_words(text: str) -> list[str]:
+    """The words of a raw text (module doc): a token with a letter or digit loses its leading ``_LEAD`` and trailing
+    ``_TRAIL`` characters, each one a word of its own; a clitic token ('s, n't) and an apostrophe inside a word stay;
+    a token of punctuation alone ('...', '--') is one word."""
+    out: list[str] = []
+    for tok in text.split():
+        if not any(c.isalnum() for c in tok) or tok.lower() in _CLITICS:
+            out.append(tok)
+            continue
+        i, j = 0, len(tok)
+        while i < j and tok[i] in _LEAD:
+            i += 1
+        while j > i and tok[j - 1] in _TRAIL and not (tok[j - 1] == "'" and j - 2 >= i and tok[j - 2] == "s"):
+            j -= 1
+        out.extend(tok[:i])
+        out.append(tok[i:j])
+        out.extend(tok[j:])
+    return out
+
 
 PAD, UNK = 0, 1
 """Rows 0 and 1 of a word table: padding and words outside it."""

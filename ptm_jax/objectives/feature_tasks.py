@@ -1,9 +1,11 @@
-"""Task models on word features: a classic head (``finetune.head``) over random embeddings, static vectors or
-frozen per-layer features, trained through the loop's ``fit`` (``ptm finetune`` with ``finetune.head`` set).
+"""Task models on word features: a classic head (``finetune.head``) over random embeddings, static vectors,
+frozen per-layer features, or a model finetuned end to end under the head, trained through the loop's ``fit``
+(``ptm finetune`` with ``finetune.head`` set).
 
-* Sentence classification (a single-sentence GLUE task such as SST-2, or the embedded task):
-  :class:`FeatureClassificationObjective`, TextCNN / TextRNN / TextRCNN (``models/text_heads.py``). It is the
-  spine's :class:`~ptm_jax.objectives.classification.SequenceClassificationObjective` with another model and
+* Sentence classification (a GLUE task, or the embedded task): :class:`FeatureClassificationObjective`,
+  TextCNN / TextRNN / TextRCNN (``models/text_heads.py``); a pair task (MRPC, STS-B, RTE) reads both sentences
+  through the same head and classifies ``[u; v; |u - v|; u * v]`` (InferSent's features). It is the spine's
+  :class:`~ptm_jax.objectives.classification.SequenceClassificationObjective` with another model and
   featurisation, so the loss, GLUE metrics and prediction files are the same code.
 * CoNLL-2003 NER: :class:`FeatureTaggingObjective`, a BiLSTM tagger with one label per word; the spine's
   :class:`~ptm_jax.objectives.tagging.TaggingObjective` with word positions for first pieces, so the loss and
@@ -15,6 +17,12 @@ batches carry ``features`` [B, L, T, D] gathered from the cached store and the m
 mix (softmax weights and gamma, Peters et al. 2018 Eq. 1) and the head: the feature-based setting of ELMo
 (Sec. 3.3) and of the BERT paper's Sec. 5.4. With static vectors the table is a parameter, frozen by a
 parameter-group rule unless ``finetune.freeze_embeddings=false`` (Kim 2014's CNN-static / CNN-non-static).
+With ``finetune.freeze_features=false`` a model with ``Family.word_encoder`` (BERT, GPT, XLNet, ERNIE) is
+finetuned end to end under the head: its parameters sit beside the head's under its trunk key, started from
+``finetune.init``, and every step runs it on the batch's pieces (its dropout off) and mixes its layers at the
+words' first pieces, so the gradient of the head's loss reaches every layer (the fine-tuning setting of the
+BERT paper Sec. 4, with a TextCNN in place of the pooled [CLS]). ``finetune.param_groups`` sets it apart, e.g.
+``pattern = "^bert/"`` with ``lr = 0.05`` for a slower trunk.
 
 The stage (:func:`finetune_features`) keeps the best parameters by the task metric in ``<stage>/best``
 (``params/`` in orbax's format and ``feature_model.json``: the head, the word table, the labels, the learned
@@ -52,6 +60,7 @@ from ptm_jax.objectives.feature_inputs import (
     WordTable,
     cached_features,
     resolve_source,
+    text_words,
     word_table,
 )
 from ptm_jax.objectives.tagging import TaggingObjective, TagSet
@@ -60,16 +69,40 @@ from ptm_jax.train.hooks import Hook, Run
 EMBEDDING_PATTERN = r"(^|/)inputs/embedding$"
 
 
+INPUT_KEYS = ("ids", "features", "mask", "ids_b", "features_b", "mask_b")
+"""What the head model reads of a batch (``_b``: the second sentence of a pair)."""
+
+
 class FeatureInputs:
     """Turns sentences (lists of words) into model inputs for one source: ``ids``/``mask`` rows for a word
-    table, or store row numbers and ``mask`` for per-layer features (gathered per batch by :meth:`expand`)."""
+    table; store row numbers and ``mask`` for frozen per-layer features (gathered per batch by :meth:`expand`);
+    or, finetuning end to end (``finetune.freeze_features=false``), the trunk's input ``pieces``/``piece_mask``
+    with each word's first piece ``first`` [T] (-1: cut), run through ``Family.word_encoder`` at every step
+    (:meth:`encoder_features`). ``max_seq_length`` bounds the words (T) and, end to end, the pieces too."""
 
     def __init__(self, source: Source, fcfg: FinetuneConfig, train: Sequence[Sequence[str]],
                  held: Sequence[Sequence[str]], cache_dir: str | Path):
         self.source, self.length, self.cache_dir = source, fcfg.max_seq_length, cache_dir
         self.table: WordTable | None = None
         self.store: FeatureStore | None = None
-        if source.kind == "layers":
+        self.encoder = None
+        if not fcfg.freeze_features:
+            if source.kind != "layers":
+                raise ConfigError(f"finetune.freeze_features=false finetunes a model with per-layer features end "
+                                  f"to end, but finetune.init gives {source.description}; for word vectors set "
+                                  "finetune.freeze_embeddings=false instead")
+            from ptm_jax.evaluate.features import family_of
+
+            fam = family_of(source.model_cfg)
+            if fam.word_encoder is None:
+                from ptm_jax.families import registry
+
+                able = sorted(n for n, f in registry.families().items() if f.word_encoder is not None)
+                raise ConfigError(f"finetune.freeze_features=false: model.family={fam.name!r} gives its features "
+                                  f"frozen only (no Family.word_encoder); families that finetune end to end under "
+                                  f"a head: {', '.join(able)}")
+            self.encoder = fam.word_encoder(source.model_cfg, source.tokenizer)
+        elif source.kind == "layers":
             self.store = FeatureStore()
         else:
             self.table = word_table(source, train, held, seed=fcfg.seed)
@@ -84,17 +117,43 @@ class FeatureInputs:
         mask = (np.arange(self.length)[None, :] < n[:, None]).astype(np.int32)
         if self.table is not None:
             return {"ids": np.stack([self.table.ids(s, self.length)[0] for s in sentences]), "mask": mask}
+        if self.encoder is not None:
+            rows = self.encoder.encode(self.source.tokenizer, [list(s) for s in sentences], self.length)
+            S = T = self.length
+            pieces = np.full((len(rows), S), self.source.tokenizer.pad_id, np.int32)
+            piece_mask = np.zeros((len(rows), S), np.int32)
+            first = np.full((len(rows), T), -1, np.int32)
+            for r, row in enumerate(rows):
+                pieces[r, :len(row.ids)], piece_mask[r, :len(row.ids)] = row.ids, 1
+                first[r, :min(len(row.first), T)] = row.first[:T]
+            return {"pieces": pieces, "piece_mask": piece_mask, "first": first, "mask": (first >= 0).astype(np.int32)}
         rows = self.store.append(cached_features(self.source, sentences, self.cache_dir))
         return {"row": rows.astype(np.int64), "mask": mask}
 
     def expand(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self.store is not None and "row" in batch:
+        if self.store is not None and ("row" in batch or "row_b" in batch):
             batch = dict(batch)
-            batch["features"] = self.store.dense(batch.pop("row"), self.length)
+            for suffix in ("", "_b"):
+                if "row" + suffix in batch:
+                    batch["features" + suffix] = self.store.dense(batch.pop("row" + suffix), self.length)
         return batch
 
+    def encoder_features(self, trunk_params: Any, batch: dict[str, Any], suffix: str = "") -> jax.Array:
+        """[B, L+1, T, H]: every layer of the trunk at each word's first piece (zeros for cut words)."""
+        hs = self.encoder.hidden_states(trunk_params, batch["pieces" + suffix], batch["piece_mask" + suffix])
+        first = batch["first" + suffix]
+        got = jnp.take_along_axis(hs, jnp.maximum(first, 0)[None, :, :, None], axis=2)  # [L+1, B, T, H]
+        got = jnp.where((first >= 0)[None, :, :, None], got, 0.0)
+        return jnp.transpose(got, (1, 0, 2, 3))
+
     def initial_params(self):
-        """``fit``'s init_params: the table's rows from the static vectors (None when there is nothing to put)."""
+        """``fit``'s init_params: the table's rows from the static vectors, or the pretrained trunk (end to end);
+        None when there is nothing to put."""
+        if self.encoder is not None:
+            from ptm_jax.export.params import to_layout
+            from ptm_jax.train.finetune import _merge_encoder
+
+            return _merge_encoder(to_layout(self.source.params, False), self.encoder.trunk)
         if self.table is None or self.table.matrix is None:
             return None
         matrix = self.table.matrix
@@ -112,17 +171,19 @@ class FeatureInputs:
 
 class FeatureData:
     """Mixin over :class:`~ptm_jax.objectives.task_data.ArrayTaskData`: batches through ``FeatureInputs.expand``
-    and the model called on a dict of inputs."""
+    and the model called on a dict of inputs; end to end, the trunk's parameters sit beside the head's under
+    its trunk key and its features are computed inside the loss."""
 
     features: FeatureInputs
 
     def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
         ref = self.train if self.train is not None else self.dev
-        out = {k: np.zeros((batch_size,) + v.shape[1:], v.dtype) for k, v in ref.items() if k != "row"}
-        if "row" in ref:
-            store = self.features.store
-            out["features"] = np.zeros((batch_size, store.num_layers, self.features.length, store.data.shape[2]),
-                                       np.float32)
+        out = {k: np.zeros((batch_size,) + v.shape[1:], v.dtype) for k, v in ref.items() if not k.startswith("row")}
+        for suffix in ("", "_b"):
+            if "row" + suffix in ref:
+                store = self.features.store
+                out["features" + suffix] = np.zeros(
+                    (batch_size, store.num_layers, self.features.length, store.data.shape[2]), np.float32)
         return out
 
     def train_batches(self, start_example, global_batch, process_index, process_count):
@@ -132,37 +193,59 @@ class FeatureData:
     def eval_batches(self, global_batch, process_index, process_count):
         return (self.features.expand(b) for b in super().eval_batches(global_batch, process_index, process_count))
 
-    @staticmethod
-    def model_inputs(batch) -> dict[str, Any]:
-        return {k: batch[k] for k in ("ids", "features", "mask") if k in batch}
+    def _split(self, params, batch) -> tuple[Any, dict[str, Any]]:
+        """(the head model's variables, its inputs): end to end, the trunk's features of the batch."""
+        enc = self.features.encoder
+        if enc is None:
+            return params, {k: batch[k] for k in INPUT_KEYS if k in batch}
+        head = dict(params["params"])
+        trunk = head.pop(enc.trunk)
+        inputs = {"features": self.features.encoder_features(trunk, batch), "mask": batch["mask"]}
+        if "pieces_b" in batch:
+            inputs.update(features_b=self.features.encoder_features(trunk, batch, "_b"), mask_b=batch["mask_b"])
+        return {**params, "params": head}, inputs
 
     def init(self, rng, batch):
-        return self.model.init(rng, {k: jnp.asarray(v[:1]) for k, v in self.model_inputs(batch).items()})
+        b = {k: jnp.asarray(v[:1]) for k, v in batch.items()}
+        enc = self.features.encoder
+        if enc is None:
+            return self.model.init(rng, {k: b[k] for k in INPUT_KEYS if k in b})
+        trunk_rng, head_rng = jax.random.split(rng)
+        trunk = enc.init(trunk_rng, b["pieces"], b["piece_mask"])
+        shape = (1, self.features.source.num_layers, self.features.length, int(enc.cfg.hidden_size))
+        inputs = {"features": jnp.zeros(shape), "mask": b["mask"]}
+        if "pieces_b" in b:
+            inputs.update(features_b=jnp.zeros(shape), mask_b=b["mask_b"])
+        head = self.model.init(head_rng, inputs)
+        return {**head, "params": {**head["params"], enc.trunk: trunk}}
 
     def _logits(self, params, batch, rng, train: bool):
         rngs = {"dropout": rng} if train and rng is not None else None
-        return self.model.apply(params, self.model_inputs(batch), deterministic=not train, rngs=rngs)
+        variables, inputs = self._split(params, batch)
+        return self.model.apply(variables, inputs, deterministic=not train, rngs=rngs)
 
 
 class FeatureClassificationObjective(FeatureData, SequenceClassificationObjective):
+    """A single-sentence task through the head, or a pair task (MRPC, STS-B, RTE, ...) through the same head on
+    each sentence and ``[u; v; |u - v|; u * v]`` (``models/text_heads.FeatureClassifier`` ``pair``)."""
+
     head = "feature_classifier"
 
     def __init__(self, spec, train, dev, fcfg: FinetuneConfig, features: FeatureInputs):
-        for e in [*(train or ()), *dev]:
-            if e.text_b is not None:
-                raise ConfigError(f"finetune.head={fcfg.head!r} reads one sentence per example, but task "
-                                  f"{spec.name} has sentence pairs; use a single-sentence task (sst2, cola) or "
-                                  "the family's own head (finetune.head='')")
         self.features = features
+        self.pair = any(e.text_b is not None for e in [*(train or ()), *dev])
         super().__init__(None, spec, train, dev, None, fcfg)
 
     def build_model(self, model_cfg):
         f = self.fcfg
         return FeatureClassifier(self.features.module(), f.head, self.num_labels, f.classifier_dropout,
-                                 f.head_hidden, f.head_pool)
+                                 f.head_hidden, f.head_pool, pair=self.pair)
 
     def featurize(self, examples, tokenizer) -> dict[str, np.ndarray]:
-        out = self.features.encode([e.text_a.split() for e in examples])
+        out = self.features.encode([text_words(e.text_a) for e in examples])
+        if self.pair:
+            out.update({f"{k}_b": v for k, v in self.features.encode([text_words(e.text_b or "")
+                                                                       for e in examples]).items()})
         out["labels"] = np.asarray([(-1 if e.label is None else e.label) for e in examples],
                                    np.float32 if self.regression else np.int32)
         out["weights"] = np.ones(len(examples), np.float32)
@@ -246,7 +329,7 @@ class KeepBestFeatures(Hook):
 
 
 def _sentence_task(cfg: RunConfig):
-    """(spec, train examples, dev examples, description) of a GLUE single-sentence task or the embedded task."""
+    """(spec, train examples, dev examples, description) of a GLUE task or the embedded task."""
     from ptm_jax.objectives.finetune_registry import take_subset
     from ptm_jax.train.finetune import GLUE_DIRS
 
@@ -258,8 +341,8 @@ def _sentence_task(cfg: RunConfig):
         spec, train, dev = embedded_task()
         return spec, take_subset(train, f.train_subset, f.subset_seed), dev, DESCRIPTION
     if task not in GLUE_DIRS:
-        raise ConfigError(f"finetune.head={f.head!r} classifies sentences: finetune.task must be a GLUE task "
-                          f"({', '.join(GLUE_DIRS)}) or 'embedded', got {f.task!r}")
+        raise ConfigError(f"finetune.head={f.head!r} classifies sentences or pairs: finetune.task must be a GLUE "
+                          f"task ({', '.join(GLUE_DIRS)}) or 'embedded', got {f.task!r}")
     from ptm_jax.data.tasks.glue import get_task, glue_from_tfds, read_glue
 
     if not f.data_dir:
@@ -298,7 +381,11 @@ def build_feature_task(cfg: RunConfig) -> tuple[Any, FeatureInputs, str]:
         return obj, features, (f"CoNLL-2003 NER: {len(train)} train (of {total}) / {len(dev)} dev sentences, "
                                f"{len(labels)} labels, {obj.dev_truncated_words} dev words past max_seq_length")
     spec, train, dev, desc = _sentence_task(cfg)
-    features = FeatureInputs(source, f, [e.text_a.split() for e in train], [e.text_a.split() for e in dev], cache)
+
+    def words(examples):
+        return [text_words(t) for e in examples for t in (e.text_a, e.text_b) if t is not None]
+
+    features = FeatureInputs(source, f, words(train), words(dev), cache)
     return FeatureClassificationObjective(spec, train, dev, f, features), features, desc
 
 
@@ -316,6 +403,8 @@ def finetune_features(cfg: RunConfig, *, stop_after: int | None = None) -> dict[
     if table is not None:
         description += (f"; {source.description}; word table {len(table.words)} rows"
                         + (f", {table.found} from the vectors" if table.matrix is not None else ""))
+    elif features.encoder is not None:
+        description += f"; {source.description}, finetuned end to end, mixed by a learned scalar mix"
     else:
         description += f"; {source.description}, mixed by a learned scalar mix"
     rules = [*DEFAULT_RULES]
@@ -329,6 +418,7 @@ def finetune_features(cfg: RunConfig, *, stop_after: int | None = None) -> dict[
             "max_seq_length": f.max_seq_length, "head_hidden": f.head_hidden, "head_pool": f.head_pool,
             "label_names": list(getattr(objective.spec, "labels", None) or []) or None,
             "num_labels": objective.num_labels, "frozen_embeddings": frozen,
+            "pair": getattr(objective, "pair", False), "end_to_end": features.encoder is not None,
             "words": table.words if table is not None else None}
     keep = KeepBestFeatures(stage, objective, info)
     result = fit(objective, tcfg, make_mesh(cfg.mesh), stage, init_params=features.initial_params(),

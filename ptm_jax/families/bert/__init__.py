@@ -81,6 +81,7 @@ FAMILY = register(Family(
     bench_variants={"dense": lazy(BENCH, "DenseMlmHead")},
     capabilities=frozenset({"embed", "classify", "pack_examples", "word_features", "attention_maps"}),
     word_features=lazy("ptm_jax.families.bert.features", "word_features"),
+    word_encoder=lazy("ptm_jax.families.bert.features", "word_encoder"),
     attention_maps=lazy("ptm_jax.families.bert.features", "attention_maps"),
     task_heads={"encoder": _head("BertModel"),
                 "sequence_classification": _head("BertForSequenceClassification"),

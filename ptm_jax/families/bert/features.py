@@ -36,26 +36,37 @@ def hidden_states_fn(cfg: Any):
     return fn
 
 
+def word_encoder(model_cfg: Any, tokenizer: Any):
+    """``Family.word_encoder``: the encoder (no pooler) as ``evaluate/features.WordEncoder``; the trunk key is the
+    family's (BERT's "bert"; a family that reuses BERT's network under its own key registers this too)."""
+    import jax.numpy as jnp
+
+    from ptm_jax.evaluate.features import WordEncoder, inference_config, trunk_of
+    from ptm_jax.families.bert.model import BertModel
+
+    cfg = inference_config(model_cfg)
+    model = BertModel(cfg, add_pooler=False)
+    return WordEncoder(trunk_of(model_cfg), cfg, hidden_states_fn(cfg),
+                       lambda rng, ids, mask: model.init(rng, ids, mask, jnp.zeros_like(ids))["params"],
+                       prefix=(tokenizer.cls_id,), suffix=(tokenizer.sep_id,))
+
+
 def word_features(params: dict, model_cfg: Any, tokenizer: Any, sentences: list[list[str]], *,
                   batch_size: int = 32) -> list[np.ndarray]:
-    from ptm_jax.evaluate.features import encode_words, inference_model, run_layers
+    from ptm_jax.evaluate.features import encoder_word_features
 
-    params, cfg, key = inference_model(params, model_cfg)
-    rows = encode_words(tokenizer, sentences, prefix=(tokenizer.cls_id,), suffix=(tokenizer.sep_id,),
-                        max_length=cfg.max_position_embeddings)
-    out, _ = run_layers(("bert_features", key), lambda: hidden_states_fn(cfg), params["bert"], rows,
-                        batch_size=batch_size, pad_id=tokenizer.pad_id)
-    return out
+    return encoder_word_features(word_encoder(model_cfg, tokenizer), params, tokenizer, sentences,
+                                 batch_size=batch_size)
 
 
 def attention_maps(params: dict, model_cfg: Any, tokenizer: Any, text: str) -> tuple[list[str], np.ndarray]:
     """``Family.attention_maps``: ``[CLS] text [SEP]`` -> (tokens, float32 [layers, heads, S, S])."""
     from ptm_jax.evaluate.attention_maps import sown_probs
-    from ptm_jax.evaluate.features import inference_model
+    from ptm_jax.evaluate.features import inference_model, trunk_of
     from ptm_jax.families.bert.model import BertModel
 
     params, cfg, _ = inference_model(params, model_cfg)
     ids = [tokenizer.cls_id, *tokenizer.encode(text)[: cfg.max_position_embeddings - 2], tokenizer.sep_id]
     x = np.asarray([ids], np.int32)
-    probs = sown_probs(BertModel(cfg, add_pooler=False), params["bert"], x, np.ones_like(x), np.zeros_like(x))
+    probs = sown_probs(BertModel(cfg, add_pooler=False), params[trunk_of(model_cfg)], x, np.ones_like(x), np.zeros_like(x))
     return [tokenizer.id_to_token(i) for i in ids], probs[:, 0]

@@ -110,7 +110,10 @@ FAMILY = register(Family(
                 "token_classification": _head("ErnieForTokenClassification"),
                 "question_answering": _head("ErnieForQuestionAnswering"),
                 "multiple_choice": _head("ErnieForMultipleChoice")},
-    capabilities=frozenset({"embed", "classify"}),
+    capabilities=frozenset({"embed", "classify", "word_features", "attention_maps"}),
+    word_features=_bert.FAMILY.word_features,  # BERT's network: the hooks read the trunk key of model.family
+    word_encoder=_bert.FAMILY.word_encoder,
+    attention_maps=_bert.FAMILY.attention_maps,
     hf=_hf(),
     tiny_preset="ernie_tiny",
 ))

@@ -100,6 +100,7 @@ FAMILY = register(Family(
     perplexity=lazy("ptm_jax.evaluate.perplexity", "perplexity"),
     capabilities=frozenset({"causal_lm", "word_features", "attention_maps"}),
     word_features=lazy("ptm_jax.families.gpt.features", "word_features"),
+    word_encoder=lazy("ptm_jax.families.gpt.features", "word_encoder"),
     attention_maps=lazy("ptm_jax.families.gpt.features", "attention_maps"),
     tiny_preset="gpt_tiny",
 ))

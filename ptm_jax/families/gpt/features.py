@@ -38,17 +38,27 @@ def hidden_states_fn(cfg: Any):
     return fn
 
 
+def word_encoder(model_cfg: Any, tokenizer: Any):
+    """``Family.word_encoder``: the decoder trunk (no LM head) as ``evaluate/features.WordEncoder``."""
+    import jax.numpy as jnp
+
+    from ptm_jax.data.byte_bpe import ByteBPETokenizer
+    from ptm_jax.evaluate.features import WordEncoder, inference_config
+    from ptm_jax.families.gpt.model import GPTModel
+
+    cfg = inference_config(model_cfg)
+    model = GPTModel(cfg)
+    return WordEncoder("gpt", cfg, hidden_states_fn(cfg),
+                       lambda rng, ids, mask: model.init(rng, ids, mask.astype(jnp.int32))["params"],
+                       space_before=isinstance(tokenizer, ByteBPETokenizer))
+
+
 def word_features(params: dict, model_cfg: Any, tokenizer: Any, sentences: list[list[str]], *,
                   batch_size: int = 32) -> list[np.ndarray]:
-    from ptm_jax.data.byte_bpe import ByteBPETokenizer
-    from ptm_jax.evaluate.features import encode_words, inference_model, run_layers
+    from ptm_jax.evaluate.features import encoder_word_features
 
-    params, cfg, key = inference_model(params, model_cfg)
-    rows = encode_words(tokenizer, sentences, max_length=cfg.max_position_embeddings,
-                        space_before=isinstance(tokenizer, ByteBPETokenizer))
-    out, _ = run_layers(("gpt_features", key), lambda: hidden_states_fn(cfg), params["gpt"], rows,
-                        batch_size=batch_size, pad_id=tokenizer.pad_id)
-    return out
+    return encoder_word_features(word_encoder(model_cfg, tokenizer), params, tokenizer, sentences,
+                                 batch_size=batch_size)
 
 
 def attention_maps(params: dict, model_cfg: Any, tokenizer: Any, text: str) -> tuple[list[str], np.ndarray]:

@@ -67,6 +67,7 @@ FAMILY = register(Family(
     synthetic_batch=lazy("ptm_jax.bench.harness", "packed_lm_batch"),
     capabilities=frozenset({"word_features", "attention_maps"}),
     word_features=lazy("ptm_jax.families.xlnet.features", "word_features"),
+    word_encoder=lazy("ptm_jax.families.xlnet.features", "word_encoder"),
     attention_maps=lazy("ptm_jax.families.xlnet.features", "attention_maps"),
     tiny_preset="xlnet_tiny",
 ))

@@ -43,16 +43,27 @@ def hidden_states_fn(cfg: Any):
     return fn
 
 
+def word_encoder(model_cfg: Any, tokenizer: Any):
+    """``Family.word_encoder``: the content stream of the trunk as ``evaluate/features.WordEncoder``."""
+    import jax.numpy as jnp
+
+    from ptm_jax.evaluate.features import WordEncoder, inference_config
+    from ptm_jax.families.xlnet.model import XLNetModel
+
+    cfg = inference_config(model_cfg)
+    model = XLNetModel(cfg)
+    return WordEncoder("xlnet", cfg, hidden_states_fn(cfg),
+                       lambda rng, ids, mask: model.init(rng, ids, segment_ids(mask),
+                                                         1.0 - mask.astype(jnp.float32))["params"],
+                       suffix=(tokenizer.sep_id, tokenizer.cls_id))
+
+
 def word_features(params: dict, model_cfg: Any, tokenizer: Any, sentences: list[list[str]], *,
                   batch_size: int = 32) -> list[np.ndarray]:
-    from ptm_jax.evaluate.features import encode_words, inference_model, run_layers
+    from ptm_jax.evaluate.features import encoder_word_features
 
-    params, cfg, key = inference_model(params, model_cfg)
-    rows = encode_words(tokenizer, sentences, suffix=(tokenizer.sep_id, tokenizer.cls_id),
-                        max_length=cfg.max_position_embeddings)
-    out, _ = run_layers(("xlnet_features", key), lambda: hidden_states_fn(cfg), params["xlnet"], rows,
-                        batch_size=batch_size, pad_id=tokenizer.pad_id)
-    return out
+    return encoder_word_features(word_encoder(model_cfg, tokenizer), params, tokenizer, sentences,
+                                 batch_size=batch_size)
 
 
 def attention_maps(params: dict, model_cfg: Any, tokenizer: Any, text: str) -> tuple[list[str], np.ndarray]:
