@@ -1,77 +1,141 @@
-"""ptm compare: a real two-entry comparison (word2vec skip-gram, NNLM) stopped mid-pretraining and continued."""
+"""ptm compare: a real two-entry comparison (word2vec skip-gram under a wall-clock budget, a tiny BERT under a
+step budget) on a Gutenberg book, stopped mid-pretraining and continued, evaluated on MRPC as feature extractor
+and finetuned, and the budgeted entry reproduced from the steps it reached."""
 from __future__ import annotations
 
 import json
+import shutil
 
+import numpy as np
 import pytest
 
 from ptm_jax.errors import ConfigError
 
 
+def _head(path, n: int) -> str:
+    with open(path, encoding="utf-8") as f:
+        return "".join(next(f) for _ in range(n))
+
+
 def _config(tmp_path, shared_data) -> str:
+    """Two entries on the first 2,500 lines of Frankenstein (Gutenberg 84); MRPC's first 32 train and 40 dev
+    pairs (../shared/data/glue)."""
+    (tmp_path / "corpus.txt").write_text(_head(shared_data / "corpus" / "gutenberg" / "84-0.txt", 2500))
+    (tmp_path / "glue" / "MRPC").mkdir(parents=True)
+    for split, n in (("train", 33), ("dev", 41)):
+        src = shared_data / "glue" / "MRPC" / f"{split}.tsv"
+        (tmp_path / "glue" / "MRPC" / f"{split}.tsv").write_text(_head(src, n))
     path = tmp_path / "compare_test.toml"
     path.write_text(f"""
 name = "compare_test"
 output_dir = "{tmp_path / 'cmp'}"
-corpus = "embedded"
-budget = "12 steps per entry"
+corpus = "{tmp_path / 'corpus.txt'}"
+budget = "w2v: 1 s of training steps; bert: 12 steps"
+budget_s = 1.0
 [probe]
 data_dir = "{shared_data / 'conll2003'}"
 tasks = ["pos", "ner"]
 train_sentences = 40
 dev_sentences = 20
 steps = 20
+[glue]
+data_dir = "{tmp_path / 'glue'}"
+tasks = ["mrpc"]
+train_subset = 24
+feature = ["finetune.head=textcnn", "finetune.epochs=1", "finetune.batch_size=8", "finetune.max_seq_length=32",
+           "train.log_every=1"]
+finetune = ["finetune.epochs=1", "finetune.batch_size=8", "finetune.max_seq_length=64", "train.log_every=1"]
 [[entries]]
 name = "w2v"
 preset = "word2vec_tiny"
-direction = "window (both sides)"
-overrides = ["train.steps=12", "train.checkpoint_every=6", "train.eval_every=6", "train.log_every=3"]
+direction = "window"
+note = "skip-gram"
+overrides = ["train.steps=100000", "train.checkpoint_every=100000", "train.eval_every=100000", "train.log_every=3"]
 [[entries]]
-name = "nnlm"
-preset = "nnlm_tiny"
-direction = "left-to-right"
+name = "bert"
+preset = "bert_tiny"
+direction = "bidirectional"
+note = "masked LM"
+budget_s = 0
 overrides = ["train.steps=12", "train.checkpoint_every=6", "train.eval_every=6", "train.log_every=3"]
 """)
     return str(path)
 
 
-def test_compare_stopped_run_resumes_skips_finished_stages_and_tables_every_entry(tmp_path, shared_data):
-    from ptm_jax.evaluate.compare import compare
+def test_compare_budget_stop_resume_glue_feature_and_finetune_columns_and_a_reproduced_entry(tmp_path,
+                                                                                               shared_data):
+    from ptm_jax.evaluate.compare import compare, load_compare_config
+    from ptm_jax.evaluate.compare_stages import pretrain_entry
     from ptm_jax.evaluate.report import build_report
+    from ptm_jax.export.params import load_params
     from ptm_jax.train.metrics import read_metrics
 
     cfg = _config(tmp_path, shared_data)
     out = tmp_path / "cmp"
     stopped = compare(cfg, stop_after=6)  # a real stop: checkpoint at step 6 of the first entry, command ends
     assert stopped == {"stopped": "w2v", "step": 6}
-    assert (out / "w2v" / "pretrain" / "checkpoints" / "6").is_dir() and not (out / "nnlm").exists()
+    assert (out / "w2v" / "pretrain" / "checkpoints" / "6").is_dir() and not (out / "bert").exists()
+    spent = json.loads((out / "w2v" / "budget.json").read_text())
+    assert not spent["done"] and 0.0 < spent["spent_s"] < 1.0 and spent["steps"] == 6
 
-    result = compare(cfg)  # continues: w2v resumes from step 6, nnlm runs, both are probed
+    result = compare(cfg)  # continues: w2v resumes from step 6 until 1 s is spent, bert runs its 12 steps
     rows = {r["entry"]: r for r in result["rows"]}
-    assert set(rows) == {"w2v", "nnlm"} and all(r["steps"] == 12 for r in rows.values())
+    budget = json.loads((out / "w2v" / "budget.json").read_text())
+    reached = budget["steps"]
+    assert budget["done"] and budget["calls"] == 2 and 1.0 <= budget["spent_s"] < 2.0 and 6 < reached < 100000
+    assert rows["w2v"]["steps"] == reached and rows["w2v"]["budget"] == "1 s" and rows["bert"]["steps"] == 12
     train_steps = [r["step"] for r in read_metrics(out / "w2v" / "pretrain" / "metrics.jsonl")
                    if r["split"] == "train"]
-    assert train_steps == [3, 6, 9, 12]  # resumed at 6: no step trained twice, none skipped
-    assert json.loads((out / "w2v" / "wall.json").read_text())["calls"] == 2
-    assert rows["w2v"]["representation"] == "static" and rows["w2v"]["direction"] == "window (both sides)"
+    assert train_steps == list(range(3, reached + 1, 3))  # resumed at 6: no step trained twice, none skipped
+    assert rows["w2v"]["representation"] == "static" and rows["bert"]["representation"] == "contextual"
+    assert rows["w2v"]["train_flops"] and rows["w2v"]["flops_source"] == rows["bert"]["flops_source"] == "formula"
     for name, r in rows.items():
         probe = json.loads((out / name / "probe.json").read_text())
         assert probe["train_sentences"] == 40 and probe["dev_sentences"] == 20
-        assert r["feature_pos_acc"] == max(probe["tasks"]["pos"]["accuracy"])
-        assert 0.0 <= r["feature_ner_f1"] <= 1.0
-        assert r["feature_pos_acc"] > probe["tasks"]["pos"]["majority_baseline"] - 0.2
+        assert r["probe_pos_acc"] == max(probe["tasks"]["pos"]["accuracy"])
+        glue = json.loads((out / name / "glue-feature" / "finetune-mrpc" / "summary.json").read_text())
+        assert glue["train_rows"] == 24 and glue["step"] == 3 and "f1" in glue["final_eval"]
+        assert r["feature_mrpc"] == glue["final_eval"]["f1"] and 0.0 <= r["feature_mrpc"] <= 1.0
+    assert rows["w2v"]["finetune_mrpc"] == "n/a (no classifier)" and not (out / "w2v" / "glue-finetune").exists()
+    tuned = json.loads((out / "bert" / "glue-finetune" / "finetune-mrpc" / "summary.json").read_text())
+    assert rows["bert"]["finetune_mrpc"] == tuned["final_eval"]["f1"] and tuned["step"] == 3
+    base = result["baseline"]  # the majority label of the 24 training pairs, scored on the 40 dev pairs
+    assert base["feature_mrpc"] in (0.0, pytest.approx(2 * 25 / (2 * 25 + 15), abs=1e-4))
     md = (out / "compare.md").read_text()
-    assert md.count("\n") == 4 and "| w2v | word2vec | skipgram | static |" in md
+    assert md.count("\n") == 5 and "| MRPC F1 (feature) | MRPC F1 (finetune) |" in md
+    assert "| w2v | static | window (no order) | skip-gram | 1 s |" in md and "n/a (no classifier)" in md
     assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"
 
-    probe_mtime = (out / "nnlm" / "probe.json").stat().st_mtime_ns
-    again = compare(cfg)  # everything finished: nothing retrained or re-probed, same table
+    stamp = (out / "bert" / "glue-finetune" / "finetune-mrpc" / "summary.json").stat().st_mtime_ns
+    again = compare(cfg)  # everything finished: nothing retrained or re-evaluated, same table
     assert again["rows"] == result["rows"]
-    assert (out / "nnlm" / "probe.json").stat().st_mtime_ns == probe_mtime
-    assert json.loads((out / "w2v" / "wall.json").read_text())["calls"] == 2
+    assert (out / "bert" / "glue-finetune" / "finetune-mrpc" / "summary.json").stat().st_mtime_ns == stamp
+    assert json.loads((out / "w2v" / "budget.json").read_text())["calls"] == 2
+
+    # the budgeted entry reproduced from the steps it reached (what --steps-from does): the same parameters. The
+    # new folder starts with the first one's tokenizer and token cache (what a rerun would build the same)
+    cmp = load_compare_config(cfg)
+    cmp["output_dir"] = str(tmp_path / "again")
+    for part in ("tokenizer", "cache"):
+        shutil.copytree(out / "w2v" / part, tmp_path / "again" / "w2v" / part)
+    summary = pretrain_entry(cmp, cmp["entries"][0], target_steps=reached)
+    assert summary["step"] == reached and not summary["stopped"]
+    first, _, _, _ = load_params(str(out / "w2v" / "pretrain"))
+    second, _, _, _ = load_params(str(tmp_path / "again" / "w2v" / "pretrain"))
+    for a, b in zip(*(sorted(_leaves(t)) for t in (first, second))):
+        assert a[0] == b[0]
+        np.testing.assert_array_equal(a[1], b[1])
 
     page = build_report(out)  # the report of a comparison holds its table
-    assert "comparison" in page and f"{rows['nnlm']['feature_pos_acc']:.4g}" in page
+    assert "comparison" in page and f"{rows['bert']['probe_pos_acc']:.4g}" in page and "MRPC F1 (finetune)" in page
+
+
+def _leaves(tree, prefix=""):
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from _leaves(v, f"{prefix}/{k}")
+    else:
+        yield prefix, np.asarray(tree)
 
 
 def test_compare_config_errors_name_the_field(tmp_path):
@@ -83,4 +147,12 @@ def test_compare_config_errors_name_the_field(tmp_path):
         load_compare_config(bad)
     bad.write_text('output_dir = "x"\ncorpus = "embedded"\n[[entries]]\nname = "a"\n')
     with pytest.raises(ConfigError, match=r"entries\[0\] needs a name and a preset"):
+        load_compare_config(bad)
+    bad.write_text('output_dir = "x"\ncorpus = "embedded"\n[[entries]]\nname = "a"\npreset = "bert_tiny"\n'
+                   'direction = "sideways"\n')
+    with pytest.raises(ConfigError, match=r"entries\[0\] \(a\) direction='sideways': write one of unidirectional"):
+        load_compare_config(bad)
+    bad.write_text('output_dir = "x"\ncorpus = "embedded"\n[glue]\ndata_dir = "g"\ntasks = ["sst3"]\n'
+                   '[[entries]]\nname = "a"\npreset = "bert_tiny"\ndirection = "bidirectional"\n')
+    with pytest.raises(ConfigError, match=r"\[glue\] task 'sst3' is not a GLUE task"):
         load_compare_config(bad)

@@ -95,12 +95,20 @@ def _stage_section(stage_dir: Path, root: Path) -> str:
 
 
 def _compare_section(d: Path) -> str:
+    """The comparison's table in the seeds' terms (``compare.json`` columns and headers, then the majority-class
+    row), its plot, and every figure of every entry (each row's remaining fields)."""
     data = json.loads((d / "compare.json").read_text())
     parts = ["<h2>Comparison</h2>", f"<p>{html.escape(data.get('budget', ''))}</p>"]
     cols = data["columns"]
-    parts.append(table(cols, [[r.get(c, "") for c in cols] for r in data["rows"]], "comparison"))
+    rows = [*data["rows"], *([data["baseline"]] if data.get("baseline") else [])]
+    parts.append(table(data.get("headers", cols), [[r.get(c, "") for c in cols] for r in rows], "comparison"))
     for png in sorted(d.glob("compare*.png")):
         parts.append(_img(png.read_bytes(), f"comparison plot: {png.name}"))
+    rest = [k for k in dict.fromkeys(k for r in data["rows"] for k in r) if k not in cols]
+    if rest:
+        parts.append("<h3>Every figure per entry</h3>")
+        parts.append(table(["entry", *rest], [[r["entry"], *(r.get(k, "") for k in rest)] for r in data["rows"]],
+                           "comparison-all"))
     return "\n".join(parts)
 
 

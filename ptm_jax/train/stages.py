@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -115,8 +115,10 @@ def write_config(cfg: RunConfig) -> None:
                              json.dumps(config_lib.to_dict(cfg), indent=2))
 
 
-def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | None = None) -> dict[str, Any]:
-    """Pretrains cfg.model with cfg.objective; returns the final train/eval figures and the baseline."""
+def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | None = None,
+             hooks: Sequence[Any] = ()) -> dict[str, Any]:
+    """Pretrains cfg.model with cfg.objective; returns the final train/eval figures and the baseline. ``hooks``:
+    more ``fit`` hooks (``ptm compare``'s wall-clock budget, ``evaluate/compare_stages.py``)."""
     from ptm_jax.objectives.base import ReportsBaseline
     from ptm_jax.objectives.registry import build_objective
     from ptm_jax.train.loop import fit
@@ -126,7 +128,7 @@ def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | 
     objective = build_objective(cfg, corpus)
     mesh = make_mesh(cfg.mesh)
     result = fit(objective, cfg.train, mesh, fs.path(cfg.output_dir) / "pretrain", stop_after=stop_after,
-                 meta={"config": config_lib.to_dict(cfg)})
+                 meta={"config": config_lib.to_dict(cfg)}, hooks=hooks)
     summary: dict[str, Any] = {"stage": "pretrain", "step": result.step, "preempted": result.preempted,
                                "train": result.train_metrics, "eval": objective.summarize(result.eval_metrics),
                                "corpus": {"documents": corpus.cache.num_docs, "tokens": corpus.cache.num_tokens,
