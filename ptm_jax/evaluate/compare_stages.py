@@ -123,9 +123,27 @@ def pretrain_entry(cmp: dict, entry: dict, stop_after: int | None = None, target
     return {"skipped": False, "stopped": not done, **summary}
 
 
+def xla_step_flops(cfg) -> float:
+    """XLA's matmul FLOPs (``bench/flops.hlo_matmul_flops``, scanned loops counted in full) of the train step the
+    entry ran, compiled once more over its own corpus (tokenizer and token cache reused), summed over devices."""
+    from ptm_jax.bench.flops import hlo_matmul_flops
+    from ptm_jax.bench.harness import batch_specs, rng_spec
+    from ptm_jax.objectives.registry import build_objective
+    from ptm_jax.parallel.mesh import make_mesh
+    from ptm_jax.train.loop import compile_objective
+    from ptm_jax.train.stages import prepare_corpus
+
+    objective = build_objective(cfg, prepare_corpus(cfg))
+    mesh = make_mesh(cfg.mesh)
+    compiled = compile_objective(objective, cfg.train, mesh)
+    example = objective.example_batch(cfg.train.batch_size)
+    lowered = compiled.train_step.lower(compiled.abstract_state, batch_specs(example, mesh), rng_spec(mesh))
+    return hlo_matmul_flops(lowered.compile().as_text()) * mesh.devices.size
+
+
 def step_flops(cmp: dict, entry: dict) -> tuple[float | None, str]:
     """FLOPs of one train step: the family's formula (``Family.flops``), else XLA's matmul count of the compiled
-    step (``bench/aot.compile_report``, one extra compile); cached in budget.json."""
+    step (:func:`xla_step_flops`, one extra compile); cached in budget.json."""
     from ptm_jax.families import registry
 
     cfg = entry_config(cmp, entry)
@@ -139,10 +157,7 @@ def step_flops(cmp: dict, entry: dict) -> tuple[float | None, str]:
         if fam.flops is not None:
             value, source = float(fam.flops(cfg).train), "formula"
         else:
-            from ptm_jax.bench.aot import compile_report
-
-            rep = compile_report(cfg)
-            value, source = float(rep["xla_matmul_flops_per_device"]) * rep["devices"], "xla_matmul"
+            value, source = xla_step_flops(cfg), "xla_matmul"
     except Exception as e:  # a family whose step the bench cannot build: the table says so
         log.warning("compare %s: no FLOPs per step (%s: %s)", entry["name"], type(e).__name__, e)
     if state:

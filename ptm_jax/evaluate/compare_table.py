@@ -139,12 +139,17 @@ def seeds_columns(cmp: dict) -> list[tuple[str, str]]:
     return cols
 
 
+SECONDS = ("train_s", "pretrain_s")
+
+
 def markdown_table(columns: list[tuple[str, str]], rows: list[dict]) -> str:
-    def cell(v: Any) -> str:
-        return f"{v:.4f}" if isinstance(v, float) else ("" if v is None else str(v))
+    def cell(k: str, v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.1f}" if k in SECONDS else f"{v:.4f}"
+        return "" if v is None else str(v)
 
     lines = ["| " + " | ".join(h for _, h in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r.get(k)) for k, _ in columns) + " |" for r in rows]
+    lines += ["| " + " | ".join(cell(k, r.get(k)) for k, _ in columns) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
