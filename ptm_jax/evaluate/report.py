@@ -21,7 +21,8 @@ from typing import Any
 
 from ptm_jax.errors import ConfigError
 
-STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+STYLE = ("body{font-family:sans-serif;max-width:1400px;margin:2em auto;color:#222}"
+         "table.comparison,table.comparison-all{font-size:12px}"
          "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}"
          "th{background:#eee}td:first-child{text-align:left}img{max-width:100%}"
          "pre{background:#f6f6f6;padding:8px;overflow:auto;max-height:400px;font-size:12px}")
