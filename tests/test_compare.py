@@ -72,21 +72,21 @@ def test_compare_budget_stop_resume_glue_feature_and_finetune_columns_and_a_repr
 
     cfg = _config(tmp_path, shared_data)
     out = tmp_path / "cmp"
-    stopped = compare(cfg, stop_after=6)  # a real stop: checkpoint at step 6 of the first entry, command ends
-    assert stopped == {"stopped": "w2v", "step": 6}
-    assert (out / "w2v" / "pretrain" / "checkpoints" / "6").is_dir() and not (out / "bert").exists()
+    stopped = compare(cfg, stop_after=3)  # a real stop: checkpoint at step 3 of the first entry, command ends
+    assert stopped == {"stopped": "w2v", "step": 3}
+    assert (out / "w2v" / "pretrain" / "checkpoints" / "3").is_dir() and not (out / "bert").exists()
     spent = json.loads((out / "w2v" / "budget.json").read_text())
-    assert not spent["done"] and 0.0 < spent["spent_s"] < 1.0 and spent["steps"] == 6
+    assert not spent["done"] and 0.0 < spent["spent_s"] < 1.0 and spent["steps"] == 3  # steps 2-3 timed
 
-    result = compare(cfg)  # continues: w2v resumes from step 6 until 1 s is spent, bert runs its 12 steps
+    result = compare(cfg)  # continues: w2v resumes from step 3 until 1 s is spent, bert runs its 12 steps
     rows = {r["entry"]: r for r in result["rows"]}
     budget = json.loads((out / "w2v" / "budget.json").read_text())
     reached = budget["steps"]
-    assert budget["done"] and budget["calls"] == 2 and 1.0 <= budget["spent_s"] < 2.0 and 6 < reached < 100000
+    assert budget["done"] and budget["calls"] == 2 and 1.0 <= budget["spent_s"] < 2.0 and 3 < reached < 100000
     assert rows["w2v"]["steps"] == reached and rows["w2v"]["budget"] == "1 s" and rows["bert"]["steps"] == 12
     train_steps = [r["step"] for r in read_metrics(out / "w2v" / "pretrain" / "metrics.jsonl")
                    if r["split"] == "train"]
-    assert train_steps == list(range(3, reached + 1, 3))  # resumed at 6: no step trained twice, none skipped
+    assert train_steps == list(range(3, reached + 1, 3))  # resumed at 3: no step trained twice, none skipped
     assert rows["w2v"]["representation"] == "static" and rows["bert"]["representation"] == "contextual"
     assert rows["w2v"]["train_flops"] and rows["w2v"]["flops_source"] == rows["bert"]["flops_source"] == "formula"
     for name, r in rows.items():

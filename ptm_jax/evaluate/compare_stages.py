@@ -63,6 +63,7 @@ class Budget(Hook):
         self.t0: float | None = None
         self.reached = False
         self.final: float | None = None
+        self.last: float | None = None
         """The seconds spent when this call's last step ended (before the stop's evaluation and checkpoint)."""
 
     def elapsed(self) -> float:
@@ -73,6 +74,7 @@ class Budget(Hook):
     def after_step(self, run: Run, metrics: dict[str, Any]) -> None:
         if self.t0 is None:
             self.t0 = time.perf_counter()
+        self.last = self.elapsed()  # before this step's checkpoint (a later hook) is written
         if (self.seconds > 0 and self.elapsed() >= self.seconds) or (self.steps > 0 and run.step >= self.steps):
             self.reached, self.final = True, self.elapsed()
             run.stop = "budget"
@@ -85,7 +87,8 @@ class Budget(Hook):
                 run.writer.write(run.step, "eval", run.last_eval)
 
     def on_stop(self, run: Run) -> None:
-        self.final = self.elapsed()
+        if self.final is None:
+            self.final = self.last if self.last is not None else self.spent
         if self.reached and run.ckpt.latest_step() != run.step:
             run.save()
 
