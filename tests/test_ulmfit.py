@@ -2,7 +2,7 @@
 trained through the loop with its carried state, the classifier stage's parameter groups and slanted
 triangular rates, and the pipeline's refusal to build a classifier without a finished LM.
 
-The two fastai tests skip where fastai is absent: it is not in pyproject.toml because its own requirements
+The three fastai tests skip where fastai is absent: it is not in pyproject.toml because its own requirements
 (torchvision, spacy) would let pip replace the pinned torch. Install it beside torch with
 ``pip install --no-deps fastai fastcore fasttransform fastdownload "fastprogress==1.0.3" plum-dispatch beartype
 pandas`` (fastprogress 1.1 imports python-fasthtml)."""
@@ -62,6 +62,38 @@ def test_fastai_awd_lstm_forward_parity_with_carried_state(fastai_lm):
     np.testing.assert_allclose(np.asarray(logits2), ref[1], atol=2e-5, rtol=1e-4)
     fresh, _, _, _ = ours.apply(variables, jnp.asarray(ids[:, 9:], jnp.int32), None, None, True)
     assert np.abs(np.asarray(fresh) - ref[1]).max() > 1e-3  # the carried state matters
+
+
+def test_fastai_text_classifier_eval_parity_batchnorm_head_and_chunked_encoder(tmp_path):
+    """fastai's get_text_classifier (SentenceEncoder over bptt chunks with the state carried, masked concat pooling,
+    PoolingLinearClassifier: BatchNorm1d, dropout, bias-free Linear, ReLU, ...) with random weights and random
+    BatchNorm running statistics, imported: our classifier gives its logits in eval mode."""
+    torch = pytest.importorskip("torch", reason="needs torch")
+    awd = pytest.importorskip("fastai.text.models.awdlstm", reason="fastai not installed (pip install --no-deps "
+                              "fastai fastcore ...; see the module doc)")
+    core = pytest.importorskip("fastai.text.models.core")
+    from ptm_jax.families.ulmfit.model import AwdLstmClassifier
+
+    torch.manual_seed(1)
+    config = dict(FASTAI_LM, output_p=0.4, hidden_p=0.3, input_p=0.4, embed_p=0.05, weight_p=0.5)
+    config.pop("tie_weights"), config.pop("out_bias")
+    model = core.get_text_classifier(awd.AWD_LSTM, 50, 3, seq_len=6, config=config, max_len=64)
+    with torch.no_grad():
+        for block in model[1].layers:
+            bn = block[0]
+            bn.weight.uniform_(0.5, 1.5), bn.bias.uniform_(-0.3, 0.3)
+            bn.running_mean.uniform_(-0.2, 0.2), bn.running_var.uniform_(0.01, 0.5)
+    path = tmp_path / "clas.pth"
+    torch.save(model.state_dict(), path)
+    params, cfg = load_fastai(path)
+    assert cfg.head_hidden == 50 and params["classifier"]["output"]["kernel"].shape == (50, 3)
+    ids = np.random.default_rng(0).integers(2, 50, (4, 15)).astype(np.int64)  # 3 chunks of bptt 6, no padding
+    model.eval()
+    with torch.no_grad():
+        ref = model(torch.from_numpy(ids))[0].numpy()
+    ours = jax.jit(lambda v, i: AwdLstmClassifier(cfg, 3).apply(v, i, jnp.ones(i.shape, jnp.int32), True))(
+        as_variables(params), jnp.asarray(ids, jnp.int32))
+    np.testing.assert_allclose(np.asarray(ours), ref, atol=2e-5, rtol=1e-4)
 
 
 def test_fastai_state_dict_missing_or_misshapen_tensor_is_a_checkpoint_error(fastai_lm, tmp_path):
