@@ -21,7 +21,8 @@ Adagrad lr 0.2 (initial accumulator 1.0) with global-norm clip 10 (bilm-tf's ``t
 for ``--seconds`` of CPU time of this process each (``time.process_time``, all threads; compilation excluded;
 one model after the other, so a CPU budget rather than wall time keeps the comparison fair under a varying
 load).
-Evaluation is the full softmax over the test split (``--eval-batches`` K: the first K x unroll tokens of
+The baseline is a unigram model of valid.txt (add-one counts, each document's end an ``<eos>``), scored on the
+same test tokens. Evaluation is the full softmax over the test split (``--eval-batches`` K: the first K x unroll tokens of
 each lane, the lanes spread evenly over the split): perplexity = exp(mean CE); the biLM's forward and
 backward perplexities are given apart and as exp of their mean CE.
 
@@ -30,7 +31,7 @@ the biLM's top-layer feature (``Family.word_features``); for each query occurren
 (cosine) are listed with their sentences: a sense-aware model puts sports uses near sports uses and stage
 uses near stage uses.
 
-    python benchmarks/elmo_wikitext2.py --seconds 480 --out runs/elmo_wikitext2.json
+    python benchmarks/elmo_wikitext2.py --seconds 480 --out runs/elmo_wikitext2.json --save runs/elmo_wt2
     python benchmarks/elmo_wikitext2.py --seconds 45 --eval-batches 40 --play-sentences 30   # docs/benchmarks.md
 """
 from __future__ import annotations
@@ -63,7 +64,25 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--work", default="/tmp/elmo_wikitext2", help="vocabulary and token caches")
     ap.add_argument("--play-sentences", type=int, default=40, help="sentences with 'play' to embed (0: skip)")
     ap.add_argument("--out")
+    ap.add_argument("--save", default="", help="write the trained biLM as a params directory (with the word "
+                    "vocabulary): `ptm embed --layers`, `ptm context-neighbors`, feature heads read it")
     return ap.parse_args()
+
+
+def unigram_perplexity(caches, vocab) -> float:
+    """exp of the mean negative log-probability of the test tokens (and an <eos> per document) under valid's
+    add-one unigram distribution."""
+    import numpy as np
+
+    def counts(c):
+        n = sum(np.bincount(np.asarray(s.tokens), minlength=vocab.vocab_size) for s in c._shards).astype(np.float64)
+        n[vocab.eos_id] += c.num_docs
+        return n
+
+    p = counts(caches["valid"]) + 1.0
+    p /= p.sum()
+    test = counts(caches["test"])
+    return float(np.exp(-(test * np.log(p)).sum() / test.sum()))
 
 
 def main() -> None:
@@ -154,7 +173,9 @@ def main() -> None:
                        [zero_carry(G, mcfg.lstm_dim, mcfg.projection_dim) for _ in range(2)]),
     }
     tx = optax.chain(optax.clip_by_global_norm(10.0), optax.adagrad(0.2, initial_accumulator_value=1.0))
-    results: dict = {"machine_load_at_start": os.getloadavg(), "vocab_size": vocab.vocab_size, "args": vars(args)}
+    results: dict = {"machine_load_at_start": os.getloadavg(), "vocab_size": vocab.vocab_size, "args": vars(args),
+                     "unigram_perplexity": unigram_perplexity(caches, vocab)}
+    print("unigram perplexity", results["unigram_perplexity"], flush=True)
     trained = {}
     for name, (loss_fn, params, carry0) in sides.items():
         n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
@@ -211,6 +232,12 @@ def main() -> None:
         print(name, json.dumps(row), flush=True)
     results["machine_load_at_end"] = os.getloadavg()
 
+    if args.save:
+        from ptm_jax.export.params import save_params
+
+        tree = trained["biLM (ELMo)"]
+        save_params(args.save, tree.get("params", tree), mcfg, "language_model", overwrite=True,
+                    extra={"tokenizer": {"kind": "word", "lower_case": False}}, tokenizer_files=[vocab.path])
     if args.play_sentences:
         results["play"] = play_neighbours(trained["biLM (ELMo)"], mcfg, args.play_sentences)
     print(json.dumps(results, indent=2))

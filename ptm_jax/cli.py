@@ -11,6 +11,8 @@
   ptm import-hf DIR --out OUT      a local Hugging Face BERT, GPT-2 or XLNet folder -> a params directory
   ptm export RUN --format hf --out OUT    a run or params directory -> transformers-loadable folder
   ptm embed MODEL texts.txt --pooling mean     sentence embeddings (file or - for stdin)
+  ptm embed MODEL sentences.txt --layers all --mix average --out f.hdf5    per-word contextual features (ELMo, BERT..)
+  ptm import bilm-tf options.json weights.hdf5 --out OUT    other toolkits' weights -> a params directory
   ptm predict MODEL texts.txt      a finetuned classifier on lines of text
   ptm bench -c bert_base --steps 10    compile time, step time, tokens/s, MFU, memory (JSON too)
   ptm compile -c bert_large --mesh 2,2,2    ahead-of-time per-device memory, without running

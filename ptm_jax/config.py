@@ -102,8 +102,8 @@ class ParamGroupConfig:
     frozen: bool = False
     """No update and no optimizer state for these parameters."""
     start_step: int = 0
-    """The lr multiplier is 0 before this step (gradual unfreezing, ULMFiT Sec. 3.3); the optimizer's moments
-    still follow the gradients until then, only the update is zero."""
+    """Frozen before this step (gradual unfreezing, ULMFiT Sec. 3.3): no gradient into clipping, no optimizer-state
+    update and no update until then, as fastai's requires_grad=False (``train/param_groups.py``)."""
 
 
 OPTIMIZERS = Literal["adamw", "adam", "sgd", "adagrad"]

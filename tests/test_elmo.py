@@ -250,6 +250,43 @@ def test_wrong_hdf5_layout_and_mismatched_options_are_clear_errors(tmp_path):
         load_bilm(opts, tmp_path / "w.hdf5")
 
 
+def test_ptm_import_bilm_tf_then_embed_layers_and_scalar_mix_export_the_features(bilm, tmp_path, capsys):
+    """`ptm import bilm-tf options.json weights.hdf5` writes a params directory whose `ptm embed --layers` features
+    (hdf5 in AllenNLP's layout, npz) equal the imported model's; `--mix` is gamma * softmax(w) . layers; bad input
+    (an empty line, a missing layer, an unknown format, a wrong hdf5) is one error line and exit status 2."""
+    from ptm_jax import cli
+
+    out = tmp_path / "elmo"
+    assert cli.main(["import", "bilm-tf", str(bilm.options), str(bilm.weights), "--out", str(out)]) == 0
+    text = tmp_path / "sentences.txt"
+    text.write_text("".join(" ".join(s) + "\n" for s in SENTENCES))
+    assert cli.main(["embed", str(out), str(text), "--layers", "all", "--out", str(tmp_path / "f.hdf5")]) == 0
+    with h5py.File(tmp_path / "f.hdf5") as f:
+        assert json.loads(f["sentence_to_index"][0])[" ".join(SENTENCES[1])] == 1
+        for i in range(len(SENTENCES)):
+            np.testing.assert_allclose(f[str(i)][...], bilm.features[i], rtol=1e-5, atol=1e-6)
+    assert cli.main(["embed", str(out), str(text), "--layers", "1,-1", "--mix", "0,1", "--gamma", "2",
+                     "--out", str(tmp_path / "m.npz")]) == 0
+    s = np.exp([0.0, 1.0]) / np.exp([0.0, 1.0]).sum()
+    with np.load(tmp_path / "m.npz") as z:
+        for i in range(len(SENTENCES)):
+            np.testing.assert_allclose(z[str(i)], 2 * (s[0] * bilm.features[i][1] + s[1] * bilm.features[i][2]),
+                                       rtol=1e-5, atol=1e-6)
+    capsys.readouterr()
+    text.write_text("The play\n\nok\n")
+    assert cli.main(["embed", str(out), str(text), "--layers", "top"]) == 2
+    assert "sentences.txt:2: empty line" in capsys.readouterr().err
+    text.write_text("The play\n")
+    assert cli.main(["embed", str(out), str(text), "--layers", "3"]) == 2
+    assert "layer 3 does not exist; this model has 3 feature layers" in capsys.readouterr().err
+    assert cli.main(["import", "bilm", str(bilm.options), str(bilm.weights), "--out", str(tmp_path / "x")]) == 2
+    assert "unknown format; known: bilm-tf" in capsys.readouterr().err
+    (tmp_path / "bad.hdf5").write_text("not hdf5")
+    assert cli.main(["import", "bilm-tf", str(bilm.options), str(tmp_path / "bad.hdf5"), "--out",
+                     str(tmp_path / "x")]) == 2
+    assert "bad.hdf5: not an HDF5 file" in capsys.readouterr().err
+
+
 def test_scalar_mix_is_gamma_times_softmax_weighted_sum_with_masked_layer_norm():
     from ptm_jax.models.scalar_mix import ScalarMix
 

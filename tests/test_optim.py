@@ -325,6 +325,34 @@ def test_lr_multiplier_and_start_step_scale_the_update_of_a_group():
     assert not np.allclose(late2["dense"]["kernel"], params["dense"]["kernel"])
 
 
+def test_group_before_its_start_step_is_frozen_for_clipping_moments_and_bias_correction():
+    """start_step (gradual unfreezing) freezes as fastai's requires_grad=False does: before it the group's gradient
+    is left out of the clipping norm, its Adam moments stay zero and it gets no update or decay; its first
+    update is a first Adam step (bias correction counts its own steps), clipped with everyone's gradients."""
+    base = TrainConfig(optimizer="adamw", adam_bias_correction=True, learning_rate=0.1, warmup_steps=0, steps=10,
+                       clip_norm=0.2, weight_decay=0.1, lr_decay="constant")
+    late = dataclasses.replace(base, param_groups=[ParamGroupConfig("kernel", start_step=1)])
+    params, grads = _small()
+    got, state, _ = _apply(late, steps=1)
+    assert np.array_equal(got["dense"]["kernel"], params["dense"]["kernel"])
+    adam = [x for x in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, optax.ScaleByAdamState))
+            if isinstance(x, optax.ScaleByAdamState)][0]
+    assert not np.any(adam.mu["dense"]["kernel"]) and not np.any(adam.nu["dense"]["kernel"])
+    assert np.all(adam.mu["dense"]["bias"] != 0)
+    # the others moved exactly as if the kernel had had no gradient at all (the clip norm left it out)
+    tx, _ = make_optimizer(base)
+    no_kernel = {**grads[0], "dense": {**grads[0]["dense"], "kernel": jnp.zeros(2)}}
+    u, _ = tx.update(no_kernel, tx.init(params), params)
+    np.testing.assert_allclose(got["dense"]["bias"], params["dense"]["bias"] + u["dense"]["bias"], rtol=1e-6)
+    np.testing.assert_allclose(got["norm"]["scale"], params["norm"]["scale"] + u["norm"]["scale"], rtol=1e-6)
+    # step 1: the kernel's first Adam step, t = 1: m_hat = g, v_hat = g^2 of the clipped gradient
+    got2, _, _ = _apply(late, steps=2)
+    g = np.concatenate([np.ravel(x) for x in jax.tree.leaves(grads[1])])
+    clipped = np.asarray(grads[1]["dense"]["kernel"]) * min(1.0, 0.2 / np.linalg.norm(g))
+    want = params["dense"]["kernel"] - 0.1 * (clipped / (np.abs(clipped) + 1e-6) + 0.1 * params["dense"]["kernel"])
+    np.testing.assert_allclose(got2["dense"]["kernel"], want, rtol=1e-5)
+
+
 def test_weight_decay_multiplier_scales_the_decoupled_decay():
     base = TrainConfig(learning_rate=0.1, warmup_steps=0, steps=10, clip_norm=0.0, weight_decay=0.1)
     zero_g = [{"dense": {"kernel": jnp.zeros(2), "bias": jnp.zeros(1)}, "norm": {"scale": jnp.zeros(1)}}]

@@ -259,6 +259,10 @@ def _write_embeddings(vectors: np.ndarray, texts: list[str], out: str | None) ->
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
+    if args.layers or args.mix:  # per-word, per-layer features of any family (evaluate/feature_export.py)
+        from ptm_jax.evaluate.feature_export import cmd_embed_layers
+
+        return cmd_embed_layers(args, read_lines(args.input))
     params, cfg, info, tok = _load(args.model)
     st = info.get("sentence_transformers") or {}
     texts = read_lines(args.input)
@@ -308,8 +312,30 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def importers() -> dict[str, Any]:
+    """Every registered family's weight importers: format -> (family name, Importer)."""
+    from ptm_jax.families import registry
+
+    return {fmt: (f.name, imp) for f in registry.families().values() for fmt, imp in f.importers.items()}
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    known = importers()
+    if args.format not in known:
+        raise ConfigError(f"ptm import {args.format}: unknown format; known: "
+                          f"{', '.join(sorted(known)) or 'none'} (Hugging Face folders: ptm import-hf)")
+    family, imp = known[args.format]
+    if len(args.files) != len(imp.files):
+        raise ConfigError(f"ptm import {args.format} takes {len(imp.files)} file(s), {' '.join(imp.files)}; "
+                          f"got {len(args.files)}")
+    out = imp.run(*args.files, out=args.out, overwrite=args.force)
+    print(f"{args.format} ({family}) -> {out}", file=sys.stderr)
+    return 0
+
+
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "import-hf": cmd_import_hf, "export": cmd_export, "embed": cmd_embed, "predict": cmd_predict}
+    "import-hf": cmd_import_hf, "export": cmd_export, "embed": cmd_embed, "predict": cmd_predict,
+    "import": cmd_import}
 
 
 def register(subparsers) -> None:
@@ -328,6 +354,17 @@ def register(subparsers) -> None:
     p.add_argument("--head", choices=heads(), default=None, help="override the head detected from the tensors")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.set_defaults(handler=cmd_import_hf)
+
+    formats = importers()
+    p = subparsers.add_parser("import", help="convert another toolkit's weights to a params directory ("
+                              + ", ".join(sorted(formats)) + ")", description="Formats: " + "; ".join(
+                                  f"{fmt} ({fam}): {' '.join(imp.files)}. {imp.description}"
+                                  for fmt, (fam, imp) in sorted(formats.items())))
+    p.add_argument("format", help=", ".join(sorted(formats)))
+    p.add_argument("files", nargs="+", help="the format's files, in its order (see the description)")
+    p.add_argument("--out", required=True, help="params directory to write")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.set_defaults(handler=cmd_import)
 
     p = subparsers.add_parser("export", help="export a run or params directory (hf | params | npz | "
                               "text_vectors | binary_vectors)")
@@ -360,6 +397,18 @@ def register(subparsers) -> None:
                            help="default: the model's sentence-transformers pooling, else mean")
             p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                            help="L2-normalise (default: as the sentence-transformers model does, else off)")
+            g = p.add_argument_group("contextual word features (any model with per-layer word features: ELMo, "
+                                     "BERT, GPT, XLNet; static vectors as one layer); input: one sentence of "
+                                     "whitespace-separated words per line")
+            g.add_argument("--layers", default=None, help="'all', 'top' or indices such as 0,2 or -1 (0 = the "
+                           "token representation): write each word's features of these layers (--out .npz, "
+                           ".hdf5 or .jsonl) instead of sentence embeddings")
+            g.add_argument("--mix", default=None, help="combine the layers by ELMo's scalar mix: 'average', "
+                           "weights w0,w1,... (softmaxed), or a feature head's feature_model.json (a learned mix)")
+            g.add_argument("--gamma", type=float, default=None, help="scale of the mix (default 1, or the learned "
+                           "one)")
+            g.add_argument("--layer-norm", action="store_true", help="normalise each layer over its sentence's "
+                           "words before mixing")
         else:
             p.add_argument("--pairs", action="store_true", help="each line is 'first<TAB>second'")
         p.set_defaults(handler=HANDLERS[name])

@@ -35,6 +35,17 @@ class HfConverter:
 
 
 @dataclasses.dataclass(frozen=True)
+class Importer:
+    """Weights of another toolkit -> a params directory: ``ptm import FORMAT FILE... --out DIR``."""
+
+    files: tuple[str, ...]
+    """What each positional file is, in order (e.g. ``('options.json', 'weights.hdf5')``)."""
+    run: Callable[..., Any]
+    """(*files, out, overwrite=False) -> params directory; bad files raise errors naming the file and field."""
+    description: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Family:
     """One model family. ``name`` is the value of ``model.family`` in configs and params directories."""
 
@@ -80,6 +91,8 @@ class Family:
     prepare_finetune: Callable[..., Any] | None = None
     """(model_cfg, tokenizer) -> model_cfg before finetuning (e.g. GPT grows its vocabulary for task tokens)."""
     hf: HfConverter | None = None
+    importers: dict[str, Importer] = dataclasses.field(default_factory=dict)
+    """Other toolkits' weight formats it imports (format name -> :class:`Importer`; ``ptm import``)."""
     flops: Callable[[Any], Any] | None = None
     """RunConfig -> analytic FLOPs of one train step (bench/flops.py); None: XLA's count stands in."""
     synthetic_batch: Callable[..., dict] | None = None

@@ -76,6 +76,19 @@ class CarriesState(Protocol):
 
 
 @runtime_checkable
+class SetsStatistics(Protocol):
+    """Optional: parameters that a training step sets instead of training them (BatchNorm's running mean and
+    variance, ``models/batch_norm.py``). The loop's train step calls ``loss_and_statistics`` in place of ``loss``
+    and writes the statistics into the parameters after the optimizer's update; the family's parameter groups
+    freeze them (no optimizer state, no update). Needs ``grad_accum_steps = 1`` and no carried state."""
+
+    def loss_and_statistics(self, params: Any, batch: Batch, rng: jax.Array | None,
+                            normalizers: dict[str, jax.Array], train: bool) -> tuple[jax.Array, Terms, Any]:
+        """As ``Objective.loss``, also returning the statistics' new values: a tree of the parameters' nesting
+        (``{'params': {...}}``) that holds only those leaves."""
+
+
+@runtime_checkable
 class TaskObjective(Protocol):
     """A finetuning task: evaluation also predicts every held-out example and scores the predictions."""
 

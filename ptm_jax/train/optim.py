@@ -12,6 +12,10 @@ counted from step 0 (polynomial_decay, power 1), or with ``lr_decay='from_peak'`
 warmup (transformers' get_linear_schedule_with_warmup), or none (``lr_decay='constant'``), or ULMFiT's slanted
 triangular rates (``lr_decay='slanted_triangular'``: the rise is ``warmup_steps`` long, the ratio 1 / ``min_lr_ratio``,
 32 when that is 0).
+
+Parameter groups with a ``start_step`` (gradual unfreezing) are frozen until then: ``train_from`` wraps the chain
+so that their gradients are zeroed before clipping, their optimizer state stays put and their update is zero;
+Adam's bias correction then counts each parameter's own steps (``scale_by_adam_from``).
 """
 from __future__ import annotations
 
@@ -104,6 +108,64 @@ def lr_schedule(cfg: TrainConfig) -> Callable[[jax.Array], jax.Array]:
     return bert_schedule(cfg.learning_rate, cfg.warmup_steps, cfg.steps, from_peak=cfg.lr_decay == "from_peak")
 
 
+class TrainFromState(NamedTuple):
+    count: jax.Array
+    inner: Any
+
+
+def train_from(inner: optax.GradientTransformation, starts_of: Callable[[Any], Any]) -> optax.GradientTransformation:
+    """``inner`` for parameters that train from a step on: ``starts_of(tree)`` gives each leaf its first step.
+    Before it a leaf's gradient is zeroed (so it adds nothing to clipping's global norm), its part of every
+    parameter-shaped optimizer state (Adam's m and v, AdaGrad's sums) is kept as it was, and its update is 0:
+    what fastai's ``requires_grad=False`` freezing gives. Scalars of the state (step counts) move on."""
+
+    def init(params):
+        return TrainFromState(jnp.zeros([], jnp.int32), inner.init(params))
+
+    def update(updates, state, params=None):
+        active = jax.tree.map(lambda s: state.count >= s, starts_of(updates))
+        updates = jax.tree.map(lambda u, a: jnp.where(a, u, jnp.zeros_like(u)), updates, active)
+        new_updates, new_inner = inner.update(updates, state.inner, params)
+        shape = jax.tree.structure(updates)
+
+        def keep(new, old):  # a parameter-shaped part of the state: only the active leaves move
+            if jax.tree.structure(new) != shape:
+                return new
+            return jax.tree.map(lambda n, o, a: jnp.where(a, n, o), new, old, active)
+
+        new_inner = jax.tree.map(keep, new_inner, state.inner, is_leaf=lambda x: jax.tree.structure(x) == shape)
+        new_updates = jax.tree.map(lambda u, a: jnp.where(a, u, jnp.zeros_like(u)), new_updates, active)
+        return new_updates, TrainFromState(optax.safe_increment(state.count), new_inner)
+
+    return optax.GradientTransformation(init, update)
+
+
+def scale_by_adam_from(b1: float, b2: float, eps: float, starts_of: Callable[[Any], Any]
+                       ) -> optax.GradientTransformation:
+    """``optax.scale_by_adam`` (same state) whose bias correction counts a leaf's steps from its first one
+    (``starts_of``): t = count - start. PyTorch's Adam (and fastai's) keeps a step per parameter, so a layer group
+    unfrozen at step s starts with t = 1, not s + 1 (which would leave its first updates under-corrected: with
+    betas (0.8, 0.99), twice the size)."""
+
+    def init(params):
+        return optax.scale_by_adam(b1, b2, eps).init(params)
+
+    def update(updates, state, params=None):
+        del params
+        mu = jax.tree.map(lambda m, g: b1 * m + (1.0 - b1) * g, state.mu, updates)
+        nu = jax.tree.map(lambda v, g: b2 * v + (1.0 - b2) * jnp.square(g), state.nu, updates)
+        count = optax.safe_increment(state.count)
+
+        def step(m, v, start):
+            t = jnp.maximum(count - start, 1).astype(m.dtype)
+            return (m / (1.0 - b1 ** t)) / (jnp.sqrt(v / (1.0 - b2 ** t)) + eps)
+
+        out = jax.tree.map(step, mu, nu, starts_of(updates))
+        return out, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+    return optax.GradientTransformation(init, update)
+
+
 def make_optimizer(cfg: TrainConfig, rules: Sequence[pg.Rule] | None = None
                    ) -> tuple[optax.GradientTransformation, Callable]:
     """Returns (transformation, schedule) for ``cfg.optimizer``. ``rules``: the parameter groups of the model
@@ -115,17 +177,27 @@ def make_optimizer(cfg: TrainConfig, rules: Sequence[pg.Rule] | None = None
     rules += pg.rules_from_config(cfg.param_groups, "train.param_groups")
     schedule = lr_schedule(cfg)
     decay = _weight_decay(cfg.weight_decay, rules)
+    timed = any(r.start_step > 0 for r in rules)
+
+    def starts_of(tree):
+        return pg.start_steps(rules, tree)
+
+    def adam():
+        if timed:
+            return scale_by_adam_from(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps, starts_of)
+        return optax.scale_by_adam(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps)
+
     parts = []
     if cfg.clip_norm > 0:
         parts.append(optax.clip_by_global_norm(cfg.clip_norm))
     if cfg.optimizer == "adamw":
-        parts += [optax.scale_by_adam(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps) if cfg.adam_bias_correction
+        parts += [adam() if cfg.adam_bias_correction
                   else scale_by_adam_no_bias_correction(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps), decay]
     else:  # coupled L2: the decay term joins the gradient before the scaling
         if cfg.weight_decay > 0:
             parts.append(decay)
         if cfg.optimizer == "adam":
-            parts.append(optax.scale_by_adam(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps))
+            parts.append(adam())
         elif cfg.optimizer == "adagrad":
             parts.append(optax.scale_by_rss(initial_accumulator_value=cfg.adagrad_initial_accumulator))
     if any(r.lr != 1.0 for r in rules):
@@ -133,6 +205,8 @@ def make_optimizer(cfg: TrainConfig, rules: Sequence[pg.Rule] | None = None
                                     pg.is_dynamic(rules, "lr")))
     parts.append(optax.scale_by_learning_rate(schedule))
     tx = optax.chain(*parts)
+    if timed:  # groups frozen until their start step (gradual unfreezing)
+        tx = train_from(tx, starts_of)
     if any(r.frozen for r in rules):  # frozen leaves: a zero update and no optimizer state
         tx = optax.multi_transform({"trainable": tx, "frozen": optax.set_to_zero()},
                                    lambda params: pg.frozen_labels(rules, params))

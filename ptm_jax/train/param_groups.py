@@ -8,12 +8,17 @@ Every rule whose ``pattern`` is found in the path (``re.search``) applies, and t
 rules that match a parameter multiply; a parameter matched by a frozen rule gets no update and no optimizer
 state (``optax.multi_transform`` with ``optax.set_to_zero``).
 
-A multiplier is a number, a function of the step (``step -> multiplier``, traced inside the jitted update:
-ULMFiT's gradual unfreezing and slanted triangular rates, Howard & Ruder 2018 Sec. 3.2-3.3), or ``PerLayer``
-values: layer i of a layer stack gets ``values[i]``, whether the stack is unrolled (``layers_i``) or scanned
+A multiplier is a number, a function of the step (``step -> multiplier``, traced inside the jitted update),
+or ``PerLayer`` values: layer i of a layer stack gets ``values[i]``, whether the stack is unrolled (``layers_i``) or scanned
 (one tensor whose leading axis is the layer). Layer-wise learning-rate decay (``layerwise_decay_rules``) and
 BERT's weight-decay mask (``KERNEL_ONLY_DECAY``) are rules of this kind. A family supplies its own rules in place
 of ``DEFAULT_RULES`` (and, for its own layer naming, its own ``PerLayer.layer_of``).
+
+A rule's ``start_step`` freezes its parameters until that step (gradual unfreezing, Howard & Ruder 2018 Sec. 3.3):
+before it their gradients are zeroed ahead of clipping, their optimizer state does not move and they get no
+update, not even weight decay, as fastai freezes a layer group with ``requires_grad=False`` (the gradient is None,
+so neither ``clip_grad_norm_`` nor the optimizer sees it). From that step on they train as any other; Adam's bias
+correction counts their own steps (PyTorch keeps a step per parameter). ``train/optim.py`` ``train_from`` does it.
 """
 from __future__ import annotations
 
@@ -64,6 +69,8 @@ class Rule:
     frozen: bool = False
     where: str = ""
     must_match: bool = True
+    start_step: int = 0
+    """Frozen before this step (module doc); 0: trains from the first step."""
 
     def __post_init__(self):
         try:
@@ -148,6 +155,14 @@ def multipliers(rules: Sequence[Rule], tree: Any, field: str, step: jax.Array | 
     return jax.tree_util.tree_map_with_path(one, tree)
 
 
+def start_steps(rules: Sequence[Rule], tree: Any) -> Any:
+    """Per-leaf step from which the leaf trains: the largest ``start_step`` of the rules matching it (0: none).
+    Leaves a masking transform hid (``optax.MaskedNode``) stay hidden."""
+    timed = [r for r in rules if r.start_step > 0]
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: max([r.start_step for r in timed if r.matches("/".join(path_keys(path)))], default=0), tree)
+
+
 def frozen_labels(rules: Sequence[Rule], tree: Any) -> Any:
     """'frozen' for the leaves some frozen rule matches, 'trainable' for the others."""
     frozen = [r for r in rules if r.frozen]
@@ -169,20 +184,7 @@ def check_rules_match(rules: Sequence[Rule], tree: Any) -> None:
 
 
 def rules_from_config(groups: Sequence[Any], where: str) -> list[Rule]:
-    """``train.param_groups`` / ``finetune.param_groups`` tables -> rules. ``start_step`` > 0 makes the lr
-    multiplier 0 before that step (gradual unfreezing)."""
-    rules = []
-    for i, g in enumerate(groups):
-        lr: Multiplier = g.lr
-        if g.start_step > 0:
-            lr = _from_step(g.start_step, g.lr)
-        rules.append(Rule(g.pattern, lr=lr, weight_decay=g.weight_decay, frozen=g.frozen,
-                          where=f"{where}[{i}]"))
-    return rules
-
-
-def _from_step(start: int, value: float) -> Callable[[jax.Array], jax.Array]:
-    def schedule(step):
-        return jnp.where(step >= start, jnp.float32(value), jnp.float32(0.0))
-
-    return schedule
+    """``train.param_groups`` / ``finetune.param_groups`` tables -> rules (``start_step`` > 0: frozen until that
+    step, module doc)."""
+    return [Rule(g.pattern, lr=g.lr, weight_decay=g.weight_decay, frozen=g.frozen, where=f"{where}[{i}]",
+                 start_step=int(g.start_step)) for i, g in enumerate(groups)]

@@ -13,7 +13,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ptm_jax.objectives.base import Objective, check_grad_accum
+from ptm_jax.errors import ConfigError
+from ptm_jax.objectives.base import Objective, SetsStatistics, check_grad_accum
 from ptm_jax.train.state import TrainState
 
 
@@ -61,9 +62,19 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
     in ``state.nonfinite_streak`` / ``state.nonfinite_total``; the loop stops after too many in a row.
 
     When ``state.carry`` is not None the objective's ``loss_carrying`` consumes it and returns the next one
-    (``objectives.base.CarriesState``); no gradient flows through it."""
+    (``objectives.base.CarriesState``); no gradient flows through it. An objective with statistics
+    (``objectives.base.SetsStatistics``: BatchNorm's running mean and variance) returns their new values beside the
+    loss, and they are written into the parameters after the update."""
     if isinstance(objective, SparseRows) and objective.sparse_rows:
         return sparse_sgd_step(objective, schedule, grad_accum_steps)
+    statistics = isinstance(objective, SetsStatistics)
+    if statistics and grad_accum_steps != 1:
+        raise ConfigError(f"train.grad_accum_steps={grad_accum_steps}: this objective's model keeps batch "
+                          "statistics (BatchNorm), which need whole batches; set train.grad_accum_steps=1")
+
+    def statistics_loss(params, batch, rng, norms):
+        loss, terms, stats = objective.loss_and_statistics(params, batch, rng, norms, train=True)
+        return loss, (terms, jax.lax.stop_gradient(stats))
 
     def grads_of(params, batch, rng, norms):
         def loss_fn(p):
@@ -78,8 +89,13 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
     def train_step(state: TrainState, batch: dict, rng: jax.Array) -> tuple[TrainState, dict[str, Any]]:
         rng = jax.random.fold_in(rng, state.step)
         norms = objective.normalizers(batch)
-        new_carry = None
-        if state.carry is not None:
+        new_carry = stats = None
+        if state.carry is not None and statistics:
+            raise ConfigError("an objective cannot both carry state across steps and keep batch statistics")
+        if statistics:
+            (loss, (terms, stats)), grads = jax.value_and_grad(statistics_loss, has_aux=True)(
+                state.params, batch, rng, norms)
+        elif state.carry is not None:
             check_grad_accum(objective, grad_accum_steps, carries=True)
             (loss, (terms, new_carry)), grads = jax.value_and_grad(carrying_loss, has_aux=True)(
                 state.params, batch, state.carry, rng, norms)
@@ -100,7 +116,8 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         def apply(_):
             updates, opt_state = tx.update(grads, state.opt_state, state.params)
-            return optax.apply_updates(state.params, updates), opt_state
+            params = optax.apply_updates(state.params, updates)
+            return (params if stats is None else set_leaves(params, stats)), opt_state
 
         # a branch, not a select over every parameter: the skip costs nothing on the finite path
         params, opt_state = jax.lax.cond(finite, apply, lambda _: (state.params, state.opt_state), None)
@@ -115,6 +132,19 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
         return new, metrics
 
     return train_step
+
+
+def set_leaves(tree: Any, values: Any) -> Any:
+    """``tree`` with the leaves ``values`` holds (a tree of the same nesting with only those leaves) replaced,
+    in the dtype of the leaf they replace."""
+    if isinstance(values, dict) or hasattr(values, "items"):
+        out = dict(tree)
+        for k, v in values.items():
+            if k not in out:
+                raise KeyError(f"statistic {k!r} is not a parameter (parameters here: {', '.join(map(str, out))})")
+            out[k] = set_leaves(out[k], v)
+        return out
+    return jnp.asarray(values, jnp.result_type(tree))
 
 
 @runtime_checkable

@@ -13,7 +13,7 @@ from typing import Any
 
 from ptm_jax.families.elmo import hooks
 from ptm_jax.families.elmo.config import ElmoConfig
-from ptm_jax.families.registry import Family, lazy, register
+from ptm_jax.families.registry import Family, Importer, lazy, register
 
 
 def build_elmo(cfg: Any, corpus: Any):
@@ -37,5 +37,9 @@ FAMILY = register(Family(
     synthetic_batch=hooks.synthetic_batch,
     tiny_preset="elmo_tiny",
     word_features=lazy("ptm_jax.families.elmo.features", "word_features"),
+    importers={"bilm-tf": Importer(
+        files=("options.json", "weights.hdf5"), run=lazy("ptm_jax.families.elmo.weights", "import_bilm"),
+        description="allenai/bilm-tf or AllenNLP ELMo weights (the character encoder and biLSTMs; the softmax "
+                    "is left out): features for `ptm embed --layers`, probes and feature heads")},
     capabilities=frozenset({"perplexity", "word_features"}),
 ))

@@ -155,10 +155,25 @@ def load_bilm(options_file, weights_file) -> tuple[dict, ElmoConfig]:
 
 
 def import_bilm(options_file, weights_file, out, *, overwrite: bool = False) -> Path:
-    """Writes a params directory (``export/params.py``) of the imported model, head 'language_model'."""
+    """Writes a params directory (``export/params.py``) of the imported model, head 'language_model': the
+    character encoder and the biLSTMs, with a word vocabulary of the specials and bilm-tf's ``<S>``/``</S>``
+    only (ELMo's features read each word's characters, not a word id). bilm-tf's softmax, when the file has one,
+    is left out: its classes are the lines of bilm-tf's vocabulary file, which this import does not read.
+    ``ptm import bilm-tf options.json weights.hdf5 --out DIR``."""
+    import dataclasses
+    import tempfile
+
+    from ptm_jax.data.word_vocab import SPECIALS, VOCAB_FILE, write_vocab
     from ptm_jax.export.params import save_params
 
     tree, cfg = load_bilm(options_file, weights_file)
-    return save_params(out, tree, cfg, "language_model",
-                       extra={"source": {"options": str(options_file), "weights": str(weights_file)}},
-                       overwrite=overwrite)
+    tree.pop("softmax", None)
+    words = [*SPECIALS, "<S>", "</S>"]
+    cfg = dataclasses.replace(cfg, vocab_size=len(words))
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab = Path(tmp) / VOCAB_FILE
+        write_vocab([(w, 0) for w in words], vocab)
+        return save_params(out, tree, cfg, "language_model",
+                           extra={"source": {"options": str(options_file), "weights": str(weights_file)},
+                                  "tokenizer": {"kind": "word", "lower_case": False}},
+                           tokenizer_files=[vocab], overwrite=overwrite)

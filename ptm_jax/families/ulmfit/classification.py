@@ -5,6 +5,8 @@ two-layer head (``families/ulmfit/model.py``), trained through the spine's seque
 Only the model and the featurisation differ: a sentence is its word ids (the pretraining tokenizer, no [CLS] or
 [SEP]), cut to ``finetune.max_seq_length`` and right-padded with ``<pad>``; ``input_mask`` marks the words.
 The stage's discriminative rates and gradual unfreezing are the family's parameter groups (``hooks.py``).
+The head's batch norms keep running statistics: a training step returns their new values
+(``loss_and_statistics``, ``objectives/base.py`` ``SetsStatistics``) and the train step stores them.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import numpy as np
 from ptm_jax.data.tasks.glue import Example
 from ptm_jax.errors import DataError
 from ptm_jax.families.ulmfit.model import AwdLstmClassifier
+from ptm_jax.models.batch_norm import STATISTICS
 from ptm_jax.objectives.classification import SequenceClassificationObjective
 
 
@@ -52,7 +55,17 @@ class UlmfitClassifierObjective(SequenceClassificationObjective):
 
     def _logits(self, params, batch, rng, train: bool):
         rngs = {"dropout": rng} if train and rng is not None else None
-        return self.model.apply(params, batch["input_ids"], batch["input_mask"], not train, rngs=rngs)
+        return self.model.apply(params, batch["input_ids"], batch["input_mask"], not train, batch["weights"] > 0,
+                                rngs=rngs)
+
+    def loss_and_statistics(self, params, batch, rng, normalizers, train: bool):
+        """``loss`` and the head's next BatchNorm running statistics, as a ``{'params': ...}`` tree holding
+        only those leaves."""
+        rngs = {"dropout": rng} if train and rng is not None else None
+        logits, new = self.model.apply(params, batch["input_ids"], batch["input_mask"], not train,
+                                       batch["weights"] > 0, rngs=rngs, mutable=[STATISTICS])
+        loss, terms = self.task_loss(logits, batch, normalizers)
+        return loss, terms, {"params": new.get(STATISTICS, {})}
 
 
 def classifier(fcfg) -> type:

@@ -6,15 +6,16 @@ Layer groups are fastai's ``awd_lstm_clas_split``: [embedding], layers_0, ..., l
 (n + 2 groups; group 0 the lowest). Discriminative fine-tuning (Sec. 3.2): lr of group g = lr / 2.6^(top - g)
 (``model.discriminative_factor``; explicit multipliers in ``model.discriminative_lrs``, one per group). Gradual
 unfreezing (Sec. 3.3): only the top group trains at first, and one more group from the top every
-``model.unfreeze_every`` steps (the preset sets it to the steps of one epoch); the multiplier of a group is 0
-before its start. The slanted triangular schedule is the shared ``train.lr_decay='slanted_triangular'``
+``model.unfreeze_every`` steps (the preset sets it to the steps of one epoch); a group is frozen before its start
+(the rule's ``start_step``: no gradient into clipping, no moment updates, no update; ``train/param_groups.py``).
+The classifier head's BatchNorm running statistics are frozen for the optimizer: the training step sets them
+(``models/batch_norm.py``). The slanted triangular schedule is the shared ``train.lr_decay='slanted_triangular'``
 (``train/optim.py``): it is not family-specific.
 """
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-import jax.numpy as jnp
 import numpy as np
 
 from ptm_jax.errors import ConfigError
@@ -43,13 +44,6 @@ def group_multipliers(model_cfg: Any) -> list[float]:
     return [f ** -(n - 1 - g) for g in range(n)]
 
 
-def _unfrozen_from(start: int, value: float):
-    def multiplier(step):
-        return jnp.where(step >= start, jnp.float32(value), jnp.float32(0.0))
-
-    return multiplier
-
-
 def param_groups(model_cfg: Any = None, stage: str = "pretrain") -> list:
     """The classifier stage's rules (``stage='finetune'``): discriminative rates and gradual unfreezing; the
     LM stages use the shared defaults (no weight decay on biases)."""
@@ -59,15 +53,18 @@ def param_groups(model_cfg: Any = None, stage: str = "pretrain") -> list:
                          must_match=False)
     if stage != "finetune" or model_cfg is None:
         return [no_bias_decay]
+    from ptm_jax.models.batch_norm import STATISTICS_PATTERN
+
     mults = group_multipliers(model_cfg)
     every = int(model_cfg.unfreeze_every) if model_cfg.gradual_unfreezing else 0
     top = len(mults) - 1
-    rules = [no_bias_decay]
+    rules = [no_bias_decay, Rule(STATISTICS_PATTERN, frozen=True, where="BatchNorm running statistics (set, not "
+                                 "trained)", must_match=False)]
     for g, (name, pattern) in enumerate(group_patterns(model_cfg.num_layers)):
         start = (top - g) * every
-        lr = _unfrozen_from(start, mults[g]) if start > 0 else mults[g]
-        if lr != 1.0:
-            rules.append(Rule(pattern, lr=lr, where=f"ULMFiT layer group {g} ({name})", must_match=True))
+        if mults[g] != 1.0 or start > 0:
+            rules.append(Rule(pattern, lr=mults[g], start_step=start, where=f"ULMFiT layer group {g} ({name})",
+                              must_match=True))
     return rules
 
 

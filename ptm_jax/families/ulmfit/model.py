@@ -18,9 +18,12 @@ Params tree: ``{'ulmfit': {'embedding', 'layers_0', ..., 'layers_{n-1}'}, 'lm_he
 the language model; the classifier keeps the trunk and puts its head under ``'classifier'``. The per-layer LSTM
 weights follow ``models/lstm.py``'s layout (kernel [D, 4H], recurrent_kernel [H, 4H], bias [4H], gates i, f, g, o).
 
-fastai's classifier head puts BatchNorm1d before each dropout+linear; the project's loop keeps no mutable batch
-statistics, so the head here is dropout -> linear(50) -> ReLU -> dropout -> linear (no batch norm): said in
-docs/architecture.md.
+The classifier head is fastai's ``PoolingLinearClassifier`` (``fastai/text/models/core.py``, two ``LinBnDrop``
+blocks): concat pooling -> BatchNorm -> dropout(output_p) -> linear(50, no bias) -> ReLU -> BatchNorm ->
+dropout(head_p) -> linear(labels, no bias). The batch norms (``models/batch_norm.py``) put the pooled features on
+a unit scale: without them a head trained at ULMFiT's rate 0.01 from a frozen trunk whose pooled outputs are
+~0.03 in size moves its ReLU biases faster than its inputs can, and every ReLU dies within the first epoch
+(docs/benchmarks.md, "ULMFiT").
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.families.ulmfit.config import UlmfitConfig
+from ptm_jax.models.batch_norm import BatchNorm
 from ptm_jax.models.layers import constrain, dtype_of, partitioned
 from ptm_jax.models.lstm import LSTM, LstmCarry, uniform_init, zero_carry
 
@@ -131,34 +135,46 @@ def concat_pool(h: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.concatenate([last, mx, mean], axis=-1)
 
 
+def _linear(features: int, names: tuple, name: str) -> nn.Dense:
+    """PyTorch's ``nn.Linear`` without bias (fastai's ``LinBnDrop`` drops it after a batch norm): kernel
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (kaiming_uniform with a = sqrt(5))."""
+    return nn.Dense(features, use_bias=False, name=name, kernel_init=partitioned(
+        nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform"), names))
+
+
 class PoolingClassifier(nn.Module):
-    """Concat pooling -> dropout(output_p) -> linear(head_hidden) -> ReLU -> dropout(head_p) -> linear(labels)."""
+    """Concat pooling -> BatchNorm -> dropout(output_p) -> linear(head_hidden) -> ReLU -> BatchNorm ->
+    dropout(head_p) -> linear(labels) (module doc). ``rows`` [B]: the real rows of a training batch (the batch
+    statistics leave padding rows out)."""
 
     config: UlmfitConfig
     num_labels: int
 
     @nn.compact
-    def __call__(self, h: jax.Array, mask: jax.Array, deterministic: bool = True) -> jax.Array:
+    def __call__(self, h: jax.Array, mask: jax.Array, deterministic: bool = True,
+                 rows: jax.Array | None = None) -> jax.Array:
         cfg = self.config
         x = concat_pool(h.astype(jnp.float32), mask)
+        x = BatchNorm(name="bn_0")(x, rows, deterministic)
         x = nn.Dropout(cfg.output_p)(x, deterministic=deterministic)
-        x = nn.relu(nn.Dense(cfg.head_hidden, kernel_init=partitioned(nn.initializers.lecun_normal(), (None, "mlp")),
-                             bias_init=partitioned(nn.initializers.zeros, ("mlp",)), name="hidden")(x))
+        x = nn.relu(_linear(cfg.head_hidden, (None, "mlp"), "hidden")(x))
+        x = BatchNorm(name="bn_1")(x, rows, deterministic)
         x = nn.Dropout(cfg.head_p)(x, deterministic=deterministic)
-        return nn.Dense(self.num_labels, kernel_init=partitioned(nn.initializers.lecun_normal(), ("mlp", None)),
-                        bias_init=partitioned(nn.initializers.zeros, (None,)), name="output")(x)
+        return _linear(self.num_labels, ("mlp", None), "output")(x)
 
 
 class AwdLstmClassifier(nn.Module):
-    """ids [B, T], mask [B, T] -> logits [B, labels]; the trunk starts from the zero state for every row."""
+    """ids [B, T], mask [B, T] -> logits [B, labels]; the trunk starts from the zero state for every row.
+    ``rows`` [B] (training): the real rows, for the head's batch statistics."""
 
     config: UlmfitConfig
     num_labels: int
 
     @nn.compact
-    def __call__(self, ids: jax.Array, mask: jax.Array, deterministic: bool = True) -> jax.Array:
+    def __call__(self, ids: jax.Array, mask: jax.Array, deterministic: bool = True,
+                 rows: jax.Array | None = None) -> jax.Array:
         h, _ = AwdLstm(self.config, name=TRUNK)(ids, mask, None, deterministic)
-        return PoolingClassifier(self.config, self.num_labels, name=CLASSIFIER)(h, mask, deterministic)
+        return PoolingClassifier(self.config, self.num_labels, name=CLASSIFIER)(h, mask, deterministic, rows)
 
 
 def lm_scores(model: AwdLstmLanguageModel, params: Any, ids: jax.Array, carry=None):

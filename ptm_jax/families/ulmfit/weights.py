@@ -12,6 +12,12 @@ prefixed ``0.`` (the encoder inside the LM) and with the decoder under ``1.``::
     1.decoder.bias                        [V]         -> lm_head/bias (zeros when absent: a bare encoder)
     1.decoder.weight                      [V, E]      -> lm_head/kernel (transposed) when the weights are untied
 
+A classifier of ``get_text_classifier(AWD_LSTM, ...)`` (``SequentialRNN(SentenceEncoder(AWD_LSTM),
+PoolingLinearClassifier)``) has its encoder under ``0.module.`` and its head's ``LinBnDrop`` blocks under
+``1.layers.{b}.``: in each block the ``BatchNorm1d`` (``weight``, ``bias``, ``running_mean``, ``running_var``) and
+the bias-free ``Linear`` (``weight`` [out, in]) go to ``classifier/bn_{b}`` (scale, bias, running statistics) and
+``classifier/hidden`` (block 0) / ``classifier/output`` (block 1), kernels transposed.
+
 Gates are in PyTorch's order (i, f, g, o), the layout of ``models/lstm.py``. The sizes come from the shapes;
 a missing tensor or a shape that does not fit is a CheckpointError naming the key.
 """
@@ -56,8 +62,12 @@ def _strip(state: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[st
     for k, v in state.items():
         if k.startswith("1.decoder."):
             dec[k[len("1.decoder."):]] = np.asarray(v, np.float32)
-        else:
-            enc[k[2:] if k.startswith("0.") else k] = np.asarray(v, np.float32)
+        elif not k.startswith("1."):
+            for prefix in ("0.module.", "0."):
+                if k.startswith(prefix):
+                    k = k[len(prefix):]
+                    break
+            enc[k] = np.asarray(v, np.float32)
     return enc, dec
 
 
@@ -112,9 +122,48 @@ def import_state_dict(state: dict[str, np.ndarray], cfg: UlmfitConfig, where: st
     return {"ulmfit": trunk, "lm_head": head}
 
 
+def import_classifier_head(state: dict[str, np.ndarray], cfg: UlmfitConfig, where: str = "state dict") -> dict:
+    """fastai ``PoolingLinearClassifier`` tensors (``1.layers.{b}.{i}.*``) -> ``{'bn_0', 'hidden', 'bn_1',
+    'output'}`` (the ``classifier`` params of ``AwdLstmClassifier``)."""
+    blocks: dict[int, dict[str, dict[str, np.ndarray]]] = {}
+    for k, v in state.items():
+        parts = k.split(".")
+        if len(parts) == 5 and parts[:2] == ["1", "layers"]:
+            blocks.setdefault(int(parts[2]), {}).setdefault(parts[3], {})[parts[4]] = np.asarray(v, np.float32)
+    if sorted(blocks) != [0, 1]:
+        raise CheckpointError(f"{where}: expected fastai's classifier head with two LinBnDrop blocks "
+                              f"(1.layers.0.*, 1.layers.1.*: lin_ftrs=[{cfg.head_hidden}]); found blocks "
+                              f"{sorted(blocks) or 'none'}")
+    head: dict[str, Any] = {}
+    width = 3 * cfg.embed_dim
+    for b, name in ((0, "hidden"), (1, "output")):
+        bn = [m for m in blocks[b].values() if "running_mean" in m]
+        lin = [m for m in blocks[b].values() if "weight" in m and m["weight"].ndim == 2]
+        if len(bn) != 1 or len(lin) != 1 or any("bias" in m for m in lin):
+            raise CheckpointError(f"{where}: block 1.layers.{b} is not BatchNorm1d -> [Dropout] -> Linear(bias=False)"
+                                  " (fastai's LinBnDrop with bn=True)")
+        bn, w = bn[0], lin[0]["weight"]
+        if w.shape[1] != width or any(bn[k].shape != (width,) for k in ("weight", "bias", "running_mean",
+                                                                            "running_var")):
+            raise CheckpointError(f"{where}: block 1.layers.{b} reads {w.shape[1]} features, expected {width}")
+        head[f"bn_{b}"] = {"scale": bn["weight"], "bias": bn["bias"], "running_mean": bn["running_mean"],
+                           "running_var": bn["running_var"]}
+        head[name] = {"kernel": w.T.copy()}
+        width = w.shape[0]
+    return head
+
+
 def load_fastai(path: str | Path, **overrides: Any) -> tuple[dict, UlmfitConfig]:
-    """A fastai weights file -> (params, config inferred from the shapes, with ``overrides``)."""
+    """A fastai weights file -> (params, config inferred from the shapes, with ``overrides``): a language model's
+    ``{'ulmfit', 'lm_head'}``, or a text classifier's ``{'ulmfit', 'classifier'}`` (labels: the last kernel's
+    columns)."""
     state = read_state_dict(path)
+    if any(k.startswith("1.layers.") for k in state):
+        hidden = state.get("1.layers.0.2.weight", state.get("1.layers.0.1.weight"))
+        extra = {"head_hidden": int(hidden.shape[0])} if hidden is not None else {}
+        cfg = config_from_state(state, str(path), **{**extra, **overrides})
+        trunk = import_state_dict(state, cfg, str(path))["ulmfit"]
+        return {"ulmfit": trunk, "classifier": import_classifier_head(state, cfg, str(path))}, cfg
     cfg = config_from_state(state, str(path), **overrides)
     return import_state_dict(state, cfg, str(path)), cfg
 
