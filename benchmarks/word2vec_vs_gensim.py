@@ -55,7 +55,7 @@ def run_config(objective: str, vocab_size: int, args, steps: int):
     from ptm_jax.families.word2vec import Word2VecConfig, Word2VecDataConfig
 
     return RunConfig(objective=objective, model=Word2VecConfig(vocab_size=vocab_size, dim=args.dim,
-                                                           duplicate_cap=args.cap),
+                                                           duplicate_cap=args.cap, kernel=args.kernel),
                      data=Word2VecDataConfig(window=args.window, sample=args.sample, negative=args.negative,
                                              shared_negatives=not args.per_pair_negatives, seed=args.seed),
                      tokenizer=TokenizerConfig(),
@@ -148,9 +148,9 @@ def load_corpus(path: Path, work: Path, min_count: int):
 
 def profile(objective: str, corpus, args) -> dict:
     """Seconds per step of ptm_jax's parts on real batches (wall and process CPU time, which is steadier on a
-    loaded machine): the tf.data example generation (numpy), the compiled train step with sparse row updates
-    (the default) and with dense table gradients and the optax update (``model.sparse_update=false``),
-    interleaved round by round, and within the sparse step the gathers, the loss alone and the row gradients."""
+    loaded machine): the tf.data example generation (numpy), the compiled train step by the fused CPU kernel
+    (``model.kernel='auto'``, the default on one CPU device) and by the XLA path (``model.kernel='xla'``),
+    interleaved round by round, and within the XLA step the gathers, the loss alone and the row gradients."""
     import dataclasses
 
     import jax
@@ -165,20 +165,21 @@ def profile(objective: str, corpus, args) -> dict:
 
     cfg = run_config(objective, corpus.tokenizer.vocab_size, args, 1000)
     obj = FAMILY.objectives[objective](cfg, corpus)
-    dense_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, sparse_update=False))
-    dense = FAMILY.objectives[objective](dense_cfg, corpus)
+    xla_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, kernel="xla"))
+    xla = FAMILY.objectives[objective](xla_cfg, corpus)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     it = obj.train_batches(0, args.batch, 0, 1)
     n = 12
     t0, c0 = time.perf_counter(), time.process_time()
     batches = [next(it) for _ in range(n)]
-    out = {"objective": objective, "batch_words": args.batch,
-           "pairs_per_batch": float(np.mean([b["context_weight"].sum() for b in batches])),
-           "slots_per_batch": int(batches[0]["context_weight"].size),
+    out = {"objective": objective, "batch_words": args.batch, "block": obj.block, "pair_slots": obj.slots,
+           "pairs_per_batch": float(np.mean([b["pair_weight"].sum() for b in batches])),
+           "slots_per_batch": int(batches[0]["pair_weight"].size),
+           "dropped_per_batch": float(np.mean([b["dropped"].sum() for b in batches])),
            "data_s": (time.perf_counter() - t0) / n, "data_cpu_s": (time.process_time() - c0) / n}
     sides = {}
-    for name, o in (("sparse", obj), ("dense", dense)):
-        compiled = compile_objective(o, cfg.train if name == "sparse" else dense_cfg.train, mesh, None)
+    for name, o, c in (("kernel", obj, cfg), ("xla", xla, xla_cfg)):
+        compiled = compile_objective(o, c.train, mesh, None)
         state = compiled.init_fn(jax.random.key(0))
         gb = [to_global(b, mesh, compiled.batch_keys) for b in batches]
         state, m = compiled.train_step(state, gb[0], jax.random.key(0))
@@ -193,7 +194,7 @@ def profile(objective: str, corpus, args) -> dict:
         jax.block_until_ready(r)
         return (time.perf_counter() - t0) / len(items), (time.process_time() - c0) / len(items)
 
-    for rnd in range(2):                               # interleaved: sparse, dense, sparse, dense
+    for rnd in range(2):                               # interleaved: kernel, xla, kernel, xla
         for name, side in sides.items():
             compiled, _, gb = side
 
@@ -204,22 +205,22 @@ def profile(objective: str, corpus, args) -> dict:
             wall, cpu = timed(one, gb[1:])
             out.setdefault(f"{name}_step_s", []).append(round(wall, 5))
             out.setdefault(f"{name}_step_cpu_s", []).append(round(cpu, 5))
-    params = sides["sparse"][1].params
-    gb = sides["sparse"][2]
-    norms = obj.normalizers
+    params = sides["xla"][1].params
+    gb = sides["xla"][2]
+    norms = xla.normalizers
 
     def gathers(p, b):
         return {k: p["params"][TRUNK][k].at[i].get(mode="promise_in_bounds")
-                for k, i in row_ids(b, obj.model.negative, obj.model.hs).items()}
+                for k, (i, _) in row_ids(b, xla.model.negative, xla.model.hs).items()}
 
-    parts = {"gathers": jax.jit(gathers),
-             "loss_only": jax.jit(lambda p, b: obj.loss(p, b, None, norms(b), True)[0]),
-             "row_gradients": jax.jit(lambda p, b: obj.row_gradients(p, b, None, norms(b))[2])}
+    parts = {"xla_gathers": jax.jit(gathers),
+             "xla_loss_only": jax.jit(lambda p, b: xla.loss(p, b, None, norms(b), True)[0]),
+             "xla_row_gradients": jax.jit(lambda p, b: xla.row_gradients(p, b, None, norms(b))[2])}
     for name, fn in parts.items():
         jax.block_until_ready(fn(params, gb[0]))
         wall, cpu = timed(lambda b, fn=fn: fn(params, b), gb[1:])
         out[f"{name}_s"], out[f"{name}_cpu_s"] = round(wall, 5), round(cpu, 5)
-    out["words_per_sec_step_only"] = args.batch / min(out["sparse_step_s"])
+    out["words_per_sec_step_only"] = args.batch / min(out["kernel_step_s"])
     return out
 
 
@@ -234,6 +235,8 @@ def main(argv=None) -> int:
     ap.add_argument("--min-count", type=int, default=5)
     ap.add_argument("--batch", type=int, default=4096, help="ptm_jax: running words per step")
     ap.add_argument("--cap", type=int, default=64, help="ptm_jax: model.duplicate_cap")
+    ap.add_argument("--kernel", choices=["auto", "xla", "cpu"], default="auto",
+                    help="ptm_jax: model.kernel (auto: the fused CPU kernel on one CPU device)")
     ap.add_argument("--per-pair-negatives", action="store_true",
                     help="ptm_jax: data.shared_negatives=false (a draw per skip-gram pair, as word2vec.c)")
     ap.add_argument("--workers", type=int, default=2, help="gensim worker threads")

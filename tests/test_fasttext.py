@@ -168,11 +168,11 @@ def test_an_oov_query_without_any_ngram_is_a_data_error_naming_the_word(run, vec
     assert len(vectors.neighbors("qz", k=3)) == 3 and vectors.neighbors("fatherr", k=3)[0][0].startswith("father")
 
 
-def test_sparse_row_update_equals_the_dense_sgd_step(shared_data, tmp_path):
-    """One CBOW SGD step on a real batch (both tables, the context's units together): the rows' scatter-add
-    (``row_gradients`` + ``apply_rows``) equals the dense gradient of the tables, duplicate cap included (cap 2
-    so that it binds). Skip-gram shares all but which ids are read (``model.row_ids``); its sparse training is
-    the conformance test's (resume bit-equal, one device = the (2,2,2) mesh)."""
+@pytest.mark.parametrize("objective", ["fasttext_skipgram", "fasttext_cbow"])
+def test_sparse_row_update_and_the_fused_cpu_kernel_equal_the_dense_sgd_step(shared_data, tmp_path, objective):
+    """One SGD step on a real batch (both tables; CBOW: the context's units together): the XLA rows' scatter-add
+    (``row_gradients`` + ``apply_rows``) and the fused C++ kernel (``fused_rows``, word2vec's ``cpu_kernel.py``)
+    equal the dense gradient of the tables, duplicate cap included (cap 2 so that it binds)."""
     import types
 
     import jax
@@ -186,28 +186,35 @@ def test_sparse_row_update_equals_the_dense_sgd_step(shared_data, tmp_path):
     vocab = build_word_vocab(lines, tmp_path, min_count=2, lower_case=True)
     docs = [[np.asarray(ids, np.int32)] for ids in vocab.encode_batch(lines) if ids]
     corpus = types.SimpleNamespace(tokenizer=vocab, eval=None, train=ArraySource(docs))
-    for objective in ("fasttext_cbow",):
-        cfg = RunConfig(objective=objective,
-                        model=FastTextConfig(vocab_size=vocab.vocab_size, dim=8, bucket=512, duplicate_cap=2),
-                        data=FastTextDataConfig(window=3, sample=0.0, negative=3, seed=2), tokenizer=TokenizerConfig(),
-                        train=TrainConfig(batch_size=64, steps=1, optimizer="sgd", learning_rate=0.5,
-                                          weight_decay=0.0, clip_norm=0.0))
-        obj = FAMILY.objectives[objective](cfg, corpus)
-        assert obj.sparse_rows
-        batch = {k: jax.numpy.asarray(v) for k, v in next(obj.train_batches(0, 64, 0, 1)).items()}
-        params = jax.tree.map(lambda x: getattr(x, "value", x), obj.init(jax.random.key(0), batch),
-                              is_leaf=lambda x: hasattr(x, "value"))
-        params = jax.tree.map(lambda x: x + 0.1, params)          # nonzero output rows: every gradient flows
-        norms = obj.normalizers(batch)
+    cfg = RunConfig(objective=objective,
+                    model=FastTextConfig(vocab_size=vocab.vocab_size, dim=8, bucket=512, duplicate_cap=2),
+                    data=FastTextDataConfig(window=3, sample=0.0, negative=3, seed=2, pack_rows=16),
+                    tokenizer=TokenizerConfig(),
+                    train=TrainConfig(batch_size=64, steps=1, optimizer="sgd", learning_rate=0.5, weight_decay=0.0,
+                                      clip_norm=0.0))
+    obj = FAMILY.objectives[objective](cfg, corpus)
+    assert obj.sparse_rows and obj.block == 16
+    batch = {k: jax.numpy.asarray(v) for k, v in next(obj.train_batches(0, 64, 0, 1)).items()}
+    used = batch["unit_weight"].sum(axis=1)
+    assert float(used.sum()) > 64 and float(batch["dropped"].sum()) == 0
+    params = jax.tree.map(lambda x: getattr(x, "value", x), obj.init(jax.random.key(0), batch),
+                          is_leaf=lambda x: hasattr(x, "value"))
+    params = jax.tree.map(lambda x: x + 0.1, params)          # nonzero output rows: every gradient flows
+    norms = obj.normalizers(batch)
 
-        @jax.jit
-        def both(p):
-            grads = jax.grad(lambda q: obj.loss(q, batch, None, norms, True)[0])(p)
-            loss, _, rows = obj.row_gradients(p, batch, None, norms)
-            return jax.tree.map(lambda x, g: x - 0.5 * g, p, grads), obj.apply_rows(p, rows, 0.5), loss, rows
+    @jax.jit
+    def three(p):
+        grads = jax.grad(lambda q: obj.loss(q, batch, None, norms, True)[0])(p)
+        loss, _, rows = obj.row_gradients(p, batch, None, norms)
+        fused, fused_loss, _, sumsq, finite = obj.fused_rows(p, batch, norms, 0.5)
+        return (jax.tree.map(lambda x, g: x - 0.5 * g, p, grads), obj.apply_rows(p, rows, 0.5), fused, loss,
+                fused_loss, rows, sumsq, finite)
 
-        dense, sparse, loss, rows = both(params)
-        assert float(loss) > 0 and sum(int((g != 0).any(axis=1).sum()) for _, g in rows.values()) > 100
-        for k in ("input", "output"):
-            np.testing.assert_allclose(sparse["params"]["fasttext"][k], dense["params"]["fasttext"][k], rtol=1e-5,
-                                       atol=1e-6, err_msg=f"{objective} {k}")
+    dense, sparse, fused, loss, fused_loss, rows, sumsq, finite = three(params)
+    assert float(loss) > 0 and sum(int((g != 0).any(axis=1).sum()) for _, g in rows.values()) > 100
+    assert bool(finite) and float(fused_loss) == pytest.approx(float(loss), rel=1e-5)
+    for k in ("input", "output"):
+        assert float(sumsq[k]) == pytest.approx(float(np.sum(np.square(rows[k][1]))), rel=1e-4), k
+        for name, got in (("xla", sparse), ("kernel", fused)):
+            np.testing.assert_allclose(got["params"]["fasttext"][k], dense["params"]["fasttext"][k], rtol=1e-5,
+                                       atol=1e-6, err_msg=f"{objective} {name} {k}")

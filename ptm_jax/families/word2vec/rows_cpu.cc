@@ -1,0 +1,435 @@
+// The fused sparse SGD step of word2vec and fastText on the CPU, an XLA FFI custom call
+// (ptm_jax/families/word2vec/cpu_kernel.py builds and registers it; docs/benchmarks.md "word2vec").
+//
+// One call does what the XLA path of the sparse step does in five passes over [rows, slots, dim] arrays
+// (gather the rows, score the pairs, sigmoid, the gradient of each row read, scatter-add -lr x it), with the
+// SAME batch semantics, so the two agree to float rounding (tests/test_word2vec.py, tests/test_fasttext.py):
+//
+//   * every gradient is taken at the tables as they were before the batch (phase 1 reads, phase 2 writes);
+//   * a row read n > cap times by the batch's live reads (weight != 0) gets its summed update scaled by cap / n
+//     (model.duplicate_cap; train/step.py capped_row_gradients);
+//   * a non-finite loss or gradient norm leaves the tables unchanged (train/step.py sparse_sgd_step);
+//   * hidden vectors that are means (CBOW, fastText's units) give each of their rows the whole error
+//     (word2vec.c adds neu1e to every context row; fastText's Model::update likewise).
+//
+// Modes (the layouts are families/word2vec/data.py's packed pairs and families/fasttext/data.py's units):
+//   0 word2vec skip-gram: each pair's context row predicts its center (+ negatives, + Huffman path);
+//   1 word2vec CBOW: the mean of a center's context rows predicts it;
+//   2 fastText skip-gram: the mean of the center's unit rows predicts each context word (+ negatives);
+//   3 fastText CBOW: the mean of the units of the center's context words predicts the center.
+//
+// Deterministic, and independent of the thread count: phase 1 works block by block (a block's pairs and units
+// name rows of that block only) and sums the loss per block, then in block order; phase 2 gives each thread
+// the rows with id % kParts == part and applies every row's updates in read order.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int kParts = 16;  // phase 2 partitions of the row ids (fixed: results do not depend on threads)
+
+inline float Dot(const float* a, const float* b, int64_t d) {
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < d; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline void Axpy(float g, const float* x, float* y, int64_t d) {
+#pragma omp simd
+  for (int64_t i = 0; i < d; ++i) y[i] += g * x[i];
+}
+
+inline double SumSq(const float* x, int64_t d) {
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < d; ++i) s += x[i] * x[i];
+  return s;
+}
+
+inline float Sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+
+// -log sigmoid(x) = softplus(-x), stable for any x.
+inline float NegLogSigmoid(float x) {
+  return x >= 0.f ? std::log1p(std::exp(-x)) : -x + std::log1p(std::exp(x));
+}
+
+// One scored target: adds its loss and its gradient to the hidden vector's error and to the target's own
+// gradient row. label 1: -log s(score); label 0: -log s(-score); weight w.
+inline void Score(const float* h, const float* t, float label, float w, int64_t d, double* loss, float* err,
+                  float* grad_t) {
+  float s = Dot(h, t, d);
+  float g;
+  if (label > 0.5f) {
+    *loss += w * NegLogSigmoid(s);
+    g = -w * Sigmoid(-s);
+  } else {
+    *loss += w * NegLogSigmoid(-s);
+    g = w * Sigmoid(s);
+  }
+  Axpy(g, t, err, d);
+  Axpy(g, h, grad_t, d);
+}
+
+// f(i) for i in [0, n): the items are claimed from a shared counter by the caller and by pool threads; the
+// caller returns when every item is done (a pool thread that starts later finds none left).
+void ParallelFor(ffi::ThreadPool& pool, int64_t n, const std::function<void(int64_t)>& f) {
+  int64_t threads = pool.num_threads();
+  if (n <= 1 || threads <= 1) {
+    for (int64_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+  struct State {
+    std::atomic<int64_t> next{0};
+    int64_t done = 0;
+    std::mutex mu;
+    std::condition_variable cv;
+  };
+  auto st = std::make_shared<State>();
+  const std::function<void(int64_t)>* fp = &f;
+  auto work = [st, n, fp]() {
+    int64_t mine = 0;
+    for (int64_t i; (i = st->next.fetch_add(1)) < n;) {
+      (*fp)(i);
+      ++mine;
+    }
+    if (mine) {
+      std::lock_guard<std::mutex> lock(st->mu);
+      st->done += mine;
+      if (st->done == n) st->cv.notify_all();
+    }
+  };
+  for (int64_t t = 0; t < std::min<int64_t>(threads, n) - 1; ++t) {
+    auto task = work;
+    pool.Schedule(std::move(task));
+  }
+  work();
+  std::unique_lock<std::mutex> lock(st->mu);
+  st->cv.wait(lock, [&] { return st->done == n; });
+}
+
+// The reads of one table: ids, liveness weights, and where each read's gradient row is. A read's gradient is
+// either its own row of `grad` (stride d) or `scale_of * err[row_of]` (the whole error of a mean's hidden
+// vector, shared by the rows averaged into it).
+struct Reads {
+  const int32_t* ids = nullptr;
+  const float* live = nullptr;
+  int64_t n = 0;
+  float* grad = nullptr;         // [n, d] or null
+  const int32_t* row_of = nullptr;  // with err: the hidden vector of each read
+  int64_t per_block = 0;         // reads per block (row_of is block-relative)
+  int64_t block = 0;
+  const float* err = nullptr;    // [R, d]
+};
+
+struct Counts {
+  std::vector<int32_t> n;
+  void Count(const Reads& r) {
+    for (int64_t i = 0; i < r.n; ++i)
+      if (r.live[i] != 0.f) ++n[r.ids[i]];
+  }
+  void Clear(const Reads& r) {
+    for (int64_t i = 0; i < r.n; ++i) n[r.ids[i]] = 0;
+  }
+  float Scale(int32_t id, float cap) const {
+    return cap > 0.f ? std::min(1.f, cap / static_cast<float>(std::max(n[id], 1))) : 1.f;
+  }
+};
+
+Counts& CountsFor(int which, int64_t rows) {
+  static thread_local Counts counts[3];
+  Counts& c = counts[which];
+  if (static_cast<int64_t>(c.n.size()) < rows) c.n.assign(rows, 0);
+  return c;
+}
+
+inline const float* ErrRow(const Reads& r, int64_t i, int64_t d) {
+  int64_t row = (i / r.per_block) * r.block + r.row_of[i];
+  return r.err + row * d;
+}
+
+// Phase 2 for one table: table[id] -= lr * scale(id) * gradient of each live read, in read order per row.
+void Apply(ffi::ThreadPool& pool, const Reads& r, const Counts& c, float cap, float lr, float* table, int64_t d) {
+  if (r.n == 0) return;
+  ParallelFor(pool, kParts, [&](int64_t part) {
+    std::vector<float> tmp(d);
+    for (int64_t i = 0; i < r.n; ++i) {
+      int32_t id = r.ids[i];
+      if (r.live[i] == 0.f || id % kParts != part) continue;
+      float step = -lr * c.Scale(id, cap);
+      float* row = table + static_cast<int64_t>(id) * d;
+      if (r.grad) {
+        Axpy(step, r.grad + i * d, row, d);
+      } else {
+        const float* e = ErrRow(r, i, d);
+        float w = r.live[i];
+#pragma omp simd
+        for (int64_t k = 0; k < d; ++k) tmp[k] = e[k] * w;
+        Axpy(step, tmp.data(), row, d);
+      }
+    }
+  });
+}
+
+// The capped squared norm of one block's reads [lo, hi) (the XLA path's grad_norm/<table>).
+double BlockSumSq(const Reads& r, const Counts& c, float cap, int64_t lo, int64_t hi, int64_t d) {
+  double s = 0.0;
+  for (int64_t i = lo; i < hi; ++i) {
+    if (r.live[i] == 0.f) continue;
+    float scale = c.Scale(r.ids[i], cap);
+    if (r.grad) {
+      s += SumSq(r.grad + i * d, d) * scale * scale;
+    } else {
+      float w = r.live[i] * scale;
+      s += SumSq(ErrRow(r, i, d), d) * w * w;
+    }
+  }
+  return s;
+}
+
+ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buffer<ffi::F32> out_tab,
+                    ffi::Buffer<ffi::F32> hs_tab, ffi::Buffer<ffi::S32> center, ffi::Buffer<ffi::F32> center_w,
+                    ffi::Buffer<ffi::S32> neg, ffi::Buffer<ffi::F32> neg_w, ffi::Buffer<ffi::S32> path,
+                    ffi::Buffer<ffi::F32> code, ffi::Buffer<ffi::F32> path_w, ffi::Buffer<ffi::S32> pair_in,
+                    ffi::Buffer<ffi::S32> pair_row, ffi::Buffer<ffi::F32> pair_w, ffi::Buffer<ffi::S32> units,
+                    ffi::Buffer<ffi::S32> unit_row, ffi::Buffer<ffi::F32> unit_w, ffi::Buffer<ffi::F32> lr_buf,
+                    int64_t mode, int64_t block, float cap, bool has_out, bool has_hs,
+                    ffi::ResultBuffer<ffi::F32> in_res, ffi::ResultBuffer<ffi::F32> out_res,
+                    ffi::ResultBuffer<ffi::F32> hs_res, ffi::ResultBuffer<ffi::F32> stats) {
+  // The results alias the tables (input_output_aliases): read and write them there.
+  float* IN = in_res->typed_data();
+  float* OUT = out_res->typed_data();
+  float* HS = hs_res->typed_data();
+  const int64_t d = in_tab.dimensions()[1];
+  const int64_t R = center.dimensions()[0];
+  const int64_t c = pair_in.dimensions()[1];
+  const int64_t u = units.dimensions()[1];
+  const bool pair_negs = neg.dimensions().size() == 3;  // mode 0: a draw per pair slot
+  const int64_t K = has_out ? neg.dimensions()[neg.dimensions().size() - 1] : 0;
+  const int64_t D = has_hs ? path.dimensions()[1] : 0;
+  if (block <= 0 || R % block != 0) return ffi::Error::InvalidArgument("rows are not whole packing blocks");
+  if (mode < 0 || mode > 3) return ffi::Error::InvalidArgument("unknown mode");
+  const int64_t nb = R / block;
+  const bool units_in = mode >= 2;  // fastText: the hidden vector is the mean of unit rows
+  const bool per_pair = mode == 0;  // word2vec skip-gram: a hidden vector per pair slot
+  const int32_t* cen = center.typed_data();
+  const float* cw = center_w.typed_data();
+  const int32_t* ng = neg.typed_data();
+  const float* nw = neg_w.typed_data();
+  const int32_t* pt = path.typed_data();
+  const float* cd = code.typed_data();
+  const float* pw_path = path_w.typed_data();
+  const int32_t* pin = pair_in.typed_data();
+  const int32_t* prow = pair_row.typed_data();
+  const float* pw = pair_w.typed_data();
+  const int32_t* un = units.typed_data();
+  const int32_t* urow = unit_row.typed_data();
+  const float* uw = unit_w.typed_data();
+  const float lr = lr_buf.typed_data()[0];
+
+  // Gradient buffers, one row per read (see the read lists below).
+  const int64_t T = mode == 2 ? K : 1 + K;  // per-center output reads: [center,] negatives
+  std::vector<float> g_in(per_pair ? R * c * d : 0);
+  std::vector<float> g_out(has_out ? R * (pair_negs ? 1 : T) * d : 0);
+  std::vector<float> g_pneg(pair_negs ? R * c * K * d : 0);
+  std::vector<float> g_ctx(mode == 2 ? R * c * d : 0);  // fastText skip-gram: each context word's row
+  std::vector<float> g_hs(has_hs ? R * D * d : 0);
+  std::vector<float> hid(per_pair ? 0 : R * d), err(per_pair ? 0 : R * d);
+  // Live weights of the per-center output reads, in read order (center first, then negatives).
+  std::vector<float> out_live(has_out ? R * (pair_negs ? 1 : T) : 0);
+  std::vector<int32_t> out_ids(out_live.size());
+  for (int64_t r = 0; r < R && has_out; ++r) {
+    int64_t o = r * (pair_negs ? 1 : T), k0 = 0;
+    if (mode != 2) {
+      out_ids[o] = cen[r];
+      out_live[o] = cw[r];
+      k0 = 1;
+    }
+    if (!pair_negs)
+      for (int64_t k = 0; k < K; ++k) {
+        out_ids[o + k0 + k] = ng[r * K + k];
+        out_live[o + k0 + k] = nw[r * K + k];
+      }
+  }
+
+  // The read lists of the three tables (the XLA path's model.row_ids order).
+  std::vector<Reads> in_reads(1), out_reads, hs_reads;
+  if (per_pair) {
+    in_reads[0] = Reads{pin, pw, R * c, g_in.data()};
+  } else if (units_in) {
+    in_reads[0] = Reads{un, uw, R * u, nullptr, urow, block * u, block, err.data()};
+  } else {
+    in_reads[0] = Reads{pin, pw, R * c, nullptr, prow, block * c, block, err.data()};
+  }
+  if (has_out) {
+    if (mode == 2) out_reads.push_back(Reads{pin, pw, R * c, g_ctx.data()});
+    out_reads.push_back(Reads{out_ids.data(), out_live.data(), static_cast<int64_t>(out_ids.size()), g_out.data()});
+    if (pair_negs) out_reads.push_back(Reads{ng, nw, R * c * K, g_pneg.data()});
+  }
+  if (has_hs) hs_reads.push_back(Reads{pt, pw_path, R * D, g_hs.data()});
+
+  // Phase 0: live reads per row id (the duplicate cap).
+  Counts& n_in = CountsFor(0, in_tab.dimensions()[0]);
+  Counts& n_out = CountsFor(1, out_tab.dimensions()[0]);
+  Counts& n_hs = CountsFor(2, hs_tab.dimensions()[0]);
+  for (auto& r : in_reads) n_in.Count(r);
+  for (auto& r : out_reads) n_out.Count(r);
+  for (auto& r : hs_reads) n_hs.Count(r);
+
+  // Phase 1: per block, the loss and the gradient of every read, at the tables before the batch.
+  std::vector<double> loss(nb, 0.0), sq_in(nb, 0.0), sq_out(nb, 0.0), sq_hs(nb, 0.0);
+  ParallelFor(pool, nb, [&](int64_t b) {
+    const int64_t r0 = b * block, r1 = r0 + block;
+    double l = 0.0;
+    std::vector<float> zero(d, 0.f);
+    if (per_pair) {
+      for (int64_t p = r0 * c; p < r1 * c; ++p) {
+        if (pw[p] == 0.f) continue;
+        const int64_t r = r0 + prow[p];
+        const float* h = IN + static_cast<int64_t>(pin[p]) * d;
+        float* e = g_in.data() + p * d;
+        if (has_out) {
+          float* go = g_out.data() + r * (pair_negs ? 1 : T) * d;
+          Score(h, OUT + static_cast<int64_t>(cen[r]) * d, 1.f, pw[p], d, &l, e, go);
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t j = pair_negs ? p * K + k : r * K + k;
+            const float w = pw[p] * nw[j];
+            if (w == 0.f) continue;
+            float* gt = pair_negs ? g_pneg.data() + j * d : go + (1 + k) * d;
+            Score(h, OUT + static_cast<int64_t>(ng[j]) * d, 0.f, w, d, &l, e, gt);
+          }
+        }
+        for (int64_t j = 0; j < D; ++j) {
+          const float w = pw[p] * pw_path[r * D + j];
+          if (w == 0.f) continue;
+          Score(h, HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], w, d, &l, e,
+                g_hs.data() + (r * D + j) * d);
+        }
+      }
+    } else {
+      // the hidden vectors: the weighted mean of the rows averaged into each center's
+      std::vector<float> cnt(block, 0.f);
+      const int32_t* ids = units_in ? un : pin;
+      const int32_t* rows = units_in ? urow : prow;
+      const float* ws = units_in ? uw : pw;
+      const int64_t per = units_in ? u : c;
+      for (int64_t q = r0 * per; q < r1 * per; ++q) {
+        if (ws[q] == 0.f) continue;
+        const int64_t r = r0 + rows[q];
+        Axpy(ws[q], IN + static_cast<int64_t>(ids[q]) * d, hid.data() + r * d, d);
+        cnt[rows[q]] += ws[q];
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        const float k = std::max(cnt[r - r0], 1.f);
+        for (int64_t i = 0; i < d; ++i) hid[r * d + i] /= k;
+      }
+      if (mode == 2) {  // fastText skip-gram: each pair's context word is a positive target of its center
+        for (int64_t p = r0 * c; p < r1 * c; ++p) {
+          if (pw[p] == 0.f) continue;
+          const int64_t r = r0 + prow[p];
+          Score(hid.data() + r * d, OUT + static_cast<int64_t>(pin[p]) * d, 1.f, pw[p], d, &l, err.data() + r * d,
+                g_ctx.data() + p * d);
+        }
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* h = hid.data() + r * d;
+        float* e = err.data() + r * d;
+        const float wc = mode == 2 ? 1.f : cw[r];
+        if (wc == 0.f) continue;
+        if (has_out) {
+          float* go = g_out.data() + r * T * d;
+          int64_t k0 = 0;
+          if (mode != 2) {
+            Score(h, OUT + static_cast<int64_t>(cen[r]) * d, 1.f, wc, d, &l, e, go);
+            k0 = 1;
+          }
+          for (int64_t k = 0; k < K; ++k) {
+            const float w = wc * nw[r * K + k];
+            if (w == 0.f) continue;
+            Score(h, OUT + static_cast<int64_t>(ng[r * K + k]) * d, 0.f, w, d, &l, e, go + (k0 + k) * d);
+          }
+        }
+        for (int64_t j = 0; j < D; ++j) {
+          const float w = wc * pw_path[r * D + j];
+          if (w == 0.f) continue;
+          Score(h, HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], w, d, &l, e,
+                g_hs.data() + (r * D + j) * d);
+        }
+      }
+    }
+    loss[b] = l;
+    // the capped squared norms of this block's reads
+    for (auto& r : in_reads) sq_in[b] += BlockSumSq(r, n_in, cap, b * r.n / nb, (b + 1) * r.n / nb, d);
+    for (auto& r : out_reads) sq_out[b] += BlockSumSq(r, n_out, cap, b * r.n / nb, (b + 1) * r.n / nb, d);
+    for (auto& r : hs_reads) sq_hs[b] += BlockSumSq(r, n_hs, cap, b * r.n / nb, (b + 1) * r.n / nb, d);
+  });
+  double total = 0.0, s_in = 0.0, s_out = 0.0, s_hs = 0.0;
+  for (int64_t b = 0; b < nb; ++b) {
+    total += loss[b];
+    s_in += sq_in[b];
+    s_out += sq_out[b];
+    s_hs += sq_hs[b];
+  }
+  float* st = stats->typed_data();
+  st[0] = static_cast<float>(total);
+  st[1] = static_cast<float>(s_in);
+  st[2] = static_cast<float>(s_out);
+  st[3] = static_cast<float>(s_hs);
+  const bool finite = std::isfinite(st[0]) && std::isfinite(st[1]) && std::isfinite(st[2]) && std::isfinite(st[3]);
+  st[4] = finite ? 1.f : 0.f;
+
+  // Phase 2: the updates, only when everything is finite (the XLA path adds zeros otherwise).
+  if (finite) {
+    for (auto& r : in_reads) Apply(pool, r, n_in, cap, lr, IN, d);
+    for (auto& r : out_reads) Apply(pool, r, n_out, cap, lr, OUT, d);
+    for (auto& r : hs_reads) Apply(pool, r, n_hs, cap, lr, HS, d);
+  }
+  for (auto& r : in_reads) n_in.Clear(r);
+  for (auto& r : out_reads) n_out.Clear(r);
+  for (auto& r : hs_reads) n_hs.Clear(r);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PtmEmbeddingRowsCpu, RowsImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // in_tab
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // out_tab
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // hs_tab
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // center
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // center_weight
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // negatives
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // negative_weight
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // path
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // code
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // path_weight
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // pair_input
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // pair_row
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // pair_weight
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // units
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // unit_row
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // unit_weight
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // learning rate
+                                  .Attr<int64_t>("mode")
+                                  .Attr<int64_t>("block")
+                                  .Attr<float>("cap")
+                                  .Attr<bool>("has_out")
+                                  .Attr<bool>("has_hs")
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // in_tab
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // out_tab
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // hs_tab
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // stats: loss, sumsq in/out/hs, finite
