@@ -197,6 +197,20 @@ def test_sparse_row_update_and_the_fused_cpu_kernel_equal_the_dense_sgd_step(sha
     batch = {k: jax.numpy.asarray(v) for k, v in next(obj.train_batches(0, 64, 0, 1)).items()}
     used = batch["unit_weight"].sum(axis=1)
     assert float(used.sum()) > 64 and float(batch["dropped"].sum()) == 0
+    # the C++ unit builder the dataset uses gives numpy's arrays bit for bit, a block overflowing included
+    from ptm_jax.data.pretraining.causal_lm import PackedStream
+    from ptm_jax.families.fasttext.data import add_units
+    from ptm_jax.families.word2vec.data import packed_rows
+
+    stream = PackedStream(corpus.train, vocab.eos_id, seed=2, shuffle=True)
+    pairs = packed_rows(stream, obj.tables, 64, 64, window=3, negative=3, cbow=obj.cbow, seed=2, reach=24,
+                        pad_id=vocab.pad_id, shared=True, block=16, slots=obj.slots)
+    for units in (obj.units, obj.units // 3):
+        a, b = (add_units(dict(pairs), obj.subwords, obj.cbow, 16, units, native=n) for n in (False, True))
+        assert sorted(a) == sorted(b) and (a["dropped"].sum() > 0) == (units < obj.units)
+        for k in a:
+            assert a[k].dtype == b[k].dtype, k
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     params = jax.tree.map(lambda x: getattr(x, "value", x), obj.init(jax.random.key(0), batch),
                           is_leaf=lambda x: hasattr(x, "value"))
     params = jax.tree.map(lambda x: x + 0.1, params)          # nonzero output rows: every gradient flows

@@ -19,8 +19,8 @@ from ptm_jax.data.pretraining.causal_lm import PackedStream
 from ptm_jax.data.pretraining.source import ArraySource
 from ptm_jax.data.word_vocab import build_word_vocab
 from ptm_jax.families.word2vec import FAMILY, Word2VecConfig, Word2VecDataConfig, sampling
-from ptm_jax.families.word2vec.data import (Tables, example_rows, kept_mask, pack_pairs, pair_slots, report_dropped,
-                                            word2vec_dataset)
+from ptm_jax.families.word2vec.data import (Tables, example_rows, kept_mask, pack_pairs, packed_rows, pair_slots,
+                                            report_dropped, word2vec_dataset)
 from ptm_jax.families.word2vec.model import gather_rows, mean_with_sum_gradient
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.loop import fit
@@ -197,6 +197,16 @@ def test_examples_are_the_same_for_any_process_count_and_start_with_every_pair_p
         report_dropped(small, 7, "(context, center) pairs", "data.pair_slots (now 2)")
     assert f"batch 7: {int(small['dropped'].sum())} (context, center) pairs did not fit" in caplog.text
     assert "raise data.pair_slots (now 2)" in caplog.text
+    # the C++ builder the dataset uses gives numpy's arrays bit for bit: hs, per-pair negatives, overflow
+    for negative, cbow, shared, n in ((NEG, True, True, slots), (NEG, False, False, 2), (0, False, True, slots)):
+        t = Tables.build(vocab.counts, specials(vocab), sample=1e-3, negative=negative, hs=True)
+        kw = dict(window=WINDOW, negative=negative, cbow=cbow, seed=4, reach=40, pad_id=vocab.pad_id, shared=shared,
+                  block=16, slots=n)
+        a, b = (packed_rows(stream, t, 1000, 256, native=native, **kw) for native in (False, True))
+        assert sorted(a) == sorted(b) and (b["dropped"].sum() > 0) == (n == 2)
+        for k in a:
+            assert a[k].dtype == b[k].dtype, k
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
 def test_a_row_beyond_the_duplicate_cap_gets_its_summed_step_scaled_to_the_cap():

@@ -25,6 +25,7 @@ from the center.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -34,8 +35,8 @@ from ptm_jax.data.pretraining.causal_lm import PackedStream
 from ptm_jax.data.pretraining.source import DocumentSource, check_share
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.fasttext.subwords import Subwords
-from ptm_jax.families.word2vec.data import (PAIR_MARGIN, Tables, batch_dataset, check_blocks, example_rows,
-                                            pack_pairs, report_dropped)
+from ptm_jax.families.word2vec.data import (PAIR_MARGIN, Tables, batch_dataset, check_blocks, packed_rows,
+                                            report_dropped)
 from ptm_jax.families.word2vec.data import feature_dtype
 from ptm_jax.families.word2vec.data import feature_shapes as word2vec_shapes
 
@@ -60,10 +61,32 @@ def feature_shapes(rows: int, *, window: int, negative: int, cbow: bool, slots: 
     return shapes
 
 
-def add_units(out: dict[str, np.ndarray], subwords: Subwords, cbow: bool, block: int, units: int
-              ) -> dict[str, np.ndarray]:
+@functools.cache
+def _native():
+    """word2vec's C++ example builder's ``ptm_ft_units`` (``examples_cpu.cc``) with its argument types, or None
+    (then numpy, the same arrays)."""
+    import ctypes
+
+    from ptm_jax.families.word2vec import native
+
+    lib, _ = native.library("examples_cpu.cc")
+    if lib is None:
+        return None
+    fn = lib.ptm_ft_units
+    i64, i32, ptr = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
+    fn.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i32, i64, ptr, i64, ptr, i32, i32, ptr, ptr, i32, ptr, ptr, ptr, ptr]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def add_units(out: dict[str, np.ndarray], subwords: Subwords, cbow: bool, block: int, units: int,
+              native: bool = True) -> dict[str, np.ndarray]:
     """Adds the packed ``units`` / ``unit_row`` / ``unit_weight`` (module doc) to the packed pairs ``out``,
-    and fastText's negative weights."""
+    and fastText's negative weights: by the C++ builder where available (``native``), else numpy (the
+    reference; the same arrays)."""
+    fn = _native() if native else None
+    if fn is not None:
+        return _native_units(fn, out, subwords, cbow, block, units)
     rows, slots = out["pair_input"].shape
     live = out["pair_weight"] > 0
     block_of_pair = np.arange(rows * slots) // (block * slots)
@@ -117,6 +140,30 @@ def add_units(out: dict[str, np.ndarray], subwords: Subwords, cbow: bool, block:
     return out
 
 
+def _native_units(fn, out: dict[str, np.ndarray], subwords: Subwords, cbow: bool, block: int, units: int
+                  ) -> dict[str, np.ndarray]:
+    rows, slots = out["pair_input"].shape
+    out = {k: np.ascontiguousarray(v) for k, v in out.items()}
+    for k in ("center_weight", "pair_weight", "negative_weight", "dropped"):
+        out[k] = out[k].astype(np.float32, copy=True)
+    ids = np.ascontiguousarray(subwords.ids, np.int32)
+    lengths = np.ascontiguousarray(subwords.lengths, np.int32)
+    out["units"] = np.empty((rows, units), np.int32)
+    out["unit_row"] = np.empty((rows, units), np.int32)
+    out["unit_weight"] = np.empty((rows, units), np.float32)
+
+    def p(name):
+        return out[name].ctypes.data
+
+    rc = fn(p("center"), p("center_weight"), p("pair_input"), p("pair_row"), p("pair_weight"), rows, slots, block,
+            ids.ctypes.data, ids.shape[1], lengths.ctypes.data, int(cbow), units, p("negatives"),
+            p("negative_weight"), out["negatives"].shape[1], p("dropped"), p("units"), p("unit_row"),
+            p("unit_weight"))
+    if rc:
+        raise ConfigError(f"the C++ unit builder refused rows={rows}, block={block}")
+    return out
+
+
 def fasttext_dataset(source: DocumentSource, tables: Tables, subwords: Subwords, *, eos_id: int, pad_id: int,
                      window: int, negative: int, cbow: bool, reach: int, seed: int, start_index: int,
                      global_batch: int, block: int, slots: int, units: int, process_index: int = 0,
@@ -132,9 +179,9 @@ def fasttext_dataset(source: DocumentSource, tables: Tables, subwords: Subwords,
 
     def make(batch: int) -> dict[str, np.ndarray]:
         first = batch * global_batch + process_index * rows
-        out = example_rows(stream, tables, first, rows, window=window, negative=negative, cbow=cbow, seed=seed,
-                           reach=reach, pad_id=pad_id, shared=True)
-        out = add_units(pack_pairs(out, block, slots, pad_id), subwords, cbow, block, units)
+        out = packed_rows(stream, tables, first, rows, window=window, negative=negative, cbow=cbow, seed=seed,
+                          reach=reach, pad_id=pad_id, shared=True, block=block, slots=slots)
+        out = add_units(out, subwords, cbow, block, units)
         report_dropped(out, batch, "(context, center) pairs",
                        f"data.pair_slots (now {slots}) or data.unit_slots (now {units})")
         return out

@@ -2,12 +2,9 @@
 sigmoid, row gradients and scatter of one batch in one pass, with the XLA path's batch semantics (the gradients
 at the tables before the batch, the duplicate cap, the non-finite skip), for word2vec and fastText.
 
-It is built at first use with the system's C++ compiler (``$CXX``, else ``g++``, ``c++`` or ``clang++``) against
-JAX's FFI headers (``jax.ffi.include_dir()``) into a cache folder (``$PTM_KERNEL_CACHE``, else
-``$XDG_CACHE_HOME/ptm_jax/kernels``, else ``~/.cache/ptm_jax/kernels``), keyed on the source, the JAX version,
-the compiler and the CPU's flags (it is built with ``-march=native``); a finished library is moved into place
-atomically, so concurrent processes share it. Where no compiler works, ``available()`` is False and says why
-once in a warning; ``model.kernel='auto'`` then runs the XLA path, ``model.kernel='cpu'`` is a ConfigError.
+It is built at first use with the system's C++ compiler into a cache folder (``native.py``). Where no compiler
+works, ``available()`` is False and says why once in a warning; ``model.kernel='auto'`` then runs the XLA path,
+``model.kernel='cpu'`` is a ConfigError.
 
 Where it runs (``applies``): the CPU backend and a one-device mesh, so the tables are whole in one process's
 memory; on accelerators or sharded tables the XLA path (``train/step.py``) is the portable one.
@@ -15,13 +12,7 @@ memory; on accelerators or sharded tables the XLA path (``train/step.py``) is th
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import jax
@@ -29,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ptm_jax.errors import ConfigError
+from ptm_jax.families.word2vec import native
 
 log = logging.getLogger(__name__)
 
@@ -37,71 +29,17 @@ TARGET = "ptm_embedding_rows_cpu"
 MODES = {"skipgram": 0, "cbow": 1, "fasttext_skipgram": 2, "fasttext_cbow": 3}
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("PTM_KERNEL_CACHE")
-    if root:
-        return Path(root)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ptm_jax" / "kernels"
-
-
-def _compilers() -> list[str]:
-    names = [os.environ["CXX"]] if os.environ.get("CXX") else []
-    return [p for p in (shutil.which(n) for n in names + ["g++", "c++", "clang++"]) if p]
-
-
-def _cpu_flags() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return platform.machine() + platform.processor()
-    lines = [ln for ln in text.splitlines() if ln.startswith(("flags", "Features", "model name"))]
-    return "\n".join(sorted(set(lines)))
-
-
-def _build(compiler: str) -> Path:
-    """The library for ``compiler`` (built unless cached); raises RuntimeError with the compiler's output."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), jax.__version__, version, _cpu_flags()]).encode())
-    out = cache_dir() / key.hexdigest()[:16] / "librows_cpu.so"
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    base = [compiler, "-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp-simd",
-            "-I", jax.ffi.include_dir(), str(SOURCE)]
-    errors = []
-    for extra in (["-march=native"], []):
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
-        os.close(fd)
-        try:
-            run = subprocess.run(base + extra + ["-o", tmp], capture_output=True, text=True, timeout=600)
-            if run.returncode == 0:
-                os.replace(tmp, out)
-                return out
-            errors.append(f"{' '.join(base + extra)}: {run.stderr.strip()[-2000:]}")
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    raise RuntimeError("\n".join(errors))
-
-
 @functools.cache
 def _load() -> tuple[bool, str]:
-    """(registered, why not): builds and registers the FFI target once per process."""
-    import ctypes
-
-    compilers = _compilers()
-    if not compilers:
-        return False, "no C++ compiler found (set $CXX, or install g++)"
-    errors = []
-    for compiler in compilers:
-        try:
-            lib = ctypes.cdll.LoadLibrary(str(_build(compiler)))
-            jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.PtmEmbeddingRowsCpu), platform="cpu")
-            return True, ""
-        except (RuntimeError, OSError, subprocess.SubprocessError, AttributeError) as e:
-            errors.append(f"{compiler}: {e}")
-    return False, "the kernel did not build: " + "; ".join(errors)
+    """(registered, why not): builds the library (``native.library``) and registers the FFI target once."""
+    lib, why = native.library(SOURCE.name)
+    if lib is None:
+        return False, why
+    try:
+        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.PtmEmbeddingRowsCpu), platform="cpu")
+    except (AttributeError, ValueError, RuntimeError) as e:
+        return False, f"the kernel did not register: {e}"
+    return True, ""
 
 
 def available() -> bool:
@@ -146,6 +84,9 @@ def fused_step(mode: str, tables: dict[str, jax.Array], batch: dict, step_size: 
     gradient rows}, finite). ``tables``: 'input' and, where present, 'output' and 'hs_output'; ``batch``: the
     packed features (word2vec ``data.py``; fastText's add ``units``, ``unit_row``, ``unit_weight``). The tables are
     updated in place when the caller donates them."""
+    ok, why = _load()
+    if not ok:
+        raise ConfigError(f"the fused CPU kernel is not available: {why}; use model.kernel='xla'")
     rows = batch["center"].shape[0]
     d = tables["input"].shape[1]
     dummy = jnp.zeros((1, d), jnp.float32)

@@ -45,6 +45,7 @@ the pair slots); with hs ``path`` / ``code`` / ``path_weight`` [R, D]; ``dropped
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 
@@ -198,6 +199,75 @@ def pack_pairs(out: dict[str, np.ndarray], block: int, slots: int, pad_id: int) 
     return out
 
 
+@functools.cache
+def _native():
+    """The C++ example builder (``examples_cpu.cc`` through ``native.py``) with its argument types, or None (a
+    warning says why once; the numpy functions then build the examples, the same arrays)."""
+    import ctypes
+
+    from ptm_jax.families.word2vec import native
+
+    lib, why = native.library("examples_cpu.cc")
+    if lib is None:
+        log.warning("word2vec's C++ example builder is not available, numpy builds the examples: %s", why)
+        return None
+    fn = lib.ptm_w2v_examples
+    i64, i32, ptr = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
+    fn.argtypes = [ptr, i64, i64, i64, i64, ptr, ptr, ptr, i64, ctypes.c_uint64, i32, i32, i32, i32, i32, ptr, ptr, ptr,
+                   i32, i64, i32] + [ptr] * 13
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def packed_rows(stream: PackedStream, tables: Tables, first: int, rows: int, *, window: int, negative: int,
+                cbow: bool, seed: int, reach: int, pad_id: int, shared: bool, block: int, slots: int,
+                native: bool = True) -> dict[str, np.ndarray]:
+    """``pack_pairs(example_rows(...))``: the packed features of stream positions ``[first, first + rows)``, by
+    the C++ builder where it is available (``native``), else by numpy; the two give the same arrays."""
+    fn = _native() if native else None
+    if fn is None:
+        out = example_rows(stream, tables, first, rows, window=window, negative=negative, cbow=cbow, seed=seed,
+                           reach=reach, pad_id=pad_id, shared=shared)
+        return pack_pairs(out, block, slots, pad_id)
+    check_blocks(rows, block)
+    lo, hi = first - reach, first + rows + reach
+    a = max(lo, 0)
+    toks = np.full(hi - lo, pad_id, dtype=np.int32)
+    toks[a - lo:] = stream.span(a, hi)[0]
+    per_pair = bool(negative) and not (cbow or shared)
+    k, depth = int(negative), tables.depth
+    neg_shape = (rows, slots, k) if per_pair else (rows, k)
+    out = {"center": np.empty(rows, np.int32), "center_weight": np.empty(rows, np.float32),
+           "pair_input": np.empty((rows, slots), np.int32), "pair_row": np.empty((rows, slots), np.int32),
+           "pair_slot": np.empty((rows, slots), np.int32), "pair_weight": np.empty((rows, slots), np.float32),
+           "negatives": np.empty(neg_shape, np.int32), "negative_weight": np.empty(neg_shape, np.float32),
+           "path": np.empty((rows, depth), np.int32), "code": np.empty((rows, depth), np.float32),
+           "path_weight": np.empty((rows, depth), np.float32), "dropped": np.empty(rows, np.float32),
+           "example_id": np.empty(rows, np.int64)}
+    keep = np.ascontiguousarray(tables.keep, np.float64)
+    cdf = None if tables.cdf is None else np.ascontiguousarray(tables.cdf, np.float64)
+    guide = None if cdf is None else np.ascontiguousarray(sampling.guide_table(tables.cdf), np.int64)
+    hs = [None, None, None] if not depth else [np.ascontiguousarray(tables.points, np.int32),
+                                               np.ascontiguousarray(tables.codes, np.int8),
+                                               np.ascontiguousarray(tables.lengths, np.int32)]
+
+    def p(x):
+        return None if x is None else x.ctypes.data
+
+    rc = fn(p(toks), toks.size, lo, rows, reach, p(keep), p(cdf), p(guide), keep.size, int(seed) % (1 << 64), int(window), k,
+            int(per_pair), int(pad_id), int(stream.eos_id), *map(p, hs), depth, int(block), int(slots),
+            *(p(out[name]) for name in ("center", "center_weight", "pair_input", "pair_row", "pair_slot",
+                                        "pair_weight", "negatives", "negative_weight", "path", "code",
+                                        "path_weight", "dropped", "example_id")))
+    if rc:
+        raise ConfigError(f"the C++ example builder refused rows={rows}, block={block}, window={window}")
+    if not k:
+        del out["negatives"], out["negative_weight"]
+    if not depth:
+        del out["path"], out["code"], out["path_weight"]
+    return out
+
+
 def report_dropped(out: dict[str, np.ndarray], batch: int, what: str, setting: str) -> None:
     """The visible side of an overflowing block: a warning naming the batch (the metric is the feature)."""
     dropped = int(out["dropped"].sum())
@@ -249,9 +319,8 @@ def word2vec_dataset(source: DocumentSource, tables: Tables, *, eos_id: int, pad
 
     def make(batch: int) -> dict[str, np.ndarray]:
         first = batch * global_batch + process_index * rows
-        out = example_rows(stream, tables, first, rows, window=window, negative=negative, cbow=cbow, seed=seed,
-                           reach=reach, pad_id=pad_id, shared=shared)
-        out = pack_pairs(out, block, slots, pad_id)
+        out = packed_rows(stream, tables, first, rows, window=window, negative=negative, cbow=cbow, seed=seed,
+                          reach=reach, pad_id=pad_id, shared=shared, block=block, slots=slots)
         report_dropped(out, batch, "(context, center) pairs", f"data.pair_slots (now {slots})")
         return out
 

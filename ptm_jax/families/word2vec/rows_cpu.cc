@@ -59,26 +59,17 @@ inline double SumSq(const float* x, int64_t d) {
   return s;
 }
 
-inline float Sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
-
-// -log sigmoid(x) = softplus(-x), stable for any x.
-inline float NegLogSigmoid(float x) {
-  return x >= 0.f ? std::log1p(std::exp(-x)) : -x + std::log1p(std::exp(x));
-}
-
 // One scored target: adds its loss and its gradient to the hidden vector's error and to the target's own
-// gradient row. label 1: -log s(score); label 0: -log s(-score); weight w.
+// gradient row. label 1: -log s(score); label 0: -log s(-score); weight w. With x = score for label 0 and
+// -score for label 1, the loss is softplus(x) = max(x, 0) + log1p(exp(-|x|)) and d loss / d x = s(x).
 inline void Score(const float* h, const float* t, float label, float w, int64_t d, double* loss, float* err,
                   float* grad_t) {
-  float s = Dot(h, t, d);
-  float g;
-  if (label > 0.5f) {
-    *loss += w * NegLogSigmoid(s);
-    g = -w * Sigmoid(-s);
-  } else {
-    *loss += w * NegLogSigmoid(-s);
-    g = w * Sigmoid(s);
-  }
+  const float s = Dot(h, t, d);
+  const float x = label > 0.5f ? -s : s;
+  const float e = std::exp(-std::fabs(x));
+  const float sig = x >= 0.f ? 1.f / (1.f + e) : e / (1.f + e);               // s(x)
+  *loss += w * (std::max(x, 0.f) + std::log1p(e));
+  const float g = label > 0.5f ? -w * sig : w * sig;                          // d loss / d score
   Axpy(g, t, err, d);
   Axpy(g, h, grad_t, d);
 }
@@ -155,29 +146,86 @@ Counts& CountsFor(int which, int64_t rows) {
   return c;
 }
 
+// Reused buffers (growing, never shrunk or zeroed whole: phase 1 zeroes the rows it accumulates into), one set
+// per concurrent call.
+struct Scratch {
+  std::vector<float> g_in, g_out, g_pneg, g_ctx, g_hs, hid, err, out_live;
+  std::vector<int32_t> out_ids;
+  std::vector<int64_t> order;
+};
+
+template <class T>
+T* Grow(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  return v.data();
+}
+
+class ScratchLease {
+ public:
+  ScratchLease() {
+    std::lock_guard<std::mutex> lock(Mu());
+    if (!Free().empty()) {
+      s_ = std::move(Free().back());
+      Free().pop_back();
+    } else {
+      s_ = std::make_unique<Scratch>();
+    }
+  }
+  ~ScratchLease() {
+    std::lock_guard<std::mutex> lock(Mu());
+    Free().push_back(std::move(s_));
+  }
+  Scratch& operator*() { return *s_; }
+
+ private:
+  static std::mutex& Mu() {
+    static std::mutex mu;
+    return mu;
+  }
+  static std::vector<std::unique_ptr<Scratch>>& Free() {
+    static std::vector<std::unique_ptr<Scratch>> free;
+    return free;
+  }
+  std::unique_ptr<Scratch> s_;
+};
+
 inline const float* ErrRow(const Reads& r, int64_t i, int64_t d) {
   int64_t row = (i / r.per_block) * r.block + r.row_of[i];
   return r.err + row * d;
 }
 
-// Phase 2 for one table: table[id] -= lr * scale(id) * gradient of each live read, in read order per row.
-void Apply(ffi::ThreadPool& pool, const Reads& r, const Counts& c, float cap, float lr, float* table, int64_t d) {
+// Phase 2 for one table: table[id] -= lr * scale(id) * gradient of each live read, in read order per row. The
+// live reads are first bucketed by id % kParts (a stable counting pass), then each part applies its own.
+void Apply(ffi::ThreadPool& pool, const Reads& r, const Counts& c, float cap, float lr, float* table, int64_t d,
+           std::vector<int64_t>& order) {
   if (r.n == 0) return;
+  int64_t start[kParts + 1] = {0};
+  for (int64_t i = 0; i < r.n; ++i)
+    if (r.live[i] != 0.f) ++start[r.ids[i] % kParts + 1];
+  for (int p = 0; p < kParts; ++p) start[p + 1] += start[p];
+  order.resize(start[kParts]);
+  int64_t fill[kParts];
+  std::copy(start, start + kParts, fill);
+  for (int64_t i = 0; i < r.n; ++i)
+    if (r.live[i] != 0.f) order[fill[r.ids[i] % kParts]++] = i;
   ParallelFor(pool, kParts, [&](int64_t part) {
-    std::vector<float> tmp(d);
-    for (int64_t i = 0; i < r.n; ++i) {
-      int32_t id = r.ids[i];
-      if (r.live[i] == 0.f || id % kParts != part) continue;
-      float step = -lr * c.Scale(id, cap);
+    float tmp[1024];
+    for (int64_t o = start[part]; o < start[part + 1]; ++o) {
+      const int64_t i = order[o];
+      const int32_t id = r.ids[i];
+      const float step = -lr * c.Scale(id, cap);
       float* row = table + static_cast<int64_t>(id) * d;
       if (r.grad) {
         Axpy(step, r.grad + i * d, row, d);
       } else {
         const float* e = ErrRow(r, i, d);
-        float w = r.live[i];
+        const float w = r.live[i];
+        for (int64_t k0 = 0; k0 < d; k0 += 1024) {
+          const int64_t m = std::min<int64_t>(1024, d - k0);
 #pragma omp simd
-        for (int64_t k = 0; k < d; ++k) tmp[k] = e[k] * w;
-        Axpy(step, tmp.data(), row, d);
+          for (int64_t k = 0; k < m; ++k) tmp[k] = e[k0 + k] * w;
+          Axpy(step, tmp, row + k0, m);
+        }
       }
     }
   });
@@ -241,17 +289,22 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
 
   // Gradient buffers, one row per read (see the read lists below).
   const int64_t T = mode == 2 ? K : 1 + K;  // per-center output reads: [center,] negatives
-  std::vector<float> g_in(per_pair ? R * c * d : 0);
-  std::vector<float> g_out(has_out ? R * (pair_negs ? 1 : T) * d : 0);
-  std::vector<float> g_pneg(pair_negs ? R * c * K * d : 0);
-  std::vector<float> g_ctx(mode == 2 ? R * c * d : 0);  // fastText skip-gram: each context word's row
-  std::vector<float> g_hs(has_hs ? R * D * d : 0);
-  std::vector<float> hid(per_pair ? 0 : R * d), err(per_pair ? 0 : R * d);
+  ScratchLease lease;
+  Scratch& sc = *lease;
+  const int64_t t_rows = pair_negs ? 1 : T;                 // per-center output reads
+  float* g_in = per_pair ? Grow(sc.g_in, R * c * d) : nullptr;
+  float* g_out = has_out ? Grow(sc.g_out, R * t_rows * d) : nullptr;
+  float* g_pneg = pair_negs ? Grow(sc.g_pneg, R * c * K * d) : nullptr;
+  float* g_ctx = mode == 2 ? Grow(sc.g_ctx, R * c * d) : nullptr;   // fastText skip-gram: each context's row
+  float* g_hs = has_hs ? Grow(sc.g_hs, R * D * d) : nullptr;
+  float* hid = per_pair ? nullptr : Grow(sc.hid, R * d);
+  float* err = per_pair ? nullptr : Grow(sc.err, R * d);
   // Live weights of the per-center output reads, in read order (center first, then negatives).
-  std::vector<float> out_live(has_out ? R * (pair_negs ? 1 : T) : 0);
-  std::vector<int32_t> out_ids(out_live.size());
+  const int64_t n_out_rows = has_out ? R * t_rows : 0;
+  float* out_live = Grow(sc.out_live, n_out_rows);
+  int32_t* out_ids = Grow(sc.out_ids, n_out_rows);
   for (int64_t r = 0; r < R && has_out; ++r) {
-    int64_t o = r * (pair_negs ? 1 : T), k0 = 0;
+    int64_t o = r * t_rows, k0 = 0;
     if (mode != 2) {
       out_ids[o] = cen[r];
       out_live[o] = cw[r];
@@ -267,18 +320,18 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
   // The read lists of the three tables (the XLA path's model.row_ids order).
   std::vector<Reads> in_reads(1), out_reads, hs_reads;
   if (per_pair) {
-    in_reads[0] = Reads{pin, pw, R * c, g_in.data()};
+    in_reads[0] = Reads{pin, pw, R * c, g_in};
   } else if (units_in) {
-    in_reads[0] = Reads{un, uw, R * u, nullptr, urow, block * u, block, err.data()};
+    in_reads[0] = Reads{un, uw, R * u, nullptr, urow, block * u, block, err};
   } else {
-    in_reads[0] = Reads{pin, pw, R * c, nullptr, prow, block * c, block, err.data()};
+    in_reads[0] = Reads{pin, pw, R * c, nullptr, prow, block * c, block, err};
   }
   if (has_out) {
-    if (mode == 2) out_reads.push_back(Reads{pin, pw, R * c, g_ctx.data()});
-    out_reads.push_back(Reads{out_ids.data(), out_live.data(), static_cast<int64_t>(out_ids.size()), g_out.data()});
-    if (pair_negs) out_reads.push_back(Reads{ng, nw, R * c * K, g_pneg.data()});
+    if (mode == 2) out_reads.push_back(Reads{pin, pw, R * c, g_ctx});
+    out_reads.push_back(Reads{out_ids, out_live, n_out_rows, g_out});
+    if (pair_negs) out_reads.push_back(Reads{ng, nw, R * c * K, g_pneg});
   }
-  if (has_hs) hs_reads.push_back(Reads{pt, pw_path, R * D, g_hs.data()});
+  if (has_hs) hs_reads.push_back(Reads{pt, pw_path, R * D, g_hs});
 
   // Phase 0: live reads per row id (the duplicate cap).
   Counts& n_in = CountsFor(0, in_tab.dimensions()[0]);
@@ -293,21 +346,37 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
   ParallelFor(pool, nb, [&](int64_t b) {
     const int64_t r0 = b * block, r1 = r0 + block;
     double l = 0.0;
-    std::vector<float> zero(d, 0.f);
+    // zero the accumulated rows that a live read will take: an active center's output and path rows, a live
+    // pair's own rows, the block's hidden vectors and errors
+    for (int64_t r = r0; r < r1; ++r) {
+      if (cw[r] == 0.f) continue;
+      if (has_out) std::memset(g_out + r * t_rows * d, 0, sizeof(float) * t_rows * d);
+      if (has_hs) std::memset(g_hs + r * D * d, 0, sizeof(float) * D * d);
+    }
+    if (!per_pair) {
+      std::memset(hid + r0 * d, 0, sizeof(float) * block * d);
+      std::memset(err + r0 * d, 0, sizeof(float) * block * d);
+    }
+    for (int64_t p = r0 * c; p < r1 * c; ++p) {
+      if (pw[p] == 0.f) continue;
+      if (g_in) std::memset(g_in + p * d, 0, sizeof(float) * d);
+      if (g_ctx) std::memset(g_ctx + p * d, 0, sizeof(float) * d);
+      if (g_pneg) std::memset(g_pneg + p * K * d, 0, sizeof(float) * K * d);
+    }
     if (per_pair) {
       for (int64_t p = r0 * c; p < r1 * c; ++p) {
         if (pw[p] == 0.f) continue;
         const int64_t r = r0 + prow[p];
         const float* h = IN + static_cast<int64_t>(pin[p]) * d;
-        float* e = g_in.data() + p * d;
+        float* e = g_in + p * d;
         if (has_out) {
-          float* go = g_out.data() + r * (pair_negs ? 1 : T) * d;
+          float* go = g_out + r * t_rows * d;
           Score(h, OUT + static_cast<int64_t>(cen[r]) * d, 1.f, pw[p], d, &l, e, go);
           for (int64_t k = 0; k < K; ++k) {
             const int64_t j = pair_negs ? p * K + k : r * K + k;
             const float w = pw[p] * nw[j];
             if (w == 0.f) continue;
-            float* gt = pair_negs ? g_pneg.data() + j * d : go + (1 + k) * d;
+            float* gt = pair_negs ? g_pneg + j * d : go + (1 + k) * d;
             Score(h, OUT + static_cast<int64_t>(ng[j]) * d, 0.f, w, d, &l, e, gt);
           }
         }
@@ -315,7 +384,7 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
           const float w = pw[p] * pw_path[r * D + j];
           if (w == 0.f) continue;
           Score(h, HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], w, d, &l, e,
-                g_hs.data() + (r * D + j) * d);
+                g_hs + (r * D + j) * d);
         }
       }
     } else {
@@ -328,7 +397,7 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
       for (int64_t q = r0 * per; q < r1 * per; ++q) {
         if (ws[q] == 0.f) continue;
         const int64_t r = r0 + rows[q];
-        Axpy(ws[q], IN + static_cast<int64_t>(ids[q]) * d, hid.data() + r * d, d);
+        Axpy(ws[q], IN + static_cast<int64_t>(ids[q]) * d, hid + r * d, d);
         cnt[rows[q]] += ws[q];
       }
       for (int64_t r = r0; r < r1; ++r) {
@@ -339,17 +408,16 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
         for (int64_t p = r0 * c; p < r1 * c; ++p) {
           if (pw[p] == 0.f) continue;
           const int64_t r = r0 + prow[p];
-          Score(hid.data() + r * d, OUT + static_cast<int64_t>(pin[p]) * d, 1.f, pw[p], d, &l, err.data() + r * d,
-                g_ctx.data() + p * d);
+          Score(hid + r * d, OUT + static_cast<int64_t>(pin[p]) * d, 1.f, pw[p], d, &l, err + r * d, g_ctx + p * d);
         }
       }
       for (int64_t r = r0; r < r1; ++r) {
-        const float* h = hid.data() + r * d;
-        float* e = err.data() + r * d;
+        const float* h = hid + r * d;
+        float* e = err + r * d;
         const float wc = mode == 2 ? 1.f : cw[r];
         if (wc == 0.f) continue;
         if (has_out) {
-          float* go = g_out.data() + r * T * d;
+          float* go = g_out + r * T * d;
           int64_t k0 = 0;
           if (mode != 2) {
             Score(h, OUT + static_cast<int64_t>(cen[r]) * d, 1.f, wc, d, &l, e, go);
@@ -365,7 +433,7 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
           const float w = wc * pw_path[r * D + j];
           if (w == 0.f) continue;
           Score(h, HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], w, d, &l, e,
-                g_hs.data() + (r * D + j) * d);
+                g_hs + (r * D + j) * d);
         }
       }
     }
@@ -392,9 +460,9 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
 
   // Phase 2: the updates, only when everything is finite (the XLA path adds zeros otherwise).
   if (finite) {
-    for (auto& r : in_reads) Apply(pool, r, n_in, cap, lr, IN, d);
-    for (auto& r : out_reads) Apply(pool, r, n_out, cap, lr, OUT, d);
-    for (auto& r : hs_reads) Apply(pool, r, n_hs, cap, lr, HS, d);
+    for (auto& r : in_reads) Apply(pool, r, n_in, cap, lr, IN, d, sc.order);
+    for (auto& r : out_reads) Apply(pool, r, n_out, cap, lr, OUT, d, sc.order);
+    for (auto& r : hs_reads) Apply(pool, r, n_hs, cap, lr, HS, d, sc.order);
   }
   for (auto& r : in_reads) n_in.Clear(r);
   for (auto& r : out_reads) n_out.Clear(r);
