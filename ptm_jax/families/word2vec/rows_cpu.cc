@@ -59,11 +59,11 @@ inline double SumSq(const float* x, int64_t d) {
   return s;
 }
 
-// One scored target: adds its loss and its gradient to the hidden vector's error and to the target's own
-// gradient row. label 1: -log s(score); label 0: -log s(-score); weight w. With x = score for label 0 and
+// One scored target: adds its loss and its gradient to the hidden vector's error and (grad_t) to the target's
+// own gradient row; returns d loss / d score (the target row's gradient is that times the hidden vector). label 1: -log s(score); label 0: -log s(-score); weight w. With x = score for label 0 and
 // -score for label 1, the loss is softplus(x) = max(x, 0) + log1p(exp(-|x|)) and d loss / d x = s(x).
-inline void Score(const float* h, const float* t, float label, float w, int64_t d, double* loss, float* err,
-                  float* grad_t) {
+inline float Score(const float* h, const float* t, float label, float w, int64_t d, double* loss, float* err,
+                   float* grad_t) {
   const float s = Dot(h, t, d);
   const float x = label > 0.5f ? -s : s;
   const float e = std::exp(-std::fabs(x));
@@ -71,7 +71,8 @@ inline void Score(const float* h, const float* t, float label, float w, int64_t 
   *loss += w * (std::max(x, 0.f) + std::log1p(e));
   const float g = label > 0.5f ? -w * sig : w * sig;                          // d loss / d score
   Axpy(g, t, err, d);
-  Axpy(g, h, grad_t, d);
+  if (grad_t) Axpy(g, h, grad_t, d);
+  return g;
 }
 
 // f(i) for i in [0, n): the items are claimed from a shared counter by the caller and by pool threads; the
@@ -111,18 +112,24 @@ void ParallelFor(ffi::ThreadPool& pool, int64_t n, const std::function<void(int6
   st->cv.wait(lock, [&] { return st->done == n; });
 }
 
-// The reads of one table: ids, liveness weights, and where each read's gradient row is. A read's gradient is
-// either its own row of `grad` (stride d) or `scale_of * err[row_of]` (the whole error of a mean's hidden
-// vector, shared by the rows averaged into it).
+// The reads of one table: ids, liveness weights, and where each read's gradient row is: its own row of `grad`
+// (stride d), or coef[i] * vec[row(i)] (a scalar times a hidden vector or its error: the rows averaged into a
+// mean receive its whole error times their weight, a target row receives d loss / d score times the hidden
+// vector), row(i) = (i / per_block) * block + row_of[i] (pair and unit slots, block-relative) or i / per_row.
 struct Reads {
   const int32_t* ids = nullptr;
   const float* live = nullptr;
   int64_t n = 0;
-  float* grad = nullptr;         // [n, d] or null
-  const int32_t* row_of = nullptr;  // with err: the hidden vector of each read
-  int64_t per_block = 0;         // reads per block (row_of is block-relative)
-  int64_t block = 0;
-  const float* err = nullptr;    // [R, d]
+  float* grad = nullptr;            // [n, d] or null
+  const float* vec = nullptr;       // [R, d]
+  const float* coef = nullptr;      // [n]
+  const int32_t* row_of = nullptr;
+  int64_t per_block = 0, block = 0, per_row = 1;
+
+  const float* VecRow(int64_t i, int64_t d) const {
+    const int64_t row = row_of ? (i / per_block) * block + row_of[i] : i / per_row;
+    return vec + row * d;
+  }
 };
 
 struct Counts {
@@ -149,7 +156,7 @@ Counts& CountsFor(int which, int64_t rows) {
 // Reused buffers (growing, never shrunk or zeroed whole: phase 1 zeroes the rows it accumulates into), one set
 // per concurrent call.
 struct Scratch {
-  std::vector<float> g_in, g_out, g_pneg, g_ctx, g_hs, hid, err, out_live;
+  std::vector<float> g_in, g_out, g_pneg, g_hs, hid, err, c_out, c_ctx, c_hs, out_live;
   std::vector<int32_t> out_ids;
   std::vector<int64_t> order;
 };
@@ -189,11 +196,6 @@ class ScratchLease {
   std::unique_ptr<Scratch> s_;
 };
 
-inline const float* ErrRow(const Reads& r, int64_t i, int64_t d) {
-  int64_t row = (i / r.per_block) * r.block + r.row_of[i];
-  return r.err + row * d;
-}
-
 // Phase 2 for one table: table[id] -= lr * scale(id) * gradient of each live read, in read order per row. The
 // live reads are first bucketed by id % kParts (a stable counting pass), then each part applies its own.
 void Apply(ffi::ThreadPool& pool, const Reads& r, const Counts& c, float cap, float lr, float* table, int64_t d,
@@ -209,7 +211,6 @@ void Apply(ffi::ThreadPool& pool, const Reads& r, const Counts& c, float cap, fl
   for (int64_t i = 0; i < r.n; ++i)
     if (r.live[i] != 0.f) order[fill[r.ids[i] % kParts]++] = i;
   ParallelFor(pool, kParts, [&](int64_t part) {
-    float tmp[1024];
     for (int64_t o = start[part]; o < start[part + 1]; ++o) {
       const int64_t i = order[o];
       const int32_t id = r.ids[i];
@@ -218,14 +219,7 @@ void Apply(ffi::ThreadPool& pool, const Reads& r, const Counts& c, float cap, fl
       if (r.grad) {
         Axpy(step, r.grad + i * d, row, d);
       } else {
-        const float* e = ErrRow(r, i, d);
-        const float w = r.live[i];
-        for (int64_t k0 = 0; k0 < d; k0 += 1024) {
-          const int64_t m = std::min<int64_t>(1024, d - k0);
-#pragma omp simd
-          for (int64_t k = 0; k < m; ++k) tmp[k] = e[k0 + k] * w;
-          Axpy(step, tmp, row + k0, m);
-        }
+        Axpy(step * r.coef[i], r.VecRow(i, d), row, d);
       }
     }
   });
@@ -240,8 +234,8 @@ double BlockSumSq(const Reads& r, const Counts& c, float cap, int64_t lo, int64_
     if (r.grad) {
       s += SumSq(r.grad + i * d, d) * scale * scale;
     } else {
-      float w = r.live[i] * scale;
-      s += SumSq(ErrRow(r, i, d), d) * w * w;
+      const float w = r.coef[i] * scale;
+      s += SumSq(r.VecRow(i, d), d) * w * w;
     }
   }
   return s;
@@ -287,20 +281,24 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
   const float* uw = unit_w.typed_data();
   const float lr = lr_buf.typed_data()[0];
 
-  // Gradient buffers, one row per read (see the read lists below).
+  // Gradient rows. Skip-gram (mode 0) keeps a buffer row per read: a pair's input row, a center's output and
+  // path rows summed over its pairs. The other modes have one hidden vector per center, so a read's gradient is
+  // a scalar times that vector or its error (Reads::coef): only the scalars are stored.
   const int64_t T = mode == 2 ? K : 1 + K;  // per-center output reads: [center,] negatives
   ScratchLease lease;
   Scratch& sc = *lease;
-  const int64_t t_rows = pair_negs ? 1 : T;                 // per-center output reads
+  const int64_t t_rows = pair_negs ? 1 : T;
+  const int64_t n_out_rows = has_out ? R * t_rows : 0;
   float* g_in = per_pair ? Grow(sc.g_in, R * c * d) : nullptr;
-  float* g_out = has_out ? Grow(sc.g_out, R * t_rows * d) : nullptr;
+  float* g_out = per_pair && has_out ? Grow(sc.g_out, n_out_rows * d) : nullptr;
   float* g_pneg = pair_negs ? Grow(sc.g_pneg, R * c * K * d) : nullptr;
-  float* g_ctx = mode == 2 ? Grow(sc.g_ctx, R * c * d) : nullptr;   // fastText skip-gram: each context's row
-  float* g_hs = has_hs ? Grow(sc.g_hs, R * D * d) : nullptr;
+  float* g_hs = per_pair && has_hs ? Grow(sc.g_hs, R * D * d) : nullptr;
   float* hid = per_pair ? nullptr : Grow(sc.hid, R * d);
   float* err = per_pair ? nullptr : Grow(sc.err, R * d);
-  // Live weights of the per-center output reads, in read order (center first, then negatives).
-  const int64_t n_out_rows = has_out ? R * t_rows : 0;
+  float* c_out = !per_pair && has_out ? Grow(sc.c_out, n_out_rows) : nullptr;
+  float* c_ctx = mode == 2 ? Grow(sc.c_ctx, R * c) : nullptr;   // fastText skip-gram: each context word's
+  float* c_hs = !per_pair && has_hs ? Grow(sc.c_hs, R * D) : nullptr;
+  // The per-center output reads, in read order (center first, then negatives) with their live weights.
   float* out_live = Grow(sc.out_live, n_out_rows);
   int32_t* out_ids = Grow(sc.out_ids, n_out_rows);
   for (int64_t r = 0; r < R && has_out; ++r) {
@@ -317,21 +315,31 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
       }
   }
 
-  // The read lists of the three tables (the XLA path's model.row_ids order).
+  // The read lists of the three tables (the XLA path's model.row_ids).
   std::vector<Reads> in_reads(1), out_reads, hs_reads;
   if (per_pair) {
     in_reads[0] = Reads{pin, pw, R * c, g_in};
   } else if (units_in) {
-    in_reads[0] = Reads{un, uw, R * u, nullptr, urow, block * u, block, err};
+    in_reads[0] = Reads{un, uw, R * u, nullptr, err, uw, urow, block * u, block};
   } else {
-    in_reads[0] = Reads{pin, pw, R * c, nullptr, prow, block * c, block, err};
+    in_reads[0] = Reads{pin, pw, R * c, nullptr, err, pw, prow, block * c, block};
   }
   if (has_out) {
-    if (mode == 2) out_reads.push_back(Reads{pin, pw, R * c, g_ctx});
-    out_reads.push_back(Reads{out_ids, out_live, n_out_rows, g_out});
+    if (mode == 2) out_reads.push_back(Reads{pin, pw, R * c, nullptr, hid, c_ctx, prow, block * c, block});
+    if (per_pair) {
+      out_reads.push_back(Reads{out_ids, out_live, n_out_rows, g_out});
+    } else {
+      out_reads.push_back(Reads{out_ids, out_live, n_out_rows, nullptr, hid, c_out, nullptr, 0, 0, t_rows});
+    }
     if (pair_negs) out_reads.push_back(Reads{ng, nw, R * c * K, g_pneg});
   }
-  if (has_hs) hs_reads.push_back(Reads{pt, pw_path, R * D, g_hs});
+  if (has_hs) {
+    if (per_pair) {
+      hs_reads.push_back(Reads{pt, pw_path, R * D, g_hs});
+    } else {
+      hs_reads.push_back(Reads{pt, pw_path, R * D, nullptr, hid, c_hs, nullptr, 0, 0, D});
+    }
+  }
 
   // Phase 0: live reads per row id (the duplicate cap).
   Counts& n_in = CountsFor(0, in_tab.dimensions()[0]);
@@ -346,29 +354,19 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
   ParallelFor(pool, nb, [&](int64_t b) {
     const int64_t r0 = b * block, r1 = r0 + block;
     double l = 0.0;
-    // zero the accumulated rows that a live read will take: an active center's output and path rows, a live
-    // pair's own rows, the block's hidden vectors and errors
-    for (int64_t r = r0; r < r1; ++r) {
-      if (cw[r] == 0.f) continue;
-      if (has_out) std::memset(g_out + r * t_rows * d, 0, sizeof(float) * t_rows * d);
-      if (has_hs) std::memset(g_hs + r * D * d, 0, sizeof(float) * D * d);
-    }
-    if (!per_pair) {
-      std::memset(hid + r0 * d, 0, sizeof(float) * block * d);
-      std::memset(err + r0 * d, 0, sizeof(float) * block * d);
-    }
-    for (int64_t p = r0 * c; p < r1 * c; ++p) {
-      if (pw[p] == 0.f) continue;
-      if (g_in) std::memset(g_in + p * d, 0, sizeof(float) * d);
-      if (g_ctx) std::memset(g_ctx + p * d, 0, sizeof(float) * d);
-      if (g_pneg) std::memset(g_pneg + p * K * d, 0, sizeof(float) * K * d);
-    }
     if (per_pair) {
+      // zero the rows a live read accumulates into: an active center's output and path rows, a pair's own
+      for (int64_t r = r0; r < r1; ++r) {
+        if (cw[r] == 0.f) continue;
+        if (g_out) std::memset(g_out + r * t_rows * d, 0, sizeof(float) * t_rows * d);
+        if (g_hs) std::memset(g_hs + r * D * d, 0, sizeof(float) * D * d);
+      }
       for (int64_t p = r0 * c; p < r1 * c; ++p) {
         if (pw[p] == 0.f) continue;
         const int64_t r = r0 + prow[p];
         const float* h = IN + static_cast<int64_t>(pin[p]) * d;
         float* e = g_in + p * d;
+        std::memset(e, 0, sizeof(float) * d);
         if (has_out) {
           float* go = g_out + r * t_rows * d;
           Score(h, OUT + static_cast<int64_t>(cen[r]) * d, 1.f, pw[p], d, &l, e, go);
@@ -377,6 +375,7 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
             const float w = pw[p] * nw[j];
             if (w == 0.f) continue;
             float* gt = pair_negs ? g_pneg + j * d : go + (1 + k) * d;
+            if (pair_negs) std::memset(gt, 0, sizeof(float) * d);
             Score(h, OUT + static_cast<int64_t>(ng[j]) * d, 0.f, w, d, &l, e, gt);
           }
         }
@@ -386,9 +385,13 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
           Score(h, HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], w, d, &l, e,
                 g_hs + (r * D + j) * d);
         }
+        const float scale = n_in.Scale(pin[p], cap);
+        sq_in[b] += SumSq(e, d) * scale * scale;
       }
     } else {
       // the hidden vectors: the weighted mean of the rows averaged into each center's
+      std::memset(hid + r0 * d, 0, sizeof(float) * block * d);
+      std::memset(err + r0 * d, 0, sizeof(float) * block * d);
       std::vector<float> cnt(block, 0.f);
       const int32_t* ids = units_in ? un : pin;
       const int32_t* rows = units_in ? urow : prow;
@@ -408,7 +411,8 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
         for (int64_t p = r0 * c; p < r1 * c; ++p) {
           if (pw[p] == 0.f) continue;
           const int64_t r = r0 + prow[p];
-          Score(hid + r * d, OUT + static_cast<int64_t>(pin[p]) * d, 1.f, pw[p], d, &l, err + r * d, g_ctx + p * d);
+          c_ctx[p] = Score(hid + r * d, OUT + static_cast<int64_t>(pin[p]) * d, 1.f, pw[p], d, &l, err + r * d,
+                           nullptr);
         }
       }
       for (int64_t r = r0; r < r1; ++r) {
@@ -417,29 +421,29 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
         const float wc = mode == 2 ? 1.f : cw[r];
         if (wc == 0.f) continue;
         if (has_out) {
-          float* go = g_out + r * T * d;
+          float* co = c_out + r * T;
           int64_t k0 = 0;
           if (mode != 2) {
-            Score(h, OUT + static_cast<int64_t>(cen[r]) * d, 1.f, wc, d, &l, e, go);
+            co[0] = Score(h, OUT + static_cast<int64_t>(cen[r]) * d, 1.f, wc, d, &l, e, nullptr);
             k0 = 1;
           }
           for (int64_t k = 0; k < K; ++k) {
             const float w = wc * nw[r * K + k];
             if (w == 0.f) continue;
-            Score(h, OUT + static_cast<int64_t>(ng[r * K + k]) * d, 0.f, w, d, &l, e, go + (k0 + k) * d);
+            co[k0 + k] = Score(h, OUT + static_cast<int64_t>(ng[r * K + k]) * d, 0.f, w, d, &l, e, nullptr);
           }
         }
         for (int64_t j = 0; j < D; ++j) {
           const float w = wc * pw_path[r * D + j];
           if (w == 0.f) continue;
-          Score(h, HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], w, d, &l, e,
-                g_hs + (r * D + j) * d);
+          c_hs[r * D + j] = Score(h, HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], w, d, &l,
+                                  e, nullptr);
         }
       }
+      for (auto& r : in_reads) sq_in[b] += BlockSumSq(r, n_in, cap, b * r.n / nb, (b + 1) * r.n / nb, d);
     }
     loss[b] = l;
-    // the capped squared norms of this block's reads
-    for (auto& r : in_reads) sq_in[b] += BlockSumSq(r, n_in, cap, b * r.n / nb, (b + 1) * r.n / nb, d);
+    // the capped squared norms of the block's output and path reads (complete now)
     for (auto& r : out_reads) sq_out[b] += BlockSumSq(r, n_out, cap, b * r.n / nb, (b + 1) * r.n / nb, d);
     for (auto& r : hs_reads) sq_hs[b] += BlockSumSq(r, n_hs, cap, b * r.n / nb, (b + 1) * r.n / nb, d);
   });
