@@ -140,6 +140,43 @@ def test_exported_vector_files_load_in_gensim_with_the_composed_word_vectors(run
     assert _near(wv, "father", 4) == [w for w, _ in kv.most_similar("father", topn=4)]
 
 
+def test_fasttext_vec_files_initialise_fasttext_word_rows_and_word2vec_tables(run, vectors, tmp_path):
+    """A ``.vec`` file as fastText writes it (a ``</s>`` row first, 5 decimals, a space ending each row) is read as
+    word2vec text: ``model.init_vectors`` sets the vocabulary words' own input rows of a fastText model (its
+    ``-pretrainedVectors``; the n-gram rows keep their draw) and a word2vec model's input table."""
+    import types
+
+    import jax
+
+    from ptm_jax.config import load_config
+    from ptm_jax.export.params import load_params, load_tokenizer
+    from ptm_jax.families.registry import get
+
+    _, _, info, tok_dir = load_params(str(run))
+    tok = load_tokenizer(info, tok_dir)
+    half = len(vectors.words) // 2
+    rows = np.round(vectors.vectors[:half].astype(np.float64), 5)
+    lines = [f"{half + 1} 32", "</s> " + " ".join(["0.1"] * 32) + " "]
+    lines += [w + " " + " ".join(f"{x:.5f}" for x in row) + " " for w, row in zip(vectors.words[:half], rows)]
+    vec = tmp_path / "wiki.vec"
+    vec.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ids = [tok.token_to_id(w) for w in vectors.words[:half]]
+    corpus = types.SimpleNamespace(tokenizer=tok, train=None, eval=None)
+    for family, preset in (("fasttext", "fasttext_tiny"), ("word2vec", "word2vec_tiny")):
+        objs = []
+        for extra in ([f"model.init_vectors={vec}"], []):
+            cfg = load_config(preset, [f"model.vocab_size={tok.vocab_size}", "model.dim=32", *extra])
+            obj = get(family).objectives[cfg.objective](cfg, corpus)
+            params = jax.jit(obj.init)(jax.random.key(0), obj.example_batch(obj.block))
+            objs.append(np.asarray(params["params"][family]["input"].value))
+        table, base = objs
+        np.testing.assert_array_equal(table[ids], rows.astype(np.float32), err_msg=family)
+        rest = np.ones(table.shape[0], bool)
+        rest[ids] = False
+        np.testing.assert_array_equal(table[rest], base[rest], err_msg=family)   # n-gram rows, other words: as drawn
+        assert table.shape[0] == tok.vocab_size + (cfg.model.bucket if family == "fasttext" else 0)
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("bucket", 0, r"model.bucket=0 must be an integer >= 1"),
     ("bucket", -5, r"model.bucket=-5 must be an integer >= 1"),

@@ -29,6 +29,11 @@ class FastTextConfig:
     duplicate_cap: int = 64
     """As word2vec's ``model.duplicate_cap`` (``families/word2vec/model.py`` ``Word2VecTables``): a row taking
     part in n > cap updates of one batch gets their sum scaled by cap / n (0: the plain summed gradient)."""
+    init_vectors: str = ""
+    """A fastText ``.vec``, word2vec text/binary or GloVe text vector file (``export/vector_files.py``) whose
+    vectors initialise the vocabulary words' own rows of the input table, as fastText's ``-pretrainedVectors``
+    does (the n-gram rows keep their fresh initialisation; the coverage is logged). '' : none. Its dimension
+    must be ``dim``."""
     kernel: str = "auto"
     """As word2vec's ``model.kernel``: 'auto' runs the fused CPU kernel (``families/word2vec/cpu_kernel.py``)
     where it applies (CPU backend, one-device mesh, sparse SGD), the XLA path elsewhere; 'xla'; 'cpu'."""
@@ -46,6 +51,8 @@ class FastTextConfig:
                 raise ConfigError(f"{where}.{name}={v!r} must be an integer >= {low}")
         if self.kernel not in ("auto", "xla", "cpu"):
             raise ConfigError(f"{where}.kernel={self.kernel!r} must be 'auto', 'xla' or 'cpu'")
+        if not isinstance(self.init_vectors, str):
+            raise ConfigError(f"{where}.init_vectors={self.init_vectors!r} must be a path to a vector file or ''")
         check_range(self.minn, self.maxn, self.bucket, where)
 
     @property

@@ -48,7 +48,8 @@ class FastTextObjective(SourceStreams):
     primary_metric = "ft_loss"
 
     def __init__(self, cfg: Any, name: str, train_source: DocumentSource, eval_source: DocumentSource | None,
-                 counts: np.ndarray, special_ids, subwords: Subwords, eos_id: int, pad_id: int):
+                 counts: np.ndarray, special_ids, subwords: Subwords, eos_id: int, pad_id: int,
+                 initial_vectors: tuple[np.ndarray, np.ndarray] | None = None):
         cfg.model.validate()
         cfg.data.validate_word2vec()
         self.cfg, self.name = cfg, name
@@ -66,6 +67,8 @@ class FastTextObjective(SourceStreams):
         cdf = sampling.unigram_cdf(sampling.word_counts(counts, special_ids), float(d.ns_exponent))
         self.tables = dataclasses.replace(tables, cdf=cdf)
         self.subwords = subwords
+        self.initial_vectors = initial_vectors
+        """(matrix [vocab_size, dim], found [vocab_size]): the words' own input rows from ``model.init_vectors``."""
         self.block = block_rows(cfg.train.batch_size, d.pack_rows)
         self.slots = pair_slots(self.tables, d.window, d.pair_slots)
         self.units = unit_slots(self.tables, subwords.lengths, sampling.word_counts(counts, special_ids), d.window,
@@ -86,7 +89,18 @@ class FastTextObjective(SourceStreams):
         return {k: np.zeros(s, feature_dtype(k)) for k, s in shapes.items()}  # 'center' first: words per step
 
     def init(self, rng: jax.Array, batch: dict[str, Any]) -> Any:
-        return self.model.init(rng, {k: jnp.zeros((self.block,) + v.shape[1:], v.dtype) for k, v in batch.items()})
+        params = self.model.init(rng, {k: jnp.zeros((self.block,) + v.shape[1:], v.dtype) for k, v in batch.items()})
+        if self.initial_vectors is None:
+            return params
+        matrix, found = self.initial_vectors
+        v = matrix.shape[0]
+        boxed = params["params"][TRUNK]["input"]
+        table = getattr(boxed, "value", boxed)
+        head = jnp.where(jnp.asarray(found)[:, None], jnp.asarray(matrix, table.dtype), table[:v])
+        table = table.at[:v].set(head)                  # the words' own rows; the n-gram rows stay as drawn
+        table = boxed.replace_boxed(table) if hasattr(boxed, "replace_boxed") else table
+        trunk = {**params["params"][TRUNK], "input": table}
+        return {**params, "params": {**params["params"], TRUNK: trunk}}
 
     def normalizers(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
         pairs = batch["center_weight"].sum() if self.cbow else batch["pair_weight"].sum()
