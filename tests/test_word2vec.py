@@ -381,22 +381,25 @@ def test_exported_vectors_initialise_word2vec_and_nnlm_tables_with_coverage(corp
         FAMILY.objectives["skipgram"](missing, corpus)
 
 
-@pytest.mark.parametrize("objective, shared", [("skipgram", False), ("cbow", True)])
-def test_sparse_row_updates_and_the_fused_cpu_kernel_equal_the_dense_gradient_step(corpus, objective, shared):
+@pytest.mark.parametrize("objective, shared, slots", [("skipgram", False, 0), ("cbow", True, 0), ("skipgram", True, 2)])
+def test_sparse_row_updates_and_the_fused_cpu_kernel_equal_the_dense_gradient_step(corpus, objective, shared, slots):
     """Two SGD steps at a large rate (every table moves; duplicate cap 4 binds) by three implementations of the
     same batch semantics: autodiff through the tables + optax (dense), the XLA row gradients + scatter-add
-    (``model.kernel='xla'``), and the fused C++ kernel (``model.kernel='cpu'``, ``cpu_kernel.py``)."""
+    (``model.kernel='xla'``), and the fused C++ kernel (``model.kernel='cpu'``, ``cpu_kernel.py``); with 2 pair
+    slots a row the blocks overflow (centers that train with some or none of their pairs)."""
     import dataclasses
 
     from ptm_jax.parallel.feed import to_global
     from ptm_jax.train.loop import compile_objective
 
     cfg = run_config(corpus.tokenizer, objective, steps=10, batch=128, hs=True, lr=0.5)
-    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, shared_negatives=shared, pack_rows=32),
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, shared_negatives=shared, pack_rows=32,
+                                                            pair_slots=slots),
                               model=dataclasses.replace(cfg.model, duplicate_cap=4))
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     out = {}
-    for name, sparse, kernel in (("dense", False, "xla"), ("xla", True, "xla"), ("kernel", True, "cpu")):
+    sides = (("dense", False, "xla"),) if not slots else ()        # the overflow case: XLA against the kernel
+    for name, sparse, kernel in sides + (("xla", True, "xla"), ("kernel", True, "cpu")):
         c = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, sparse_update=sparse, kernel=kernel))
         obj = FAMILY.objectives[objective](c, corpus)
         assert obj.sparse_rows is sparse and obj.block == 32
@@ -407,8 +410,9 @@ def test_sparse_row_updates_and_the_fused_cpu_kernel_equal_the_dense_gradient_st
         for _ in range(2):
             state, m = compiled.train_step(state, to_global(next(it), mesh, compiled.batch_keys), jax.random.key(0))
         out[name] = jax.device_get(state.params)["params"]["word2vec"], jax.device_get(m), int(state.step)
-    de, de_m, de_step = out["dense"]
-    for name in ("xla", "kernel"):
+    de, de_m, de_step = out["dense" if not slots else "xla"]
+    assert (float(np.asarray(de_m["w2v_dropped_pairs"]).ravel()[0]) > 0) == (slots == 2)
+    for name in ("xla", "kernel") if not slots else ("kernel",):
         sp, sp_m, sp_step = out[name]
         assert sp_step == de_step == 2 and float(sp_m["loss"]) == pytest.approx(float(de_m["loss"]), rel=1e-5)
         if name == "kernel":

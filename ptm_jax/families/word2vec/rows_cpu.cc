@@ -52,6 +52,16 @@ inline void Axpy(float g, const float* x, float* y, int64_t d) {
   for (int64_t i = 0; i < d; ++i) y[i] += g * x[i];
 }
 
+// y = g x (set) or y += g x.
+inline void AxpyOrSet(float g, const float* x, float* y, int64_t d, bool set) {
+  if (set) {
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) y[i] = g * x[i];
+  } else {
+    Axpy(g, x, y, d);
+  }
+}
+
 inline double SumSq(const float* x, int64_t d) {
   float s = 0.f;
 #pragma omp simd reduction(+ : s)
@@ -90,15 +100,15 @@ struct Loss {
 // label 1: -log s(score); label 0: -log s(-score); weight w. With x = score for label 0 and -score for label 1,
 // the loss is softplus(x) = max(x, 0) + log1p(exp(-|x|)) and d loss / d x = s(x).
 inline float Score(const float* h, const float* t, float label, float w, int64_t d, Loss* loss, float* err,
-                   float* grad_t) {
+                   float* grad_t, bool set_err = false, bool set_t = false) {
   const float s = Dot(h, t, d);
   const float x = label > 0.5f ? -s : s;
   const float e = std::exp(-std::fabs(x));
   const float sig = x >= 0.f ? 1.f / (1.f + e) : e / (1.f + e);               // s(x)
   loss->Add(x, e, w);
   const float g = label > 0.5f ? -w * sig : w * sig;                          // d loss / d score
-  Axpy(g, t, err, d);
-  if (grad_t) Axpy(g, h, grad_t, d);
+  AxpyOrSet(g, t, err, d, set_err);
+  if (grad_t) AxpyOrSet(g, h, grad_t, d, set_t);
   return g;
 }
 
@@ -382,38 +392,57 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
     const int64_t r0 = b * block, r1 = r0 + block;
     Loss l;
     if (per_pair) {
-      // zero the rows a live read accumulates into: an active center's output and path rows, a pair's own
-      for (int64_t r = r0; r < r1; ++r) {
-        if (cw[r] == 0.f) continue;
-        if (g_out) std::memset(g_out + r * t_rows * d, 0, sizeof(float) * t_rows * d);
-        if (g_hs) std::memset(g_hs + r * D * d, 0, sizeof(float) * D * d);
-      }
+      // the first pair of a center sets its output and path rows, the first target of a pair its input row;
+      // an active center left without pairs (its block overflowed) gets zeros
+      int64_t last = -1;
       for (int64_t p = r0 * c; p < r1 * c; ++p) {
         if (pw[p] == 0.f) continue;
         const int64_t r = r0 + prow[p];
+        const bool first = r != last;
+        if (first) {
+          for (int64_t q = last < 0 ? r0 : last + 1; q < r; ++q) {   // centers between: no pairs
+            if (cw[q] == 0.f) continue;
+            if (g_out) std::memset(g_out + q * t_rows * d, 0, sizeof(float) * t_rows * d);
+            if (g_hs) std::memset(g_hs + q * D * d, 0, sizeof(float) * D * d);
+          }
+          last = r;
+        }
         const float* h = IN + static_cast<int64_t>(pin[p]) * d;
         float* e = g_in + p * d;
-        std::memset(e, 0, sizeof(float) * d);
+        bool fresh = true;
         if (has_out) {
           float* go = g_out + r * t_rows * d;
-          Score(h, OUT + static_cast<int64_t>(cen[r]) * d, 1.f, pw[p], d, &l, e, go);
+          Score(h, OUT + static_cast<int64_t>(cen[r]) * d, 1.f, pw[p], d, &l, e, go, true, first);
+          fresh = false;
           for (int64_t k = 0; k < K; ++k) {
             const int64_t j = pair_negs ? p * K + k : r * K + k;
             const float w = pw[p] * nw[j];
-            if (w == 0.f) continue;
             float* gt = pair_negs ? g_pneg + j * d : go + (1 + k) * d;
-            if (pair_negs) std::memset(gt, 0, sizeof(float) * d);
-            Score(h, OUT + static_cast<int64_t>(ng[j]) * d, 0.f, w, d, &l, e, gt);
+            if (w == 0.f) {
+              if (first && !pair_negs) std::memset(gt, 0, sizeof(float) * d);
+              continue;
+            }
+            Score(h, OUT + static_cast<int64_t>(ng[j]) * d, 0.f, w, d, &l, e, gt, false, first || pair_negs);
           }
         }
         for (int64_t j = 0; j < D; ++j) {
           const float w = pw[p] * pw_path[r * D + j];
-          if (w == 0.f) continue;
-          Score(h, HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], w, d, &l, e,
-                g_hs + (r * D + j) * d);
+          float* gh = g_hs + (r * D + j) * d;
+          if (w == 0.f) {
+            if (first) std::memset(gh, 0, sizeof(float) * d);
+            continue;
+          }
+          Score(h, HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], w, d, &l, e, gh, fresh, first);
+          fresh = false;
         }
+        if (fresh) std::memset(e, 0, sizeof(float) * d);
         const float scale = n_in.Scale(pin[p], cap);
         sq_in[b] += SumSq(e, d) * scale * scale;
+      }
+      for (int64_t q = last < 0 ? r0 : last + 1; q < r1; ++q) {
+        if (cw[q] == 0.f) continue;
+        if (g_out) std::memset(g_out + q * t_rows * d, 0, sizeof(float) * t_rows * d);
+        if (g_hs) std::memset(g_hs + q * D * d, 0, sizeof(float) * D * d);
       }
     } else {
       // the hidden vectors: the weighted mean of the rows averaged into each center's
