@@ -162,11 +162,10 @@ struct Reads {
   const float* coef = nullptr;      // [n]
   const int32_t* row_of = nullptr;
   int64_t per_block = 0, block = 0, per_row = 1;
+  const double* vec_sq = nullptr;   // [R] squared norms of vec's rows (filled per block in phase 1)
 
-  const float* VecRow(int64_t i, int64_t d) const {
-    const int64_t row = row_of ? (i / per_block) * block + row_of[i] : i / per_row;
-    return vec + row * d;
-  }
+  int64_t Row(int64_t i) const { return row_of ? (i / per_block) * block + row_of[i] : i / per_row; }
+  const float* VecRow(int64_t i, int64_t d) const { return vec + Row(i) * d; }
 };
 
 struct Counts {
@@ -194,6 +193,7 @@ Counts& CountsFor(int which, int64_t rows) {
 // per concurrent call.
 struct Scratch {
   std::vector<float> g_in, g_out, g_pneg, g_hs, hid, err, c_out, c_ctx, c_hs, out_live;
+  std::vector<double> hid_sq, err_sq;
   std::vector<int32_t> out_ids;
   std::vector<int64_t> order;
 };
@@ -272,7 +272,7 @@ double BlockSumSq(const Reads& r, const Counts& c, float cap, int64_t lo, int64_
       s += SumSq(r.grad + i * d, d) * scale * scale;
     } else {
       const float w = r.coef[i] * scale;
-      s += SumSq(r.VecRow(i, d), d) * w * w;
+      s += r.vec_sq[r.Row(i)] * w * w;
     }
   }
   return s;
@@ -332,6 +332,8 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
   float* g_hs = per_pair && has_hs ? Grow(sc.g_hs, R * D * d) : nullptr;
   float* hid = per_pair ? nullptr : Grow(sc.hid, R * d);
   float* err = per_pair ? nullptr : Grow(sc.err, R * d);
+  double* hid_sq = per_pair ? nullptr : Grow(sc.hid_sq, R);
+  double* err_sq = per_pair ? nullptr : Grow(sc.err_sq, R);
   float* c_out = !per_pair && has_out ? Grow(sc.c_out, n_out_rows) : nullptr;
   float* c_ctx = mode == 2 ? Grow(sc.c_ctx, R * c) : nullptr;   // fastText skip-gram: each context word's
   float* c_hs = !per_pair && has_hs ? Grow(sc.c_hs, R * D) : nullptr;
@@ -357,16 +359,16 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
   if (per_pair) {
     in_reads[0] = Reads{pin, pw, R * c, g_in};
   } else if (units_in) {
-    in_reads[0] = Reads{un, uw, R * u, nullptr, err, uw, urow, block * u, block};
+    in_reads[0] = Reads{un, uw, R * u, nullptr, err, uw, urow, block * u, block, 1, err_sq};
   } else {
-    in_reads[0] = Reads{pin, pw, R * c, nullptr, err, pw, prow, block * c, block};
+    in_reads[0] = Reads{pin, pw, R * c, nullptr, err, pw, prow, block * c, block, 1, err_sq};
   }
   if (has_out) {
-    if (mode == 2) out_reads.push_back(Reads{pin, pw, R * c, nullptr, hid, c_ctx, prow, block * c, block});
+    if (mode == 2) out_reads.push_back(Reads{pin, pw, R * c, nullptr, hid, c_ctx, prow, block * c, block, 1, hid_sq});
     if (per_pair) {
       out_reads.push_back(Reads{out_ids, out_live, n_out_rows, g_out});
     } else {
-      out_reads.push_back(Reads{out_ids, out_live, n_out_rows, nullptr, hid, c_out, nullptr, 0, 0, t_rows});
+      out_reads.push_back(Reads{out_ids, out_live, n_out_rows, nullptr, hid, c_out, nullptr, 0, 0, t_rows, hid_sq});
     }
     if (pair_negs) out_reads.push_back(Reads{ng, nw, R * c * K, g_pneg});
   }
@@ -374,7 +376,7 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
     if (per_pair) {
       hs_reads.push_back(Reads{pt, pw_path, R * D, g_hs});
     } else {
-      hs_reads.push_back(Reads{pt, pw_path, R * D, nullptr, hid, c_hs, nullptr, 0, 0, D});
+      hs_reads.push_back(Reads{pt, pw_path, R * D, nullptr, hid, c_hs, nullptr, 0, 0, D, hid_sq});
     }
   }
 
@@ -495,6 +497,10 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
           c_hs[r * D + j] = Score(h, HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], w, d, &l,
                                   e, nullptr);
         }
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        hid_sq[r] = SumSq(hid + r * d, d);
+        err_sq[r] = SumSq(err + r * d, d);
       }
       for (auto& r : in_reads) sq_in[b] += BlockSumSq(r, n_in, cap, b * r.n / nb, (b + 1) * r.n / nb, d);
     }
