@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from word2vec_vs_gensim import evaluate, load_corpus, prepare_corpus  # noqa: E402  (the shared corpus, scores)
+from word2vec_vs_gensim import evaluate, load_corpus, prepare_corpus, steady_rate  # noqa: E402  (shared corpus, scores)
 
 
 def run_config(objective: str, vocab_size: int, args, steps: int):
@@ -43,7 +43,7 @@ def run_config(objective: str, vocab_size: int, args, steps: int):
                      train=TrainConfig(batch_size=args.batch, steps=steps, optimizer="sgd",
                                        learning_rate=args.alpha, lr_decay="bert", warmup_steps=0,
                                        min_lr_ratio=1e-4, weight_decay=0.0, clip_norm=0.0,
-                                       log_every=max(steps // 5, 1), eval_every=10 ** 9,
+                                       log_every=max(steps // 10, 1), eval_every=10 ** 9,
                                        checkpoint_every=10 ** 9, progress_bar=False, seed=args.seed))
 
 
@@ -82,7 +82,8 @@ def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
     matrix = FAMILY.subword_vectors(jax.device_get(result.state.params), cfg.model, vocab, words)
     out = {"side": "ptm_jax", "objective": objective, "seconds": secs, "steps": steps,
            "ngram_table_s": table_s, "pair_slots": obj.slots, "unit_slots": obj.units,
-           "words_per_sec": running_words * args.epochs / secs}
+           "words_per_sec": running_words * args.epochs / secs,
+           "steady_words_per_sec": steady_rate(result.stage_dir, args.batch, running_words / pass_tokens)}
     out.update(evaluate(words, matrix, vocab.counts[ids]))
     return out
 

@@ -7,9 +7,10 @@ Both sides read the same paragraphs (gensim through ``corpus_file``, its fastest
 ptm_jax through its token cache, one paragraph a document, built with the word vocabulary of ``min_count``).
 
 Reported per side: words/s (running words of the corpus x epochs / wall time of training, vocabulary and token
-cache excluded on both sides; ptm_jax's includes its compilation), analogy accuracy with coverage
-(questions-words.txt, top 30000 words, compute-accuracy protocol), WordSim353 and SimLex-999 Spearman, all
-through ``ptm_jax/evaluate/word_vectors.py`` for both sides.
+cache excluded on both sides; ptm_jax's includes its compilation, its first batch and the end-of-run plot and
+checkpoint; ``steady_words_per_sec``: ptm_jax's rate between its first and last logged steps, without them),
+analogy accuracy with coverage (questions-words.txt, top 30000 words, compute-accuracy protocol), WordSim353 and
+SimLex-999 Spearman, all through ``ptm_jax/evaluate/word_vectors.py`` for both sides.
 
     python benchmarks/word2vec_vs_gensim.py --epochs 1                 # both architectures, both sides
     python benchmarks/word2vec_vs_gensim.py --only skipgram --profile  # where ptm_jax's step time goes
@@ -62,8 +63,19 @@ def run_config(objective: str, vocab_size: int, args, steps: int):
                      train=TrainConfig(batch_size=args.batch, steps=steps, optimizer="sgd",
                                        learning_rate=alpha(objective), lr_decay="bert", warmup_steps=0,
                                        min_lr_ratio=1e-4, weight_decay=0.0, clip_norm=0.0,
-                                       log_every=max(steps // 5, 1), eval_every=10 ** 9,
+                                       log_every=max(steps // 10, 1), eval_every=10 ** 9,
                                        checkpoint_every=10 ** 9, progress_bar=False, seed=args.seed))
+
+
+def steady_rate(stage_dir: Path, batch: int, words_per_position: float) -> float | None:
+    """Running words a second between the first and the last logged train step of a ``fit`` (its
+    ``metrics.jsonl`` times): the training rate without the compilation, the first batch and the end-of-run
+    plot and checkpoint that the whole run's words/s includes. None with fewer than two records."""
+    rows = [json.loads(x) for x in (stage_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if r.get("split") == "train"]
+    if len(rows) < 2 or rows[-1]["time"] <= rows[0]["time"]:
+        return None
+    return (rows[-1]["step"] - rows[0]["step"]) * batch * words_per_position / (rows[-1]["time"] - rows[0]["time"])
 
 
 def alpha(objective: str) -> float:
@@ -107,7 +119,8 @@ def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
     special = set(vocab.special_ids())
     ids = [i for i in range(vocab.vocab_size) if i not in special]
     out = {"side": "ptm_jax", "objective": objective, "seconds": secs, "steps": steps,
-           "words_per_sec": running_words * args.epochs / secs}
+           "words_per_sec": running_words * args.epochs / secs,
+           "steady_words_per_sec": steady_rate(result.stage_dir, args.batch, running_words / pass_tokens)}
     out.update(evaluate([vocab.id_to_token(i) for i in ids], matrix[ids], np.asarray(vocab.counts)[ids]))
     return out
 

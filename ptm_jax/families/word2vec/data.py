@@ -254,8 +254,8 @@ def packed_rows(stream: PackedStream, tables: Tables, first: int, rows: int, *, 
     def p(x):
         return None if x is None else x.ctypes.data
 
-    rc = fn(p(toks), toks.size, lo, rows, reach, p(keep), p(cdf), p(guide), keep.size, int(seed) % (1 << 64), int(window), k,
-            int(per_pair), int(pad_id), int(stream.eos_id), *map(p, hs), depth, int(block), int(slots),
+    rc = fn(p(toks), toks.size, lo, rows, reach, p(keep), p(cdf), p(guide), keep.size, int(seed) % (1 << 64),
+            int(window), k, int(per_pair), int(pad_id), int(stream.eos_id), *map(p, hs), depth, int(block), int(slots),
             *(p(out[name]) for name in ("center", "center_weight", "pair_input", "pair_row", "pair_slot",
                                         "pair_weight", "negatives", "negative_weight", "path", "code",
                                         "path_weight", "dropped", "example_id")))

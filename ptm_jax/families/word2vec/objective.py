@@ -143,7 +143,8 @@ class Word2VecObjective(SourceStreams):
         rows = {k: tables[k].at[i].get(mode="promise_in_bounds") for k, (i, _) in ids.items()}
 
         def loss_fn(r):
-            return self.loss_of_scores(scores_from_rows(r, batch, self.cbow, self.block, self.cfg.data.window), batch, normalizers)
+            scores = scores_from_rows(r, batch, self.cbow, self.block, self.cfg.data.window)
+            return self.loss_of_scores(scores, batch, normalizers)
 
         (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(rows)
         return loss, terms, capped_row_gradients({k: i for k, (i, _) in ids.items()}, grads, tables,
