@@ -11,8 +11,9 @@ the mean of the word's own row and its n-gram rows (gensim ``FastTextKeyedVector
 and n-gram table excluded on both sides; ptm_jax's includes its compilation). The sides run one after the
 other in one process, each side on both cores (gensim ``workers=2``, XLA:CPU's thread pool).
 
-    python benchmarks/fasttext_vs_gensim.py --epochs 1 --bucket 200000
-    python benchmarks/fasttext_vs_gensim.py --profile --bucket 200000     # where ptm_jax's step time goes
+    python benchmarks/fasttext_vs_gensim.py --epochs 1                          # skip-gram, both sides
+    python benchmarks/fasttext_vs_gensim.py --epochs 1 --only fasttext_cbow     # CBOW
+    python benchmarks/fasttext_vs_gensim.py --profile                           # where ptm_jax's step time goes
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from word2vec_vs_gensim import evaluate, load_corpus, prepare_corpus  # noqa: E402  (the shared corpus, scores)
+from word2vec_vs_gensim import evaluate, load_corpus, prepare_corpus, steady_rate  # noqa: E402  (shared corpus, scores)
 
 
 def run_config(objective: str, vocab_size: int, args, steps: int):
@@ -35,14 +36,14 @@ def run_config(objective: str, vocab_size: int, args, steps: int):
 
     return RunConfig(objective=objective,
                      model=FastTextConfig(vocab_size=vocab_size, dim=args.dim, minn=args.minn, maxn=args.maxn,
-                                          bucket=args.bucket, duplicate_cap=args.cap),
+                                          bucket=args.bucket, duplicate_cap=args.cap, kernel=args.kernel),
                      data=FastTextDataConfig(window=args.window, sample=args.sample, negative=args.negative,
                                              ns_exponent=args.ns_exponent, seed=args.seed),
                      tokenizer=TokenizerConfig(),
                      train=TrainConfig(batch_size=args.batch, steps=steps, optimizer="sgd",
                                        learning_rate=args.alpha, lr_decay="bert", warmup_steps=0,
                                        min_lr_ratio=1e-4, weight_decay=0.0, clip_norm=0.0,
-                                       log_every=max(steps // 5, 1), eval_every=10 ** 9,
+                                       log_every=max(steps // 10, 1), eval_every=10 ** 9,
                                        checkpoint_every=10 ** 9, progress_bar=False, seed=args.seed))
 
 
@@ -80,8 +81,9 @@ def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
     words = [vocab.id_to_token(i) for i in ids]
     matrix = FAMILY.subword_vectors(jax.device_get(result.state.params), cfg.model, vocab, words)
     out = {"side": "ptm_jax", "objective": objective, "seconds": secs, "steps": steps,
-           "ngram_table_s": table_s, "units_padded": int(obj.subwords.ids.shape[1]),
-           "words_per_sec": running_words * args.epochs / secs}
+           "ngram_table_s": table_s, "pair_slots": obj.slots, "unit_slots": obj.units,
+           "words_per_sec": running_words * args.epochs / secs,
+           "steady_words_per_sec": steady_rate(result.stage_dir, args.batch, running_words / pass_tokens)}
     out.update(evaluate(words, matrix, vocab.counts[ids]))
     return out
 
@@ -107,50 +109,58 @@ def gensim_side(objective: str, path: Path, running_words: int, args) -> dict:
 
 
 def profile(objective: str, corpus, args) -> dict:
-    """Seconds per step of ptm_jax's parts on real batches: the tf.data example generation (numpy), the
-    compiled train step, and the loss and gradient alone (the rest of the step is the SGD update of the
-    tables); and how many of the padded input units of a row are used."""
+    """Seconds per step of ptm_jax's parts on real batches (wall and process CPU time): the tf.data example
+    generation, the compiled train step by the fused CPU kernel (``model.kernel='auto'``) and by the XLA path
+    (``model.kernel='xla'``), interleaved, and the units a trained row uses against its slots."""
+    import dataclasses
+
     import jax
     import numpy as np
 
     from ptm_jax.config import MeshConfig
+    from ptm_jax.families.fasttext import FAMILY
     from ptm_jax.parallel.feed import to_global
     from ptm_jax.parallel.mesh import make_mesh
     from ptm_jax.train.loop import compile_objective
 
     cfg, obj, _ = build_objective(objective, corpus, args, 1000)
+    xla_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, kernel="xla"))
+    xla = FAMILY.objectives[objective](xla_cfg, corpus)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     it = obj.train_batches(0, args.batch, 0, 1)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     batches = [next(it) for _ in range(12)]
-    data_s = (time.perf_counter() - t0) / len(batches)
-    compiled = compile_objective(obj, cfg.train, mesh, None)
-    state = compiled.init_fn(jax.random.key(0))
-    gb = [to_global(b, mesh, compiled.batch_keys) for b in batches]
-    state, m = compiled.train_step(state, gb[0], jax.random.key(0))
-    jax.block_until_ready(m)
-    t0 = time.perf_counter()
-    for b in gb[1:]:
-        state, m = compiled.train_step(state, b, jax.random.key(0))
-    jax.block_until_ready(m)
-    step_s = (time.perf_counter() - t0) / (len(gb) - 1)
-    grad = jax.jit(jax.grad(lambda p, b: obj.loss(p, b, None, obj.normalizers(b), True)[0]))
-    jax.block_until_ready(grad(state.params, gb[0]))
-    t0 = time.perf_counter()
-    for b in gb[1:]:
-        g = grad(state.params, b)
-    jax.block_until_ready(g)
-    grad_s = (time.perf_counter() - t0) / (len(gb) - 1)
-    used = float(np.mean([b["subword_weight"].sum() / max(b["center_weight"].sum(), 1) for b in batches]))
-    return {"objective": objective, "batch_words": args.batch, "bucket": args.bucket,
-            "units_padded": int(obj.subwords.ids.shape[1]), "units_used_per_trained_row": used,
-            "data_s_per_batch": data_s, "train_step_s": step_s, "loss_and_grad_s": grad_s,
-            "words_per_sec_step_only": args.batch / step_s}
+    out = {"objective": objective, "batch_words": args.batch, "bucket": args.bucket, "block": obj.block,
+           "pair_slots": obj.slots, "unit_slots": obj.units, "longest_word_units": int(obj.subwords.ids.shape[1]),
+           "units_used_per_row": float(np.mean([b["unit_weight"].sum() / b["unit_weight"].shape[0]
+                                                for b in batches])),
+           "dropped_per_batch": float(np.mean([b["dropped"].sum() for b in batches])),
+           "data_s": (time.perf_counter() - t0) / len(batches), "data_cpu_s": (time.process_time() - c0) / len(batches)}
+    sides = {}
+    for name, o, c in (("kernel", obj, cfg), ("xla", xla, xla_cfg)):
+        compiled = compile_objective(o, c.train, mesh, None)
+        state = compiled.init_fn(jax.random.key(0))
+        gb = [to_global(b, mesh, compiled.batch_keys) for b in batches]
+        state, m = compiled.train_step(state, gb[0], jax.random.key(0))
+        jax.block_until_ready(m)
+        sides[name] = [compiled, state, gb]
+    for rnd in range(2):
+        for name, side in sides.items():
+            compiled, _, gb = side
+            t0, c0 = time.perf_counter(), time.process_time()
+            for b in gb[1:]:
+                side[1], m = compiled.train_step(side[1], b, jax.random.key(0))
+            jax.block_until_ready(m)
+            out.setdefault(f"{name}_step_s", []).append(round((time.perf_counter() - t0) / (len(gb) - 1), 5))
+            out.setdefault(f"{name}_step_cpu_s", []).append(round((time.process_time() - c0) / (len(gb) - 1), 5))
+    out["words_per_sec_step_only"] = args.batch / min(out["kernel_step_s"])
+    return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", choices=["fasttext_skipgram", "fasttext_cbow"], default="fasttext_skipgram")
+    ap.add_argument("--only", choices=["fasttext_skipgram", "fasttext_cbow"], default=None,
+                    help="one objective (default: skip-gram, then CBOW)")
     ap.add_argument("--epochs", type=float, default=1)
     ap.add_argument("--dim", type=int, default=100)
     ap.add_argument("--window", type=int, default=5)
@@ -164,6 +174,8 @@ def main(argv=None) -> int:
     ap.add_argument("--bucket", type=int, default=2_000_000)
     ap.add_argument("--batch", type=int, default=4096, help="ptm_jax: running words per step")
     ap.add_argument("--cap", type=int, default=64, help="ptm_jax: model.duplicate_cap")
+    ap.add_argument("--kernel", choices=["auto", "xla", "cpu"], default="auto",
+                    help="ptm_jax: model.kernel (auto: the fused CPU kernel on one CPU device)")
     ap.add_argument("--workers", type=int, default=2, help="gensim worker threads")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", default="/tmp/fasttext_bench")
@@ -178,16 +190,14 @@ def main(argv=None) -> int:
     print(json.dumps({"corpus": str(path), "running_words": running_words, "vocab": corpus.tokenizer.vocab_size - 3,
                       "documents": corpus.train.num_docs, "settings": {k: v for k, v in vars(args).items()
                                                                        if k not in ("work",)}}), flush=True)
-    if args.profile:
-        print(json.dumps(profile(args.only, corpus, args)), flush=True)
-        return 0
-    rows = []
-    if not args.skip_ours:
-        rows.append(ours(args.only, corpus, running_words, args, work))
-        print(json.dumps(rows[-1]), flush=True)
-    if not args.skip_gensim:
-        rows.append(gensim_side(args.only, path, running_words, args))
-        print(json.dumps(rows[-1]), flush=True)
+    for objective in [args.only] if args.only else ["fasttext_skipgram", "fasttext_cbow"]:
+        if args.profile:
+            print(json.dumps(profile(objective, corpus, args)), flush=True)
+            continue
+        if not args.skip_ours:
+            print(json.dumps(ours(objective, corpus, running_words, args, work)), flush=True)
+        if not args.skip_gensim:
+            print(json.dumps(gensim_side(objective, path, running_words, args)), flush=True)
     return 0
 
 

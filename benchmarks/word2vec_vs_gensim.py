@@ -7,9 +7,10 @@ Both sides read the same paragraphs (gensim through ``corpus_file``, its fastest
 ptm_jax through its token cache, one paragraph a document, built with the word vocabulary of ``min_count``).
 
 Reported per side: words/s (running words of the corpus x epochs / wall time of training, vocabulary and token
-cache excluded on both sides; ptm_jax's includes its compilation), analogy accuracy with coverage
-(questions-words.txt, top 30000 words, compute-accuracy protocol), WordSim353 and SimLex-999 Spearman, all
-through ``ptm_jax/evaluate/word_vectors.py`` for both sides.
+cache excluded on both sides; ptm_jax's includes its compilation, its first batch and the end-of-run plot and
+checkpoint; ``steady_words_per_sec``: ptm_jax's rate between its first and last logged steps, without them),
+analogy accuracy with coverage (questions-words.txt, top 30000 words, compute-accuracy protocol), WordSim353 and
+SimLex-999 Spearman, all through ``ptm_jax/evaluate/word_vectors.py`` for both sides.
 
     python benchmarks/word2vec_vs_gensim.py --epochs 1                 # both architectures, both sides
     python benchmarks/word2vec_vs_gensim.py --only skipgram --profile  # where ptm_jax's step time goes
@@ -55,15 +56,26 @@ def run_config(objective: str, vocab_size: int, args, steps: int):
     from ptm_jax.families.word2vec import Word2VecConfig, Word2VecDataConfig
 
     return RunConfig(objective=objective, model=Word2VecConfig(vocab_size=vocab_size, dim=args.dim,
-                                                           duplicate_cap=args.cap),
+                                                           duplicate_cap=args.cap, kernel=args.kernel),
                      data=Word2VecDataConfig(window=args.window, sample=args.sample, negative=args.negative,
                                              shared_negatives=not args.per_pair_negatives, seed=args.seed),
                      tokenizer=TokenizerConfig(),
                      train=TrainConfig(batch_size=args.batch, steps=steps, optimizer="sgd",
                                        learning_rate=alpha(objective), lr_decay="bert", warmup_steps=0,
                                        min_lr_ratio=1e-4, weight_decay=0.0, clip_norm=0.0,
-                                       log_every=max(steps // 5, 1), eval_every=10 ** 9,
+                                       log_every=max(steps // 10, 1), eval_every=10 ** 9,
                                        checkpoint_every=10 ** 9, progress_bar=False, seed=args.seed))
+
+
+def steady_rate(stage_dir: Path, batch: int, words_per_position: float) -> float | None:
+    """Running words a second between the first and the last logged train step of a ``fit`` (its
+    ``metrics.jsonl`` times): the training rate without the compilation, the first batch and the end-of-run
+    plot and checkpoint that the whole run's words/s includes. None with fewer than two records."""
+    rows = [json.loads(x) for x in (stage_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if r.get("split") == "train"]
+    if len(rows) < 2 or rows[-1]["time"] <= rows[0]["time"]:
+        return None
+    return (rows[-1]["step"] - rows[0]["step"]) * batch * words_per_position / (rows[-1]["time"] - rows[0]["time"])
 
 
 def alpha(objective: str) -> float:
@@ -107,7 +119,8 @@ def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
     special = set(vocab.special_ids())
     ids = [i for i in range(vocab.vocab_size) if i not in special]
     out = {"side": "ptm_jax", "objective": objective, "seconds": secs, "steps": steps,
-           "words_per_sec": running_words * args.epochs / secs}
+           "words_per_sec": running_words * args.epochs / secs,
+           "steady_words_per_sec": steady_rate(result.stage_dir, args.batch, running_words / pass_tokens)}
     out.update(evaluate([vocab.id_to_token(i) for i in ids], matrix[ids], np.asarray(vocab.counts)[ids]))
     return out
 
@@ -148,9 +161,9 @@ def load_corpus(path: Path, work: Path, min_count: int):
 
 def profile(objective: str, corpus, args) -> dict:
     """Seconds per step of ptm_jax's parts on real batches (wall and process CPU time, which is steadier on a
-    loaded machine): the tf.data example generation (numpy), the compiled train step with sparse row updates
-    (the default) and with dense table gradients and the optax update (``model.sparse_update=false``),
-    interleaved round by round, and within the sparse step the gathers, the loss alone and the row gradients."""
+    loaded machine): the tf.data example generation (numpy), the compiled train step by the fused CPU kernel
+    (``model.kernel='auto'``, the default on one CPU device) and by the XLA path (``model.kernel='xla'``),
+    interleaved round by round, and within the XLA step the gathers, the loss alone and the row gradients."""
     import dataclasses
 
     import jax
@@ -165,20 +178,21 @@ def profile(objective: str, corpus, args) -> dict:
 
     cfg = run_config(objective, corpus.tokenizer.vocab_size, args, 1000)
     obj = FAMILY.objectives[objective](cfg, corpus)
-    dense_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, sparse_update=False))
-    dense = FAMILY.objectives[objective](dense_cfg, corpus)
+    xla_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, kernel="xla"))
+    xla = FAMILY.objectives[objective](xla_cfg, corpus)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     it = obj.train_batches(0, args.batch, 0, 1)
     n = 12
     t0, c0 = time.perf_counter(), time.process_time()
     batches = [next(it) for _ in range(n)]
-    out = {"objective": objective, "batch_words": args.batch,
-           "pairs_per_batch": float(np.mean([b["context_weight"].sum() for b in batches])),
-           "slots_per_batch": int(batches[0]["context_weight"].size),
+    out = {"objective": objective, "batch_words": args.batch, "block": obj.block, "pair_slots": obj.slots,
+           "pairs_per_batch": float(np.mean([b["pair_weight"].sum() for b in batches])),
+           "slots_per_batch": int(batches[0]["pair_weight"].size),
+           "dropped_per_batch": float(np.mean([b["dropped"].sum() for b in batches])),
            "data_s": (time.perf_counter() - t0) / n, "data_cpu_s": (time.process_time() - c0) / n}
     sides = {}
-    for name, o in (("sparse", obj), ("dense", dense)):
-        compiled = compile_objective(o, cfg.train if name == "sparse" else dense_cfg.train, mesh, None)
+    for name, o, c in (("kernel", obj, cfg), ("xla", xla, xla_cfg)):
+        compiled = compile_objective(o, c.train, mesh, None)
         state = compiled.init_fn(jax.random.key(0))
         gb = [to_global(b, mesh, compiled.batch_keys) for b in batches]
         state, m = compiled.train_step(state, gb[0], jax.random.key(0))
@@ -193,7 +207,7 @@ def profile(objective: str, corpus, args) -> dict:
         jax.block_until_ready(r)
         return (time.perf_counter() - t0) / len(items), (time.process_time() - c0) / len(items)
 
-    for rnd in range(2):                               # interleaved: sparse, dense, sparse, dense
+    for rnd in range(2):                               # interleaved: kernel, xla, kernel, xla
         for name, side in sides.items():
             compiled, _, gb = side
 
@@ -204,22 +218,22 @@ def profile(objective: str, corpus, args) -> dict:
             wall, cpu = timed(one, gb[1:])
             out.setdefault(f"{name}_step_s", []).append(round(wall, 5))
             out.setdefault(f"{name}_step_cpu_s", []).append(round(cpu, 5))
-    params = sides["sparse"][1].params
-    gb = sides["sparse"][2]
-    norms = obj.normalizers
+    params = sides["xla"][1].params
+    gb = sides["xla"][2]
+    norms = xla.normalizers
 
     def gathers(p, b):
         return {k: p["params"][TRUNK][k].at[i].get(mode="promise_in_bounds")
-                for k, i in row_ids(b, obj.model.negative, obj.model.hs).items()}
+                for k, (i, _) in row_ids(b, xla.model.negative, xla.model.hs).items()}
 
-    parts = {"gathers": jax.jit(gathers),
-             "loss_only": jax.jit(lambda p, b: obj.loss(p, b, None, norms(b), True)[0]),
-             "row_gradients": jax.jit(lambda p, b: obj.row_gradients(p, b, None, norms(b))[2])}
+    parts = {"xla_gathers": jax.jit(gathers),
+             "xla_loss_only": jax.jit(lambda p, b: xla.loss(p, b, None, norms(b), True)[0]),
+             "xla_row_gradients": jax.jit(lambda p, b: xla.row_gradients(p, b, None, norms(b))[2])}
     for name, fn in parts.items():
         jax.block_until_ready(fn(params, gb[0]))
         wall, cpu = timed(lambda b, fn=fn: fn(params, b), gb[1:])
         out[f"{name}_s"], out[f"{name}_cpu_s"] = round(wall, 5), round(cpu, 5)
-    out["words_per_sec_step_only"] = args.batch / min(out["sparse_step_s"])
+    out["words_per_sec_step_only"] = args.batch / min(out["kernel_step_s"])
     return out
 
 
@@ -234,6 +248,8 @@ def main(argv=None) -> int:
     ap.add_argument("--min-count", type=int, default=5)
     ap.add_argument("--batch", type=int, default=4096, help="ptm_jax: running words per step")
     ap.add_argument("--cap", type=int, default=64, help="ptm_jax: model.duplicate_cap")
+    ap.add_argument("--kernel", choices=["auto", "xla", "cpu"], default="auto",
+                    help="ptm_jax: model.kernel (auto: the fused CPU kernel on one CPU device)")
     ap.add_argument("--per-pair-negatives", action="store_true",
                     help="ptm_jax: data.shared_negatives=false (a draw per skip-gram pair, as word2vec.c)")
     ap.add_argument("--workers", type=int, default=2, help="gensim worker threads")

@@ -140,6 +140,43 @@ def test_exported_vector_files_load_in_gensim_with_the_composed_word_vectors(run
     assert _near(wv, "father", 4) == [w for w, _ in kv.most_similar("father", topn=4)]
 
 
+def test_fasttext_vec_files_initialise_fasttext_word_rows_and_word2vec_tables(run, vectors, tmp_path):
+    """A ``.vec`` file as fastText writes it (a ``</s>`` row first, 5 decimals, a space ending each row) is read as
+    word2vec text: ``model.init_vectors`` sets the vocabulary words' own input rows of a fastText model (its
+    ``-pretrainedVectors``; the n-gram rows keep their draw) and a word2vec model's input table."""
+    import types
+
+    import jax
+
+    from ptm_jax.config import load_config
+    from ptm_jax.export.params import load_params, load_tokenizer
+    from ptm_jax.families.registry import get
+
+    _, _, info, tok_dir = load_params(str(run))
+    tok = load_tokenizer(info, tok_dir)
+    half = len(vectors.words) // 2
+    rows = np.round(vectors.vectors[:half].astype(np.float64), 5)
+    lines = [f"{half + 1} 32", "</s> " + " ".join(["0.1"] * 32) + " "]
+    lines += [w + " " + " ".join(f"{x:.5f}" for x in row) + " " for w, row in zip(vectors.words[:half], rows)]
+    vec = tmp_path / "wiki.vec"
+    vec.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ids = [tok.token_to_id(w) for w in vectors.words[:half]]
+    corpus = types.SimpleNamespace(tokenizer=tok, train=None, eval=None)
+    for family, preset in (("fasttext", "fasttext_tiny"), ("word2vec", "word2vec_tiny")):
+        objs = []
+        for extra in ([f"model.init_vectors={vec}"], []):
+            cfg = load_config(preset, [f"model.vocab_size={tok.vocab_size}", "model.dim=32", *extra])
+            obj = get(family).objectives[cfg.objective](cfg, corpus)
+            params = jax.jit(obj.init)(jax.random.key(0), obj.example_batch(obj.block))
+            objs.append(np.asarray(params["params"][family]["input"].value))
+        table, base = objs
+        np.testing.assert_array_equal(table[ids], rows.astype(np.float32), err_msg=family)
+        rest = np.ones(table.shape[0], bool)
+        rest[ids] = False
+        np.testing.assert_array_equal(table[rest], base[rest], err_msg=family)   # n-gram rows, other words: as drawn
+        assert table.shape[0] == tok.vocab_size + (cfg.model.bucket if family == "fasttext" else 0)
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("bucket", 0, r"model.bucket=0 must be an integer >= 1"),
     ("bucket", -5, r"model.bucket=-5 must be an integer >= 1"),
@@ -168,11 +205,11 @@ def test_an_oov_query_without_any_ngram_is_a_data_error_naming_the_word(run, vec
     assert len(vectors.neighbors("qz", k=3)) == 3 and vectors.neighbors("fatherr", k=3)[0][0].startswith("father")
 
 
-def test_sparse_row_update_equals_the_dense_sgd_step(shared_data, tmp_path):
-    """One CBOW SGD step on a real batch (both tables, the context's units together): the rows' scatter-add
-    (``row_gradients`` + ``apply_rows``) equals the dense gradient of the tables, duplicate cap included (cap 2
-    so that it binds). Skip-gram shares all but which ids are read (``model.row_ids``); its sparse training is
-    the conformance test's (resume bit-equal, one device = the (2,2,2) mesh)."""
+@pytest.mark.parametrize("objective", ["fasttext_skipgram", "fasttext_cbow"])
+def test_sparse_row_update_and_the_fused_cpu_kernel_equal_the_dense_sgd_step(shared_data, tmp_path, objective):
+    """One SGD step on a real batch (both tables; CBOW: the context's units together): the XLA rows' scatter-add
+    (``row_gradients`` + ``apply_rows``) and the fused C++ kernel (``fused_rows``, word2vec's ``cpu_kernel.py``)
+    equal the dense gradient of the tables, duplicate cap included (cap 2 so that it binds)."""
     import types
 
     import jax
@@ -186,28 +223,49 @@ def test_sparse_row_update_equals_the_dense_sgd_step(shared_data, tmp_path):
     vocab = build_word_vocab(lines, tmp_path, min_count=2, lower_case=True)
     docs = [[np.asarray(ids, np.int32)] for ids in vocab.encode_batch(lines) if ids]
     corpus = types.SimpleNamespace(tokenizer=vocab, eval=None, train=ArraySource(docs))
-    for objective in ("fasttext_cbow",):
-        cfg = RunConfig(objective=objective,
-                        model=FastTextConfig(vocab_size=vocab.vocab_size, dim=8, bucket=512, duplicate_cap=2),
-                        data=FastTextDataConfig(window=3, sample=0.0, negative=3, seed=2), tokenizer=TokenizerConfig(),
-                        train=TrainConfig(batch_size=64, steps=1, optimizer="sgd", learning_rate=0.5,
-                                          weight_decay=0.0, clip_norm=0.0))
-        obj = FAMILY.objectives[objective](cfg, corpus)
-        assert obj.sparse_rows
-        batch = {k: jax.numpy.asarray(v) for k, v in next(obj.train_batches(0, 64, 0, 1)).items()}
-        params = jax.tree.map(lambda x: getattr(x, "value", x), obj.init(jax.random.key(0), batch),
-                              is_leaf=lambda x: hasattr(x, "value"))
-        params = jax.tree.map(lambda x: x + 0.1, params)          # nonzero output rows: every gradient flows
-        norms = obj.normalizers(batch)
+    cfg = RunConfig(objective=objective,
+                    model=FastTextConfig(vocab_size=vocab.vocab_size, dim=8, bucket=512, duplicate_cap=2),
+                    data=FastTextDataConfig(window=3, sample=0.0, negative=3, seed=2, pack_rows=16),
+                    tokenizer=TokenizerConfig(),
+                    train=TrainConfig(batch_size=64, steps=1, optimizer="sgd", learning_rate=0.5, weight_decay=0.0,
+                                      clip_norm=0.0))
+    obj = FAMILY.objectives[objective](cfg, corpus)
+    assert obj.sparse_rows and obj.block == 16
+    batch = {k: jax.numpy.asarray(v) for k, v in next(obj.train_batches(0, 64, 0, 1)).items()}
+    used = batch["unit_weight"].sum(axis=1)
+    assert float(used.sum()) > 64 and float(batch["dropped"].sum()) == 0
+    # the C++ unit builder the dataset uses gives numpy's arrays bit for bit, a block overflowing included
+    from ptm_jax.data.pretraining.causal_lm import PackedStream
+    from ptm_jax.families.fasttext.data import add_units
+    from ptm_jax.families.word2vec.data import packed_rows
 
-        @jax.jit
-        def both(p):
-            grads = jax.grad(lambda q: obj.loss(q, batch, None, norms, True)[0])(p)
-            loss, _, rows = obj.row_gradients(p, batch, None, norms)
-            return jax.tree.map(lambda x, g: x - 0.5 * g, p, grads), obj.apply_rows(p, rows, 0.5), loss, rows
+    stream = PackedStream(corpus.train, vocab.eos_id, seed=2, shuffle=True)
+    pairs = packed_rows(stream, obj.tables, 64, 64, window=3, negative=3, cbow=obj.cbow, seed=2, reach=24,
+                        pad_id=vocab.pad_id, shared=True, block=16, slots=obj.slots)
+    for units in (obj.units, obj.units // 3):
+        a, b = (add_units(dict(pairs), obj.subwords, obj.cbow, 16, units, native=n) for n in (False, True))
+        assert sorted(a) == sorted(b) and (a["dropped"].sum() > 0) == (units < obj.units)
+        for k in a:
+            assert a[k].dtype == b[k].dtype, k
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    params = jax.tree.map(lambda x: getattr(x, "value", x), obj.init(jax.random.key(0), batch),
+                          is_leaf=lambda x: hasattr(x, "value"))
+    params = jax.tree.map(lambda x: x + 0.1, params)          # nonzero output rows: every gradient flows
+    norms = obj.normalizers(batch)
 
-        dense, sparse, loss, rows = both(params)
-        assert float(loss) > 0 and sum(int((g != 0).any(axis=1).sum()) for _, g in rows.values()) > 100
-        for k in ("input", "output"):
-            np.testing.assert_allclose(sparse["params"]["fasttext"][k], dense["params"]["fasttext"][k], rtol=1e-5,
-                                       atol=1e-6, err_msg=f"{objective} {k}")
+    @jax.jit
+    def three(p):
+        grads = jax.grad(lambda q: obj.loss(q, batch, None, norms, True)[0])(p)
+        loss, _, rows = obj.row_gradients(p, batch, None, norms)
+        fused, fused_loss, _, sumsq, finite = obj.fused_rows(p, batch, norms, 0.5)
+        return (jax.tree.map(lambda x, g: x - 0.5 * g, p, grads), obj.apply_rows(p, rows, 0.5), fused, loss,
+                fused_loss, rows, sumsq, finite)
+
+    dense, sparse, fused, loss, fused_loss, rows, sumsq, finite = three(params)
+    assert float(loss) > 0 and sum(int((g != 0).any(axis=1).sum()) for _, g in rows.values()) > 100
+    assert bool(finite) and float(fused_loss) == pytest.approx(float(loss), rel=1e-5)
+    for k in ("input", "output"):
+        assert float(sumsq[k]) == pytest.approx(float(np.sum(np.square(rows[k][1]))), rel=1e-4), k
+        for name, got in (("xla", sparse), ("kernel", fused)):
+            np.testing.assert_allclose(got["params"]["fasttext"][k], dense["params"]["fasttext"][k], rtol=1e-5,
+                                       atol=1e-6, err_msg=f"{objective} {name} {k}")

@@ -19,7 +19,8 @@ from ptm_jax.data.pretraining.causal_lm import PackedStream
 from ptm_jax.data.pretraining.source import ArraySource
 from ptm_jax.data.word_vocab import build_word_vocab
 from ptm_jax.families.word2vec import FAMILY, Word2VecConfig, Word2VecDataConfig, sampling
-from ptm_jax.families.word2vec.data import Tables, example_rows, kept_mask, word2vec_dataset
+from ptm_jax.families.word2vec.data import (Tables, example_rows, kept_mask, pack_pairs, packed_rows, pair_slots,
+                                            report_dropped, word2vec_dataset)
 from ptm_jax.families.word2vec.model import gather_rows, mean_with_sum_gradient
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.loop import fit
@@ -153,11 +154,13 @@ def test_cbow_mean_gives_each_context_vector_the_whole_error():
     np.testing.assert_allclose(g, w[..., None] * u, rtol=1e-6)     # not u / 3 for the 3-word context
 
 
-def test_examples_are_the_same_for_any_process_count_and_start(corpus):
+def test_examples_are_the_same_for_any_process_count_and_start_with_every_pair_packed(corpus, caplog):
     vocab = corpus.tokenizer
     tables = Tables.build(vocab.counts, specials(vocab), sample=1e-3, negative=NEG, hs=True)
+    slots = pair_slots(tables, WINDOW)
+    assert slots == math.ceil(1.3 * tables.kept * (WINDOW + 1)) < 2 * WINDOW
     args = dict(eos_id=vocab.eos_id, pad_id=vocab.pad_id, window=WINDOW, negative=NEG, cbow=True, reach=40,
-                seed=4, global_batch=64)
+                seed=4, global_batch=64, block=16, slots=slots)
     one = word2vec_dataset(corpus.train, tables, start_index=0, **args).as_numpy_iterator()
     next(one)
     b1 = next(one)
@@ -167,6 +170,43 @@ def test_examples_are_the_same_for_any_process_count_and_start(corpus):
         np.testing.assert_array_equal(np.concatenate([h[k] for h in halves]), b1[k], err_msg=k)
     assert b1["example_id"].tolist() == list(range(64, 128)) and b1["center_weight"].sum() > 10
     assert b1["negatives"].shape == (64, NEG) and b1["path"].shape[0] == 64
+    # the packed pairs are exactly the per-center slots' real pairs, in stream order, each naming its center
+    stream = PackedStream(corpus.train, vocab.eos_id, seed=4, shuffle=True)
+    rows = example_rows(stream, tables, 64, 64, window=WINDOW, negative=NEG, cbow=True, seed=4, reach=40,
+                        pad_id=vocab.pad_id)
+    want = [(int(r), int(j), int(rows["context"][r, j])) for r, j in zip(*np.nonzero(rows["context_weight"]))]
+
+    def pairs(b, block, n):
+        live = b["pair_weight"].reshape(-1) > 0
+        blk = np.arange(live.size) // (block * n)
+        return list(zip((blk * block + b["pair_row"].reshape(-1))[live].tolist(),
+                        b["pair_slot"].reshape(-1)[live].tolist(), b["pair_input"].reshape(-1)[live].tolist()))
+
+    assert pairs(b1, 16, slots) == want and b1["dropped"].sum() == 0 and len(want) > 100
+    # blocks too small for their pairs keep their first ones, count the rest where they belong, and say so
+    small = pack_pairs(dict(rows), 16, 2, vocab.pad_id)
+    per_block = [[p for p in want if p[0] // 16 == k] for k in range(4)]
+    assert pairs(small, 16, 2) == [p for ps in per_block for p in ps[:32]]
+    assert small["dropped"].sum() == sum(max(0, len(ps) - 32) for ps in per_block) > 0
+    for k, ps in enumerate(per_block):
+        cut = [p[0] for p in ps[32:]]
+        np.testing.assert_array_equal(small["dropped"][16 * k:16 * (k + 1)],
+                                      np.bincount(np.asarray(cut, int) - 16 * k, minlength=16))
+    small["example_id"] = rows["example_id"]
+    with caplog.at_level("WARNING", logger="ptm_jax.families.word2vec.data"):
+        report_dropped(small, 7, "(context, center) pairs", "data.pair_slots (now 2)")
+    assert f"batch 7: {int(small['dropped'].sum())} (context, center) pairs did not fit" in caplog.text
+    assert "raise data.pair_slots (now 2)" in caplog.text
+    # the C++ builder the dataset uses gives numpy's arrays bit for bit: hs, per-pair negatives, overflow
+    for negative, cbow, shared, n in ((NEG, True, True, slots), (NEG, False, False, 2), (0, False, True, slots)):
+        t = Tables.build(vocab.counts, specials(vocab), sample=1e-3, negative=negative, hs=True)
+        kw = dict(window=WINDOW, negative=negative, cbow=cbow, seed=4, reach=40, pad_id=vocab.pad_id, shared=shared,
+                  block=16, slots=n)
+        a, b = (packed_rows(stream, t, 1000, 256, native=native, **kw) for native in (False, True))
+        assert sorted(a) == sorted(b) and (b["dropped"].sum() > 0) == (n == 2)
+        for k in a:
+            assert a[k].dtype == b[k].dtype, k
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
 def test_a_row_beyond_the_duplicate_cap_gets_its_summed_step_scaled_to_the_cap():
@@ -341,31 +381,68 @@ def test_exported_vectors_initialise_word2vec_and_nnlm_tables_with_coverage(corp
         FAMILY.objectives["skipgram"](missing, corpus)
 
 
-def test_sparse_row_updates_equal_the_dense_gradient_and_optimizer_step(corpus):
+@pytest.mark.parametrize("objective, shared, slots", [("skipgram", False, 0), ("cbow", True, 0), ("skipgram", True, 2)])
+def test_sparse_row_updates_and_the_fused_cpu_kernel_equal_the_dense_gradient_step(corpus, objective, shared, slots):
+    """Two SGD steps at a large rate (every table moves; duplicate cap 4 binds) by three implementations of the
+    same batch semantics: autodiff through the tables + optax (dense), the XLA row gradients + scatter-add
+    (``model.kernel='xla'``), and the fused C++ kernel (``model.kernel='cpu'``, ``cpu_kernel.py``); with 2 pair
+    slots a row the blocks overflow (centers that train with some or none of their pairs)."""
     import dataclasses
 
     from ptm_jax.parallel.feed import to_global
     from ptm_jax.train.loop import compile_objective
 
-    cfg = run_config(corpus.tokenizer, steps=10, batch=128, hs=True, lr=0.5)       # a large rate: big steps
-    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, shared_negatives=False))
+    cfg = run_config(corpus.tokenizer, objective, steps=10, batch=128, hs=True, lr=0.5)
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, shared_negatives=shared, pack_rows=32,
+                                                            pair_slots=slots),
+                              model=dataclasses.replace(cfg.model, duplicate_cap=4))
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     out = {}
-    for sparse in (True, False):
-        c = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, sparse_update=sparse))
-        obj = FAMILY.objectives["skipgram"](c, corpus)
-        assert obj.sparse_rows is sparse
+    sides = (("dense", False, "xla"),) if not slots else ()        # the overflow case: XLA against the kernel
+    for name, sparse, kernel in sides + (("xla", True, "xla"), ("kernel", True, "cpu")):
+        c = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, sparse_update=sparse, kernel=kernel))
+        obj = FAMILY.objectives[objective](c, corpus)
+        assert obj.sparse_rows is sparse and obj.block == 32
         compiled = compile_objective(obj, c.train, mesh)
         state = compiled.init_fn(jax.random.key(0))
         init = jax.device_get(state.params)["params"]["word2vec"]
         it = obj.train_batches(0, 128, 0, 1)
         for _ in range(2):
             state, m = compiled.train_step(state, to_global(next(it), mesh, compiled.batch_keys), jax.random.key(0))
-        out[sparse] = jax.device_get(state.params)["params"]["word2vec"], float(m["loss"]), int(state.step)
-    (sp, sp_loss, sp_step), (de, de_loss, de_step) = out[True], out[False]
-    assert sp_step == de_step == 2 and sp_loss == pytest.approx(de_loss, rel=1e-5)
-    for k in ("input", "output", "hs_output"):
-        assert np.abs(de[k] - init[k]).max() > 1e-3, k                     # the steps moved every table
-        np.testing.assert_allclose(sp[k], de[k], atol=1e-6, err_msg=k)
+        out[name] = jax.device_get(state.params)["params"]["word2vec"], jax.device_get(m), int(state.step)
+    de, de_m, de_step = out["dense" if not slots else "xla"]
+    assert (float(np.asarray(de_m["w2v_dropped_pairs"]).ravel()[0]) > 0) == (slots == 2)
+    for name in ("xla", "kernel") if not slots else ("kernel",):
+        sp, sp_m, sp_step = out[name]
+        assert sp_step == de_step == 2 and float(sp_m["loss"]) == pytest.approx(float(de_m["loss"]), rel=1e-5)
+        if name == "kernel":
+            for k in ("grad_norm", "grad_norm/input", "grad_norm/output", "grad_norm/hs_output", "w2v_pairs"):
+                assert float(np.asarray(sp_m[k]).ravel()[0]) == pytest.approx(
+                    float(np.asarray(out["xla"][1][k]).ravel()[0]), rel=1e-5), k
+        for k in ("input", "output", "hs_output"):
+            assert np.abs(de[k] - init[k]).max() > 1e-3, k                     # the steps moved every table
+            np.testing.assert_allclose(sp[k], de[k], atol=1e-6, err_msg=f"{name} {k}")
     wd = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, weight_decay=0.01))
-    assert not FAMILY.objectives["skipgram"](wd, corpus).sparse_rows               # decay: the dense path
+    assert not FAMILY.objectives[objective](wd, corpus).sparse_rows               # decay: the dense path
+
+
+def test_the_fused_kernel_runs_only_where_it_applies_and_says_why_not(corpus, monkeypatch, caplog):
+    from ptm_jax.errors import ConfigError
+    from ptm_jax.families.word2vec import cpu_kernel
+
+    assert cpu_kernel.available() and not cpu_kernel.applies("xla")
+    assert cpu_kernel.applies("auto") and cpu_kernel.applies("cpu")                 # no mesh: one device
+    with jax.sharding.use_abstract_mesh(make_mesh(MeshConfig(2, 2, 2)).abstract_mesh):
+        assert not cpu_kernel.applies("auto")                                        # sharded tables: XLA
+        with pytest.raises(ConfigError, match="model.kernel='cpu' needs the CPU backend and a one-device mesh"):
+            cpu_kernel.applies("cpu")
+    monkeypatch.setattr(cpu_kernel, "_load", lambda: (False, "no C++ compiler found (set $CXX, or install g++)"))
+    with caplog.at_level("WARNING", logger="ptm_jax.families.word2vec.cpu_kernel"):
+        assert not cpu_kernel.applies("auto")
+    assert "the XLA path runs instead: no C++ compiler found" in caplog.text
+    with pytest.raises(ConfigError, match="model.kernel='cpu': no C\\+\\+ compiler found"):
+        cpu_kernel.applies("cpu")
+    from ptm_jax.config import load_config
+
+    with pytest.raises(ConfigError, match="model.kernel='gpu' must be 'auto', 'xla' or 'cpu'"):
+        load_config("word2vec_sg", ["model.kernel=gpu"])

@@ -162,18 +162,26 @@ class SparseRows(Protocol):
     def apply_rows(self, params: Any, rows: dict[str, tuple[jax.Array, jax.Array]], step_size: jax.Array) -> Any:
         """``params`` with ``-step_size x`` each gradient row added at its id (duplicates add up)."""
 
+    # Optional: ``fused_rows(params, batch, normalizers, step_size)`` -> None (use the two methods above) or
+    # (params, loss, terms, {table: squared norm of its gradient rows}, finite): the whole step in one fused
+    # kernel that applies the update only when the loss and the norms are finite (word2vec's ``cpu_kernel.py``).
+
 
 def capped_row_gradients(ids: dict[str, jax.Array], grads: dict[str, jax.Array], tables: dict[str, jax.Array],
-                         cap: float) -> dict[str, tuple[jax.Array, jax.Array]]:
+                         cap: float, live: dict[str, jax.Array] | None = None
+                         ) -> dict[str, tuple[jax.Array, jax.Array]]:
     """``SparseRows.row_gradients``' rows: {table: (flat row ids [N], gradient rows [N, d])} from the gradients
     of the gathered rows. ``cap`` > 0 scales the rows of an id read n > cap times in the batch by cap / n, so
-    that a frequent word's summed update stays bounded (word2vec's ``duplicate_cap``)."""
+    that a frequent word's summed update stays bounded (word2vec's ``duplicate_cap``); n counts the reads whose
+    ``live`` weight (same shape as the ids) is nonzero, every read when ``live`` is None."""
     out = {}
     for k, i in ids.items():
         flat = i.reshape(-1)
         g = grads[k].reshape(flat.shape[0], -1)
         if cap:
-            n = jax.ops.segment_sum(jnp.ones(flat.shape, g.dtype), flat, num_segments=tables[k].shape[0])
+            ones = (jnp.ones(flat.shape, g.dtype) if live is None or k not in live
+                    else (live[k].reshape(-1) > 0).astype(g.dtype))
+            n = jax.ops.segment_sum(ones, flat, num_segments=tables[k].shape[0])
             g = g * jnp.minimum(1.0, cap / jnp.maximum(n[flat], 1.0))[:, None]
         out[k] = (flat, g)
     return out
@@ -196,7 +204,8 @@ def add_to_rows(tables: dict[str, jax.Array], rows: dict[str, tuple[jax.Array, j
 def sparse_sgd_step(objective: SparseRows, schedule: Callable, grad_accum_steps: int = 1
                     ) -> Callable[[TrainState, dict, jax.Array], tuple[TrainState, dict]]:
     """SGD on the rows a batch touches: a scatter-add into the (donated) tables instead of a dense [V, d]
-    gradient and an optimizer pass over every row (word2vec.c updates only the rows of its pairs). The rate is
+    gradient and an optimizer pass over every row (word2vec.c updates only the rows of its pairs). An objective
+    whose ``fused_rows`` answers (a fused kernel where one applies) does the whole step in it. The rate is
     ``schedule(state.step)``; ``opt_state`` stays as initialised. A non-finite loss or gradient adds zeros
     (params unchanged) and is counted as in the dense step. ``grad_norm`` is the norm of the gradient rows
     (a row read n times counted n times); ``grad_norm/<table>`` per table."""
@@ -208,13 +217,21 @@ def sparse_sgd_step(objective: SparseRows, schedule: Callable, grad_accum_steps:
 
     def train_step(state: TrainState, batch: dict, rng: jax.Array) -> tuple[TrainState, dict[str, Any]]:
         rng = jax.random.fold_in(rng, state.step)
-        loss, terms, rows = objective.row_gradients(state.params, batch, rng, objective.normalizers(batch))
-        norms = {f"grad_norm/{k}": jnp.sqrt(jnp.sum(jnp.square(g))) for k, (_, g) in rows.items()}
-        grad_norm = jnp.sqrt(sum(jnp.square(v) for v in norms.values()))
-        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-        rows = {k: (i, jnp.where(finite, g, 0.0)) for k, (i, g) in rows.items()}   # a skip adds zeros
         lr = schedule(state.step)
-        params = objective.apply_rows(state.params, rows, lr)
+        normalizers = objective.normalizers(batch)
+        fused = getattr(objective, "fused_rows", None)
+        done = fused(state.params, batch, normalizers, lr) if fused is not None else None
+        if done is not None:                   # one kernel: the same step, the skip decided inside it
+            params, loss, terms, sumsq, finite = done
+            norms = {f"grad_norm/{k}": jnp.sqrt(v) for k, v in sumsq.items()}
+            grad_norm = jnp.sqrt(sum(sumsq.values()))
+        else:
+            loss, terms, rows = objective.row_gradients(state.params, batch, rng, normalizers)
+            norms = {f"grad_norm/{k}": jnp.sqrt(jnp.sum(jnp.square(g))) for k, (_, g) in rows.items()}
+            grad_norm = jnp.sqrt(sum(jnp.square(v) for v in norms.values()))
+            finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+            rows = {k: (i, jnp.where(finite, g, 0.0)) for k, (i, g) in rows.items()}   # a skip adds zeros
+            params = objective.apply_rows(state.params, rows, lr)
         streak = jnp.where(finite, 0, state.nonfinite_streak + 1)
         total = state.nonfinite_total + (~finite).astype(jnp.int32)
         metrics = {"loss": loss, "grad_norm": grad_norm, "learning_rate": lr, "nonfinite_streak": streak,

@@ -37,8 +37,14 @@ def _builder(name: str):
             counts = source_counts(corpus.train, cfg.model.vocab_size)
         specials = sorted({i for i in (getattr(tok, "pad_id", None), getattr(tok, "unk_id", None),
                                        getattr(tok, "eos_id", None)) if i is not None})
+        initial = None
+        if cfg.model.init_vectors:
+            from ptm_jax.export.vector_files import vectors_for_vocab
+
+            initial = vectors_for_vocab(cfg.model.init_vectors, tok, cfg.model.vocab_size, cfg.model.dim,
+                                        "model.init_vectors")[:2]
         return FastTextObjective(cfg, name, corpus.train, getattr(corpus, "eval", None), counts, specials,
-                                 subwords, eos_id=tok.eos_id, pad_id=tok.pad_id)
+                                 subwords, eos_id=tok.eos_id, pad_id=tok.pad_id, initial_vectors=initial)
 
     return build
 

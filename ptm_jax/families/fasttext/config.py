@@ -29,6 +29,14 @@ class FastTextConfig:
     duplicate_cap: int = 64
     """As word2vec's ``model.duplicate_cap`` (``families/word2vec/model.py`` ``Word2VecTables``): a row taking
     part in n > cap updates of one batch gets their sum scaled by cap / n (0: the plain summed gradient)."""
+    init_vectors: str = ""
+    """A fastText ``.vec``, word2vec text/binary or GloVe text vector file (``export/vector_files.py``) whose
+    vectors initialise the vocabulary words' own rows of the input table, as fastText's ``-pretrainedVectors``
+    does (the n-gram rows keep their fresh initialisation; the coverage is logged). '' : none. Its dimension
+    must be ``dim``."""
+    kernel: str = "auto"
+    """As word2vec's ``model.kernel``: 'auto' runs the fused CPU kernel (``families/word2vec/cpu_kernel.py``)
+    where it applies (CPU backend, one-device mesh, sparse SGD), the XLA path elsewhere; 'xla'; 'cpu'."""
     sparse_update: bool = True
     """With plain SGD (no weight decay, clipping, parameter groups or accumulation) a step scatter-adds the
     gradient of the rows it read into the tables (``train/step.py`` ``SparseRows``), as fastText updates only
@@ -41,6 +49,10 @@ class FastTextConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ConfigError(f"{where}.{name}={v!r} must be an integer >= {low}")
+        if self.kernel not in ("auto", "xla", "cpu"):
+            raise ConfigError(f"{where}.kernel={self.kernel!r} must be 'auto', 'xla' or 'cpu'")
+        if not isinstance(self.init_vectors, str):
+            raise ConfigError(f"{where}.init_vectors={self.init_vectors!r} must be a path to a vector file or ''")
         check_range(self.minn, self.maxn, self.bucket, where)
 
     @property
@@ -59,8 +71,14 @@ class FastTextDataConfig(Word2VecDataConfig):
     ns_exponent: float = 0.5
     """The power of the unigram counts that negatives are drawn from (fastText 0.5, gensim ``ns_exponent``)."""
 
+    unit_slots: int = 0
+    """Input-unit slots per row of a packing block (``data.py``; 0: the expected units per running word x 1.3).
+    A center whose units do not fit its block trains nothing (counted in ``ft_dropped_pairs`` and logged)."""
+
     def validate_word2vec(self, where: str = "data") -> None:
         super().validate_word2vec(where)
+        if not isinstance(self.unit_slots, int) or isinstance(self.unit_slots, bool) or self.unit_slots < 0:
+            raise ConfigError(f"{where}.unit_slots={self.unit_slots!r} must be an integer >= 0")
         if self.hs:
             raise ConfigError(f"{where}.hs=true: the fastText family trains with negative sampling only; set "
                               f"{where}.hs=false and {where}.negative >= 1")

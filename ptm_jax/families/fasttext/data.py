@@ -1,19 +1,32 @@
 """fastText examples streamed through tf.data: word2vec's examples (``families/word2vec/data.py``: the same
 stream, subsampling, dynamic window and negatives, keyed on the stream position, so deterministic, resumable at
-any step and the same for any host count) with the input units of fastText added.
+any step and the same for any host count; the real (context, center) pairs packed in blocks of rows) with the
+input units of fastText added, packed the same way.
 
 fastText's skip-gram (``FastText::skipgram``) predicts each context word from the *center's* input units, the
 center's own row and its n-gram rows; its CBOW (``FastText::cbow``) predicts the center from the units of all
-its context words together. So besides word2vec's features an example holds
+its context words together. A word has 1 + its n-gram count units (14.4 for a trained Gutenberg word, 63 for its
+longest), so the units are ragged: a block's units fill its ``block x unit_slots`` unit slots in stream order,
+each naming its center's row within the block (``units`` / ``unit_row`` / ``unit_weight`` [R, u]):
 
-* skip-gram: ``subwords`` / ``subword_weight`` [G', N], the center's units (``subwords.Subwords``);
-* CBOW: ``subwords`` / ``subword_weight`` [G', S, N], each context slot's units, weight 0 where the slot is
-  empty.
+* skip-gram: the center's units (``subwords.Subwords``), for each center that trains;
+* CBOW: the units of each of its pairs' context words, in pair order.
 
-Negatives are drawn per center (``negatives`` [G', K]) and shared by its pairs; the objective masks a negative
-equal to the pair's target (fastText's ``getNegative`` redraws it).
+``unit_slots`` (``unit_slots``) is the expected units per running word x 1.3 (word2vec's ``PAIR_MARGIN``): kept
+fraction x the mean unit count of a kept word, times (window + 1) for CBOW (``data.unit_slots`` overrides it).
+On Gutenberg (sample 1e-3) that is 14 slots for skip-gram, against at most 12.9 units a word in any block of
+512, and 82 for CBOW against at most 77. A center whose units do not all fit its block trains nothing (its
+pairs are dropped, counted in ``dropped`` and logged as word2vec's are).
+
+Negatives are drawn per center (``negatives`` [R, K]) and shared by its pairs. A negative equal to a pair's
+target does not count for that pair (fastText's ``getNegative`` redraws it): ``negative_weight`` is, for
+skip-gram, the number of the center's pairs whose context word differs from it, and for CBOW 1 where it differs
+from the center.
 """
 from __future__ import annotations
+
+import functools
+import math
 
 import numpy as np
 import tensorflow as tf
@@ -22,63 +35,155 @@ from ptm_jax.data.pretraining.causal_lm import PackedStream
 from ptm_jax.data.pretraining.source import DocumentSource, check_share
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.fasttext.subwords import Subwords
-from ptm_jax.families.word2vec.data import Tables, example_rows
-from ptm_jax.families.word2vec.data import feature_dtype as word2vec_dtype
+from ptm_jax.families.word2vec.data import (PAIR_MARGIN, Tables, batch_dataset, check_blocks, packed_rows,
+                                            report_dropped)
+from ptm_jax.families.word2vec.data import feature_dtype
 from ptm_jax.families.word2vec.data import feature_shapes as word2vec_shapes
 
 
-def feature_shapes(rows: int, *, window: int, negative: int, cbow: bool, units: int) -> dict[str, tuple]:
-    shapes = word2vec_shapes(rows, window=window, negative=negative, cbow=cbow, depth=0, shared=True)
-    unit_shape = (rows, 2 * window, units) if cbow else (rows, units)
-    shapes["subwords"] = shapes["subword_weight"] = unit_shape
+def unit_slots(tables: Tables, lengths: np.ndarray, counts: np.ndarray, window: int, cbow: bool,
+               slots: int = 0) -> int:
+    """Unit slots per row (``slots`` if > 0): the expected units per running word x ``PAIR_MARGIN``.
+    ``lengths`` [V]: units of each word; ``counts`` [V]: its occurrences (specials 0)."""
+    if slots:
+        return int(slots)
+    c = np.asarray(counts, np.float64)
+    per_word = float((c * tables.keep * lengths).sum() / max(c.sum(), 1.0))        # kept x E[units | kept]
+    if cbow:
+        per_word *= (window + 1) * float((c * tables.keep * lengths).sum() > 0)
+    return int(max(2, math.ceil(PAIR_MARGIN * per_word)))
+
+
+def feature_shapes(rows: int, *, window: int, negative: int, cbow: bool, slots: int, units: int
+                   ) -> dict[str, tuple]:
+    shapes = word2vec_shapes(rows, window=window, negative=negative, cbow=cbow, depth=0, slots=slots, shared=True)
+    shapes["units"] = shapes["unit_row"] = shapes["unit_weight"] = (rows, units)
     return shapes
 
 
-def feature_dtype(name: str):
-    return np.int32 if name == "subwords" else word2vec_dtype(name)
+@functools.cache
+def _native():
+    """word2vec's C++ example builder's ``ptm_ft_units`` (``examples_cpu.cc``) with its argument types, or None
+    (then numpy, the same arrays)."""
+    import ctypes
+
+    from ptm_jax.families.word2vec import native
+
+    lib, _ = native.library("examples_cpu.cc")
+    if lib is None:
+        return None
+    fn = lib.ptm_ft_units
+    i64, i32, ptr = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
+    fn.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i32, i64, ptr, i64, ptr, i32, i32, ptr, ptr, i32, ptr, ptr, ptr, ptr]
+    fn.restype = ctypes.c_int
+    return fn
 
 
-def add_subwords(out: dict[str, np.ndarray], subwords: Subwords, cbow: bool) -> dict[str, np.ndarray]:
-    """Adds ``subwords``/``subword_weight`` (module doc) to word2vec's example rows ``out``."""
-    mask = subwords.mask
+def add_units(out: dict[str, np.ndarray], subwords: Subwords, cbow: bool, block: int, units: int,
+              native: bool = True) -> dict[str, np.ndarray]:
+    """Adds the packed ``units`` / ``unit_row`` / ``unit_weight`` (module doc) to the packed pairs ``out``,
+    and fastText's negative weights: by the C++ builder where available (``native``), else numpy (the
+    reference; the same arrays)."""
+    fn = _native() if native else None
+    if fn is not None:
+        return _native_units(fn, out, subwords, cbow, block, units)
+    rows, slots = out["pair_input"].shape
+    live = out["pair_weight"] > 0
+    block_of_pair = np.arange(rows * slots) // (block * slots)
+    pair_center = (block_of_pair * block + out["pair_row"].reshape(-1))[live.reshape(-1)]   # in pair order
     if cbow:
-        ctx = out["context"]
-        out["subwords"] = subwords.ids[ctx]
-        out["subword_weight"] = (mask[ctx] & (out["context_weight"][..., None] > 0)).astype(np.float32)
+        words, owner = out["pair_input"].reshape(-1)[live.reshape(-1)], pair_center
     else:
-        center = out["center"]
-        out["subwords"] = subwords.ids[center]
-        out["subword_weight"] = (mask[center] & (out["center_weight"][:, None] > 0)).astype(np.float32)
+        owner = np.flatnonzero(np.bincount(pair_center, minlength=rows) > 0)
+        words = out["center"][owner]
+    n = subwords.lengths[words]
+    per_row = np.bincount(owner, weights=n, minlength=rows).astype(np.int64)
+    nb = per_row.reshape(-1, block)
+    end = np.cumsum(nb, axis=1).reshape(rows)
+    fits = end <= block * units                      # a center whose units overflow its block trains nothing
+    start = end - per_row
+    ok = fits[owner]
+    words, owner, n = words[ok], owner[ok], n[ok]
+    word_start = np.cumsum(n) - n                                   # each word's first unit in the flat list
+    u_word = np.repeat(np.arange(words.size), n)                    # the word of each unit
+    unit = np.arange(u_word.size)
+    first_of_owner = word_start[np.searchsorted(owner, owner, side="left")]   # owners are in row order
+    u_owner = owner[u_word]
+    flat = (u_owner // block) * block * units + start[u_owner] + unit - first_of_owner[u_word]
+    ids = np.zeros(rows * units, np.int32)
+    ids[flat] = subwords.ids[words[u_word], unit - word_start[u_word]]
+    row = np.zeros(rows * units, np.int32)
+    row[flat] = u_owner % block
+    weight = np.zeros(rows * units, np.float32)
+    weight[flat] = 1.0
+    out.update(units=ids.reshape(rows, units), unit_row=row.reshape(rows, units),
+               unit_weight=weight.reshape(rows, units))
+    if not fits.all():                               # drop the overflowing centers' pairs and negatives
+        bad = ~fits
+        pairs_of = np.bincount(pair_center, minlength=rows)
+        out["dropped"] = (out["dropped"] + np.where(bad, pairs_of, 0)).astype(np.float32)
+        pw = out["pair_weight"].reshape(-1).copy()
+        pw[bad[block_of_pair * block + out["pair_row"].reshape(-1)]] = 0.0
+        out["pair_weight"] = pw.reshape(rows, slots)
+        out["center_weight"] = np.where(bad, 0.0, out["center_weight"]).astype(np.float32)
+    live = out["pair_weight"] > 0
+    if cbow:
+        out["negative_weight"] = ((out["negatives"] != out["center"][:, None])
+                                  & (out["center_weight"][:, None] > 0)).astype(np.float32)
+    else:                                            # per negative: the center's pairs whose target differs
+        neg = out["negatives"]
+        centers = (block_of_pair * block + out["pair_row"].reshape(-1))[live.reshape(-1)]
+        differs = neg[centers] != out["pair_input"].reshape(-1)[live.reshape(-1)][:, None]
+        nw = np.zeros(neg.shape, np.float64)
+        np.add.at(nw, centers, differs)
+        out["negative_weight"] = nw.astype(np.float32)
+    return out
+
+
+def _native_units(fn, out: dict[str, np.ndarray], subwords: Subwords, cbow: bool, block: int, units: int
+                  ) -> dict[str, np.ndarray]:
+    rows, slots = out["pair_input"].shape
+    out = {k: np.ascontiguousarray(v) for k, v in out.items()}
+    for k in ("center_weight", "pair_weight", "negative_weight", "dropped"):
+        out[k] = out[k].astype(np.float32, copy=True)
+    ids = np.ascontiguousarray(subwords.ids, np.int32)
+    lengths = np.ascontiguousarray(subwords.lengths, np.int32)
+    out["units"] = np.empty((rows, units), np.int32)
+    out["unit_row"] = np.empty((rows, units), np.int32)
+    out["unit_weight"] = np.empty((rows, units), np.float32)
+
+    def p(name):
+        return out[name].ctypes.data
+
+    rc = fn(p("center"), p("center_weight"), p("pair_input"), p("pair_row"), p("pair_weight"), rows, slots, block,
+            ids.ctypes.data, ids.shape[1], lengths.ctypes.data, int(cbow), units, p("negatives"),
+            p("negative_weight"), out["negatives"].shape[1], p("dropped"), p("units"), p("unit_row"),
+            p("unit_weight"))
+    if rc:
+        raise ConfigError(f"the C++ unit builder refused rows={rows}, block={block}")
     return out
 
 
 def fasttext_dataset(source: DocumentSource, tables: Tables, subwords: Subwords, *, eos_id: int, pad_id: int,
                      window: int, negative: int, cbow: bool, reach: int, seed: int, start_index: int,
-                     global_batch: int, process_index: int = 0, process_count: int = 1) -> tf.data.Dataset:
+                     global_batch: int, block: int, slots: int, units: int, process_index: int = 0,
+                     process_count: int = 1) -> tf.data.Dataset:
     """This process's rows of global batches ``start_index / global_batch``, ... (endless; as word2vec's)."""
     if not isinstance(window, int) or window < 1:
         raise ConfigError(f"data.window={window!r} must be an integer >= 1")
     check_share(start_index, global_batch, process_index, process_count)
     stream = PackedStream(source, eos_id, seed=seed, shuffle=True)
     rows = global_batch // process_count
-    shapes = feature_shapes(rows, window=window, negative=negative, cbow=cbow, units=subwords.ids.shape[1])
-    names = tuple(shapes)
+    check_blocks(rows, block)
+    shapes = feature_shapes(rows, window=window, negative=negative, cbow=cbow, slots=slots, units=units)
 
-    def make(batch) -> list[np.ndarray]:
-        first = int(batch.numpy()) * global_batch + process_index * rows
-        out = example_rows(stream, tables, first, rows, window=window, negative=negative, cbow=cbow, seed=seed,
-                           reach=reach, pad_id=pad_id, shared=True)
-        out = add_subwords(out, subwords, cbow)
-        return [out[k].astype(feature_dtype(k)) for k in names]
-
-    def build(batch: tf.Tensor) -> dict[str, tf.Tensor]:
-        tensors = tf.py_function(make, [batch], [tf.as_dtype(feature_dtype(k)) for k in names])
-        out = dict(zip(names, tensors))
-        for k, t in out.items():
-            t.set_shape(shapes[k])
+    def make(batch: int) -> dict[str, np.ndarray]:
+        first = batch * global_batch + process_index * rows
+        out = packed_rows(stream, tables, first, rows, window=window, negative=negative, cbow=cbow, seed=seed,
+                          reach=reach, pad_id=pad_id, shared=True, block=block, slots=slots)
+        out = add_units(out, subwords, cbow, block, units)
+        report_dropped(out, batch, "(context, center) pairs",
+                       f"data.pair_slots (now {slots}) or data.unit_slots (now {units})")
         return out
 
-    batches = tf.data.Dataset.counter(start_index // global_batch, dtype=tf.int64)
-    ds = batches.map(tf.autograph.experimental.do_not_convert(build), num_parallel_calls=tf.data.AUTOTUNE,
-                     deterministic=True)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return batch_dataset(make, shapes, feature_dtype, start_index // global_batch)

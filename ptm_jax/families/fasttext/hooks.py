@@ -48,12 +48,12 @@ def subword_vectors(params: Any, model_cfg: Any, tokenizer: Any, words: Sequence
 
 
 def forward_flops(cfg: Any) -> dict[str, float]:
-    """2 x multiply-adds of one forward pass if every slot of the batch trained: B centers, S = 2 window
-    context slots, K negatives, U input units of a word, taken as a ``subwords.SYNTHETIC_LETTERS``-letter
-    word's (the padded count of a real vocabulary is its longest word's); the table lookups are gathers."""
+    """2 x multiply-adds of one forward pass over the expected pairs of a batch without subsampling: B centers,
+    S = window + 1 contexts a center, K negatives, U input units of a word, taken as a
+    ``subwords.SYNTHETIC_LETTERS``-letter word's; the table lookups are gathers."""
     from ptm_jax.families.fasttext.subwords import SYNTHETIC_LETTERS
 
-    m, d, b, s, k = cfg.model, cfg.model.dim, cfg.train.batch_size, 2 * cfg.data.window, cfg.data.negative
+    m, d, b, s, k = cfg.model, cfg.model.dim, cfg.train.batch_size, cfg.data.window + 1, cfg.data.negative
     units = 1 + sum(max(0, SYNTHETIC_LETTERS + 3 - n) for n in range(m.minn, m.maxn + 1))
     cbow = cfg.objective.endswith("cbow")
     macs = {"unit_mean": b * units * d * (s if cbow else 1), "pair_scores": b * ((1 if cbow else s) + k) * d}
@@ -80,15 +80,10 @@ def infer_head(params: dict) -> str:
 
 
 def synthetic_batch(example: dict[str, np.ndarray], cfg: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Random word ids and n-gram rows (specials excluded) with every slot training."""
-    out = {k: np.array(v) for k, v in example.items()}
-    v = max(cfg.model.vocab_size, 4)
-    for k in ("center", "context", "negatives"):
-        if k in out:
-            out[k] = rng.integers(3, v, out[k].shape).astype(np.int32)
-    if "subwords" in out:
-        out["subwords"] = rng.integers(3, cfg.model.input_rows, out["subwords"].shape).astype(np.int32)
-    for k in ("center_weight", "context_weight", "negative_weight", "subword_weight"):
-        if k in out:
-            out[k] = np.ones(out[k].shape, np.float32)
+    """word2vec's synthetic batch (random word ids, every slot training) with random n-gram rows as units."""
+    from ptm_jax.families.word2vec.hooks import synthetic_batch as word2vec_batch
+
+    out = word2vec_batch(example, cfg, rng)
+    if "units" in out:
+        out["units"] = rng.integers(3, cfg.model.input_rows, out["units"].shape).astype(np.int32)
     return out

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.families.fasttext.config import FastTextConfig
-from ptm_jax.families.word2vec.model import gather_rows, mean_with_sum_gradient, pair_scores
+from ptm_jax.families.word2vec.model import gather_rows, pair_scores, per_center_sum, per_pair
 from ptm_jax.models.layers import partitioned
 
 TRUNK = "fasttext"
@@ -37,12 +37,13 @@ def uniform_init(dim: int):
 
 
 class FastTextTables(nn.Module):
-    """The two tables; ``__call__(ids, table)`` gathers rows of one (with word2vec's ``duplicate_cap``)."""
+    """The two tables; ``__call__(ids, table, live)`` gathers rows of one (with word2vec's ``duplicate_cap``
+    counting the live reads)."""
 
     config: FastTextConfig
 
     @nn.compact
-    def __call__(self, ids: jax.Array, table: str) -> jax.Array:
+    def __call__(self, ids: jax.Array, table: str, live: jax.Array | None = None) -> jax.Array:
         cfg = self.config
         tables = {
             "input": self.param("input", partitioned(uniform_init(cfg.dim), ("vocab", "embed")),
@@ -50,37 +51,53 @@ class FastTextTables(nn.Module):
             "output": self.param("output", partitioned(nn.initializers.zeros, ("vocab", "embed")),
                                  (cfg.vocab_size, cfg.dim), jnp.float32),
         }
-        return gather_rows(tables[table], ids, cfg.duplicate_cap)
+        return gather_rows(tables[table], ids, cfg.duplicate_cap, live)
 
 
-def row_ids(batch: dict, cbow: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(input unit ids [R, M], their weights [R, M], output target ids [R, T]) of a batch: the rows a step
-    reads from each table (M = N units, or 2 window x N for CBOW's context; T as :class:`FastText`)."""
-    units, weight = batch["subwords"], batch["subword_weight"]
-    if cbow:                                                       # the context's units together
-        r = units.shape[0]
-        units, weight = units.reshape(r, -1), weight.reshape(r, -1)
-    first = batch["center"][:, None] if cbow else batch["context"]
-    return units, weight, jnp.concatenate([first, batch["negatives"]], axis=1)
+def row_ids(batch: dict, cbow: bool) -> dict[str, tuple[jax.Array, jax.Array]]:
+    """Table -> (ids of the rows a step reads, their weights; a read of weight 0 trains nothing and is not
+    counted by the duplicate cap): ``input`` the packed units [R, u]; ``output`` the pairs' context words then
+    each center's negatives [R, c + K] (skip-gram) or each center then its negatives [R, 1 + K] (CBOW)."""
+    first, first_w = ((batch["center"][:, None], batch["center_weight"][:, None]) if cbow
+                      else (batch["pair_input"], batch["pair_weight"]))
+    return {"input": (batch["units"], batch["unit_weight"]),
+            "output": (jnp.concatenate([first, batch["negatives"]], axis=1),
+                       jnp.concatenate([first_w, batch["negative_weight"]], axis=1))}
 
 
-def scores_from_rows(inputs: jax.Array, weight: jax.Array, targets: jax.Array) -> jax.Array:
-    """[R, M, d] input unit rows, [R, M] weights, [R, T, d] target rows -> [R, T]: the mean of the units (the
-    whole gradient to each) against every target."""
-    h = mean_with_sum_gradient(inputs, weight)                                     # [R, d]
-    return pair_scores(h[:, None, :], targets)[:, 0, :]
+def hidden(inputs: jax.Array, batch: dict, block: int) -> jax.Array:
+    """[R, u, d] unit rows -> [R, d]: each center's mean of its units (``unit_row``), the whole gradient to each
+    unit (fastText's ``computeHidden`` / ``Model::update``)."""
+    w = batch["unit_weight"]
+    total = per_center_sum(inputs * w[..., None], batch["unit_row"], block)
+    count = jnp.maximum(per_center_sum(w, batch["unit_row"], block), 1.0)[:, None]
+    return total + jax.lax.stop_gradient(total / count - total)
+
+
+def scores_from_rows(inputs: jax.Array, targets: jax.Array, batch: dict, cbow: bool, block: int
+                     ) -> dict[str, jax.Array]:
+    """The rows of ``row_ids`` -> ``positive`` [R, c] (skip-gram: each pair slot's context word against its
+    center's hidden vector) or [R, 1] (CBOW: the center), and ``negative`` [R, K]."""
+    h = hidden(inputs, batch, block)                                               # [R, d]
+    k = batch["negatives"].shape[1]
+    p = targets.shape[1] - k
+    out = {"negative": pair_scores(h[:, None, :], targets[:, p:])[:, 0, :]}
+    if cbow:
+        out["positive"] = jnp.einsum("rd,rd->r", h, targets[:, 0])[:, None]
+    else:
+        out["positive"] = jnp.einsum("rpd,rpd->rp", per_pair(h, batch["pair_row"], block), targets[:, :p])
+    return out
 
 
 class FastText(nn.Module):
-    """A batch of ``data.py`` features -> ``scores`` [R, T]: the hidden vector of each row against its targets,
-    the context words then the negatives (skip-gram, T = 2 window + K) or the center then the negatives (CBOW,
-    T = 1 + K)."""
+    """A batch of ``data.py`` features -> the scores of ``scores_from_rows``."""
 
     config: FastTextConfig
     cbow: bool
+    block: int = 1
 
     @nn.compact
-    def __call__(self, batch: dict) -> jax.Array:
+    def __call__(self, batch: dict) -> dict[str, jax.Array]:
         tables = FastTextTables(self.config, name=TRUNK)
-        units, weight, targets = row_ids(batch, self.cbow)
-        return scores_from_rows(tables(units, "input"), weight, tables(targets, "output"))
+        rows = {name: tables(ids, name, live) for name, (ids, live) in row_ids(batch, self.cbow).items()}
+        return scores_from_rows(rows["input"], rows["output"], batch, self.cbow, self.block)

@@ -30,25 +30,15 @@ import numpy as np
 
 from ptm_jax.data.pretraining.source import DocumentSource
 from ptm_jax.errors import ConfigError
-from ptm_jax.families.fasttext.data import fasttext_dataset, feature_dtype, feature_shapes
+from ptm_jax.families.fasttext.data import fasttext_dataset, feature_dtype, feature_shapes, unit_slots
 from ptm_jax.families.fasttext.model import TRUNK, FastText, row_ids, scores_from_rows
 from ptm_jax.families.fasttext.subwords import Subwords
 from ptm_jax.families.word2vec import sampling
-from ptm_jax.families.word2vec.data import Tables
+from ptm_jax.families.word2vec.data import Tables, block_rows, pair_slots
 from ptm_jax.objectives.base import SourceStreams
 from ptm_jax.train.step import add_to_rows, capped_row_gradients
 
 EVAL_SEED_OFFSET = 1_000_003
-
-
-def pair_weights(batch: dict, cbow: bool) -> tuple[jax.Array, jax.Array]:
-    """(target weights [R, S'], negative weights [R, K]: each shared negative's weight summed over the row's
-    pairs, 0 where it equals the pair's target)."""
-    if cbow:
-        return batch["center_weight"][:, None], batch["negative_weight"]
-    pair_w = batch["context_weight"]                                               # [R, S]
-    differs = batch["negatives"][:, None, :] != batch["context"][:, :, None]       # [R, S, K]
-    return pair_w, jnp.sum(pair_w[:, :, None] * differs, axis=1)
 
 
 class FastTextObjective(SourceStreams):
@@ -58,7 +48,8 @@ class FastTextObjective(SourceStreams):
     primary_metric = "ft_loss"
 
     def __init__(self, cfg: Any, name: str, train_source: DocumentSource, eval_source: DocumentSource | None,
-                 counts: np.ndarray, special_ids, subwords: Subwords, eos_id: int, pad_id: int):
+                 counts: np.ndarray, special_ids, subwords: Subwords, eos_id: int, pad_id: int,
+                 initial_vectors: tuple[np.ndarray, np.ndarray] | None = None):
         cfg.model.validate()
         cfg.data.validate_word2vec()
         self.cfg, self.name = cfg, name
@@ -76,7 +67,14 @@ class FastTextObjective(SourceStreams):
         cdf = sampling.unigram_cdf(sampling.word_counts(counts, special_ids), float(d.ns_exponent))
         self.tables = dataclasses.replace(tables, cdf=cdf)
         self.subwords = subwords
-        self.model = FastText(cfg.model, cbow=self.cbow)
+        self.initial_vectors = initial_vectors
+        """(matrix [vocab_size, dim], found [vocab_size]): the words' own input rows from ``model.init_vectors``."""
+        self.block = block_rows(cfg.train.batch_size, d.pack_rows)
+        self.slots = pair_slots(self.tables, d.window, d.pair_slots)
+        self.units = unit_slots(self.tables, subwords.lengths, sampling.word_counts(counts, special_ids), d.window,
+                                self.cbow, d.unit_slots)
+        """Pair and unit slots per row of a packing block of ``block`` rows (``data.py``)."""
+        self.model = FastText(cfg.model, cbow=self.cbow, block=self.block)
         self.train_source, self.eval_source = train_source, eval_source
         self.eos_id, self.pad_id = int(eos_id), int(pad_id)
         t = cfg.train
@@ -85,44 +83,77 @@ class FastTextObjective(SourceStreams):
 
     def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
         d = self.cfg.data
-        shapes = feature_shapes(batch_size, window=d.window, negative=d.negative, cbow=self.cbow,
-                                units=self.subwords.ids.shape[1])
+        shapes = feature_shapes(batch_size, window=d.window, negative=d.negative, cbow=self.cbow, slots=self.slots,
+                                units=self.units)
         shapes.pop("example_id")
         return {k: np.zeros(s, feature_dtype(k)) for k, s in shapes.items()}  # 'center' first: words per step
 
     def init(self, rng: jax.Array, batch: dict[str, Any]) -> Any:
-        return self.model.init(rng, {k: jnp.asarray(v[:1]) for k, v in batch.items()})
+        params = self.model.init(rng, {k: jnp.zeros((self.block,) + v.shape[1:], v.dtype) for k, v in batch.items()})
+        if self.initial_vectors is None:
+            return params
+        matrix, found = self.initial_vectors
+        v = matrix.shape[0]
+        boxed = params["params"][TRUNK]["input"]
+        table = getattr(boxed, "value", boxed)
+        head = jnp.where(jnp.asarray(found)[:, None], jnp.asarray(matrix, table.dtype), table[:v])
+        table = table.at[:v].set(head)                  # the words' own rows; the n-gram rows stay as drawn
+        table = boxed.replace_boxed(table) if hasattr(boxed, "replace_boxed") else table
+        trunk = {**params["params"][TRUNK], "input": table}
+        return {**params, "params": {**params["params"], TRUNK: trunk}}
 
     def normalizers(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
-        pairs = batch["center_weight"].sum() if self.cbow else batch["context_weight"].sum()
+        pairs = batch["center_weight"].sum() if self.cbow else batch["pair_weight"].sum()
         return {"pairs": pairs.astype(jnp.float32)}
 
     def loss(self, params, batch, rng, normalizers, train: bool):
         return self.loss_of_scores(self.model.apply(params, batch), batch, normalizers)
 
     def loss_of_scores(self, scores, batch, normalizers):
-        pair_w, neg_w = pair_weights(batch, self.cbow)
-        s = pair_w.shape[1]
-        total = (-jnp.sum(jax.nn.log_sigmoid(scores[:, :s]) * pair_w)
-                 - jnp.sum(jax.nn.log_sigmoid(-scores[:, s:]) * neg_w))
-        pairs = jnp.sum(pair_w)
-        return total, {"ft_loss": (total, normalizers["pairs"]), "ft_pairs": (pairs, jnp.ones(()))}
+        if self.cbow:
+            cw = batch["center_weight"]
+            pos_w, neg_w = cw[:, None], cw[:, None] * batch["negative_weight"]
+        else:
+            pos_w, neg_w = batch["pair_weight"], batch["negative_weight"]
+        total = (-jnp.sum(jax.nn.log_sigmoid(scores["positive"]) * pos_w)
+                 - jnp.sum(jax.nn.log_sigmoid(-scores["negative"]) * neg_w))
+        return self.loss_terms(total, batch, normalizers)
+
+    def loss_terms(self, total, batch, normalizers):
+        pairs = jnp.sum(batch["pair_weight"])
+        return total, {"ft_loss": (total, normalizers["pairs"]), "ft_pairs": (pairs, jnp.ones(())),
+                       "ft_dropped_pairs": (jnp.sum(batch["dropped"]), jnp.ones(()))}
 
     def row_gradients(self, params, batch, rng, normalizers):
         """The sparse path (``train/step.py`` ``sparse_sgd_step``): (loss, terms, {table: (ids [N], rows [N, d])}),
         ``rows`` the gradient of the loss with respect to each gathered row scaled by min(1, duplicate_cap / n)
-        for a row gathered n times: adding ``-lr x rows`` at ``ids`` is the dense path's SGD step (the same
-        sums, ``FastTextTables``), touching only the rows read."""
+        for a row read n times by live reads: adding ``-lr x rows`` at ``ids`` is the dense path's SGD step (the
+        same sums, ``FastTextTables``), touching only the rows read."""
         tables = params["params"][TRUNK]
-        units, weight, targets = row_ids(batch, self.cbow)
-        ids = {"input": units, "output": targets}
-        rows = {k: tables[k].at[i].get(mode="promise_in_bounds") for k, i in ids.items()}
+        ids = row_ids(batch, self.cbow)
+        rows = {k: tables[k].at[i].get(mode="promise_in_bounds") for k, (i, _) in ids.items()}
 
         def loss_fn(r):
-            return self.loss_of_scores(scores_from_rows(r["input"], weight, r["output"]), batch, normalizers)
+            return self.loss_of_scores(scores_from_rows(r["input"], r["output"], batch, self.cbow, self.block),
+                                       batch, normalizers)
 
         (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(rows)
-        return loss, terms, capped_row_gradients(ids, grads, tables, float(self.cfg.model.duplicate_cap))
+        return loss, terms, capped_row_gradients({k: i for k, (i, _) in ids.items()}, grads, tables,
+                                                 float(self.cfg.model.duplicate_cap),
+                                                 live={k: w for k, (_, w) in ids.items()})
+
+    def fused_rows(self, params, batch, normalizers, step_size):
+        """The whole sparse step in word2vec's fused CPU kernel (``families/word2vec/cpu_kernel.py``) where
+        ``model.kernel`` lets it run, else None (the XLA path, the same step)."""
+        from ptm_jax.families.word2vec import cpu_kernel
+
+        if not cpu_kernel.applies(self.cfg.model.kernel):
+            return None
+        tables = params["params"][TRUNK]
+        new, loss, sumsq, finite = cpu_kernel.fused_step(self.name, dict(tables), batch, step_size, block=self.block,
+                                                         cap=float(self.cfg.model.duplicate_cap))
+        _, terms = self.loss_terms(loss, batch, normalizers)
+        return {**params, "params": {**params["params"], TRUNK: {**tables, **new}}}, loss, terms, sumsq, finite
 
     def apply_rows(self, params, rows, step_size):
         """``params`` with ``-step_size x grads`` added to the rows of each table (duplicates add up)."""
@@ -137,5 +168,5 @@ class FastTextObjective(SourceStreams):
         seed = int(d.seed) if repeat else int(d.seed) + EVAL_SEED_OFFSET
         return fasttext_dataset(source, self.tables, self.subwords, eos_id=self.eos_id, pad_id=self.pad_id,
                                 window=d.window, negative=d.negative, cbow=self.cbow, reach=d.reach, seed=seed,
-                                start_index=start, global_batch=global_batch, process_index=pi,
-                                process_count=pc)
+                                start_index=start, global_batch=global_batch, block=self.block, slots=self.slots,
+                                units=self.units, process_index=pi, process_count=pc)

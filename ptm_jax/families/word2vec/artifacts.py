@@ -62,13 +62,14 @@ def tables_key(cfg: Any, counts: np.ndarray, specials: list[int]) -> str:
     d = cfg.data
     spec = {"counts": hashlib.sha256(np.ascontiguousarray(counts, np.int64).tobytes()).hexdigest(),
             "specials": list(specials), "sample": float(d.sample), "negative": d.negative > 0, "hs": bool(d.hs),
-            "version": 1}
+            "version": 2}
     return "t-" + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def to_bytes(tables: Tables) -> bytes:
     buf = io.BytesIO()
-    np.savez(buf, **{k: getattr(tables, k) for k in _FIELDS if getattr(tables, k) is not None})
+    np.savez(buf, kept=np.float64(tables.kept),
+             **{k: getattr(tables, k) for k in _FIELDS if getattr(tables, k) is not None})
     return buf.getvalue()
 
 
@@ -76,11 +77,12 @@ def from_bytes(data: bytes, where: str) -> Tables:
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             values = {k: (z[k] if k in z.files else None) for k in _FIELDS}
+            kept = float(z["kept"]) if "kept" in z.files else None
     except (OSError, ValueError) as e:
         raise DataError(f"{where}: not a word2vec sampling-tables file ({e}); delete it to rebuild") from None
-    if values["keep"] is None:
-        raise DataError(f"{where}: no 'keep' array; delete the folder to rebuild")
-    return Tables(**values)
+    if values["keep"] is None or kept is None:
+        raise DataError(f"{where}: no 'keep' array or 'kept' fraction; delete the folder to rebuild")
+    return Tables(**values, kept=kept)
 
 
 def build_sampling_tables(cfg: Any, corpus: Any, directory: Any, *, process_index: int | None = None,

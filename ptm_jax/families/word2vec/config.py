@@ -27,6 +27,12 @@ class Word2VecConfig:
     ``sparse_sgd_step``) when ``train.optimizer='sgd'`` with no weight decay, clipping, parameter groups or
     accumulation; False, or any other optimizer: autodiff through the tables and the optimizer over all rows
     (the same step, at the cost of dense [V, dim] gradients)."""
+    kernel: str = "auto"
+    """The sparse SGD step's implementation: 'auto' runs the fused CPU kernel (``cpu_kernel.py``: gather, scores,
+    sigmoid, row gradients and scatter in one pass, compiled with the system's C++ compiler at first use) where
+    it applies - the CPU backend, a one-device mesh, ``sparse_update`` - and the XLA path elsewhere (or where no
+    compiler is found, with a warning); 'xla': the XLA path always; 'cpu': the kernel, an error where it cannot
+    run. Both give the same step to float rounding (``tests/test_word2vec.py``)."""
     init_vectors: str = ""
     """A word2vec text/binary or GloVe text vector file (``export/vector_files.py``) whose vectors initialise the
     input table (word2vec.c ``syn0``) for the vocabulary's words it holds (the coverage is logged); the other
@@ -39,6 +45,8 @@ class Word2VecConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ConfigError(f"{where}.{name}={v!r} must be an integer >= {low}")
+        if self.kernel not in ("auto", "xla", "cpu"):
+            raise ConfigError(f"{where}.kernel={self.kernel!r} must be 'auto', 'xla' or 'cpu'")
         if not isinstance(self.init_vectors, str):
             raise ConfigError(f"{where}.init_vectors={self.init_vectors!r} must be a path to a vector file or ''")
 
@@ -61,6 +69,13 @@ class Word2VecDataConfig(DataConfig):
     step, the step's largest cost (docs/benchmarks.md "word2vec"). CBOW has one pair per center either way."""
     hs: bool = False
     """word2vec.c ``-hs 1``: hierarchical softmax over a Huffman tree of the counts."""
+    pack_rows: int = 512
+    """Rows (centers) of a packing block: a block's real (context, center) pairs fill its ``rows x slots`` pair
+    slots (``data.py``). The block is the largest divisor of ``train.batch_size`` up to this; each process's rows
+    must be whole blocks."""
+    pair_slots: int = 0
+    """Pair slots per row of a block (0: the expected pairs per running word x 1.3, ``data.py`` ``pair_slots``). Pairs
+    of a block beyond its slots are dropped, counted in the metric ``w2v_dropped_pairs`` and logged."""
     margin: int = 0
     """Running words read on each side of a batch to find the window's kept neighbours after subsampling
     (0: 8 x window). A context word further than this from its center is not used (see ``data.py``)."""
@@ -71,7 +86,7 @@ class Word2VecDataConfig(DataConfig):
         self.validate_word2vec(where)
 
     def validate_word2vec(self, where: str = "data") -> None:
-        for name, low in (("window", 1), ("negative", 0), ("margin", 0)):
+        for name, low in (("window", 1), ("negative", 0), ("margin", 0), ("pack_rows", 1), ("pair_slots", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ConfigError(f"{where}.{name}={v!r} must be an integer >= {low}")

@@ -24,14 +24,30 @@ Skip-gram pairs are word2vec.c's: the context word's input vector predicts the c
 negatives, one pair per context slot. CBOW: the average of the context's input vectors predicts the center.
 A center without a context (a one-word document) trains nothing, as in word2vec.c (``if (cw)``).
 
-Features (G' = this process's rows, S = 2 x window slots, K = negative, D = depth of the Huffman tree):
-``center`` [G'] int32, ``center_weight`` [G'] (1 when the center trains), ``context`` / ``context_weight``
-[G', S], ``negatives`` / ``negative_weight`` [G', K] (CBOW, shared) or [G', S, K] (skip-gram per pair);
-with hs ``path`` / ``code`` / ``path_weight`` [G', D]; ``example_id`` [G'].
+``example_rows`` gives these per center, a context slot for each of the 2 x window offsets. Most slots are empty
+(61% on Gutenberg at window 5 and sample 1e-3: the dynamic window and subsampling), so the batch holds only
+the real (context, center) pairs, packed (``pack_pairs``): the rows are cut into blocks of ``block`` consecutive
+centers (``block_rows``: the largest divisor of the global batch up to ``data.pack_rows``, so a block never
+depends on the host count), and the pairs of a block fill its ``block x slots`` pair slots in stream order,
+each naming its center by its row within the block. ``slots`` (``pair_slots``) is the expected number of pairs
+per running word with a 30% margin: kept fraction x (window + 1) x 1.3 (``data.pair_slots`` overrides it). A
+block whose pairs do not fit keeps its first ``block x slots`` and drops the rest, deterministically; the
+dropped count is the feature ``dropped`` (the metric ``w2v_dropped_pairs``) and a warning names the batch.
+On Gutenberg at the benchmark's settings the blocks of 512 hold at most 4.7 pairs a word against 6 slots.
+
+Features (R = this process's rows, c = pair slots per row, K = negative, D = depth of the Huffman tree):
+``center`` [R] int32, ``center_weight`` [R] (1 when the center trains), ``pair_input`` / ``pair_row`` /
+``pair_slot`` / ``pair_weight`` [R, c] (the context word, its center's row within the block, which of the
+center's 2 x window context slots it fills, 1 for a real pair), ``negatives`` /
+``negative_weight`` [R, K] (shared by a center's pairs) or [R, c, K] (skip-gram, a draw per pair, aligned with
+the pair slots); with hs ``path`` / ``code`` / ``path_weight`` [R, D]; ``dropped`` [R]; ``example_id`` [R].
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
+import math
 
 import numpy as np
 import tensorflow as tf
@@ -40,6 +56,11 @@ from ptm_jax.data.pretraining.causal_lm import PackedStream
 from ptm_jax.data.pretraining.source import DocumentSource, check_share
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.word2vec import sampling
+
+log = logging.getLogger(__name__)
+
+PAIR_MARGIN = 1.3
+"""Pair slots per running word = expected pairs per running word x this (``pair_slots``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,14 +72,16 @@ class Tables:
     points: np.ndarray | None  # int32 [V, D] Huffman paths (None: no hs)
     codes: np.ndarray | None
     lengths: np.ndarray | None
+    kept: float = 1.0
+    """The expected fraction of running words that survive subsampling (sum of count x keep / sum of count)."""
 
     @classmethod
     def build(cls, counts: np.ndarray, special_ids, *, sample: float, negative: int, hs: bool) -> "Tables":
         c = sampling.word_counts(counts, special_ids)
         tree = sampling.huffman(c) if hs else (None, None, None)
-        return cls(keep=sampling.keep_probability(c, sample),
-                   cdf=sampling.unigram_cdf(c) if negative else None, points=tree[0], codes=tree[1],
-                   lengths=tree[2])
+        keep = sampling.keep_probability(c, sample)
+        return cls(keep=keep, cdf=sampling.unigram_cdf(c) if negative else None, points=tree[0], codes=tree[1],
+                   lengths=tree[2], kept=float((c * keep).sum() / c.sum()))
 
     @property
     def depth(self) -> int:
@@ -122,52 +145,212 @@ def example_rows(stream: PackedStream, tables: Tables, first: int, rows: int, *,
     return out
 
 
-def feature_shapes(rows: int, *, window: int, negative: int, cbow: bool, depth: int, shared: bool = True
-                   ) -> dict[str, tuple]:
-    s = 2 * window
-    shapes = {"center": (rows,), "center_weight": (rows,), "context": (rows, s), "context_weight": (rows, s)}
+def block_rows(global_batch: int, pack_rows: int) -> int:
+    """Rows (centers) of a packing block: the largest divisor of ``global_batch`` that is at most
+    ``pack_rows``; a function of the config alone, so the packed pairs are the same for any host count."""
+    b = max(1, min(int(pack_rows), int(global_batch)))
+    while global_batch % b:
+        b -= 1
+    return b
+
+
+def pair_slots(tables: Tables, window: int, slots: int = 0) -> int:
+    """Pair slots per row (``slots`` if > 0): the expected pairs per running word (kept fraction x (window + 1):
+    a kept center has 2 x (window - b) contexts, b uniform in [0, window)) x ``PAIR_MARGIN``, at most
+    2 x window."""
+    if slots:
+        return int(slots)
+    return int(min(2 * window, max(2, math.ceil(PAIR_MARGIN * tables.kept * (window + 1)))))
+
+
+def pack_pairs(out: dict[str, np.ndarray], block: int, slots: int, pad_id: int) -> dict[str, np.ndarray]:
+    """``example_rows``' per-center context slots -> the packed pairs (module doc): ``context`` /
+    ``context_weight`` (and per-pair ``negatives``) replaced by ``pair_input``, ``pair_row``, ``pair_weight``,
+    ``dropped`` (and ``negatives`` [R, c, K] aligned with the pairs)."""
+    ctx, live = out.pop("context"), out.pop("context_weight") > 0
+    rows = ctx.shape[0]
+    check_blocks(rows, block)
+    n = live.sum(axis=1)
+    nb = n.reshape(-1, block)
+    start = (np.cumsum(nb, axis=1) - nb).reshape(rows)             # the row's first pair within its block
+    pos = start[:, None] + np.cumsum(live, axis=1) - 1
+    cap = block * slots
+    fits = live & (pos < cap)
+    r, j = np.nonzero(fits)                                         # row-major: stream order
+    flat = (r // block) * cap + pos[r, j]
+    pair_input = np.full(rows * slots, pad_id, np.int32)
+    pair_input[flat] = ctx[r, j]
+    pair_row = np.zeros(rows * slots, np.int32)
+    pair_row[flat] = r % block
+    pair_weight = np.zeros(rows * slots, np.float32)
+    pair_weight[flat] = 1.0
+    pair_slot = np.zeros(rows * slots, np.int32)
+    pair_slot[flat] = j
+    out.update(pair_input=pair_input.reshape(rows, slots), pair_row=pair_row.reshape(rows, slots),
+               pair_weight=pair_weight.reshape(rows, slots), pair_slot=pair_slot.reshape(rows, slots),
+               dropped=(live & ~fits).sum(axis=1).astype(np.float32))
+    if "negatives" in out and out["negatives"].ndim == 3:           # a draw per pair: to the pair slots
+        neg, nw = out["negatives"], out["negative_weight"]
+        k = neg.shape[2]
+        pn = np.full((rows * slots, k), pad_id, np.int32)
+        pw = np.zeros((rows * slots, k), np.float32)
+        pn[flat], pw[flat] = neg[r, j], nw[r, j]
+        out["negatives"], out["negative_weight"] = pn.reshape(rows, slots, k), pw.reshape(rows, slots, k)
+    return out
+
+
+@functools.cache
+def _native():
+    """The C++ example builder (``examples_cpu.cc`` through ``native.py``) with its argument types, or None (a
+    warning says why once; the numpy functions then build the examples, the same arrays)."""
+    import ctypes
+
+    from ptm_jax.families.word2vec import native
+
+    lib, why = native.library("examples_cpu.cc")
+    if lib is None:
+        log.warning("word2vec's C++ example builder is not available, numpy builds the examples: %s", why)
+        return None
+    fn = lib.ptm_w2v_examples
+    i64, i32, ptr = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
+    fn.argtypes = [ptr, i64, i64, i64, i64, ptr, ptr, ptr, i64, ctypes.c_uint64, i32, i32, i32, i32, i32, ptr, ptr, ptr,
+                   i32, i64, i32] + [ptr] * 13
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def packed_rows(stream: PackedStream, tables: Tables, first: int, rows: int, *, window: int, negative: int,
+                cbow: bool, seed: int, reach: int, pad_id: int, shared: bool, block: int, slots: int,
+                native: bool = True) -> dict[str, np.ndarray]:
+    """``pack_pairs(example_rows(...))``: the packed features of stream positions ``[first, first + rows)``, by
+    the C++ builder where it is available (``native``), else by numpy; the two give the same arrays."""
+    fn = _native() if native else None
+    if fn is None:
+        out = example_rows(stream, tables, first, rows, window=window, negative=negative, cbow=cbow, seed=seed,
+                           reach=reach, pad_id=pad_id, shared=shared)
+        return pack_pairs(out, block, slots, pad_id)
+    check_blocks(rows, block)
+    lo, hi = first - reach, first + rows + reach
+    a = max(lo, 0)
+    toks = np.full(hi - lo, pad_id, dtype=np.int32)
+    toks[a - lo:] = stream.span(a, hi)[0]
+    per_pair = bool(negative) and not (cbow or shared)
+    k, depth = int(negative), tables.depth
+    neg_shape = (rows, slots, k) if per_pair else (rows, k)
+    out = {"center": np.empty(rows, np.int32), "center_weight": np.empty(rows, np.float32),
+           "pair_input": np.empty((rows, slots), np.int32), "pair_row": np.empty((rows, slots), np.int32),
+           "pair_slot": np.empty((rows, slots), np.int32), "pair_weight": np.empty((rows, slots), np.float32),
+           "negatives": np.empty(neg_shape, np.int32), "negative_weight": np.empty(neg_shape, np.float32),
+           "path": np.empty((rows, depth), np.int32), "code": np.empty((rows, depth), np.float32),
+           "path_weight": np.empty((rows, depth), np.float32), "dropped": np.empty(rows, np.float32),
+           "example_id": np.empty(rows, np.int64)}
+    keep = np.ascontiguousarray(tables.keep, np.float64)
+    cdf = None if tables.cdf is None else np.ascontiguousarray(tables.cdf, np.float64)
+    guide = None if cdf is None else np.ascontiguousarray(sampling.guide_table(tables.cdf), np.int64)
+    hs = [None, None, None] if not depth else [np.ascontiguousarray(tables.points, np.int32),
+                                               np.ascontiguousarray(tables.codes, np.int8),
+                                               np.ascontiguousarray(tables.lengths, np.int32)]
+
+    def p(x):
+        return None if x is None else x.ctypes.data
+
+    rc = fn(p(toks), toks.size, lo, rows, reach, p(keep), p(cdf), p(guide), keep.size, int(seed) % (1 << 64),
+            int(window), k, int(per_pair), int(pad_id), int(stream.eos_id), *map(p, hs), depth, int(block), int(slots),
+            *(p(out[name]) for name in ("center", "center_weight", "pair_input", "pair_row", "pair_slot",
+                                        "pair_weight", "negatives", "negative_weight", "path", "code",
+                                        "path_weight", "dropped", "example_id")))
+    if rc:
+        raise ConfigError(f"the C++ example builder refused rows={rows}, block={block}, window={window}")
+    if not k:
+        del out["negatives"], out["negative_weight"]
+    if not depth:
+        del out["path"], out["code"], out["path_weight"]
+    return out
+
+
+def report_dropped(out: dict[str, np.ndarray], batch: int, what: str, setting: str) -> None:
+    """The visible side of an overflowing block: a warning naming the batch (the metric is the feature)."""
+    dropped = int(out["dropped"].sum())
+    if dropped:
+        log.warning("batch %d: %d %s did not fit their packing block and are not trained (%s); raise %s",
+                    batch, dropped, what, _where(out), setting)
+
+
+def _where(out: dict[str, np.ndarray]) -> str:
+    ids = out["example_id"][out["dropped"] > 0]
+    return f"stream positions {int(ids.min())}..{int(ids.max())}"
+
+
+def feature_shapes(rows: int, *, window: int, negative: int, cbow: bool, depth: int, slots: int,
+                   shared: bool = True) -> dict[str, tuple]:
+    shapes = {"center": (rows,), "center_weight": (rows,), "pair_input": (rows, slots), "pair_row": (rows, slots),
+              "pair_slot": (rows, slots), "pair_weight": (rows, slots)}
     if negative:
         per_center = cbow or shared
-        shapes["negatives"] = shapes["negative_weight"] = (rows, negative) if per_center else (rows, s, negative)
+        shapes["negatives"] = shapes["negative_weight"] = (rows, negative) if per_center else (rows, slots, negative)
     if depth:
         shapes["path"] = shapes["code"] = shapes["path_weight"] = (rows, depth)
+    shapes["dropped"] = (rows,)
     shapes["example_id"] = (rows,)
     return shapes
 
 
 def feature_dtype(name: str):
-    if name in ("center", "context", "negatives", "path"):
+    if name in ("center", "pair_input", "pair_row", "pair_slot", "negatives", "path", "units", "unit_row"):
         return np.int32
     return np.int64 if name == "example_id" else np.float32
 
 
 def word2vec_dataset(source: DocumentSource, tables: Tables, *, eos_id: int, pad_id: int, window: int,
                      negative: int, cbow: bool, reach: int, seed: int, start_index: int, global_batch: int,
-                     process_index: int = 0, process_count: int = 1, shared: bool = True) -> tf.data.Dataset:
+                     block: int, slots: int, process_index: int = 0, process_count: int = 1,
+                     shared: bool = True) -> tf.data.Dataset:
     """This process's rows of global batches ``start_index / global_batch``, ... (endless: word2vec's epochs
-    are passes over the stream; ``train.steps`` says how many words are read)."""
+    are passes over the stream; ``train.steps`` says how many words are read), the pairs packed in blocks of
+    ``block`` rows with ``slots`` pair slots a row (module doc)."""
     if not isinstance(window, int) or window < 1:
         raise ConfigError(f"data.window={window!r} must be an integer >= 1")
     check_share(start_index, global_batch, process_index, process_count)
     stream = PackedStream(source, eos_id, seed=seed, shuffle=True)
     rows = global_batch // process_count
-    shapes = feature_shapes(rows, window=window, negative=negative, cbow=cbow, depth=tables.depth, shared=shared)
+    check_blocks(rows, block)
+    shapes = feature_shapes(rows, window=window, negative=negative, cbow=cbow, depth=tables.depth, slots=slots,
+                            shared=shared)
+
+    def make(batch: int) -> dict[str, np.ndarray]:
+        first = batch * global_batch + process_index * rows
+        out = packed_rows(stream, tables, first, rows, window=window, negative=negative, cbow=cbow, seed=seed,
+                          reach=reach, pad_id=pad_id, shared=shared, block=block, slots=slots)
+        report_dropped(out, batch, "(context, center) pairs", f"data.pair_slots (now {slots})")
+        return out
+
+    return batch_dataset(make, shapes, feature_dtype, start_index // global_batch)
+
+
+def check_blocks(rows: int, block: int) -> None:
+    if rows % block:
+        raise ConfigError(f"each process's {rows} rows must be whole packing blocks of {block} rows (the largest "
+                          f"divisor of train.batch_size up to data.pack_rows); set data.pack_rows to a divisor "
+                          f"of {rows}")
+
+
+def batch_dataset(make, shapes: dict[str, tuple], dtype, first_batch: int) -> tf.data.Dataset:
+    """Batches ``first_batch``, ``first_batch + 1``, ... of ``make(batch) -> {feature: array}`` (numpy, in
+    ``tf.py_function``), with the static ``shapes``."""
     names = tuple(shapes)
 
-    def make(batch) -> list[np.ndarray]:
-        first = int(batch.numpy()) * global_batch + process_index * rows
-        out = example_rows(stream, tables, first, rows, window=window, negative=negative, cbow=cbow, seed=seed,
-                           reach=reach, pad_id=pad_id, shared=shared)
-        return [out[k].astype(feature_dtype(k)) for k in names]
+    def arrays(batch) -> list[np.ndarray]:
+        out = make(int(batch.numpy()))
+        return [out[k].astype(dtype(k)) for k in names]
 
     def build(batch: tf.Tensor) -> dict[str, tf.Tensor]:
-        tensors = tf.py_function(make, [batch], [tf.as_dtype(feature_dtype(k)) for k in names])
+        tensors = tf.py_function(arrays, [batch], [tf.as_dtype(dtype(k)) for k in names])
         out = dict(zip(names, tensors))
         for k, t in out.items():
             t.set_shape(shapes[k])
         return out
 
-    batches = tf.data.Dataset.counter(start_index // global_batch, dtype=tf.int64)
+    batches = tf.data.Dataset.counter(first_batch, dtype=tf.int64)
     ds = batches.map(tf.autograph.experimental.do_not_convert(build), num_parallel_calls=tf.data.AUTOTUNE,
                      deterministic=True)
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -31,9 +31,10 @@ def infer_head(params: dict) -> str:
 
 
 def forward_flops(cfg: Any) -> dict[str, float]:
-    """2 x multiply-adds of one forward pass if every slot of the batch trained: B centers, S = 2 window
-    context slots, K negatives, D Huffman depth (taken as log2 V); the table lookups are gathers."""
-    d, b, s = cfg.model.dim, cfg.train.batch_size, 2 * cfg.data.window
+    """2 x multiply-adds of one forward pass over the expected pairs of a batch without subsampling: B centers,
+    S = window + 1 contexts a center (2 x (window - b), b uniform in [0, window)), K negatives, D Huffman depth
+    (taken as log2 V); the table lookups are gathers."""
+    d, b, s = cfg.model.dim, cfg.train.batch_size, cfg.data.window + 1
     pairs = b if cfg.objective == "cbow" else b * s
     macs = {}
     if cfg.data.negative:
@@ -52,13 +53,20 @@ def step_flops(cfg: Any):
 
 
 def synthetic_batch(example: dict[str, np.ndarray], cfg: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Random word ids (specials excluded) with every slot training."""
+    """Random word ids (specials excluded) with every slot training, each pair slot naming a random center of
+    its packing block (``data.py``)."""
+    from ptm_jax.families.word2vec.data import block_rows
+
     out = {k: np.array(v) for k, v in example.items()}
     v = max(cfg.model.vocab_size, 4)
-    for k in ("center", "context", "negatives", "path"):
+    block = block_rows(cfg.train.batch_size, cfg.data.pack_rows)
+    for k in ("center", "pair_input", "negatives", "path"):
         if k in out:
             out[k] = rng.integers(3, v - 1 if k == "path" else v, out[k].shape).astype(np.int32)
-    for k in ("center_weight", "context_weight", "negative_weight", "path_weight"):
+    for k in ("pair_row", "unit_row"):
+        if k in out:
+            out[k] = rng.integers(0, block, out[k].shape).astype(np.int32)
+    for k in ("center_weight", "pair_weight", "negative_weight", "path_weight", "unit_weight"):
         if k in out:
             out[k] = np.ones(out[k].shape, np.float32)
     if "code" in out:

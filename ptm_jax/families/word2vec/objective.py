@@ -28,8 +28,9 @@ import numpy as np
 
 from ptm_jax.data.pretraining.source import DocumentSource
 from ptm_jax.families.word2vec.artifacts import source_counts  # noqa: F401  (its home before artifacts.py)
-from ptm_jax.families.word2vec.data import Tables, feature_dtype, feature_shapes, word2vec_dataset
-from ptm_jax.families.word2vec.model import TRUNK, Word2Vec, row_ids, scores_from_rows
+from ptm_jax.families.word2vec.data import (Tables, block_rows, feature_dtype, feature_shapes, pair_slots,
+                                            word2vec_dataset)
+from ptm_jax.families.word2vec.model import TRUNK, Word2Vec, per_pair, row_ids, scores_from_rows
 from ptm_jax.objectives.base import SourceStreams
 from ptm_jax.train.step import add_to_rows, capped_row_gradients
 
@@ -68,7 +69,11 @@ class Word2VecObjective(SourceStreams):
         self.tables = tables
         self.initial_vectors = initial_vectors
         """(matrix [V, dim], found [V]): rows of the input table taken from ``model.init_vectors``."""
-        self.model = Word2Vec(cfg.model, cbow=self.cbow, negative=d.negative > 0, hs=bool(d.hs))
+        self.block = block_rows(cfg.train.batch_size, d.pack_rows)
+        """Rows of a packing block (``data.py``): a function of the config, not of the mesh or host count."""
+        self.slots = pair_slots(tables, d.window, d.pair_slots)
+        self.model = Word2Vec(cfg.model, cbow=self.cbow, negative=d.negative > 0, hs=bool(d.hs), block=self.block,
+                              window=d.window)
         self.train_source, self.eval_source = train_source, eval_source
         self.eos_id, self.pad_id = int(eos_id), int(pad_id)
         t = cfg.train
@@ -78,12 +83,12 @@ class Word2VecObjective(SourceStreams):
     def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
         d = self.cfg.data
         shapes = feature_shapes(batch_size, window=d.window, negative=d.negative, cbow=self.cbow,
-                                depth=self.tables.depth, shared=d.shared_negatives)
+                                depth=self.tables.depth, slots=self.slots, shared=d.shared_negatives)
         shapes.pop("example_id")
         return {k: np.zeros(s, feature_dtype(k)) for k, s in shapes.items()}  # 'center' first: words per step
 
     def init(self, rng: jax.Array, batch: dict[str, Any]) -> Any:
-        params = self.model.init(rng, {k: jnp.asarray(v[:1]) for k, v in batch.items()})
+        params = self.model.init(rng, {k: jnp.zeros((self.block,) + v.shape[1:], v.dtype) for k, v in batch.items()})
         if self.initial_vectors is not None:
             from ptm_jax.export.vector_files import with_initial_rows
 
@@ -91,43 +96,73 @@ class Word2VecObjective(SourceStreams):
         return params
 
     def normalizers(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
-        pairs = batch["center_weight"].sum() if self.cbow else batch["context_weight"].sum()
+        pairs = batch["center_weight"].sum() if self.cbow else batch["pair_weight"].sum()
         return {"pairs": pairs.astype(jnp.float32)}
 
     def loss(self, params, batch, rng, normalizers, train: bool):
         return self.loss_of_scores(self.model.apply(params, batch), batch, normalizers)
 
     def loss_of_scores(self, scores, batch, normalizers):
-        pair_w = batch["center_weight"][:, None] if self.cbow else batch["context_weight"]   # [R, S']
+        """The summed terms (module doc) of the scores of ``model.scores_from_rows``: per pair slot (skip-gram,
+        its center's negative and path weights) or per center (CBOW)."""
+        if self.cbow:
+            pair_w = batch["center_weight"][:, None]                                          # [R, 1]
+
+            def of_center(x):
+                return x[:, None]
+        else:
+            pair_w = batch["pair_weight"]                                                      # [R, c]
+
+            def of_center(x):
+                return per_pair(x, batch["pair_row"], self.block)
         total = jnp.zeros((), jnp.float32)
         if "positive" in scores:
             total += -jnp.sum(jax.nn.log_sigmoid(scores["positive"]) * pair_w)
             neg_w = batch["negative_weight"]
-            if neg_w.ndim == 2:                                      # shared by the center's pairs
-                neg_w = neg_w[:, None, :] * pair_w[:, :, None]
-            total += -jnp.sum(jax.nn.log_sigmoid(-scores["negative"]) * neg_w)
+            neg_w = of_center(neg_w) if neg_w.ndim == 2 else neg_w                           # [R, P, K]
+            total += -jnp.sum(jax.nn.log_sigmoid(-scores["negative"]) * neg_w * pair_w[:, :, None])
         if "hs" in scores:
-            sign = 1.0 - 2.0 * batch["code"][:, None, :]                                  # bit 0 -> label 1
-            w = pair_w[:, :, None] * batch["path_weight"][:, None, :]
+            sign = 1.0 - 2.0 * of_center(batch["code"])                                        # bit 0 -> label 1
+            w = pair_w[:, :, None] * of_center(batch["path_weight"])
             total += -jnp.sum(jax.nn.log_sigmoid(sign * scores["hs"]) * w)
-        pairs = jnp.sum(pair_w)
-        terms = {"w2v_loss": (total, normalizers["pairs"]), "w2v_pairs": (pairs, jnp.ones(()))}
+        return self.loss_terms(total, batch, normalizers)
+
+    def loss_terms(self, total, batch, normalizers):
+        pairs = jnp.sum(batch["pair_weight"])
+        terms = {"w2v_loss": (total, normalizers["pairs"]), "w2v_pairs": (pairs, jnp.ones(())),
+                 "w2v_dropped_pairs": (jnp.sum(batch["dropped"]), jnp.ones(()))}
         return total, terms
 
     def row_gradients(self, params, batch, rng, normalizers):
         """The sparse path (``train/step.py`` ``sparse_sgd_step``): (loss, terms, {table: (ids [N], rows [N, d])})
         with ``rows`` the gradient of the loss with respect to each gathered row, scaled by
-        min(1, duplicate_cap / n) for a row gathered n times. Adding ``-lr x rows`` at ``ids`` is the dense
-        path's SGD step on the gradient of ``Word2VecTables`` (the same sums), touching only these rows."""
+        min(1, duplicate_cap / n) for a row read n times by live entries. Adding ``-lr x rows`` at ``ids`` is the
+        dense path's SGD step on the gradient of ``Word2VecTables`` (the same sums), touching only these rows."""
         tables = params["params"][TRUNK]
         ids = row_ids(batch, self.model.negative, self.model.hs)
-        rows = {k: tables[k].at[i].get(mode="promise_in_bounds") for k, i in ids.items()}
+        rows = {k: tables[k].at[i].get(mode="promise_in_bounds") for k, (i, _) in ids.items()}
 
         def loss_fn(r):
-            return self.loss_of_scores(scores_from_rows(r, batch, self.cbow), batch, normalizers)
+            scores = scores_from_rows(r, batch, self.cbow, self.block, self.cfg.data.window)
+            return self.loss_of_scores(scores, batch, normalizers)
 
         (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(rows)
-        return loss, terms, capped_row_gradients(ids, grads, tables, float(self.cfg.model.duplicate_cap))
+        return loss, terms, capped_row_gradients({k: i for k, (i, _) in ids.items()}, grads, tables,
+                                                 float(self.cfg.model.duplicate_cap),
+                                                 live={k: w for k, (_, w) in ids.items()})
+
+    def fused_rows(self, params, batch, normalizers, step_size):
+        """The whole sparse step in the fused CPU kernel (``cpu_kernel.py``) where ``model.kernel`` lets it
+        run, else None (the XLA path: ``row_gradients`` + ``apply_rows``, the same step)."""
+        from ptm_jax.families.word2vec import cpu_kernel
+
+        if not cpu_kernel.applies(self.cfg.model.kernel):
+            return None
+        tables = params["params"][TRUNK]
+        new, loss, sumsq, finite = cpu_kernel.fused_step(self.name, dict(tables), batch, step_size, block=self.block,
+                                                         cap=float(self.cfg.model.duplicate_cap))
+        _, terms = self.loss_terms(loss, batch, normalizers)
+        return {**params, "params": {**params["params"], TRUNK: {**tables, **new}}}, loss, terms, sumsq, finite
 
     def apply_rows(self, params, rows, step_size):
         """``params`` with ``-step_size x grads`` added to the rows of each table (duplicates add up)."""
@@ -142,5 +177,5 @@ class Word2VecObjective(SourceStreams):
         seed = int(d.seed) if repeat else int(d.seed) + EVAL_SEED_OFFSET
         return word2vec_dataset(source, self.tables, eos_id=self.eos_id, pad_id=self.pad_id, window=d.window,
                                 negative=d.negative, cbow=self.cbow, reach=d.reach, seed=seed, start_index=start,
-                                global_batch=global_batch, process_index=pi, process_count=pc,
-                                shared=d.shared_negatives)
+                                global_batch=global_batch, block=self.block, slots=self.slots,
+                                process_index=pi, process_count=pc, shared=d.shared_negatives)

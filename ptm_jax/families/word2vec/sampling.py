@@ -77,9 +77,36 @@ def unigram_cdf(counts: np.ndarray, power: float = 0.75) -> np.ndarray:
     return cdf / cdf[-1]
 
 
+GUIDE_BUCKETS = 1 << 16
+"""Buckets of the guide table that starts each inverse-CDF search near its answer (``draw_negatives``)."""
+
+_guides: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def guide_table(cdf: np.ndarray) -> np.ndarray:
+    """For bucket b of [0, 1) the first id whose cumulative probability exceeds b / ``GUIDE_BUCKETS`` (cached per
+    ``cdf`` array)."""
+    key = id(cdf)
+    hit = _guides.get(key)
+    if hit is None or hit[0] is not cdf:
+        guide = np.searchsorted(cdf, np.arange(GUIDE_BUCKETS) / GUIDE_BUCKETS, side="right").astype(np.int64)
+        hit = _guides[key] = (cdf, np.minimum(guide, cdf.shape[0] - 1))
+    return hit[1]
+
+
 def draw_negatives(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """int32 word ids for uniforms ``u``: inverse CDF (exact; zero-probability ids are never drawn)."""
-    return np.minimum(np.searchsorted(cdf, u, side="right"), cdf.shape[0] - 1).astype(np.int32)
+    """int32 word ids for uniforms ``u``: inverse CDF, the first id whose cumulative probability exceeds u (exact,
+    the same as ``np.searchsorted(cdf, u, side='right')``; zero-probability ids are never drawn). A guide table
+    (Chen and Asau 1974) starts each search at the first id of u's bucket, a step or two from the answer, instead
+    of a binary search of the whole vocabulary (the examples' largest cost before)."""
+    last = cdf.shape[0] - 1
+    flat = np.asarray(u, np.float64).reshape(-1)
+    idx = guide_table(cdf)[np.minimum((flat * GUIDE_BUCKETS).astype(np.int64), GUIDE_BUCKETS - 1)]
+    todo = np.flatnonzero((cdf[idx] <= flat) & (idx < last))
+    while todo.size:
+        idx[todo] += 1
+        todo = todo[(cdf[idx[todo]] <= flat[todo]) & (idx[todo] < last)]
+    return idx.reshape(np.shape(u)).astype(np.int32)
 
 
 def huffman(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,0 +1,569 @@
+// The fused sparse SGD step of word2vec and fastText on the CPU, an XLA FFI custom call
+// (ptm_jax/families/word2vec/cpu_kernel.py builds and registers it; docs/benchmarks.md "word2vec").
+//
+// One call does what the XLA path of the sparse step does in five passes over [rows, slots, dim] arrays
+// (gather the rows, score the pairs, sigmoid, the gradient of each row read, scatter-add -lr x it), with the
+// SAME batch semantics, so the two agree to float rounding (tests/test_word2vec.py, tests/test_fasttext.py):
+//
+//   * every gradient is taken at the tables as they were before the batch (phase 1 reads, phase 2 writes);
+//   * a row read n > cap times by the batch's live reads (weight != 0) gets its summed update scaled by cap / n
+//     (model.duplicate_cap; train/step.py capped_row_gradients);
+//   * a non-finite loss or gradient norm leaves the tables unchanged (train/step.py sparse_sgd_step);
+//   * hidden vectors that are means (CBOW, fastText's units) give each of their rows the whole error
+//     (word2vec.c adds neu1e to every context row; fastText's Model::update likewise).
+//
+// Modes (the layouts are families/word2vec/data.py's packed pairs and families/fasttext/data.py's units):
+//   0 word2vec skip-gram: each pair's context row predicts its center (+ negatives, + Huffman path);
+//   1 word2vec CBOW: the mean of a center's context rows predicts it;
+//   2 fastText skip-gram: the mean of the center's unit rows predicts each context word (+ negatives);
+//   3 fastText CBOW: the mean of the units of the center's context words predicts the center.
+//
+// Deterministic, and independent of the thread count: phase 1 works block by block (a block's pairs and units
+// name rows of that block only) and sums the loss per block, then in block order; phase 2 gives each thread
+// the rows with id % kParts == part and applies every row's updates in read order.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int kParts = 16;  // phase 2 partitions of the row ids (fixed: results do not depend on threads)
+
+inline float Dot(const float* a, const float* b, int64_t d) {
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < d; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline void Axpy(float g, const float* x, float* y, int64_t d) {
+#pragma omp simd
+  for (int64_t i = 0; i < d; ++i) y[i] += g * x[i];
+}
+
+// y = g x (set) or y += g x.
+inline void AxpyOrSet(float g, const float* x, float* y, int64_t d, bool set) {
+  if (set) {
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) y[i] = g * x[i];
+  } else {
+    Axpy(g, x, y, d);
+  }
+}
+
+inline double SumSq(const float* x, int64_t d) {
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < d; ++i) s += x[i] * x[i];
+  return s;
+}
+
+// The summed loss of a block: sum w (max(x, 0) + log1p(exp(-|x|))). The log1p terms of weight 1 (nearly all)
+// are multiplied up in double, (1 + e) in (1, 2], and their log taken once per 512 (2^512 is far from double's
+// range): one log instead of one log1p a score, which was a tenth of the kernel's time.
+struct Loss {
+  double sum = 0.0, prod = 1.0;
+  int n = 0;
+  void Add(float x, float e, float w) {
+    sum += w * std::max(x, 0.f);
+    if (w == 1.f) {
+      prod *= 1.0 + e;
+      if (++n == 512) Flush();
+    } else {
+      sum += w * std::log1p(static_cast<double>(e));
+    }
+  }
+  void Flush() {
+    sum += std::log(prod);
+    prod = 1.0;
+    n = 0;
+  }
+  double Total() {
+    Flush();
+    return sum;
+  }
+};
+
+// One scored target: adds its loss and its gradient to the hidden vector's error and (grad_t) to the target's
+// own gradient row; returns d loss / d score (the target row's gradient is that times the hidden vector).
+// label 1: -log s(score); label 0: -log s(-score); weight w. With x = score for label 0 and -score for label 1,
+// the loss is softplus(x) = max(x, 0) + log1p(exp(-|x|)) and d loss / d x = s(x).
+inline float Score(const float* h, const float* t, float label, float w, int64_t d, Loss* loss, float* err,
+                   float* grad_t, bool set_err = false, bool set_t = false) {
+  const float s = Dot(h, t, d);
+  const float x = label > 0.5f ? -s : s;
+  const float e = std::exp(-std::fabs(x));
+  const float sig = x >= 0.f ? 1.f / (1.f + e) : e / (1.f + e);               // s(x)
+  loss->Add(x, e, w);
+  const float g = label > 0.5f ? -w * sig : w * sig;                          // d loss / d score
+  AxpyOrSet(g, t, err, d, set_err);
+  if (grad_t) AxpyOrSet(g, h, grad_t, d, set_t);
+  return g;
+}
+
+// f(i) for i in [0, n): the items are claimed from a shared counter by the caller and by pool threads; the
+// caller returns when every item is done (a pool thread that starts later finds none left).
+void ParallelFor(ffi::ThreadPool& pool, int64_t n, const std::function<void(int64_t)>& f) {
+  int64_t threads = pool.num_threads();
+  if (n <= 1 || threads <= 1) {
+    for (int64_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+  struct State {
+    std::atomic<int64_t> next{0};
+    int64_t done = 0;
+    std::mutex mu;
+    std::condition_variable cv;
+  };
+  auto st = std::make_shared<State>();
+  const std::function<void(int64_t)>* fp = &f;
+  auto work = [st, n, fp]() {
+    int64_t mine = 0;
+    for (int64_t i; (i = st->next.fetch_add(1)) < n;) {
+      (*fp)(i);
+      ++mine;
+    }
+    if (mine) {
+      std::lock_guard<std::mutex> lock(st->mu);
+      st->done += mine;
+      if (st->done == n) st->cv.notify_all();
+    }
+  };
+  for (int64_t t = 0; t < std::min<int64_t>(threads, n) - 1; ++t) {
+    auto task = work;
+    pool.Schedule(std::move(task));
+  }
+  work();
+  std::unique_lock<std::mutex> lock(st->mu);
+  st->cv.wait(lock, [&] { return st->done == n; });
+}
+
+// The reads of one table: ids, liveness weights, and where each read's gradient row is: its own row of `grad`
+// (stride d), or coef[i] * vec[row(i)] (a scalar times a hidden vector or its error: the rows averaged into a
+// mean receive its whole error times their weight, a target row receives d loss / d score times the hidden
+// vector), row(i) = (i / per_block) * block + row_of[i] (pair and unit slots, block-relative) or i / per_row.
+struct Reads {
+  const int32_t* ids = nullptr;
+  const float* live = nullptr;
+  int64_t n = 0;
+  float* grad = nullptr;            // [n, d] or null
+  const float* vec = nullptr;       // [R, d]
+  const float* coef = nullptr;      // [n]
+  const int32_t* row_of = nullptr;
+  int64_t per_block = 0, block = 0, per_row = 1;
+  const double* vec_sq = nullptr;   // [R] squared norms of vec's rows (filled per block in phase 1)
+
+  int64_t Row(int64_t i) const { return row_of ? (i / per_block) * block + row_of[i] : i / per_row; }
+  const float* VecRow(int64_t i, int64_t d) const { return vec + Row(i) * d; }
+};
+
+struct Counts {
+  std::vector<int32_t> n;
+  void Count(const Reads& r) {
+    for (int64_t i = 0; i < r.n; ++i)
+      if (r.live[i] != 0.f) ++n[r.ids[i]];
+  }
+  void Clear(const Reads& r) {
+    for (int64_t i = 0; i < r.n; ++i) n[r.ids[i]] = 0;
+  }
+  float Scale(int32_t id, float cap) const {
+    return cap > 0.f ? std::min(1.f, cap / static_cast<float>(std::max(n[id], 1))) : 1.f;
+  }
+};
+
+Counts& CountsFor(int which, int64_t rows) {
+  static thread_local Counts counts[3];
+  Counts& c = counts[which];
+  if (static_cast<int64_t>(c.n.size()) < rows) c.n.assign(rows, 0);
+  return c;
+}
+
+// Reused buffers (growing, never shrunk or zeroed whole: phase 1 zeroes the rows it accumulates into), one set
+// per concurrent call.
+struct Scratch {
+  std::vector<float> g_in, g_out, g_pneg, g_hs, hid, err, c_out, c_ctx, c_hs, out_live;
+  std::vector<double> hid_sq, err_sq;
+  std::vector<int32_t> out_ids;
+  std::vector<int64_t> order;
+};
+
+template <class T>
+T* Grow(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  return v.data();
+}
+
+class ScratchLease {
+ public:
+  ScratchLease() {
+    std::lock_guard<std::mutex> lock(Mu());
+    if (!Free().empty()) {
+      s_ = std::move(Free().back());
+      Free().pop_back();
+    } else {
+      s_ = std::make_unique<Scratch>();
+    }
+  }
+  ~ScratchLease() {
+    std::lock_guard<std::mutex> lock(Mu());
+    Free().push_back(std::move(s_));
+  }
+  Scratch& operator*() { return *s_; }
+
+ private:
+  static std::mutex& Mu() {
+    static std::mutex mu;
+    return mu;
+  }
+  static std::vector<std::unique_ptr<Scratch>>& Free() {
+    static std::vector<std::unique_ptr<Scratch>> free;
+    return free;
+  }
+  std::unique_ptr<Scratch> s_;
+};
+
+// Phase 2 for one table: table[id] -= lr * scale(id) * gradient of each live read, in read order per row. The
+// live reads are first bucketed by id % kParts (a stable counting pass), then each part applies its own.
+void Apply(ffi::ThreadPool& pool, const Reads& r, const Counts& c, float cap, float lr, float* table, int64_t d,
+           std::vector<int64_t>& order) {
+  if (r.n == 0) return;
+  int64_t start[kParts + 1] = {0};
+  for (int64_t i = 0; i < r.n; ++i)
+    if (r.live[i] != 0.f) ++start[r.ids[i] % kParts + 1];
+  for (int p = 0; p < kParts; ++p) start[p + 1] += start[p];
+  order.resize(start[kParts]);
+  int64_t fill[kParts];
+  std::copy(start, start + kParts, fill);
+  for (int64_t i = 0; i < r.n; ++i)
+    if (r.live[i] != 0.f) order[fill[r.ids[i] % kParts]++] = i;
+  ParallelFor(pool, kParts, [&](int64_t part) {
+    for (int64_t o = start[part]; o < start[part + 1]; ++o) {
+      const int64_t i = order[o];
+      const int32_t id = r.ids[i];
+      const float step = -lr * c.Scale(id, cap);
+      float* row = table + static_cast<int64_t>(id) * d;
+      if (r.grad) {
+        Axpy(step, r.grad + i * d, row, d);
+      } else {
+        Axpy(step * r.coef[i], r.VecRow(i, d), row, d);
+      }
+    }
+  });
+}
+
+// The capped squared norm of one block's reads [lo, hi) (the XLA path's grad_norm/<table>).
+double BlockSumSq(const Reads& r, const Counts& c, float cap, int64_t lo, int64_t hi, int64_t d) {
+  double s = 0.0;
+  for (int64_t i = lo; i < hi; ++i) {
+    if (r.live[i] == 0.f) continue;
+    float scale = c.Scale(r.ids[i], cap);
+    if (r.grad) {
+      s += SumSq(r.grad + i * d, d) * scale * scale;
+    } else {
+      const float w = r.coef[i] * scale;
+      s += r.vec_sq[r.Row(i)] * w * w;
+    }
+  }
+  return s;
+}
+
+ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buffer<ffi::F32> out_tab,
+                    ffi::Buffer<ffi::F32> hs_tab, ffi::Buffer<ffi::S32> center, ffi::Buffer<ffi::F32> center_w,
+                    ffi::Buffer<ffi::S32> neg, ffi::Buffer<ffi::F32> neg_w, ffi::Buffer<ffi::S32> path,
+                    ffi::Buffer<ffi::F32> code, ffi::Buffer<ffi::F32> path_w, ffi::Buffer<ffi::S32> pair_in,
+                    ffi::Buffer<ffi::S32> pair_row, ffi::Buffer<ffi::F32> pair_w, ffi::Buffer<ffi::S32> units,
+                    ffi::Buffer<ffi::S32> unit_row, ffi::Buffer<ffi::F32> unit_w, ffi::Buffer<ffi::F32> lr_buf,
+                    int64_t mode, int64_t block, float cap, bool has_out, bool has_hs,
+                    ffi::ResultBuffer<ffi::F32> in_res, ffi::ResultBuffer<ffi::F32> out_res,
+                    ffi::ResultBuffer<ffi::F32> hs_res, ffi::ResultBuffer<ffi::F32> stats) {
+  // The results alias the tables (input_output_aliases): read and write them there.
+  float* IN = in_res->typed_data();
+  float* OUT = out_res->typed_data();
+  float* HS = hs_res->typed_data();
+  const int64_t d = in_tab.dimensions()[1];
+  const int64_t R = center.dimensions()[0];
+  const int64_t c = pair_in.dimensions()[1];
+  const int64_t u = units.dimensions()[1];
+  const bool pair_negs = neg.dimensions().size() == 3;  // mode 0: a draw per pair slot
+  const int64_t K = has_out ? neg.dimensions()[neg.dimensions().size() - 1] : 0;
+  const int64_t D = has_hs ? path.dimensions()[1] : 0;
+  if (block <= 0 || R % block != 0) return ffi::Error::InvalidArgument("rows are not whole packing blocks");
+  if (mode < 0 || mode > 3) return ffi::Error::InvalidArgument("unknown mode");
+  const int64_t nb = R / block;
+  const bool units_in = mode >= 2;  // fastText: the hidden vector is the mean of unit rows
+  const bool per_pair = mode == 0;  // word2vec skip-gram: a hidden vector per pair slot
+  const int32_t* cen = center.typed_data();
+  const float* cw = center_w.typed_data();
+  const int32_t* ng = neg.typed_data();
+  const float* nw = neg_w.typed_data();
+  const int32_t* pt = path.typed_data();
+  const float* cd = code.typed_data();
+  const float* pw_path = path_w.typed_data();
+  const int32_t* pin = pair_in.typed_data();
+  const int32_t* prow = pair_row.typed_data();
+  const float* pw = pair_w.typed_data();
+  const int32_t* un = units.typed_data();
+  const int32_t* urow = unit_row.typed_data();
+  const float* uw = unit_w.typed_data();
+  const float lr = lr_buf.typed_data()[0];
+
+  // Gradient rows. Skip-gram (mode 0) keeps a buffer row per read: a pair's input row, a center's output and
+  // path rows summed over its pairs. The other modes have one hidden vector per center, so a read's gradient is
+  // a scalar times that vector or its error (Reads::coef): only the scalars are stored.
+  const int64_t T = mode == 2 ? K : 1 + K;  // per-center output reads: [center,] negatives
+  ScratchLease lease;
+  Scratch& sc = *lease;
+  const int64_t t_rows = pair_negs ? 1 : T;
+  const int64_t n_out_rows = has_out ? R * t_rows : 0;
+  float* g_in = per_pair ? Grow(sc.g_in, R * c * d) : nullptr;
+  float* g_out = per_pair && has_out ? Grow(sc.g_out, n_out_rows * d) : nullptr;
+  float* g_pneg = pair_negs ? Grow(sc.g_pneg, R * c * K * d) : nullptr;
+  float* g_hs = per_pair && has_hs ? Grow(sc.g_hs, R * D * d) : nullptr;
+  float* hid = per_pair ? nullptr : Grow(sc.hid, R * d);
+  float* err = per_pair ? nullptr : Grow(sc.err, R * d);
+  double* hid_sq = per_pair ? nullptr : Grow(sc.hid_sq, R);
+  double* err_sq = per_pair ? nullptr : Grow(sc.err_sq, R);
+  float* c_out = !per_pair && has_out ? Grow(sc.c_out, n_out_rows) : nullptr;
+  float* c_ctx = mode == 2 ? Grow(sc.c_ctx, R * c) : nullptr;   // fastText skip-gram: each context word's
+  float* c_hs = !per_pair && has_hs ? Grow(sc.c_hs, R * D) : nullptr;
+  // The per-center output reads, in read order (center first, then negatives) with their live weights.
+  float* out_live = Grow(sc.out_live, n_out_rows);
+  int32_t* out_ids = Grow(sc.out_ids, n_out_rows);
+  for (int64_t r = 0; r < R && has_out; ++r) {
+    int64_t o = r * t_rows, k0 = 0;
+    if (mode != 2) {
+      out_ids[o] = cen[r];
+      out_live[o] = cw[r];
+      k0 = 1;
+    }
+    if (!pair_negs)
+      for (int64_t k = 0; k < K; ++k) {
+        out_ids[o + k0 + k] = ng[r * K + k];
+        out_live[o + k0 + k] = nw[r * K + k];
+      }
+  }
+
+  // The read lists of the three tables (the XLA path's model.row_ids).
+  std::vector<Reads> in_reads(1), out_reads, hs_reads;
+  if (per_pair) {
+    in_reads[0] = Reads{pin, pw, R * c, g_in};
+  } else if (units_in) {
+    in_reads[0] = Reads{un, uw, R * u, nullptr, err, uw, urow, block * u, block, 1, err_sq};
+  } else {
+    in_reads[0] = Reads{pin, pw, R * c, nullptr, err, pw, prow, block * c, block, 1, err_sq};
+  }
+  if (has_out) {
+    if (mode == 2) out_reads.push_back(Reads{pin, pw, R * c, nullptr, hid, c_ctx, prow, block * c, block, 1, hid_sq});
+    if (per_pair) {
+      out_reads.push_back(Reads{out_ids, out_live, n_out_rows, g_out});
+    } else {
+      out_reads.push_back(Reads{out_ids, out_live, n_out_rows, nullptr, hid, c_out, nullptr, 0, 0, t_rows, hid_sq});
+    }
+    if (pair_negs) out_reads.push_back(Reads{ng, nw, R * c * K, g_pneg});
+  }
+  if (has_hs) {
+    if (per_pair) {
+      hs_reads.push_back(Reads{pt, pw_path, R * D, g_hs});
+    } else {
+      hs_reads.push_back(Reads{pt, pw_path, R * D, nullptr, hid, c_hs, nullptr, 0, 0, D, hid_sq});
+    }
+  }
+
+  // Phase 0: live reads per row id (the duplicate cap).
+  Counts& n_in = CountsFor(0, in_tab.dimensions()[0]);
+  Counts& n_out = CountsFor(1, out_tab.dimensions()[0]);
+  Counts& n_hs = CountsFor(2, hs_tab.dimensions()[0]);
+  for (auto& r : in_reads) n_in.Count(r);
+  for (auto& r : out_reads) n_out.Count(r);
+  for (auto& r : hs_reads) n_hs.Count(r);
+
+  // Phase 1: per block, the loss and the gradient of every read, at the tables before the batch.
+  std::vector<double> loss(nb, 0.0), sq_in(nb, 0.0), sq_out(nb, 0.0), sq_hs(nb, 0.0);
+  ParallelFor(pool, nb, [&](int64_t b) {
+    const int64_t r0 = b * block, r1 = r0 + block;
+    Loss l;
+    if (per_pair) {
+      // the first pair of a center sets its output and path rows, the first target of a pair its input row;
+      // an active center left without pairs (its block overflowed) gets zeros
+      int64_t last = -1;
+      for (int64_t p = r0 * c; p < r1 * c; ++p) {
+        if (pw[p] == 0.f) continue;
+        const int64_t r = r0 + prow[p];
+        const bool first = r != last;
+        if (first) {
+          for (int64_t q = last < 0 ? r0 : last + 1; q < r; ++q) {   // centers between: no pairs
+            if (cw[q] == 0.f) continue;
+            if (g_out) std::memset(g_out + q * t_rows * d, 0, sizeof(float) * t_rows * d);
+            if (g_hs) std::memset(g_hs + q * D * d, 0, sizeof(float) * D * d);
+          }
+          last = r;
+        }
+        const float* h = IN + static_cast<int64_t>(pin[p]) * d;
+        float* e = g_in + p * d;
+        bool fresh = true;
+        if (has_out) {
+          float* go = g_out + r * t_rows * d;
+          Score(h, OUT + static_cast<int64_t>(cen[r]) * d, 1.f, pw[p], d, &l, e, go, true, first);
+          fresh = false;
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t j = pair_negs ? p * K + k : r * K + k;
+            const float w = pw[p] * nw[j];
+            float* gt = pair_negs ? g_pneg + j * d : go + (1 + k) * d;
+            if (w == 0.f) {
+              if (first && !pair_negs) std::memset(gt, 0, sizeof(float) * d);
+              continue;
+            }
+            Score(h, OUT + static_cast<int64_t>(ng[j]) * d, 0.f, w, d, &l, e, gt, false, first || pair_negs);
+          }
+        }
+        for (int64_t j = 0; j < D; ++j) {
+          const float w = pw[p] * pw_path[r * D + j];
+          float* gh = g_hs + (r * D + j) * d;
+          if (w == 0.f) {
+            if (first) std::memset(gh, 0, sizeof(float) * d);
+            continue;
+          }
+          Score(h, HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], w, d, &l, e, gh, fresh, first);
+          fresh = false;
+        }
+        if (fresh) std::memset(e, 0, sizeof(float) * d);
+        const float scale = n_in.Scale(pin[p], cap);
+        sq_in[b] += SumSq(e, d) * scale * scale;
+      }
+      for (int64_t q = last < 0 ? r0 : last + 1; q < r1; ++q) {
+        if (cw[q] == 0.f) continue;
+        if (g_out) std::memset(g_out + q * t_rows * d, 0, sizeof(float) * t_rows * d);
+        if (g_hs) std::memset(g_hs + q * D * d, 0, sizeof(float) * D * d);
+      }
+    } else {
+      // the hidden vectors: the weighted mean of the rows averaged into each center's
+      std::memset(hid + r0 * d, 0, sizeof(float) * block * d);
+      std::memset(err + r0 * d, 0, sizeof(float) * block * d);
+      std::vector<float> cnt(block, 0.f);
+      const int32_t* ids = units_in ? un : pin;
+      const int32_t* rows = units_in ? urow : prow;
+      const float* ws = units_in ? uw : pw;
+      const int64_t per = units_in ? u : c;
+      for (int64_t q = r0 * per; q < r1 * per; ++q) {
+        if (ws[q] == 0.f) continue;
+        const int64_t r = r0 + rows[q];
+        Axpy(ws[q], IN + static_cast<int64_t>(ids[q]) * d, hid + r * d, d);
+        cnt[rows[q]] += ws[q];
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        const float k = std::max(cnt[r - r0], 1.f);
+        for (int64_t i = 0; i < d; ++i) hid[r * d + i] /= k;
+      }
+      if (mode == 2) {  // fastText skip-gram: each pair's context word is a positive target of its center
+        for (int64_t p = r0 * c; p < r1 * c; ++p) {
+          if (pw[p] == 0.f) continue;
+          const int64_t r = r0 + prow[p];
+          c_ctx[p] = Score(hid + r * d, OUT + static_cast<int64_t>(pin[p]) * d, 1.f, pw[p], d, &l, err + r * d,
+                           nullptr);
+        }
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* h = hid + r * d;
+        float* e = err + r * d;
+        const float wc = mode == 2 ? 1.f : cw[r];
+        if (wc == 0.f) continue;
+        if (has_out) {
+          float* co = c_out + r * T;
+          int64_t k0 = 0;
+          if (mode != 2) {
+            co[0] = Score(h, OUT + static_cast<int64_t>(cen[r]) * d, 1.f, wc, d, &l, e, nullptr);
+            k0 = 1;
+          }
+          for (int64_t k = 0; k < K; ++k) {
+            const float w = wc * nw[r * K + k];
+            if (w == 0.f) continue;
+            co[k0 + k] = Score(h, OUT + static_cast<int64_t>(ng[r * K + k]) * d, 0.f, w, d, &l, e, nullptr);
+          }
+        }
+        for (int64_t j = 0; j < D; ++j) {
+          const float w = wc * pw_path[r * D + j];
+          if (w == 0.f) continue;
+          c_hs[r * D + j] = Score(h, HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], w, d, &l,
+                                  e, nullptr);
+        }
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        hid_sq[r] = SumSq(hid + r * d, d);
+        err_sq[r] = SumSq(err + r * d, d);
+      }
+      for (auto& r : in_reads) sq_in[b] += BlockSumSq(r, n_in, cap, b * r.n / nb, (b + 1) * r.n / nb, d);
+    }
+    loss[b] = l.Total();
+    // the capped squared norms of the block's output and path reads (complete now)
+    for (auto& r : out_reads) sq_out[b] += BlockSumSq(r, n_out, cap, b * r.n / nb, (b + 1) * r.n / nb, d);
+    for (auto& r : hs_reads) sq_hs[b] += BlockSumSq(r, n_hs, cap, b * r.n / nb, (b + 1) * r.n / nb, d);
+  });
+  double total = 0.0, s_in = 0.0, s_out = 0.0, s_hs = 0.0;
+  for (int64_t b = 0; b < nb; ++b) {
+    total += loss[b];
+    s_in += sq_in[b];
+    s_out += sq_out[b];
+    s_hs += sq_hs[b];
+  }
+  float* st = stats->typed_data();
+  st[0] = static_cast<float>(total);
+  st[1] = static_cast<float>(s_in);
+  st[2] = static_cast<float>(s_out);
+  st[3] = static_cast<float>(s_hs);
+  const bool finite = std::isfinite(st[0]) && std::isfinite(st[1]) && std::isfinite(st[2]) && std::isfinite(st[3]);
+  st[4] = finite ? 1.f : 0.f;
+
+  // Phase 2: the updates, only when everything is finite (the XLA path adds zeros otherwise).
+  if (finite) {
+    for (auto& r : in_reads) Apply(pool, r, n_in, cap, lr, IN, d, sc.order);
+    for (auto& r : out_reads) Apply(pool, r, n_out, cap, lr, OUT, d, sc.order);
+    for (auto& r : hs_reads) Apply(pool, r, n_hs, cap, lr, HS, d, sc.order);
+  }
+  for (auto& r : in_reads) n_in.Clear(r);
+  for (auto& r : out_reads) n_out.Clear(r);
+  for (auto& r : hs_reads) n_hs.Clear(r);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PtmEmbeddingRowsCpu, RowsImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // in_tab
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // out_tab
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // hs_tab
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // center
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // center_weight
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // negatives
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // negative_weight
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // path
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // code
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // path_weight
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // pair_input
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // pair_row
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // pair_weight
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // units
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // unit_row
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // unit_weight
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // learning rate
+                                  .Attr<int64_t>("mode")
+                                  .Attr<int64_t>("block")
+                                  .Attr<float>("cap")
+                                  .Attr<bool>("has_out")
+                                  .Attr<bool>("has_hs")
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // in_tab
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // out_tab
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // hs_tab
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // stats: loss, sumsq in/out/hs, finite
