@@ -259,7 +259,7 @@ def cloze(args) -> dict:
     report["unigram_baseline"]["token cloze"] = scores([g == unigram for g in tok_gold], [uni_logp[g] for g in tok_gold],
                                                        [uni_rank[g] for g in tok_gold])
     for arm in ARMS:
-        fn, params, step = load_mlm(out / arm)
+        fn, params, step = load_mlm(out / arm / "pretrain")
         t0 = time.time()
         per = {"unit": ([], [], []), "token": ([], [], [])}
         for key, rows in (("unit", unit_rows), ("token", token_rows)):
