@@ -284,7 +284,7 @@ def cloze(args) -> dict:
 def ner(arm: str, args) -> None:
     out = Path(args.out)
     extra = ["--stop-after", str(args.stop_after)] if args.stop_after else []
-    ptm("finetune", "--task", "conll2003", "--init", str(out / arm), "--data-dir", str(DATA / "conll2003"),
+    ptm("finetune", "--task", "conll2003", "--init", str(out / arm / "pretrain"), "--data-dir", str(DATA / "conll2003"),
         f"output_dir={out / arm}", f"finetune.train_subset={args.ner_subset}", f"finetune.epochs={args.ner_epochs}",
         f"finetune.learning_rate={args.ner_lr}", "finetune.batch_size=32", "finetune.max_seq_length=128",
         f"finetune.seed={args.seed}", "train.progress_bar=false", *extra)
