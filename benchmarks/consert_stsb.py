@@ -8,6 +8,8 @@ correlation of their cosine similarity with the gold scores, x100. Then ``ptm fi
 ``--batch-size`` sentences (``finetune.train_subset`` = steps x batch, one epoch), views
 ``--views`` (default ConSERT's best unsupervised pair, feature cutoff 0.2 + token shuffle), temperature 0.1,
 and the kept model (``<out>/finetune-consert/best``) is scored the same way, through ``embed_texts`` again.
+``--supervised``: the supervised variant instead, the positive pairs of STS-B train (gold score >= 4 of 5) as the
+two sides of each row (at most steps x batch pairs, one epoch).
 The finetune's own evaluation (the objective's predict/score) must agree with it; both are printed.
 
     python benchmarks/consert_stsb.py --init minilm --steps 100 --batch-size 32 --lr 5e-6 --out /tmp/consert_minilm
@@ -42,6 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--lr", type=float, default=5e-6)
     ap.add_argument("--max-seq-length", type=int, default=32)
     ap.add_argument("--views", default="feature_cutoff:0.2,shuffle")
+    ap.add_argument("--supervised", action="store_true",
+                    help="the supervised variant: the positive pairs of STS-B train (score >= 4) as the two views "
+                         "(finetune.consert_supervised) instead of each sentence twice")
     ap.add_argument("--out", default="/tmp/consert_stsb")
     return ap.parse_args(argv)
 
@@ -81,7 +86,7 @@ def main(argv=None) -> dict:
         task="consert", data_dir=str(Path(args.glue) / "STS-B" / "train.tsv"), eval_data_dir=args.glue, init=init,
         max_seq_length=args.max_seq_length, batch_size=args.batch_size, epochs=1.0, learning_rate=args.lr,
         warmup_proportion=0.1, train_subset=args.steps * args.batch_size, eval_every=args.steps,
-        consert_views=args.views)
+        consert_views=args.views, consert_supervised=args.supervised)
     cfg.train.log_every = max(1, args.steps // 10)
     t0 = time.time()
     summary = finetune(cfg)
@@ -90,7 +95,7 @@ def main(argv=None) -> dict:
     rows = [json.loads(x) for x in (stage / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if r["split"] == "train"]
     after = dev_spearman(str(stage / "best"), args.glue, args.max_seq_length)
-    result = {"init": args.init, "steps": summary["steps"], "batch_size": args.batch_size, "lr": args.lr,
+    result = {"init": args.init, "supervised": args.supervised, "steps": summary["steps"], "batch_size": args.batch_size, "lr": args.lr,
               "views": args.views, "max_seq_length": args.max_seq_length,
               "spearman_before": round(before, 2), "spearman_after": round(after, 2),
               "finetune_eval_spearman": round(100 * summary["best"]["metrics"].get("spearman", float("nan")), 2),

@@ -6,6 +6,11 @@ GLUE TSV, labels unused) or two sentences of a positive pair (``finetune.consert
 encoded with its view's augmentation on the embedding output (``objectives/augmentations.py``;
 ``finetune.consert_views``, default the paper's best unsupervised pair, feature cutoff 0.2 + token shuffle).
 
+The supervised variant here takes the labels as positives of the same NT-Xent loss (a pair the task marks
+similar is one row; the other rows stay negatives). The paper's supervised runs (Sec. 3.5, "joint",
+"sup-unsup", "joint-unsup") instead add SBERT's NLI classification loss over (u, v, |u - v|) on SNLI/MNLI, which
+are not local here; that objective is not built.
+
 Loss: NT-Xent (Chen et al. 2020, SimCLR; ConSERT Eq. 1) over the 2B L2-normalised views of a global batch of
 B rows: each view's positive is the other view of its row, the 2B - 2 views of the other rows are its
 negatives, temperature ``finetune.consert_temperature`` (0.1). It is the mean over the 2B anchors (the
