@@ -10,7 +10,8 @@ concat-pooling classifier on ``--train-subset`` SST-2 training sentences for ``-
 dev accuracy (872 sentences) after the last step (no selection on dev) and the best of the per-epoch evaluations:
 
 - ulmfit: stage 2's LM, discriminative rates (lr / 2.6 per group), STLR (cut_frac 0.1, ratio 32), gradual
-  unfreezing (one more group of the five per epoch: epochs 1-4 unfreeze them all);
+  unfreezing (one more group of the five per epoch from the top: the embedding group starts with epoch 5, so a
+  4-epoch run never trains it);
 - no_discriminative / no_stlr (constant rate) / no_unfreezing: one technique off;
 - scratch: the same classifier, schedule (STLR) and budget from a freshly initialised AWD-LSTM (no pretraining),
   every layer trained from the first step at the full rate (a frozen random trunk or rates divided by 2.6 per
