@@ -158,6 +158,8 @@ def profile(objective: str, corpus, args) -> dict:
 
 
 def main(argv=None) -> int:
+    from ptm_jax.families.fasttext import FastTextConfig
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", choices=["fasttext_skipgram", "fasttext_cbow"], default=None,
                     help="one objective (default: skip-gram, then CBOW)")
@@ -173,7 +175,8 @@ def main(argv=None) -> int:
     ap.add_argument("--maxn", type=int, default=6)
     ap.add_argument("--bucket", type=int, default=2_000_000)
     ap.add_argument("--batch", type=int, default=4096, help="ptm_jax: running words per step")
-    ap.add_argument("--cap", type=int, default=64, help="ptm_jax: model.duplicate_cap")
+    ap.add_argument("--cap", type=int, default=FastTextConfig.duplicate_cap,
+                    help="ptm_jax: model.duplicate_cap (default: the config's)")
     ap.add_argument("--kernel", choices=["auto", "xla", "cpu"], default="auto",
                     help="ptm_jax: model.kernel (auto: the fused CPU kernel on one CPU device)")
     ap.add_argument("--workers", type=int, default=2, help="gensim worker threads")

@@ -248,6 +248,20 @@ def test_sparse_row_update_and_the_fused_cpu_kernel_equal_the_dense_sgd_step(sha
         for k in a:
             assert a[k].dtype == b[k].dtype, k
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    # the duplicate cap counts pair updates: skip-gram, a unit read those of its center's pairs (the center's
+    # error is their sum), a negative the pairs it serves (its weight); CBOW, one a read
+    from ptm_jax.families.fasttext.model import row_ids
+
+    counted = {k: np.asarray(n) for k, (_, n) in row_ids(batch, obj.cbow, 16).items()}
+    pw, uw = np.asarray(batch["pair_weight"]), np.asarray(batch["unit_weight"])
+    (rows_, c), u = pw.shape, uw.shape[1]
+    centers = np.arange(rows_ * c) // (16 * c) * 16 + np.asarray(batch["pair_row"]).reshape(-1)
+    pairs_of = np.bincount(centers, weights=pw.reshape(-1), minlength=rows_)
+    unit_center = np.arange(rows_ * u) // (16 * u) * 16 + np.asarray(batch["unit_row"]).reshape(-1)
+    want = (uw > 0) * (1.0 if obj.cbow else pairs_of[unit_center].reshape(rows_, u))
+    np.testing.assert_array_equal(counted["input"], want)
+    assert obj.cbow or counted["input"].max() > 2              # the cap (2) binds on counts a read count misses
+    np.testing.assert_array_equal(counted["output"][:, -3:], np.asarray(batch["negative_weight"]))
     params = jax.tree.map(lambda x: getattr(x, "value", x), obj.init(jax.random.key(0), batch),
                           is_leaf=lambda x: hasattr(x, "value"))
     params = jax.tree.map(lambda x: x + 0.1, params)          # nonzero output rows: every gradient flows

@@ -168,19 +168,20 @@ class SparseRows(Protocol):
 
 
 def capped_row_gradients(ids: dict[str, jax.Array], grads: dict[str, jax.Array], tables: dict[str, jax.Array],
-                         cap: float, live: dict[str, jax.Array] | None = None
+                         cap: float, updates: dict[str, jax.Array] | None = None
                          ) -> dict[str, tuple[jax.Array, jax.Array]]:
     """``SparseRows.row_gradients``' rows: {table: (flat row ids [N], gradient rows [N, d])} from the gradients
-    of the gathered rows. ``cap`` > 0 scales the rows of an id read n > cap times in the batch by cap / n, so
-    that a frequent word's summed update stays bounded (word2vec's ``duplicate_cap``); n counts the reads whose
-    ``live`` weight (same shape as the ids) is nonzero, every read when ``live`` is None."""
+    of the gathered rows. ``cap`` > 0 scales the rows of an id taking part in n > cap updates of the batch by
+    cap / n, so that a frequent word's summed update stays bounded (word2vec's ``duplicate_cap``); n sums the
+    ``updates`` of its reads (same shape as the ids: the updates each read sums, 0 for a read that trains
+    nothing), one a read when ``updates`` is None."""
     out = {}
     for k, i in ids.items():
         flat = i.reshape(-1)
         g = grads[k].reshape(flat.shape[0], -1)
         if cap:
-            ones = (jnp.ones(flat.shape, g.dtype) if live is None or k not in live
-                    else (live[k].reshape(-1) > 0).astype(g.dtype))
+            ones = (jnp.ones(flat.shape, g.dtype) if updates is None or k not in updates
+                    else updates[k].reshape(-1).astype(g.dtype))
             n = jax.ops.segment_sum(ones, flat, num_segments=tables[k].shape[0])
             g = g * jnp.minimum(1.0, cap / jnp.maximum(n[flat], 1.0))[:, None]
         out[k] = (flat, g)

@@ -26,9 +26,15 @@ class FastTextConfig:
     """fastText ``-maxn``: the longest character n-gram."""
     bucket: int = 2000000
     """fastText ``-bucket``: hash buckets of the n-grams (rows of the input table past the words)."""
-    duplicate_cap: int = 64
+    duplicate_cap: int = 128
     """As word2vec's ``model.duplicate_cap`` (``families/word2vec/model.py`` ``Word2VecTables``): a row taking
-    part in n > cap updates of one batch gets their sum scaled by cap / n (0: the plain summed gradient)."""
+    part in n > cap updates of one batch gets their sum scaled by cap / n (0: the plain summed gradient). n
+    counts pair updates (``model.row_ids``): in skip-gram a center's unit rows take its whole error, the sum of
+    its pairs', so each of their reads counts that center's pairs, and a negative counts the pairs it serves.
+    128: skip-gram on Gutenberg (2.0M words, dim 100, 2M buckets, batch 4096, alpha 0.025, the presets' rate)
+    trains 3 epochs at 64 and 128 and diverges at 256 (and at 64 when reads, not pairs, were counted). What
+    bounds it is cap x learning rate: at fastText's lr 0.05 cap 128 diverges and 64 and 32 train, so halve the
+    cap when doubling the rate (docs/benchmarks.md, issue 17 session 9)."""
     init_vectors: str = ""
     """A fastText ``.vec``, word2vec text/binary or GloVe text vector file (``export/vector_files.py``) whose
     vectors initialise the vocabulary words' own rows of the input table, as fastText's ``-pretrainedVectors``

@@ -37,13 +37,13 @@ def uniform_init(dim: int):
 
 
 class FastTextTables(nn.Module):
-    """The two tables; ``__call__(ids, table, live)`` gathers rows of one (with word2vec's ``duplicate_cap``
-    counting the live reads)."""
+    """The two tables; ``__call__(ids, table, updates)`` gathers rows of one (with word2vec's
+    ``duplicate_cap`` counting the pair updates of the reads, ``row_ids``)."""
 
     config: FastTextConfig
 
     @nn.compact
-    def __call__(self, ids: jax.Array, table: str, live: jax.Array | None = None) -> jax.Array:
+    def __call__(self, ids: jax.Array, table: str, updates: jax.Array | None = None) -> jax.Array:
         cfg = self.config
         tables = {
             "input": self.param("input", partitioned(uniform_init(cfg.dim), ("vocab", "embed")),
@@ -51,18 +51,26 @@ class FastTextTables(nn.Module):
             "output": self.param("output", partitioned(nn.initializers.zeros, ("vocab", "embed")),
                                  (cfg.vocab_size, cfg.dim), jnp.float32),
         }
-        return gather_rows(tables[table], ids, cfg.duplicate_cap, live)
+        return gather_rows(tables[table], ids, cfg.duplicate_cap, updates)
 
 
-def row_ids(batch: dict, cbow: bool) -> dict[str, tuple[jax.Array, jax.Array]]:
-    """Table -> (ids of the rows a step reads, their weights; a read of weight 0 trains nothing and is not
-    counted by the duplicate cap): ``input`` the packed units [R, u]; ``output`` the pairs' context words then
-    each center's negatives [R, c + K] (skip-gram) or each center then its negatives [R, 1 + K] (CBOW)."""
-    first, first_w = ((batch["center"][:, None], batch["center_weight"][:, None]) if cbow
-                      else (batch["pair_input"], batch["pair_weight"]))
-    return {"input": (batch["units"], batch["unit_weight"]),
+def row_ids(batch: dict, cbow: bool, block: int) -> dict[str, tuple[jax.Array, jax.Array]]:
+    """Table -> (ids of the rows a step reads, the pair updates each read sums, for the duplicate cap; 0 for a
+    read that trains nothing): ``input`` the packed units [R, u] (CBOW: one update each; skip-gram: one per pair
+    of the unit's center, whose error is the sum of its pairs'); ``output`` the pairs' context words then each
+    center's negatives [R, c + K] (skip-gram; a negative sums the updates of the pairs it serves, its weight) or
+    each center then its negatives [R, 1 + K] (CBOW)."""
+    live = (batch["unit_weight"] > 0).astype(jnp.float32)
+    if cbow:
+        first, first_n = batch["center"][:, None], batch["center_weight"][:, None]
+        unit_n = live
+    else:
+        first, first_n = batch["pair_input"], batch["pair_weight"]
+        pairs = per_center_sum(batch["pair_weight"], batch["pair_row"], block)                 # [R]
+        unit_n = live * per_pair(pairs, batch["unit_row"], block)
+    return {"input": (batch["units"], unit_n),
             "output": (jnp.concatenate([first, batch["negatives"]], axis=1),
-                       jnp.concatenate([first_w, batch["negative_weight"]], axis=1))}
+                       jnp.concatenate([first_n, batch["negative_weight"]], axis=1))}
 
 
 def hidden(inputs: jax.Array, batch: dict, block: int) -> jax.Array:
@@ -99,5 +107,5 @@ class FastText(nn.Module):
     @nn.compact
     def __call__(self, batch: dict) -> dict[str, jax.Array]:
         tables = FastTextTables(self.config, name=TRUNK)
-        rows = {name: tables(ids, name, live) for name, (ids, live) in row_ids(batch, self.cbow).items()}
+        rows = {name: tables(ids, name, n) for name, (ids, n) in row_ids(batch, self.cbow, self.block).items()}
         return scores_from_rows(rows["input"], rows["output"], batch, self.cbow, self.block)

@@ -8,8 +8,8 @@ target is masked (fastText redraws it). As word2vec's objective (``families/word
 is the SUM over the global batch, so plain SGD at fastText's ``lr`` moves each row by the step fastText gives
 each pair, and linear decay to zero is ``train.lr_decay='bert'``, ``warmup_steps=0`` (fastText decays
 ``lr * (1 - progress)`` by tokens read; a step reads ``batch_size`` running words). Differences from fastText:
-a batch's pairs are applied together, rows in more than ``model.duplicate_cap`` pairs of one batch have their
-summed step scaled down (word2vec's ``Word2VecTables``), and the K negatives of a center are shared by its
+a batch's pairs are applied together, rows in more than ``model.duplicate_cap`` pair updates of one batch (a
+skip-gram center's unit rows count each of its pairs) have their summed step scaled down (word2vec's ``Word2VecTables``), and the K negatives of a center are shared by its
 skip-gram pairs.
 
 With plain SGD (``model.sparse_update``, the default) the step is ``train/step.py``'s ``sparse_sgd_step``:
@@ -127,10 +127,10 @@ class FastTextObjective(SourceStreams):
     def row_gradients(self, params, batch, rng, normalizers):
         """The sparse path (``train/step.py`` ``sparse_sgd_step``): (loss, terms, {table: (ids [N], rows [N, d])}),
         ``rows`` the gradient of the loss with respect to each gathered row scaled by min(1, duplicate_cap / n)
-        for a row read n times by live reads: adding ``-lr x rows`` at ``ids`` is the dense path's SGD step (the
+        for a row taking part in n pair updates (``model.row_ids``): adding ``-lr x rows`` at ``ids`` is the dense path's SGD step (the
         same sums, ``FastTextTables``), touching only the rows read."""
         tables = params["params"][TRUNK]
-        ids = row_ids(batch, self.cbow)
+        ids = row_ids(batch, self.cbow, self.block)
         rows = {k: tables[k].at[i].get(mode="promise_in_bounds") for k, (i, _) in ids.items()}
 
         def loss_fn(r):
@@ -140,7 +140,7 @@ class FastTextObjective(SourceStreams):
         (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(rows)
         return loss, terms, capped_row_gradients({k: i for k, (i, _) in ids.items()}, grads, tables,
                                                  float(self.cfg.model.duplicate_cap),
-                                                 live={k: w for k, (_, w) in ids.items()})
+                                                 updates={k: n for k, (_, n) in ids.items()})
 
     def fused_rows(self, params, batch, normalizers, step_size):
         """The whole sparse step in word2vec's fused CPU kernel (``families/word2vec/cpu_kernel.py``) where

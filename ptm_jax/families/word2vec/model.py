@@ -71,29 +71,30 @@ def _pair_scores_bwd(res, g):
 pair_scores.defvjp(_pair_scores_fwd, _pair_scores_bwd)
 
 
-def gather_rows(table: jax.Array, ids: jax.Array, cap: int, live: jax.Array | None = None) -> jax.Array:
-    """``table[ids]``; with ``cap`` > 0 the gradient of a row read n > cap times by the ``live`` entries of
-    ``ids`` (all when None) is scaled by cap / n (see :class:`Word2VecTables`)."""
+def gather_rows(table: jax.Array, ids: jax.Array, cap: int, updates: jax.Array | None = None) -> jax.Array:
+    """``table[ids]``; with ``cap`` > 0 the gradient of a row taking part in n > cap updates is scaled by cap / n,
+    n the sum of ``updates`` (same shape as ``ids``: the updates each read sums, 0 for a read that trains
+    nothing; one a read when None) over its reads (see :class:`Word2VecTables`)."""
     if not cap:
         return jnp.take(table, ids, axis=0, mode="clip")  # ids come from the vocabulary: in range
-    live = jnp.ones(ids.shape, table.dtype) if live is None else (live > 0).astype(table.dtype)
-    return _gather_capped(table, ids, live, float(cap))
+    updates = jnp.ones(ids.shape, table.dtype) if updates is None else updates.astype(table.dtype)
+    return _gather_capped(table, ids, updates, float(cap))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _gather_capped(table, ids, live, cap):
+def _gather_capped(table, ids, updates, cap):
     return jnp.take(table, ids, axis=0, mode="clip")
 
 
-def _gather_capped_fwd(table, ids, live, cap):
-    return _gather_capped(table, ids, live, cap), (ids, live, table.shape[0])
+def _gather_capped_fwd(table, ids, updates, cap):
+    return _gather_capped(table, ids, updates, cap), (ids, updates, table.shape[0])
 
 
 def _gather_capped_bwd(cap, res, g):
-    ids, live, rows = res
+    ids, updates, rows = res
     flat = ids.reshape(-1)
     total = jax.ops.segment_sum(g.reshape(flat.shape[0], -1), flat, num_segments=rows)
-    count = jax.ops.segment_sum(live.reshape(-1), flat, num_segments=rows)
+    count = jax.ops.segment_sum(updates.reshape(-1), flat, num_segments=rows)
     return total * jnp.minimum(1.0, cap / jnp.maximum(count, 1.0))[:, None], None, None
 
 
@@ -130,7 +131,7 @@ class Word2VecTables(nn.Module):
         if self.hs:
             tables["hs_output"] = self.param("hs_output", partitioned(nn.initializers.zeros, ("vocab", "embed")),
                                              shape, jnp.float32)
-        return gather_rows(tables[table], ids, self.config.duplicate_cap, live)
+        return gather_rows(tables[table], ids, self.config.duplicate_cap, None if live is None else live > 0)
 
 
 def row_ids(batch: dict, negative: bool, hs: bool) -> dict[str, tuple[jax.Array, jax.Array]]:

@@ -149,7 +149,7 @@ class Word2VecObjective(SourceStreams):
         (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(rows)
         return loss, terms, capped_row_gradients({k: i for k, (i, _) in ids.items()}, grads, tables,
                                                  float(self.cfg.model.duplicate_cap),
-                                                 live={k: w for k, (_, w) in ids.items()})
+                                                 updates={k: (w > 0).astype(jnp.float32) for k, (_, w) in ids.items()})
 
     def fused_rows(self, params, batch, normalizers, step_size):
         """The whole sparse step in the fused CPU kernel (``cpu_kernel.py``) where ``model.kernel`` lets it

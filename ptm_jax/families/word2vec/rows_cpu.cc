@@ -163,6 +163,7 @@ struct Reads {
   const int32_t* row_of = nullptr;
   int64_t per_block = 0, block = 0, per_row = 1;
   const double* vec_sq = nullptr;   // [R] squared norms of vec's rows (filled per block in phase 1)
+  const float* updates = nullptr;   // [n] pair updates summed in each read, for the duplicate cap (null: 1 each)
 
   int64_t Row(int64_t i) const { return row_of ? (i / per_block) * block + row_of[i] : i / per_row; }
   const float* VecRow(int64_t i, int64_t d) const { return vec + Row(i) * d; }
@@ -172,7 +173,7 @@ struct Counts {
   std::vector<int32_t> n;
   void Count(const Reads& r) {
     for (int64_t i = 0; i < r.n; ++i)
-      if (r.live[i] != 0.f) ++n[r.ids[i]];
+      if (r.live[i] != 0.f) n[r.ids[i]] += r.updates ? static_cast<int32_t>(r.updates[i]) : 1;
   }
   void Clear(const Reads& r) {
     for (int64_t i = 0; i < r.n; ++i) n[r.ids[i]] = 0;
@@ -194,6 +195,7 @@ Counts& CountsFor(int which, int64_t rows) {
 struct Scratch {
   std::vector<float> g_in, g_out, g_pneg, g_hs, hid, err, c_out, c_ctx, c_hs, out_live;
   std::vector<double> hid_sq, err_sq;
+  std::vector<float> unit_updates;
   std::vector<int32_t> out_ids;
   std::vector<int64_t> order;
 };
@@ -354,12 +356,23 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
       }
   }
 
+  // fastText skip-gram: a unit read sums the updates of its center's pairs, a negative read those of the pairs
+  // it serves (its weight): the duplicate cap counts pair updates (fastText's model.duplicate_cap).
+  float* unit_upd = nullptr;
+  if (mode == 2) {
+    std::vector<float> pairs_of(R, 0.f);
+    for (int64_t p = 0; p < R * c; ++p)
+      if (pw[p] != 0.f) pairs_of[(p / (block * c)) * block + prow[p]] += 1.f;
+    unit_upd = Grow(sc.unit_updates, R * u);
+    for (int64_t q = 0; q < R * u; ++q) unit_upd[q] = pairs_of[(q / (block * u)) * block + urow[q]];
+  }
+
   // The read lists of the three tables (the XLA path's model.row_ids).
   std::vector<Reads> in_reads(1), out_reads, hs_reads;
   if (per_pair) {
     in_reads[0] = Reads{pin, pw, R * c, g_in};
   } else if (units_in) {
-    in_reads[0] = Reads{un, uw, R * u, nullptr, err, uw, urow, block * u, block, 1, err_sq};
+    in_reads[0] = Reads{un, uw, R * u, nullptr, err, uw, urow, block * u, block, 1, err_sq, unit_upd};
   } else {
     in_reads[0] = Reads{pin, pw, R * c, nullptr, err, pw, prow, block * c, block, 1, err_sq};
   }
@@ -368,7 +381,8 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
     if (per_pair) {
       out_reads.push_back(Reads{out_ids, out_live, n_out_rows, g_out});
     } else {
-      out_reads.push_back(Reads{out_ids, out_live, n_out_rows, nullptr, hid, c_out, nullptr, 0, 0, t_rows, hid_sq});
+      out_reads.push_back(Reads{out_ids, out_live, n_out_rows, nullptr, hid, c_out, nullptr, 0, 0, t_rows, hid_sq,
+                                mode == 2 ? out_live : nullptr});
     }
     if (pair_negs) out_reads.push_back(Reads{ng, nw, R * c * K, g_pneg});
   }
