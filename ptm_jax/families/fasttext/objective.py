@@ -35,17 +35,19 @@ from ptm_jax.families.fasttext.model import TRUNK, FastText, row_ids, scores_fro
 from ptm_jax.families.fasttext.subwords import Subwords
 from ptm_jax.families.word2vec import sampling
 from ptm_jax.families.word2vec.data import Tables, block_rows, pair_slots
+from ptm_jax.families.word2vec.table_steps import TableSteps
 from ptm_jax.objectives.base import SourceStreams
-from ptm_jax.train.step import add_to_rows, capped_row_gradients
+from ptm_jax.train.step import capped_row_gradients
 
 EVAL_SEED_OFFSET = 1_000_003
 
 
-class FastTextObjective(SourceStreams):
+class FastTextObjective(TableSteps, SourceStreams):
     """``cfg``: a run config whose ``model`` is a ``FastTextConfig`` and ``data`` a ``FastTextDataConfig``;
     ``counts``: occurrences of each word id; ``subwords``: the vocabulary's n-gram table (``subwords.py``)."""
 
     primary_metric = "ft_loss"
+    trunk = TRUNK
 
     def __init__(self, cfg: Any, name: str, train_source: DocumentSource, eval_source: DocumentSource | None,
                  counts: np.ndarray, special_ids, subwords: Subwords, eos_id: int, pad_id: int,
@@ -141,24 +143,6 @@ class FastTextObjective(SourceStreams):
         return loss, terms, capped_row_gradients({k: i for k, (i, _) in ids.items()}, grads, tables,
                                                  float(self.cfg.model.duplicate_cap),
                                                  updates={k: n for k, (_, n) in ids.items()})
-
-    def fused_rows(self, params, batch, normalizers, step_size):
-        """The whole sparse step in word2vec's fused CPU kernel (``families/word2vec/cpu_kernel.py``) where
-        ``model.kernel`` lets it run, else None (the XLA path, the same step)."""
-        from ptm_jax.families.word2vec import cpu_kernel
-
-        if not cpu_kernel.applies(self.cfg.model.kernel):
-            return None
-        tables = params["params"][TRUNK]
-        new, loss, sumsq, finite = cpu_kernel.fused_step(self.name, dict(tables), batch, step_size, block=self.block,
-                                                         cap=float(self.cfg.model.duplicate_cap))
-        _, terms = self.loss_terms(loss, batch, normalizers)
-        return {**params, "params": {**params["params"], TRUNK: {**tables, **new}}}, loss, terms, sumsq, finite
-
-    def apply_rows(self, params, rows, step_size):
-        """``params`` with ``-step_size x grads`` added to the rows of each table (duplicates add up)."""
-        tables = add_to_rows(dict(params["params"][TRUNK]), rows, step_size)
-        return {**params, "params": {**params["params"], TRUNK: tables}}
 
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
         return dict(metrics)

@@ -31,18 +31,20 @@ from ptm_jax.families.word2vec.artifacts import source_counts  # noqa: F401  (it
 from ptm_jax.families.word2vec.data import (Tables, block_rows, feature_dtype, feature_shapes, pair_slots,
                                             word2vec_dataset)
 from ptm_jax.families.word2vec.model import TRUNK, Word2Vec, per_pair, row_ids, scores_from_rows
+from ptm_jax.families.word2vec.table_steps import TableSteps
 from ptm_jax.objectives.base import SourceStreams
-from ptm_jax.train.step import add_to_rows, capped_row_gradients
+from ptm_jax.train.step import capped_row_gradients
 
 EVAL_SEED_OFFSET = 1_000_003
 
 
-class Word2VecObjective(SourceStreams):
+class Word2VecObjective(TableSteps, SourceStreams):
     """``cfg``: a run config whose ``model`` is a ``Word2VecConfig`` and ``data`` a ``Word2VecDataConfig``;
     ``counts``: occurrences of each word id (the word vocabulary's ``vocab.tsv`` counts); ``tables``: the sampling
     tables already built from them (the ``sampling_tables`` artifact, ``artifacts.py``), else built here."""
 
     primary_metric = "w2v_loss"
+    trunk = TRUNK
 
     def __init__(self, cfg: Any, name: str, train_source: DocumentSource, eval_source: DocumentSource | None,
                  counts: np.ndarray | None, special_ids, eos_id: int, pad_id: int, tables: Tables | None = None,
@@ -150,24 +152,6 @@ class Word2VecObjective(SourceStreams):
         return loss, terms, capped_row_gradients({k: i for k, (i, _) in ids.items()}, grads, tables,
                                                  float(self.cfg.model.duplicate_cap),
                                                  updates={k: (w > 0).astype(jnp.float32) for k, (_, w) in ids.items()})
-
-    def fused_rows(self, params, batch, normalizers, step_size):
-        """The whole sparse step in the fused CPU kernel (``cpu_kernel.py``) where ``model.kernel`` lets it
-        run, else None (the XLA path: ``row_gradients`` + ``apply_rows``, the same step)."""
-        from ptm_jax.families.word2vec import cpu_kernel
-
-        if not cpu_kernel.applies(self.cfg.model.kernel):
-            return None
-        tables = params["params"][TRUNK]
-        new, loss, sumsq, finite = cpu_kernel.fused_step(self.name, dict(tables), batch, step_size, block=self.block,
-                                                         cap=float(self.cfg.model.duplicate_cap))
-        _, terms = self.loss_terms(loss, batch, normalizers)
-        return {**params, "params": {**params["params"], TRUNK: {**tables, **new}}}, loss, terms, sumsq, finite
-
-    def apply_rows(self, params, rows, step_size):
-        """``params`` with ``-step_size x grads`` added to the rows of each table (duplicates add up)."""
-        tables = add_to_rows(dict(params["params"][TRUNK]), rows, step_size)
-        return {**params, "params": {**params["params"], TRUNK: tables}}
 
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
         return dict(metrics)
