@@ -1,6 +1,6 @@
 """ptm compare: a real two-entry comparison (word2vec skip-gram under a wall-clock budget, a tiny BERT under a
-step budget) on a Gutenberg book, stopped mid-pretraining and continued, evaluated on MRPC as feature extractor
-and finetuned, and the budgeted entry reproduced from the steps it reached."""
+step budget) on a Gutenberg book, stopped mid-pretraining and continued, evaluated on MRPC and CoNLL-2003 NER as
+feature extractor and finetuned, and the budgeted entry reproduced from the steps it reached."""
 from __future__ import annotations
 
 import json
@@ -19,12 +19,15 @@ def _head(path, n: int) -> str:
 
 def _config(tmp_path, shared_data) -> str:
     """Two entries on the first 2,500 lines of Frankenstein (Gutenberg 84); MRPC's first 32 train and 40 dev
-    pairs (../shared/data/glue)."""
+    pairs (../shared/data/glue); CoNLL-2003's first 400 lines of eng.train and 300 of eng.testa."""
     (tmp_path / "corpus.txt").write_text(_head(shared_data / "corpus" / "gutenberg" / "84-0.txt", 2500))
     (tmp_path / "glue" / "MRPC").mkdir(parents=True)
     for split, n in (("train", 33), ("dev", 41)):
         src = shared_data / "glue" / "MRPC" / f"{split}.tsv"
         (tmp_path / "glue" / "MRPC" / f"{split}.tsv").write_text(_head(src, n))
+    (tmp_path / "conll").mkdir()
+    for name, n in (("eng.train", 400), ("eng.testa", 300)):
+        (tmp_path / "conll" / name).write_text(_head(shared_data / "conll2003" / name, n))
     path = tmp_path / "compare_test.toml"
     path.write_text(f"""
 name = "compare_test"
@@ -44,6 +47,11 @@ tasks = ["mrpc"]
 train_subset = 24
 feature = ["finetune.head=textcnn", "finetune.epochs=1", "finetune.batch_size=8", "finetune.max_seq_length=32",
            "train.log_every=1"]
+finetune = ["finetune.epochs=1", "finetune.batch_size=8", "finetune.max_seq_length=64", "train.log_every=1"]
+[conll]
+data_dir = "{tmp_path / 'conll'}"
+train_subset = 16
+feature = ["finetune.epochs=1", "finetune.batch_size=8", "finetune.max_seq_length=48", "train.log_every=1"]
 finetune = ["finetune.epochs=1", "finetune.batch_size=8", "finetune.max_seq_length=64", "train.log_every=1"]
 [[entries]]
 name = "w2v"
@@ -96,13 +104,21 @@ def test_compare_budget_stop_resume_glue_feature_and_finetune_columns_and_a_repr
         glue = json.loads((out / name / "glue-feature" / "finetune-mrpc" / "summary.json").read_text())
         assert glue["train_rows"] == 24 and glue["step"] == 3 and "f1" in glue["final_eval"]
         assert r["feature_mrpc"] == glue["final_eval"]["f1"] and 0.0 <= r["feature_mrpc"] <= 1.0
+        tagged = json.loads((out / name / "conll-feature" / "finetune-conll2003" / "summary.json").read_text())
+        assert tagged["train_rows"] == 16 and tagged["step"] == 2 and "bilstm" in json.dumps(tagged)
+        assert r["feature_conll2003"] == tagged["final_eval"]["f1"] and 0.0 <= r["feature_conll2003"] <= 1.0
     assert rows["w2v"]["finetune_mrpc"] == "n/a (no classifier)" and not (out / "w2v" / "glue-finetune").exists()
+    assert rows["w2v"]["finetune_conll2003"] == "n/a (no tagger)" and not (out / "w2v" / "conll-finetune").exists()
     tuned = json.loads((out / "bert" / "glue-finetune" / "finetune-mrpc" / "summary.json").read_text())
     assert rows["bert"]["finetune_mrpc"] == tuned["final_eval"]["f1"] and tuned["step"] == 3
+    tuned = json.loads((out / "bert" / "conll-finetune" / "finetune-conll2003" / "summary.json").read_text())
+    assert rows["bert"]["finetune_conll2003"] == tuned["final_eval"]["f1"] and tuned["step"] == 2
     base = result["baseline"]  # the majority label of the 24 training pairs, scored on the 40 dev pairs
     assert base["feature_mrpc"] in (0.0, pytest.approx(2 * 25 / (2 * 25 + 15), abs=1e-4))
     md = (out / "compare.md").read_text()
-    assert md.count("\n") == 5 and "| MRPC F1 (feature) | MRPC F1 (finetune) |" in md
+    assert md.count("\n") == 5 and base["feature_conll2003"] == base["finetune_conll2003"] == 0.0
+    assert "| MRPC F1 (feature) | CoNLL-2003 NER F1 (feature) | MRPC F1 (finetune) | CoNLL-2003 NER F1 (finetune) |" \
+        in md
     assert "| w2v | static | window (no order) | skip-gram | 1 s |" in md and "n/a (no classifier)" in md
     assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -155,4 +171,8 @@ def test_compare_config_errors_name_the_field(tmp_path):
     bad.write_text('output_dir = "x"\ncorpus = "embedded"\n[glue]\ndata_dir = "g"\ntasks = ["sst3"]\n'
                    '[[entries]]\nname = "a"\npreset = "bert_tiny"\ndirection = "bidirectional"\n')
     with pytest.raises(ConfigError, match=r"\[glue\] task 'sst3' is not a GLUE task"):
+        load_compare_config(bad)
+    bad.write_text('output_dir = "x"\ncorpus = "embedded"\n[conll]\ndata = "c"\n'
+                   '[[entries]]\nname = "a"\npreset = "bert_tiny"\ndirection = "bidirectional"\n')
+    with pytest.raises(ConfigError, match=r"\[conll\] needs data_dir .*; unknown: \['data'\]"):
         load_compare_config(bad)

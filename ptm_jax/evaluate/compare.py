@@ -13,6 +13,9 @@ a classifier, finetuned (``evaluate/compare_stages.py``):
 * ``[glue]``: each of ``tasks`` (SST-2, MRPC, STS-B, RTE ...) on frozen features under a classic head
   (``feature`` overrides, e.g. ``finetune.head=textcnn``), and each of ``finetune_tasks`` finetuned with the
   family's own classifier (``finetune`` overrides), on ``train_subset`` training examples and the full dev set.
+* ``[conll]``: CoNLL-2003 NER (``data_dir`` with eng.train and eng.testa) on frozen features under a BiLSTM
+  tagger (``feature`` overrides) and, where the family has a tagger, finetuned (``finetune`` overrides), on
+  ``train_subset`` training sentences; entity F1 on the dev set (eng.testa).
 
 Everything the comparison needs of a family comes from the registry (word features or vectors, the classifier,
 FLOPs); no family is named here. Every stage is cached under ``output_dir/<entry>``: a finished stage is
@@ -35,11 +38,12 @@ import tomllib
 
 from ptm_jax.errors import ConfigError
 from ptm_jax.evaluate.compare_stages import (
-    glue_available,
-    glue_entry,
+    compare_tasks,
     pretrain_entry,
     probe_entry,
     step_flops,
+    task_available,
+    task_entry,
 )
 from ptm_jax.evaluate.compare_table import (
     DIRECTIONS,
@@ -52,8 +56,10 @@ from ptm_jax.evaluate.compare_table import (
 
 log = logging.getLogger(__name__)
 
-ENTRY_KEYS = {"name", "preset", "direction", "note", "overrides", "budget_s", "glue_feature", "glue_finetune"}
+ENTRY_KEYS = {"name", "preset", "direction", "note", "overrides", "budget_s", "glue_feature", "glue_finetune",
+              "conll_feature", "conll_finetune"}
 GLUE_KEYS = {"data_dir", "tasks", "finetune_tasks", "train_subset", "subset_seed", "feature", "finetune"}
+CONLL_KEYS = {"data_dir", "train_subset", "subset_seed", "feature", "finetune"}
 
 
 def load_compare_config(path: str | Path) -> dict[str, Any]:
@@ -102,6 +108,13 @@ def load_compare_config(path: str | Path) -> dict[str, Any]:
         for t in [*g["tasks"], *g["finetune_tasks"]]:
             if t not in GLUE_DIRS:
                 raise ConfigError(f"{p}: [glue] task {t!r} is not a GLUE task ({', '.join(GLUE_DIRS)})")
+    c = cfg.get("conll")
+    if c is not None:
+        unknown = sorted(set(c) - CONLL_KEYS)
+        if unknown or "data_dir" not in c:
+            raise ConfigError(f"{p}: [conll] needs data_dir (the CoNLL-2003 folder with eng.train and eng.testa) "
+                              f"and takes only {', '.join(sorted(CONLL_KEYS))}"
+                              + (f"; unknown: {unknown}" if unknown else ""))
     cfg["source"] = str(p)
     return cfg
 
@@ -131,7 +144,6 @@ def compare(path: str | Path, *, stop_after: int | None = None, steps_from: str 
             raise ConfigError(f"--steps-from {steps_from}: has no steps for entries {missing}")
     out = Path(cmp["output_dir"])
     out.mkdir(parents=True, exist_ok=True)
-    g = cmp.get("glue")
     for entry in cmp["entries"]:
         summary = pretrain_entry(cmp, entry, stop_after, targets.get(entry["name"], 0))
         if summary.get("stopped"):
@@ -140,11 +152,11 @@ def compare(path: str | Path, *, stop_after: int | None = None, steps_from: str 
             return {"stopped": entry["name"], "step": summary["step"]}
         step_flops(cmp, entry)
         probe_entry(cmp, entry)
-        for mode, tasks in (("feature", g["tasks"]), ("finetune", g["finetune_tasks"])) if g else ():
-            if glue_available(cmp, entry, mode):
-                continue
-            for task in tasks:
-                s = glue_entry(cmp, entry, task, mode)
+        for mode in ("feature", "finetune"):
+            for task in compare_tasks(cmp, mode):
+                if task_available(cmp, entry, task, mode):
+                    continue
+                s = task_entry(cmp, entry, task, mode)
                 if s.get("preempted"):
                     print(f"compare: {entry['name']} {task} ({mode}) stopped at step {s['step']}; run the same "
                           "command to continue")
@@ -174,9 +186,10 @@ def register(subparsers) -> None:
         description="Pretrains each [[entries]] preset of the compare config on its corpus under the same budget "
         "(budget_s wall seconds of training, or train.steps; the steps reached, wall seconds and FLOPs are "
         "recorded), probes each as a frozen feature extractor on CoNLL-2003 (POS, NER), evaluates it on the "
-        "[glue] tasks on frozen features and, where its family has a classifier, finetuned, and writes "
-        "OUTPUT_DIR/compare.json, compare.md (the table in the seeds' terms) and compare.png. Finished stages are "
-        "skipped and stopped ones resume, so rerunning continues a stopped comparison.")
+        "[glue] tasks and [conll] CoNLL-2003 NER on frozen features and, where its family has a classifier or a "
+        "tagger, finetuned, and writes OUTPUT_DIR/compare.json, compare.md (the table in the seeds' terms) and "
+        "compare.png. Finished stages are skipped and stopped ones resume, so rerunning continues a stopped "
+        "comparison.")
     p.add_argument("-c", "--config", required=True, help="compare TOML (path, or a name in configs/compare/)")
     p.add_argument("--stop-after", type=int, default=None,
                    help="stop the first unfinished pretraining after N steps (checkpoint saved) and exit")

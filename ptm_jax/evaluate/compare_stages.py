@@ -9,16 +9,18 @@
    and reproduces the parameters. A stopped call (``--stop-after``, SIGTERM) resumes from its checkpoint with the
    budget left.
 2. **Probes** (:func:`probe_entry`): linear probes per layer on CoNLL-2003 (``evaluate/probing.py``), frozen.
-3. **GLUE as a feature extractor** (:func:`glue_entry` with ``mode='feature'``): a classic head over the entry's
-   frozen word features (``objectives/feature_tasks.py``: static vectors through a frozen table, per-layer
-   features through the scalar mix; pairs through the same head, ``[u; v; |u - v|; u * v]``).
-4. **GLUE finetuned** (``mode='finetune'``): the family's own classifier (``Family.classifier``: BERT's pooled
-   [CLS], GPT's input transformations, XLNet's <cls> summary) trained end to end from the entry's pretraining,
-   through ``ptm finetune``'s stage; an entry whose family has none gets no finetuned cells.
+3. **Tasks on frozen features** (:func:`task_entry` with ``mode='feature'``): each ``[glue]`` task under a
+   classic head over the entry's frozen word features (``objectives/feature_tasks.py``: static vectors through a
+   frozen table, per-layer features through the scalar mix; pairs through the same head,
+   ``[u; v; |u - v|; u * v]``), and CoNLL-2003 NER (``[conll]``) under a BiLSTM tagger over the same features.
+4. **Tasks finetuned** (``mode='finetune'``): each ``[glue]`` task with the family's own classifier
+   (``Family.classifier``: BERT's pooled [CLS], GPT's input transformations, XLNet's <cls> summary), and
+   CoNLL-2003 with the family's own tagger (``Family.tasks['conll2003']``), trained end to end from the entry's
+   pretraining through ``ptm finetune``'s stage; an entry whose family has none gets no finetuned cell.
 
-Stages 3-4 run ``fit`` in ``<entry>/glue-<mode>/finetune-<task>``: a finished one (``summary.json`` at its last
-step) is skipped, a stopped one resumes from its checkpoint. Each GLUE figure is the dev metric after the last
-step (no selection on dev).
+Stages 3-4 run ``fit`` in ``<entry>/<section>-<mode>/finetune-<task>`` (section ``glue`` or ``conll``): a finished
+one (``summary.json`` at its last step) is skipped, a stopped one resumes from its checkpoint. Each figure is the
+dev metric after the last step (no selection on dev).
 """
 from __future__ import annotations
 
@@ -190,42 +192,64 @@ def probe_entry(cmp: dict, entry: dict) -> dict:
     return result
 
 
-# ---------------------------------------------------------------------------------------------- GLUE
+# ---------------------------------------------------------------------------------------------- tasks
 
-def glue_available(cmp: dict, entry: dict, mode: str) -> str:
-    """'' when ``mode`` ('feature', 'finetune') applies to the entry's family, else why not (the registry's
-    hooks: word features or vectors for 'feature', ``Family.classifier`` for 'finetune')."""
+CONLL_TASK = "conll2003"
+
+
+def task_section(task: str) -> str:
+    """The compare config section that holds a task's data and overrides: ``conll`` for CoNLL-2003, else ``glue``."""
+    return "conll" if task == CONLL_TASK else "glue"
+
+
+def compare_tasks(cmp: dict, mode: str) -> list[str]:
+    """The tasks of ``mode`` ('feature', 'finetune'): the ``[glue]`` ones, then CoNLL-2003 when ``[conll]`` is set."""
+    g = cmp.get("glue")
+    tasks = list(g["tasks"] if mode == "feature" else g["finetune_tasks"]) if g else []
+    return tasks + ([CONLL_TASK] if cmp.get("conll") else [])
+
+
+def task_available(cmp: dict, entry: dict, task: str, mode: str) -> str:
+    """'' when ``task`` in ``mode`` applies to the entry's family, else why not (the registry's hooks: word
+    features or vectors for 'feature'; ``Family.classifier`` for a finetuned GLUE task, ``Family.tasks`` for
+    finetuned CoNLL-2003)."""
     from ptm_jax.evaluate.features import supports_features
     from ptm_jax.families import registry
 
     cfg = entry_config(cmp, entry)
     if mode == "feature":
         return "" if supports_features(cfg.model) else "no word features"
-    return "" if registry.get(cfg.model.family).classifier is not None else "no classifier"
+    family = registry.get(cfg.model.family)
+    if task == CONLL_TASK:
+        return "" if CONLL_TASK in family.tasks else "no tagger"
+    return "" if family.classifier is not None else "no classifier"
 
 
-def glue_config(cmp: dict, entry: dict, task: str, mode: str):
-    g = cmp["glue"]
+def task_config(cmp: dict, entry: dict, task: str, mode: str):
+    section = task_section(task)
+    g = cmp[section]
     d = entry_dir(cmp, entry)
     common = [f"finetune.task={task}", f"finetune.data_dir={g['data_dir']!r}",
               f"finetune.init={str(d / 'pretrain')!r}", f"finetune.train_subset={int(g.get('train_subset', 0))}",
-              f"finetune.subset_seed={int(g.get('subset_seed', 0))}", f"output_dir={str(d / f'glue-{mode}')!r}"]
+              f"finetune.subset_seed={int(g.get('subset_seed', 0))}", f"output_dir={str(d / f'{section}-{mode}')!r}"]
     if mode == "feature":
         common.append(f"finetune.feature_cache={str(d / 'feature_cache')!r}")
-    return entry_config(cmp, entry, [*common, *g.get(mode, []), *entry.get(f"glue_{mode}", [])])
+        if section == "conll":
+            common.append("finetune.head=bilstm")  # the word tagger over frozen features (config may override)
+    return entry_config(cmp, entry, [*common, *g.get(mode, []), *entry.get(f"{section}_{mode}", [])])
 
 
-def glue_summary(cmp: dict, entry: dict, task: str, mode: str) -> dict | None:
-    s = read_json(entry_dir(cmp, entry) / f"glue-{mode}" / f"finetune-{task}" / "summary.json")
+def task_summary(cmp: dict, entry: dict, task: str, mode: str) -> dict | None:
+    s = read_json(entry_dir(cmp, entry) / f"{task_section(task)}-{mode}" / f"finetune-{task}" / "summary.json")
     return s if s and not s.get("preempted") and s["step"] >= s["steps"] else None
 
 
-def glue_entry(cmp: dict, entry: dict, task: str, mode: str) -> dict:
-    """One GLUE task of one entry, feature-based or finetuned (module doc); cached and resumable."""
-    done = glue_summary(cmp, entry, task, mode)
+def task_entry(cmp: dict, entry: dict, task: str, mode: str) -> dict:
+    """One task of one entry, feature-based or finetuned (module doc); cached and resumable."""
+    done = task_summary(cmp, entry, task, mode)
     if done:
         return done
-    cfg = glue_config(cmp, entry, task, mode)
+    cfg = task_config(cmp, entry, task, mode)
     t0 = time.perf_counter()
     if mode == "feature":
         from ptm_jax.objectives.feature_tasks import finetune_features

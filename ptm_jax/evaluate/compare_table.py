@@ -2,10 +2,11 @@
 unidirectional vs bidirectional context, used as frozen features vs finetuned (Peters et al. 2018 Sec. 1-2;
 Devlin et al. 2019 Sec. 1-2 and Table 7; Radford et al. 2018 Sec. 2).
 
-``rows`` holds one dict per entry with every figure (``compare.json``); ``SEEDS_COLUMNS`` is the headline table
-(``compare.md``): the budget each entry had and what it reached, the CoNLL-2003 probes, and each GLUE task as
-feature extractor and finetuned, next to a row of what the majority class (or a constant) scores on the same
-dev sets. Where a family cannot do a column (no classifier to finetune), the cell says so.
+``rows`` holds one dict per entry with every figure (``compare.json``); ``seeds_columns`` gives the headline table
+(``compare.md``): the budget each entry had and what it reached, the CoNLL-2003 probes, and each GLUE task
+and CoNLL-2003 NER as feature extractor and finetuned, next to a row of what the majority class (or a constant,
+or tagging every word O) scores on the same dev sets. Where a family cannot do a column (no classifier or tagger
+to finetune), the cell says so.
 """
 from __future__ import annotations
 
@@ -15,17 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from ptm_jax.evaluate.compare_stages import (
+    CONLL_TASK,
+    compare_tasks,
     entry_config,
     entry_dir,
-    glue_available,
-    glue_summary,
     read_json,
+    task_available,
+    task_summary,
 )
 
 log = logging.getLogger(__name__)
 
 TASK_NAMES = {"sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE", "cola": "CoLA", "qnli": "QNLI",
-              "qqp": "QQP", "mnli": "MNLI", "wnli": "WNLI"}
+              "qqp": "QQP", "mnli": "MNLI", "wnli": "WNLI", CONLL_TASK: "CoNLL-2003 NER"}
 METRIC_NAMES = {"accuracy": "acc", "f1": "F1", "spearman": "Spearman", "mcc": "MCC", "pearson": "Pearson"}
 DIRECTIONS = {"unidirectional": "unidirectional", "bidirectional": "bidirectional",
               "window": "window (no order)"}
@@ -37,11 +40,11 @@ def _best(values: list[float]) -> tuple[float, int]:
     return values[i], i
 
 
-def _glue_cell(cmp: dict, entry: dict, task: str, mode: str) -> float | str:
-    why = glue_available(cmp, entry, mode)
+def _task_cell(cmp: dict, entry: dict, task: str, mode: str) -> float | str:
+    why = task_available(cmp, entry, task, mode)
     if why:
         return f"n/a ({why})"
-    s = glue_summary(cmp, entry, task, mode)
+    s = task_summary(cmp, entry, task, mode)
     if s is None:
         return "not run"
     return float(s["final_eval"].get(s["primary_metric"], math.nan))
@@ -78,12 +81,9 @@ def row_of(cmp: dict, entry: dict) -> dict[str, Any]:
         row["probe_pos_acc"], row["probe_pos_layer"] = _best(tasks["pos"]["accuracy"])
     if "ner" in tasks:
         row["probe_ner_f1"], row["probe_ner_layer"] = _best(tasks["ner"]["f1"])
-    g = cmp.get("glue")
-    if g:
-        for task in g["tasks"]:
-            row[f"feature_{task}"] = _glue_cell(cmp, entry, task, "feature")
-        for task in g["finetune_tasks"]:
-            row[f"finetune_{task}"] = _glue_cell(cmp, entry, task, "finetune")
+    for mode in ("feature", "finetune"):
+        for task in compare_tasks(cmp, mode):
+            row[f"{mode}_{task}"] = _task_cell(cmp, entry, task, mode)
     return row
 
 
@@ -102,6 +102,8 @@ def baseline_row(cmp: dict) -> dict[str, Any]:
         row["probe_pos_acc"] = probe["tasks"]["pos"]["majority_baseline"]
     if probe and "ner" in probe["tasks"]:
         row["probe_ner_f1"] = 0.0
+    if cmp.get("conll"):  # tagging every word O finds no entity
+        row[f"feature_{CONLL_TASK}"] = row[f"finetune_{CONLL_TASK}"] = 0.0
     g = cmp.get("glue")
     if not g:
         return row
@@ -132,12 +134,10 @@ def seeds_columns(cmp: dict) -> list[tuple[str, str]]:
             ("note", "objective"), ("budget", "budget"), ("steps", "steps reached"), ("train_s", "train s"),
             ("train_flops", "train FLOPs"), ("probe_pos_acc", "POS probe acc (feature)"),
             ("probe_ner_f1", "NER probe F1 (feature)")]
-    g = cmp.get("glue")
-    if g:
-        for mode, tasks in (("feature", g["tasks"]), ("finetune", g["finetune_tasks"])):
-            for t in tasks:
-                metric = METRIC_NAMES.get(PRIMARY.get(t, "accuracy"), "acc")
-                cols.append((f"{mode}_{t}", f"{TASK_NAMES.get(t, t)} {metric} ({mode})"))
+    for mode in ("feature", "finetune"):
+        for t in compare_tasks(cmp, mode):
+            metric = METRIC_NAMES.get("f1" if t == CONLL_TASK else PRIMARY.get(t, "accuracy"), "acc")
+            cols.append((f"{mode}_{t}", f"{TASK_NAMES.get(t, t)} {metric} ({mode})"))
     return cols
 
 
