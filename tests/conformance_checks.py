@@ -1,6 +1,7 @@
 """The conformance checks (see tests/test_conformance.py), shared by the two test modules that split the
 registered families between them, so that the two xdist workers of the suite (``--dist loadfile``) can each take
-one. A test module imports the checks and the compilation-cache fixture and defines ``runs`` over its objectives."""
+one. A test module imports the checks and defines ``runs`` over its objectives (the uninterrupted, stopped and resumed
+runs compile the same programs: the test run's compilation cache, tests/conftest.py, serves two of the three)."""
 from __future__ import annotations
 
 import dataclasses
@@ -87,25 +88,6 @@ def _assert_equal(a: dict, b: dict, what: str) -> None:
     assert sorted(a) == sorted(b), f"{what}: different parameter names"
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=f"{what}: {k}")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-    """A persistent compilation cache for this module: the uninterrupted, stopped and resumed runs on one mesh
-    compile the same programs, so two of their three compilations are cache hits. The previous settings
-    return afterwards."""
-    from jax.experimental.compilation_cache import compilation_cache as cc
-
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes")
-    old = {n: getattr(jax.config, n) for n in names}
-    for n, v in zip(names, (str(tmp_path_factory.mktemp("jax_cache")), 0, 0)):
-        jax.config.update(n, v)
-    cc.reset_cache()
-    yield
-    for n, v in old.items():
-        jax.config.update(n, v)
-    cc.reset_cache()
 
 
 def objective_runs(objective: str, shared_data, tmp_path_factory):

@@ -11,6 +11,37 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+
+def _compilation_cache_dir() -> str:
+    """One persistent XLA compilation cache per test run, shared by both xdist workers (keyed by xdist's run id)
+    and every subprocess they start (the environment carries it): many tests compile the same tiny programs, and
+    a cache hit skips the compile, never a check. Each run starts empty, so a fresh CI clone measures only reuse
+    within the run; folders of runs older than a day are removed."""
+    import shutil
+    import tempfile
+    import time
+
+    base = os.path.join(tempfile.gettempdir(), f"ptm_jax_tests_xla_cache_{os.getuid()}")
+    os.makedirs(base, exist_ok=True)
+    for old in os.listdir(base):
+        path = os.path.join(base, old)
+        if time.time() - os.path.getmtime(path) > 86400:
+            shutil.rmtree(path, ignore_errors=True)
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run:
+        path = os.path.join(base, run)
+        os.makedirs(path, exist_ok=True)
+        return path
+    return tempfile.mkdtemp(prefix="run_", dir=base)
+
+
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _compilation_cache_dir()
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+    # a size bound turns on jax's file lock around reads and writes: the two workers share the folder
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
+
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402

@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import pytest
-from conformance_checks import (  # noqa: F401  (the checks and the compilation cache are collected from here)
+from conformance_checks import (  # noqa: F401  (the checks are collected from here)
     TRANSFORMER_FAMILIES,
-    compilation_cache,
     objective_params,
     objective_runs,
     test_hugging_face_round_trip_is_bit_equal,

@@ -63,8 +63,7 @@ def show(shared_data, tmp_path_factory) -> dict:
     try:
         apply_env(emu.env)
         emu.create_bucket(BUCKET)
-        env = {**ENV, **emu.env, "JAX_COMPILATION_CACHE_DIR": str(root / "jax_cache"),
-               "PTM_LOCAL_SCRATCH": str(root / "scratch")}
+        env = {**ENV, **emu.env, "PTM_LOCAL_SCRATCH": str(root / "scratch")}
         task = ["finetune.task=wnli", f"finetune.data_dir={shared_data / 'glue'}"]
         common = ["-c", "bert_tiny", f"train.steps={STEPS}", "train.log_every=1",
                   f"train.eval_every={EVERY}", "train.eval_batches=1", f"train.checkpoint_every={EVERY}",

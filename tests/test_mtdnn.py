@@ -124,27 +124,8 @@ def glue_subset(shared_data, tmp_path_factory):
     return out
 
 
-@pytest.fixture
-def compile_cache(tmp_path_factory):
-    """JAX's persistent compilation cache in a temporary folder for one test, then off again: the resumed run
-    compiles the same train step as the stopped one, and reads it back instead (CI time)."""
-    from jax._src import compilation_cache
-
-    keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
-    before = {k: getattr(jax.config, k) for k in keys}
-    compilation_cache.reset_cache()
-    jax.config.update(keys[0], str(tmp_path_factory.mktemp("xla_cache")))
-    jax.config.update(keys[1], 0.0)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            jax.config.update(k, v)
-        compilation_cache.reset_cache()
-
-
 def test_multitask_job_trains_every_head_resumes_exactly_and_keeps_a_best_model_per_task(
-        minilm_tok, minilm_vocab, glue_subset, tmp_path, compile_cache):
+        minilm_tok, minilm_vocab, glue_subset, tmp_path):
     from ptm_jax.export.params import load_params, save_params
     from ptm_jax.families.bert.model import BertModel
     from ptm_jax.train.evaluation import evaluate_task

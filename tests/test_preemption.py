@@ -86,7 +86,7 @@ def shared(shared_data, tmp_path_factory) -> dict[str, str]:
     assert main(["data", "-c", "bert_tiny", f"data.corpus={corpus}", "tokenizer.vocab_size=1000",
                  f"data.cache_dir={root / 'cache'}", f"output_dir={root / 'data'}"]) == 0
     return {"corpus": corpus, "vocab": str(root / "data/tokenizer/vocab.txt"), "cache": str(root / "cache"),
-            "env": {**ENV, "JAX_COMPILATION_CACHE_DIR": str(root / "jax_cache")}}
+            "env": dict(ENV)}
 
 
 @pytest.fixture(scope="module")

@@ -76,12 +76,11 @@ def shared(shared_data, tmp_path_factory) -> dict[str, str]:
     corpus = str(shared_data / "corpus/tinyshakespeare/input.txt")
     assert main(["data", "-c", "bert_tiny", f"data.corpus={corpus}", "tokenizer.vocab_size=1000",
                  f"data.cache_dir={root / 'cache'}", f"output_dir={root / 'data'}"]) == 0
-    return {"corpus": corpus, "vocab": str(root / "data/tokenizer/vocab.txt"), "cache": str(root / "cache"),
-            "jax_cache": str(root / "jax_cache")}
+    return {"corpus": corpus, "vocab": str(root / "data/tokenizer/vocab.txt"), "cache": str(root / "cache")}
 
 
 def env(shared: dict[str, str]) -> dict[str, str]:
-    return {**ENV, "JAX_COMPILATION_CACHE_DIR": shared["jax_cache"]}
+    return dict(ENV)
 
 
 @pytest.fixture(scope="module")
