@@ -158,3 +158,96 @@ def test_stream_follows_the_schedule_and_resumes_exactly(run):
 def test_bad_task_weights_and_stages_are_config_errors(weights, starts, message):
     with pytest.raises(ConfigError, match=message):
         load_config("ernie2_tiny", [f'data.task_weights="{weights}"', f'data.task_from_steps="{starts}"'])
+
+
+def _vocab(path, n):
+    path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(5, n)]) + "\n")
+    return path
+
+
+def test_hugging_face_export_gives_transformers_ernie_with_task_ids_equal_logits_and_imports_back(tmp_path):
+    """A random tiny ernie2 (vocab 99, 2 layers, H 32, 8 task rows, task_id 3) as a params directory, exported
+    twice: the 'pretraining' head as ErnieForMaskedLM (the four other task heads and the pooler left out) and the
+    'encoder' head as ErnieModel. transformers loads each with no missing or unexpected tensors; with task_type_ids
+    = our per-row task ids [5, 1] (and None = zeros vs our task_id 0) its MLM logits at every position, last hidden
+    states and pooled output equal ours within 5e-5 (float32; measured ~1e-6). Both folders import back into the
+    ernie2 family bit-equal (the ernie family's converter routes use_task_id folders), and our task_id returns
+    from ptm_task_id. Bad input: a task_type_vocab_size that disagrees with the table and a task_id outside the
+    table are errors naming the field."""
+    import dataclasses
+    import json
+
+    import jax
+    import jax.numpy as jnp
+    import torch
+    import transformers
+
+    from ptm_jax.errors import CheckpointError
+    from ptm_jax.export import params as params_lib
+    from ptm_jax.families.ernie.continual import Ernie2Config
+    from ptm_jax.families.ernie.continual_model import Ernie2ForPreTraining, Ernie2Model
+
+    cfg = Ernie2Config(vocab_size=99, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                       max_position_embeddings=64, task_vocab_size=8, task_id=3)
+    S = 16
+    ids = np.random.RandomState(0).randint(5, 99, (2, S)).astype(np.int32)
+    ids[:, 0] = 2
+    mask, seg = np.ones_like(ids), np.zeros_like(ids)
+    seg[:, 9:] = 1
+    mask[1, 12:] = 0
+    tasks = np.asarray([5, 1], np.int32)
+    model = Ernie2ForPreTraining(cfg)
+    params = jax.tree.map(np.asarray, params_lib.plain_tree(model.init(
+        jax.random.PRNGKey(1), ids, mask, seg, tasks, np.zeros((2, 3), np.int32))["params"]))
+    vocab = _vocab(tmp_path / "vocab.txt", 99)
+    tok = {"tokenizer": {"kind": "wordpiece", "files": ["vocab.txt"], "lower_case": True}}
+    fam = registry.get("ernie2")
+    pre = params_lib.save_params(tmp_path / "pre", params, cfg, "pretraining", tok, [vocab])
+    report = fam.hf.export_dir(pre, tmp_path / "hf_mlm")
+    assert report["architecture"] == "ErnieForMaskedLM"
+    assert report["left_out"] == ["ernie2/pooler", "capitalisation", "token_document", "reorder", "distance"]
+    hf_cfg = json.loads((tmp_path / "hf_mlm" / "config.json").read_text())
+    assert (hf_cfg["use_task_id"], hf_cfg["task_type_vocab_size"], hf_cfg["ptm_task_id"]) == (True, 8, 3)
+    ref, load_info = transformers.ErnieForMaskedLM.from_pretrained(tmp_path / "hf_mlm", output_loading_info=True)
+    assert not load_info["missing_keys"] and not load_info["unexpected_keys"]
+    pt = lambda x: torch.tensor(np.asarray(x, np.int64))  # noqa: E731
+    with torch.no_grad():
+        want = ref.eval()(input_ids=pt(ids), attention_mask=pt(mask), token_type_ids=pt(seg),
+                          task_type_ids=pt(np.repeat(tasks[:, None], S, 1))).logits.numpy()
+    got = model.apply({"params": params}, ids, mask, seg, tasks, np.tile(np.arange(S), (2, 1)))["mlm"]
+    np.testing.assert_allclose(np.asarray(got), want, atol=5e-5)
+
+    trunk = {"ernie2": params["ernie2"]}
+    enc_cfg = dataclasses.replace(cfg, task_id=0)
+    enc = params_lib.save_params(tmp_path / "enc", trunk, enc_cfg, "encoder", tok, [vocab])
+    assert fam.hf.export_dir(enc, tmp_path / "hf_enc")["architecture"] == "ErnieModel"
+    ref = transformers.ErnieModel.from_pretrained(tmp_path / "hf_enc").eval()
+    for task_ids, theirs in ((tasks, pt(np.repeat(tasks[:, None], S, 1))), (None, None)):
+        with torch.no_grad():
+            want = ref(input_ids=pt(ids), attention_mask=pt(mask), token_type_ids=pt(seg), task_type_ids=theirs)
+        seq, pooled = Ernie2Model(enc_cfg).apply({"params": trunk["ernie2"]}, ids, mask, seg, task_ids=task_ids)
+        np.testing.assert_allclose(np.asarray(seq), want.last_hidden_state.numpy(), atol=5e-5)
+        np.testing.assert_allclose(np.asarray(pooled), want.pooler_output.numpy(), atol=5e-5)
+
+    for folder, head, ours in (("hf_mlm", "masked_lm", {"ernie2": {k: v for k, v in params["ernie2"].items()
+                                                                  if k != "pooler"}, "mlm": params["mlm"]}),
+                               ("hf_enc", "encoder", trunk)):
+        assert registry.hf_family("ernie").name == "ernie"
+        back, back_cfg, info, _ = registry.hf_family("ernie").hf.load(tmp_path / folder)
+        assert back_cfg == (cfg if head == "masked_lm" else enc_cfg) and info["head"] == head
+        assert registry.family_of_params(back).name == "ernie2"
+        flat = lambda t: {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(t)}  # noqa
+        b, o = flat(back), flat(ours)
+        assert b.keys() == o.keys() and all(np.array_equal(b[k], o[k]) for k in o)
+
+    hf_cfg["task_type_vocab_size"] = 5
+    (tmp_path / "hf_mlm" / "config.json").write_text(json.dumps(hf_cfg))
+    with pytest.raises(CheckpointError, match=r"task_type_vocab_size=5 disagrees with the weights: "
+                                              r"ernie\.embeddings\.task_type_embeddings\.weight has shape \(8, 32\)"):
+        registry.hf_family("ernie").hf.load(tmp_path / "hf_mlm")
+    meta = json.loads((enc / "ptm.json").read_text())
+    meta["model"]["task_id"] = 8
+    (enc / "ptm.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=r"model\.task_id=8 is outside the task embedding \(model\."
+                                              r"task_vocab_size=8 rows, ids 0\.\.7\)"):
+        fam.hf.export_dir(enc, tmp_path / "hf_bad")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -279,8 +279,13 @@ def detect_head(names: set[str], hf: dict[str, Any]) -> str:
     return "encoder"
 
 
+ExtraRules = Callable[[str], list[Rule]]
+"""prefix ('' or 'bert.') -> rules of encoder tensors a BERT-shaped family adds to BERT's (ERNIE 2.0's task
+embedding), converted with BERT's and held to the same strictness."""
+
+
 def hf_to_params(tensors: dict[str, np.ndarray], cfg: BertConfig, hf: dict[str, Any], where: Path,
-                 head: str | None = None) -> tuple[dict, dict[str, Any]]:
+                 head: str | None = None, extra_rules: ExtraRules | None = None) -> tuple[dict, dict[str, Any]]:
     """HF name -> tensor to our params (loop layout, float32) and info (head, num_labels, dropped, ...).
     An explicit ``head`` (e.g. 'encoder' for a pretraining checkpoint) drops the other heads' tensors, by name."""
     tensors = {_rename_legacy(k): v for k, v in tensors.items()}
@@ -293,7 +298,7 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: BertConfig, hf: dict[str, 
         raise CheckpointError(f"{where}: classifier.weight has shape {tuple(clf.shape)}; expected "
                               f"[num_labels >= 1, hidden_size={cfg.hidden_size}]")
     num_labels = int(clf.shape[0]) if clf is not None else 2
-    rules = all_rules(cfg, head, num_labels, has_pooler, prefix)
+    rules = all_rules(cfg, head, num_labels, has_pooler, prefix) + (extra_rules(prefix) if extra_rules else [])
     expected = {r.hf for r in rules}
     encoder = tuple(f"{prefix}{m}." for m in ("embeddings", "encoder", "pooler"))
     dropped = sorted(n for n in names - expected if (n.startswith(f"{prefix}pooler.") and head in NO_POOLER)
@@ -322,14 +327,18 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: BertConfig, hf: dict[str, 
     return params, info
 
 
-def params_to_hf(params: dict, cfg: BertConfig, head: str) -> tuple[dict[str, np.ndarray], list[str]]:
+def params_to_hf(params: dict, cfg: BertConfig, head: str, extra_rules: ExtraRules | None = None
+                 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Our params (either layout) -> HF name -> contiguous float32 array, and the paths left out (a pooler
     the HF head class has no place for: token tagging, span QA, masked LM)."""
     params = params_lib.unstack_layers(params)
     has_pooler = "pooler" in params["bert"] and head not in NO_POOLER | {"masked_lm"}
     left_out = ["bert/pooler"] if "pooler" in params["bert"] and not has_pooler else []
     num_labels = int(np.shape(params["classifier"]["dense"]["kernel"])[-1]) if "classifier" in params else 2
-    return rules_to_hf(params, all_rules(cfg, head, num_labels, has_pooler), head), left_out
+    rules = all_rules(cfg, head, num_labels, has_pooler)
+    if extra_rules:
+        rules += extra_rules("" if head == "encoder" else "bert.")
+    return rules_to_hf(params, rules, head), left_out
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ Every parameter carries logical axis names; the model never sees the mesh.
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -105,21 +107,25 @@ class BertEncoder(nn.Module):
 
 
 class BertModel(nn.Module):
-    """Encoder + pooler; returns (sequence_output [B,S,H], pooled_output [B,H])."""
+    """Encoder + pooler; returns (sequence_output [B,S,H], pooled_output [B,H]).
+
+    A family that extends BERT's input (a further embedding added before the LayerNorm) subclasses it with its
+    own ``embeddings_class``; keyword arguments the encoder does not take go to that class's ``__call__``."""
 
     cfg: BertConfig
     add_pooler: bool = True
+    embeddings_class: ClassVar[type] = BertEmbeddings
 
     def setup(self) -> None:
         c = self.cfg
-        self.embeddings = BertEmbeddings(c)
+        self.embeddings = self.embeddings_class(c)
         self.encoder = BertEncoder(c)
         if self.add_pooler:
             self.pooler = Dense(c.hidden_size, ("embed", "embed_out"), c.initializer_range,
                                 dtype=dtype_of(c.dtype))
 
     def __call__(self, input_ids, input_mask, segment_ids, position_ids=None, *, deterministic: bool = True,
-                 attention_mask=None, cls_positions=None, embedding_hook=None):
+                 attention_mask=None, cls_positions=None, embedding_hook=None, **embedding_inputs):
         """``attention_mask`` [B, 1, S, S] replaces the padding mask (packed rows: ``segment_mask``);
         ``cls_positions`` [B, K] pools K [CLS] states per row ([B, K, H]) instead of position 0 ([B, H]);
         ``embedding_hook``: a function [B, S, H] -> [B, S, H] applied to the embedding output (after its
@@ -127,7 +133,7 @@ class BertModel(nn.Module):
         adversarial noise: ``objectives/augmentations.py``; Yan et al. 2021 Sec. 3.2)."""
         if position_ids is None:
             position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
-        x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
+        x = self.embeddings(input_ids, segment_ids, position_ids, deterministic, **embedding_inputs)
         if embedding_hook is not None:
             x = embedding_hook(x)
         mask = padding_mask(input_mask) if attention_mask is None else attention_mask

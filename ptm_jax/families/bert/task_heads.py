@@ -9,6 +9,8 @@ run_squad.py). Each reads the same encoder; names mirror the Hugging Face heads 
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -32,6 +34,8 @@ class BertForSequenceClassification(nn.Module):
     classifier_dropout: float = 0.1
     trunk: str = "bert"
     """params key of the encoder (``Family.trunk``): a family reusing these heads names its own."""
+    encoder_class: ClassVar[type] = BertModel
+    """The encoder module (a family reusing these heads on a subclass of BERT's encoder names it)."""
 
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True, packed=None) -> jax.Array:
@@ -41,8 +45,8 @@ class BertForSequenceClassification(nn.Module):
         if packed is not None:
             position_ids, pack_ids, cls_positions = packed
             kw = dict(position_ids=position_ids, attention_mask=segment_mask(pack_ids), cls_positions=cls_positions)
-        _, pooled = BertModel(self.cfg, name=self.trunk)(input_ids, input_mask, segment_ids,
-                                                         deterministic=deterministic, **kw)
+        _, pooled = self.encoder_class(self.cfg, name=self.trunk)(input_ids, input_mask, segment_ids,
+                                                                  deterministic=deterministic, **kw)
         pooled = Dropout(self.classifier_dropout)(pooled, deterministic=deterministic)
         return _classifier(self.cfg, self.num_labels, "classifier")(pooled).astype(jnp.float32)
 
@@ -55,11 +59,13 @@ class BertForTokenClassification(nn.Module):
     classifier_dropout: float = 0.1
     trunk: str = "bert"
     """params key of the encoder (``Family.trunk``): a family reusing these heads names its own."""
+    encoder_class: ClassVar[type] = BertModel
+    """The encoder module (a family reusing these heads on a subclass of BERT's encoder names it)."""
 
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True) -> jax.Array:
-        seq, _ = BertModel(self.cfg, add_pooler=False, name=self.trunk)(input_ids, input_mask, segment_ids,
-                                                                     deterministic=deterministic)
+        seq, _ = self.encoder_class(self.cfg, add_pooler=False, name=self.trunk)(
+            input_ids, input_mask, segment_ids, deterministic=deterministic)
         seq = Dropout(self.classifier_dropout)(seq, deterministic=deterministic)
         return _classifier(self.cfg, self.num_labels, "classifier")(seq).astype(jnp.float32)
 
@@ -70,11 +76,13 @@ class BertForQuestionAnswering(nn.Module):
     cfg: BertConfig
     trunk: str = "bert"
     """params key of the encoder (``Family.trunk``): a family reusing these heads names its own."""
+    encoder_class: ClassVar[type] = BertModel
+    """The encoder module (a family reusing these heads on a subclass of BERT's encoder names it)."""
 
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True):
-        seq, _ = BertModel(self.cfg, add_pooler=False, name=self.trunk)(input_ids, input_mask, segment_ids,
-                                                                     deterministic=deterministic)
+        seq, _ = self.encoder_class(self.cfg, add_pooler=False, name=self.trunk)(
+            input_ids, input_mask, segment_ids, deterministic=deterministic)
         logits = _classifier(self.cfg, 2, "qa_outputs")(seq).astype(jnp.float32)
         return logits[..., 0], logits[..., 1]
 
@@ -86,12 +94,14 @@ class BertForMultipleChoice(nn.Module):
     classifier_dropout: float = 0.1
     trunk: str = "bert"
     """params key of the encoder (``Family.trunk``): a family reusing these heads names its own."""
+    encoder_class: ClassVar[type] = BertModel
+    """The encoder module (a family reusing these heads on a subclass of BERT's encoder names it)."""
 
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True) -> jax.Array:
         b, c, s = input_ids.shape
         flat = lambda x: x.reshape(b * c, s)  # noqa: E731
-        _, pooled = BertModel(self.cfg, name=self.trunk)(flat(input_ids), flat(input_mask), flat(segment_ids),
-                                                     deterministic=deterministic)
+        _, pooled = self.encoder_class(self.cfg, name=self.trunk)(flat(input_ids), flat(input_mask),
+                                                                  flat(segment_ids), deterministic=deterministic)
         pooled = Dropout(self.classifier_dropout)(pooled, deterministic=deterministic)
         return _classifier(self.cfg, 1, "classifier")(pooled).astype(jnp.float32).reshape(b, c)

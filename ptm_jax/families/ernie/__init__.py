@@ -25,7 +25,11 @@ from ptm_jax.families.ernie.config import ErnieConfig, ErnieDataConfig
 from ptm_jax.families.ernie.continual import Ernie2Config, Ernie2DataConfig
 from ptm_jax.families.ernie.continual_model import TRUNK as TRUNK_2
 from ptm_jax.families.ernie.model import TRUNK
-from ptm_jax.families.registry import Family, HfConverter, register
+from ptm_jax.families.registry import Family, HfConverter, lazy, register
+
+HF = "ptm_jax.families.ernie.hf"
+HEADS = ("encoder", "pretraining", "masked_lm", "sequence_classification", "token_classification",
+         "question_answering", "multiple_choice")
 
 
 def _objective(cfg: Any, corpus: Any):
@@ -52,43 +56,44 @@ def _units(cfg: Any, corpus: Any, directory: Any):
     return build_units(cfg, corpus, directory)
 
 
-def _hf() -> HfConverter:
-    def import_dir(hf_dir, out, head=None, overwrite=False):
-        from ptm_jax.families.ernie import hf
-
-        return hf.import_dir(hf_dir, out, head=head, overwrite=overwrite)
-
-    def export_dir(src, out, overwrite=False):
-        from ptm_jax.families.ernie import hf
-
-        return hf.export_dir(src, out, overwrite=overwrite)
-
-    def load(hf_dir):
-        from ptm_jax.families.ernie import hf
-
-        return hf.load(hf_dir)
-
-    return HfConverter(model_types=("ernie",), import_dir=import_dir, export_dir=export_dir, load=load)
+def _hf(model_types: tuple[str, ...]) -> HfConverter:
+    """``hf.py`` serves both families: a ``model_type = "ernie"`` folder (claimed by "ernie") becomes an
+    ``ernie2`` model when it has ``use_task_id``; "ernie2" claims no model type of its own, so it only exports."""
+    return HfConverter(model_types=model_types, import_dir=lazy(HF, "import_dir"), export_dir=lazy(HF, "export_dir"),
+                       load=lazy(HF, "load"))
 
 
-def _infer_head(params: dict) -> str:
-    if "mlm" in params:
-        return "pretraining" if "nsp" in params else "masked_lm"
-    if "qa_outputs" in params:
-        return "question_answering"
-    if "classifier" in params:
-        return "sequence_classification" if "pooler" in params[TRUNK] else "token_classification"
-    return "encoder"
+def _infer_head_of(trunk: str, pretraining: str):
+    """params tree -> head, for a tree whose encoder is ``params[trunk]``; ``pretraining``: the key that tells
+    the family's pretraining heads from a bare masked LM."""
+
+    def infer(params: dict) -> str:
+        if "mlm" in params:
+            return "pretraining" if pretraining in params else "masked_lm"
+        if "qa_outputs" in params:
+            return "question_answering"
+        if "classifier" in params:
+            return "sequence_classification" if "pooler" in params[trunk] else "token_classification"
+        return "encoder"
+
+    return infer
 
 
 def _head(name: str):
     def get() -> type:
         from ptm_jax.families.bert.model import BertModel
         from ptm_jax.families.ernie import task_heads
+        from ptm_jax.families.ernie.continual_model import Ernie2Model
 
-        return BertModel if name == "encoder" else getattr(task_heads, name)
+        return {"encoder": BertModel, "encoder_2": Ernie2Model}.get(name) or getattr(task_heads, name)
 
     return get
+
+
+def _task_heads(prefix: str, encoder: str) -> dict:
+    return {"encoder": _head(encoder), **{h: _head(prefix + c) for h, c in (
+        ("sequence_classification", "ForSequenceClassification"), ("token_classification", "ForTokenClassification"),
+        ("question_answering", "ForQuestionAnswering"), ("multiple_choice", "ForMultipleChoice"))}}
 
 
 FAMILY = register(Family(
@@ -100,21 +105,16 @@ FAMILY = register(Family(
     artifacts={"units": _units, "dialogues": _dialogues},
     trunk=TRUNK,
     stack="encoder",
-    heads=("encoder", "pretraining", "masked_lm", "sequence_classification", "token_classification",
-           "question_answering", "multiple_choice"),
-    infer_head=_infer_head,
+    heads=HEADS,
+    infer_head=_infer_head_of(TRUNK, "nsp"),
     classifier=_bert.FAMILY.classifier,
     tasks=dict(_bert.FAMILY.tasks),
-    task_heads={"encoder": _head("encoder"),
-                "sequence_classification": _head("ErnieForSequenceClassification"),
-                "token_classification": _head("ErnieForTokenClassification"),
-                "question_answering": _head("ErnieForQuestionAnswering"),
-                "multiple_choice": _head("ErnieForMultipleChoice")},
+    task_heads=_task_heads("Ernie", "encoder"),
     capabilities=frozenset({"embed", "classify", "word_features", "attention_maps"}),
     word_features=_bert.FAMILY.word_features,  # BERT's network: the hooks read the trunk key of model.family
     word_encoder=_bert.FAMILY.word_encoder,
     attention_maps=_bert.FAMILY.attention_maps,
-    hf=_hf(),
+    hf=_hf(("ernie",)),
     tiny_preset="ernie_tiny",
 ))
 
@@ -131,8 +131,12 @@ def _case(cfg: Any, corpus: Any, directory: Any):
     return build_case(cfg, corpus, directory)
 
 
-def _infer_head_2(params: dict) -> str:
-    return "pretraining" if "mlm" in params else "encoder"
+def _prepare_finetune_2(model_cfg: Any, tokenizer: Any) -> Any:
+    """The finetuning task id must name a row of the pretrained task table (``model.task_id``)."""
+    from ptm_jax.families.ernie.continual import check_task_id
+
+    check_task_id(model_cfg)
+    return model_cfg
 
 
 FAMILY_2 = register(Family(
@@ -145,9 +149,18 @@ FAMILY_2 = register(Family(
     artifacts={"units": _units, "case": _case},
     trunk=TRUNK_2,
     stack="encoder",
-    heads=("encoder", "pretraining"),
-    infer_head=_infer_head_2,
+    heads=HEADS,
+    infer_head=_infer_head_of(TRUNK_2, "capitalisation"),
+    classifier=_bert.FAMILY.classifier,
+    tasks=dict(_bert.FAMILY.tasks),
+    task_heads=_task_heads("Ernie2", "encoder_2"),
+    prepare_finetune=_prepare_finetune_2,
+    capabilities=frozenset({"embed", "classify"}),
+    hf=_hf(()),
     tiny_preset="ernie2_tiny",
 ))
-"""ERNIE 2.0 (``continual*.py``, ``case.py``) is a family of its own: its network adds the task embedding to
-ERNIE 1.0's and carries five task heads, which transformers' ERNIE classes have no place for (no ``hf``)."""
+"""ERNIE 2.0 (``continual*.py``, ``case.py``) is a family of its own: its encoder adds the task embedding to
+ERNIE 1.0's (``continual_model.Ernie2Model``) and its pretraining carries five task heads. Finetuning uses BERT's
+heads on that encoder with the fixed task id ``model.task_id`` (``task_heads.py``); Hugging Face interop is
+transformers' ERNIE with ``use_task_id`` (``hf.py``: the pretraining model exports as ``ErnieForMaskedLM``, the
+four other task heads left out)."""

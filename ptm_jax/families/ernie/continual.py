@@ -36,7 +36,29 @@ class Ernie2Config(ErnieConfig):
 
     family: str = "ernie2"
     task_vocab_size: int = 8
-    """Rows of the task embedding (>= the number of tasks, ``len(TASKS)``)."""
+    """Rows of the task embedding (>= the number of tasks, ``len(TASKS)``, to pretrain; transformers'
+    ``task_type_vocab_size``)."""
+    task_id: int = 0
+    """The task id of every row where none is given: finetuning, ``ptm embed`` / ``predict`` and Hugging Face
+    exports. 0 is the ERNIE repo's finetuning default (PaddlePaddle/ERNIE reader/task_reader.py ``task_id=0``)
+    and transformers' (zeros when ``task_type_ids`` is None); pretraining's row 0 is knowledge masking. A
+    finetuning run's own ``model.task_id`` replaces the checkpoint's (``run_settings``)."""
+
+    run_settings = ("task_id",)
+
+    def validate(self, where: str = "model") -> None:
+        super().validate(where)
+        check_task_id(self, where)
+
+
+def check_task_id(cfg: Ernie2Config, where: str = "model") -> None:
+    """``task_id`` must name a row of the task embedding: JAX would clamp an index outside the table silently."""
+    if cfg.task_vocab_size < 1:
+        raise ConfigError(f"{where}.task_vocab_size={cfg.task_vocab_size}: the task embedding needs at least one row")
+    if not 0 <= cfg.task_id < cfg.task_vocab_size:
+        raise ConfigError(f"{where}.task_id={cfg.task_id} is outside the task embedding ({where}.task_vocab_size="
+                    f"{cfg.task_vocab_size} rows, ids 0..{cfg.task_vocab_size - 1}); set {where}.task_id to one "
+                    "of those ids")
 
 
 def _csv(text: str) -> list[str]:

@@ -10,13 +10,14 @@ The trunk is ``params["ernie2"]`` (``TRUNK``) with BERT's names below it (``embe
 ``task_embeddings``)."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from ptm_jax.families.bert.heads import MlmHead
-from ptm_jax.families.bert.model import BertEmbeddings, BertEncoder
-from ptm_jax.models.attention import padding_mask
+from ptm_jax.families.bert.model import BertEmbeddings, BertModel
 from ptm_jax.models.layers import (
     Dense,
     constrain,
@@ -27,10 +28,16 @@ from ptm_jax.models.layers import (
 )
 
 TRUNK = "ernie2"
+TASK_HEADS = ("capitalisation", "token_document", "reorder", "distance")
+"""The pretraining heads besides the masked LM (``mlm``), in :class:`Ernie2ForPreTraining`."""
 
 
 class TaskEmbeddings(BertEmbeddings):
-    """BERT's embeddings plus a task-id table (``cfg.task_vocab_size`` rows)."""
+    """BERT's embeddings plus a task-id table (``cfg.task_vocab_size`` rows): word + position + segment + task,
+    then LayerNorm and dropout, as transformers' ``ErnieEmbeddings`` with ``use_task_id`` (models/ernie/
+    modeling_ernie.py). ``task_ids`` [B] gives each row's task; None gives every row ``cfg.task_id``, the fixed
+    task id of finetuning (the ERNIE repo's finetuning readers feed ``task_id`` = 0 to every token,
+    PaddlePaddle/ERNIE reader/task_reader.py; transformers uses zeros when ``task_type_ids`` is None)."""
 
     def setup(self) -> None:
         super().setup()
@@ -40,33 +47,21 @@ class TaskEmbeddings(BertEmbeddings):
                                             truncated_normal(c.initializer_range), ("types", "embed")))
 
     def __call__(self, input_ids, segment_ids, position_ids, deterministic: bool, task_ids=None) -> jax.Array:
+        if task_ids is None:
+            task_ids = jnp.full(input_ids.shape[:1], self.cfg.task_id, jnp.int32)
         x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
         x = x + self.token_type_embeddings(segment_ids)
-        if task_ids is not None:
-            x = x + self.task_embeddings(task_ids)[:, None, :]
+        x = x + self.task_embeddings(task_ids)[:, None, :]
         x = self.dropout(self.norm(x), deterministic=deterministic)
         return constrain(x, ("batch", "length", "act_embed"))
 
 
-class Ernie2Model(nn.Module):
-    """Encoder + pooler with task embeddings; returns (sequence_output [B,S,H], pooled_output [B,H])."""
+class Ernie2Model(BertModel):
+    """BERT's encoder + pooler (``BertModel``: packed rows, ConSERT's embedding hook, no pooler for taggers) over
+    :class:`TaskEmbeddings`; ``task_ids=`` [B] per row (pretraining), else ``cfg.task_id`` for every row.
+    Returns (sequence_output [B,S,H], pooled_output [B,H])."""
 
-    cfg: object
-
-    def setup(self) -> None:
-        c = self.cfg
-        self.embeddings = TaskEmbeddings(c)
-        self.encoder = BertEncoder(c)
-        self.pooler = Dense(c.hidden_size, ("embed", "embed_out"), c.initializer_range, dtype=dtype_of(c.dtype))
-
-    def __call__(self, input_ids, input_mask, segment_ids, task_ids, *, deterministic: bool = True):
-        position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
-        x = self.embeddings(input_ids, segment_ids, position_ids, deterministic, task_ids)
-        x = self.encoder(x, padding_mask(input_mask), deterministic)
-        return x, jnp.tanh(self.pooler(x[:, 0]))
-
-    def word_embedding_table(self) -> jax.Array:
-        return self.embeddings.word_embeddings.embedding
+    embeddings_class: ClassVar[type] = TaskEmbeddings
 
 
 class Ernie2ForPreTraining(nn.Module):
@@ -88,7 +83,8 @@ class Ernie2ForPreTraining(nn.Module):
 
     def __call__(self, input_ids, input_mask, segment_ids, task_ids, masked_lm_positions, *,
                  deterministic: bool = True) -> dict[str, jax.Array]:
-        seq, pooled = self.ernie2(input_ids, input_mask, segment_ids, task_ids, deterministic=deterministic)
+        seq, pooled = self.ernie2(input_ids, input_mask, segment_ids, task_ids=task_ids,
+                                  deterministic=deterministic)
         f32 = jnp.float32
         return {"mlm": self.mlm(gather_positions(seq, masked_lm_positions), self.ernie2.word_embedding_table()),
                 "capitalisation": self.capitalisation(seq).astype(f32),
