@@ -150,9 +150,10 @@ def test_hugging_face_round_trip_is_bit_equal(runs):
     plain, out = _saved(runs)
     report = runs.family.hf.export_dir(out, runs.root / "hf", overwrite=True)
     back, _, _, _ = runs.family.hf.load(runs.root / "hf")
-    # what the Hugging Face head class has no place for (a masked LM's pooler) is reported and left out
+    # what the Hugging Face head class has no place for (a masked LM's pooler; ERNIE 2.0's task heads other than
+    # the masked LM, whole top-level heads) is reported and left out
     left_out = tuple(report.get("left_out") or ())
-    assert all(x.endswith("/pooler") for x in left_out), left_out
+    assert all(x.endswith("/pooler") or x in plain for x in left_out), left_out
     ours = {k: v for k, v in _flat(plain).items()
             if not any(k.startswith("".join(f"['{p}']" for p in x.split("/"))) for x in left_out)}
     _assert_equal(_flat(params_lib.plain_tree(back)), ours, f"{runs.objective} Hugging Face")

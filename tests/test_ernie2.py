@@ -251,3 +251,10 @@ def test_hugging_face_export_gives_transformers_ernie_with_task_ids_equal_logits
     with pytest.raises(CheckpointError, match=r"model\.task_id=8 is outside the task embedding \(model\."
                                               r"task_vocab_size=8 rows, ids 0\.\.7\)"):
         fam.hf.export_dir(enc, tmp_path / "hf_bad")
+
+
+def test_a_task_id_outside_the_task_table_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"model\.task_id=8 is outside the task embedding \(model\.task_vocab_size=8 "
+                                          r"rows, ids 0\.\.7\); set model\.task_id"):
+        load_config("ernie2_tiny", ["model.task_id=8"])
+    assert load_config("ernie2_tiny", ["model.task_id=7"]).model.task_id == 7

@@ -1,16 +1,21 @@
-"""ERNIE 1.0 finetuning (issue 19; ptm_jax/families/ernie/task_heads.py): BERT's heads on the "ernie" trunk, so
-`ptm finetune` runs CoNLL-2003 NER and a GLUE task from an ``ernie_mlm`` pretraining run.
+"""ERNIE finetuning (issue 19; ptm_jax/families/ernie/task_heads.py): BERT's heads on the "ernie" trunk (ERNIE 1.0)
+and on the "ernie2" trunk with its task embedding (ERNIE 2.0), so `ptm finetune` runs CoNLL-2003 NER and a GLUE
+task from an ``ernie_mlm`` or an ``ernie2`` pretraining run.
 
-One real run, module-scoped: ernie_mlm pretrains a 2-layer H=32 model for 4 steps on the first 40 kB of Pride
-and Prejudice (lexicon units), then CoNLL-2003 (64 training / 32 dev sentences of eng.train / eng.testa) and
-SST-2 (64 / 32 rows of train.tsv / dev.tsv) are finetuned from it for one epoch (4 steps of 16) each. Subsets are written to
-tmp files in file order (deterministic across processes)."""
+Two real runs, module-scoped. ERNIE 1.0: ernie_mlm pretrains a 2-layer H=32 model for 4 steps on the first 40 kB
+of Pride and Prejudice (lexicon units). ERNIE 2.0: ernie2 pretrains the same shape (8 task rows) for 4 steps on
+the first 3000 lines of tiny-shakespeare, the five tasks started by step 2. From each, CoNLL-2003 (64 training /
+32 dev sentences of eng.train / eng.testa) and SST-2 (64 / 32 rows of train.tsv / dev.tsv) are finetuned for one
+epoch (4 steps of 16) each. Subsets are written to tmp files in file order (deterministic across processes)."""
+import dataclasses
 from itertools import islice
 
 import numpy as np
 import pytest
 
-from ptm_jax.config import FinetuneConfig, RunConfig, TokenizerConfig, TrainConfig
+from ptm_jax import fs
+from ptm_jax.config import FinetuneConfig, RunConfig, TokenizerConfig, TrainConfig, load_config
+from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import load_params
 from ptm_jax.families import registry
 from ptm_jax.families.ernie.config import ErnieConfig, ErnieDataConfig
@@ -30,7 +35,8 @@ def _first_sentences(src, dst, n):
 
 
 @pytest.fixture(scope="module")
-def run(shared_data, tmp_path_factory):
+def data(shared_data, tmp_path_factory):
+    """The text, lexicon and task subsets both runs read."""
     d = tmp_path_factory.mktemp("ernie_ft")
     text = (shared_data / "corpus/gutenberg/1342-0.txt").read_bytes()[:40_000].decode("utf-8", "ignore")
     (d / "pp.txt").write_text(text, encoding="utf-8")
@@ -42,6 +48,29 @@ def run(shared_data, tmp_path_factory):
     for name, n in (("train.tsv", 64), ("dev.tsv", 32)):
         lines = (shared_data / "glue/SST-2" / name).read_text(encoding="utf-8").splitlines()
         (d / "SST-2" / name).write_text("\n".join(lines[: n + 1]) + "\n", encoding="utf-8")
+    lines = (shared_data / "corpus/tinyshakespeare/input.txt").read_text(encoding="utf-8").splitlines()[:3000]
+    (d / "shakespeare.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return d
+
+
+def _finetune_both(cfg, d, out, model_fields=None):
+    """CoNLL-2003 and SST-2 finetuned from ``cfg``'s pretraining run; ``model_fields``: task -> the run's own
+    model settings (``run_settings``, e.g. ERNIE 2.0's ``task_id``)."""
+    model = cfg.model
+    for task, data_dir in (("conll2003", d / "conll"), ("sst-2", d)):
+        cfg.model = dataclasses.replace(model, **(model_fields or {}).get(task, {}))
+        cfg.finetune = FinetuneConfig(task=task, data_dir=str(data_dir), max_seq_length=64, batch_size=16,
+                                      epochs=1.0, learning_rate=LR, warmup_proportion=0.0,
+                                      weight_decay=0.0)
+        out[task] = finetune(cfg)
+        out[task + "_best"] = load_params(fs.path(cfg.output_dir) / f"finetune-{task}" / "best")
+    cfg.model = model
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(data):
+    d = data
     cfg = RunConfig(output_dir=str(d / "run"), objective="ernie_mlm",
                     model=ErnieConfig(vocab_size=800, hidden_size=32, num_layers=2, num_heads=2,
                                       intermediate_size=64, max_position_embeddings=64),
@@ -54,14 +83,7 @@ def run(shared_data, tmp_path_factory):
                                       eval_every=100, eval_batches=1, checkpoint_every=100, progress_bar=False))
     pre = pretrain(cfg)
     pretrained, _, info, _ = load_params(d / "run")
-    out = {"pre": pre, "pretrained": pretrained, "pre_info": info, "cfg": cfg}
-    for task, data_dir in (("conll2003", d / "conll"), ("sst-2", d)):
-        cfg.finetune = FinetuneConfig(task=task, data_dir=str(data_dir), max_seq_length=64, batch_size=16,
-                                      epochs=1.0, learning_rate=LR, warmup_proportion=0.0,
-                                      weight_decay=0.0)
-        out[task] = finetune(cfg)
-        out[task + "_best"] = load_params(d / "run" / f"finetune-{task}" / "best")
-    return out
+    return _finetune_both(cfg, d, {"pre": pre, "pretrained": pretrained, "pre_info": info, "cfg": cfg})
 
 
 def test_conll2003_and_sst2_finetune_from_an_ernie_pretraining_run(run):
@@ -85,6 +107,83 @@ def test_conll2003_and_sst2_finetune_from_an_ernie_pretraining_run(run):
         ft = np.asarray(params["ernie"]["embeddings"]["word_embeddings"]["embedding"], np.float32)
         assert np.abs(ft - pre).max() <= 3 * STEPS * LR
         assert "pooler" in params["ernie"] if head == "sequence_classification" else "pooler" not in params["ernie"]
+
+
+@pytest.fixture(scope="module")
+def run2(data):
+    """ERNIE 2.0: ernie2_tiny at vocabulary 800 pretrained 4 steps, then SST-2 finetuned with task id 2
+    (``model.task_id``) and CoNLL-2003 with the default 0."""
+    d = data
+    cfg = load_config("ernie2_tiny", [f"data.corpus={d / 'shakespeare.txt'}", "data.format=lines",
+                                      f"output_dir={d / 'run2'}", "tokenizer.vocab_size=800", "model.vocab_size=800",
+                                      'data.task_from_steps="0,1,1,2,2"', "train.batch_size=8", "train.steps=4",
+                                      "train.warmup_steps=1", "train.log_every=1", "train.eval_every=100",
+                                      "train.eval_batches=1", "train.checkpoint_every=100"])
+    pre = pretrain(cfg)
+    pretrained, _, info, _ = load_params(d / "run2")
+    return _finetune_both(cfg, d, {"pre": pre, "pretrained": pretrained, "pre_info": info, "cfg": cfg},
+                          {"sst-2": {"task_id": 2}})
+
+
+def test_conll2003_and_sst2_finetune_from_an_ernie2_run_with_a_fixed_task_id(run2):
+    """The trunk, task table included, comes from the pretraining run; the finetuning rows all read task row
+    ``model.task_id`` (2 for SST-2, 0 for CoNLL-2003): with weight decay 0, Adam leaves the other seven rows of the
+    table bit-equal to the pretrained ones (their gradient is 0) and moves the used row."""
+    fam = registry.get("ernie2")
+    assert run2["pre_info"]["head"] == "pretraining" and run2["pre"]["step"] == 4
+    pre_tasks = np.asarray(run2["pretrained"]["ernie2"]["embeddings"]["task_embeddings"]["embedding"], np.float32)
+    for task, head, metric, task_id in (("conll2003", "token_classification", "f1", 0),
+                                        ("sst-2", "sequence_classification", "accuracy", 2)):
+        s = run2[task]
+        assert s["step"] == STEPS and s["train_rows"] == (59 if task == "conll2003" else 64)
+        assert np.isfinite(s["train"]["loss"]) and 0.0 <= s["final_eval"][metric] <= 1.0
+        params, model_cfg, info, _ = run2[task + "_best"]
+        assert model_cfg.family == "ernie2" and model_cfg.task_id == task_id and model_cfg.task_vocab_size == 8
+        assert set(params) == {"ernie2", "classifier"} and info["head"] == head == fam.infer_head(params)
+        assert "pooler" in params["ernie2"] if head == "sequence_classification" else "pooler" not in params["ernie2"]
+        ft_tasks = np.asarray(params["ernie2"]["embeddings"]["task_embeddings"]["embedding"], np.float32)
+        others = np.arange(8) != task_id
+        assert np.array_equal(ft_tasks[others], pre_tasks[others])
+        assert 0 < np.abs(ft_tasks[task_id] - pre_tasks[task_id]).max() <= 3 * STEPS * LR
+        pre = np.asarray(run2["pretrained"]["ernie2"]["embeddings"]["word_embeddings"]["embedding"], np.float32)
+        ft = np.asarray(params["ernie2"]["embeddings"]["word_embeddings"]["embedding"], np.float32)
+        assert np.abs(ft - pre).max() <= 3 * STEPS * LR
+
+
+def test_finetuned_ernie2_classifier_exports_to_transformers_with_its_task_id(run2, data, tmp_path):
+    """The best SST-2 classifier (task id 2) exported: transformers' ErnieForSequenceClassification (use_task_id,
+    ptm_task_id 2) given task_type_ids = 2 scores 8 dev sentences as our head does (atol 5e-5); with its default
+    zeros the logits differ (the task row matters). A finetuning task id outside the table is a ConfigError."""
+    import torch
+    import transformers
+
+    from ptm_jax.data.tasks.features import encode_inputs, pad_rows
+    from ptm_jax.export.params import load_tokenizer
+
+    params, model_cfg, info, tok_dir = run2["sst-2_best"]
+    report = registry.get("ernie2").hf.export_dir(data / "run2" / "finetune-sst-2" / "best", tmp_path / "hf")
+    assert report["architecture"] == "ErnieForSequenceClassification" and "task_type_ids=2" in report["note"]
+    ref = transformers.ErnieForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
+    assert ref.config.use_task_id and ref.config.ptm_task_id == 2 and ref.config.task_type_vocab_size == 8
+    texts = [line.split("\t")[0] for line in (data / "SST-2/dev.tsv").read_text().splitlines()[1:9]]
+    ids, segs = encode_inputs(load_tokenizer(info, tok_dir), texts, None, 64)
+    x, seg = pad_rows(ids, 64), pad_rows(segs, 64)
+    mask = pad_rows([np.ones(len(i), np.int32) for i in ids], 64)
+    ours = registry.get("ernie2").task_heads["sequence_classification"]()(model_cfg, 2).apply(
+        {"params": params}, x, mask, seg)
+    pt = lambda a: torch.tensor(np.asarray(a, np.int64))  # noqa: E731
+    with torch.no_grad():
+        want = ref(input_ids=pt(x), attention_mask=pt(mask), token_type_ids=pt(seg),
+                   task_type_ids=pt(np.full_like(x, 2))).logits.numpy()
+        zeros = ref(input_ids=pt(x), attention_mask=pt(mask), token_type_ids=pt(seg)).logits.numpy()
+    np.testing.assert_allclose(np.asarray(ours), want, atol=5e-5)
+    assert np.abs(zeros - want).max() > 1e-3
+    cfg = run2["cfg"]
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, task_id=8),
+                              finetune=FinetuneConfig(task="sst-2", data_dir=str(data), max_seq_length=64))
+    with pytest.raises(ConfigError, match=r"model\.task_id=8 is outside the task embedding \(model\.task_vocab_size"
+                                          r"=8 rows, ids 0\.\.7\)"):
+        finetune(cfg)
 
 
 def test_one_planning_pass_carries_the_unit_codes_with_the_same_bytes_as_two_passes(run):

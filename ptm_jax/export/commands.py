@@ -206,7 +206,8 @@ def _export(args: argparse.Namespace) -> int:
         export_hf = registry.require(fam, "hf", "Hugging Face export (--format hf)").export_dir
         report = _export_hf_to(export_hf, args.src, args.out, args.force)
         print(f"exported {args.src} -> {args.out} ({report['architecture']}, {report['tensors']} tensors"
-              + (f"; left out {', '.join(report['left_out'])}" if report["left_out"] else "") + ")")
+              + (f"; left out {', '.join(report['left_out'])}" if report["left_out"] else "") + ")"
+              + (f"\n{report['note']}" if report.get("note") else ""))
         return 0
     params, cfg, info, tok_dir = params_lib.load_params(args.src)
     head = info.pop("head")

@@ -6,8 +6,9 @@ stream (BERT's, via ``families/bert/mlm_nsp_data.py``), ``model.py`` the network
 key "ernie"), ``objective.py`` the objectives ``ernie_mlm`` and ``ernie_mlm_nsp``.
 
 ``hf.py`` imports and exports transformers' ``model_type = "ernie"`` folders (BERT's tensors under the prefix
-"ernie.", task-type embeddings off). ``task_heads.py`` the finetuning heads: BERT's, re-keyed to the trunk, with
-BERT's sentence classifier objective and tasks (GLUE, CoNLL-2003, SQuAD, SWAG, ConSERT).
+"ernie."): task-type embeddings off for ERNIE 1.0, on (``use_task_id``) for ERNIE 2.0, whose folders it imports
+as "ernie2". ``task_heads.py`` the finetuning heads of both families: BERT's, re-keyed to the trunk, with BERT's
+sentence classifier objective and tasks (GLUE, CoNLL-2003, SQuAD, SWAG, ConSERT).
 
 The dialogue LM (Sec. 3.3), objective ``ernie_dlm``: ``dialogue.py`` (dialogue files, roles, the tokenized
 dialogues artifact), ``dialogue_data.py`` (the examples), ``dialogue_objective.py``. ERNIE 2.0 (Sun et al. 2020)
