@@ -1,4 +1,4 @@
-"""STS-B dev Spearman of mean-pooled sentence embeddings before and after unsupervised ConSERT.
+"""STS-B dev Spearman of mean-pooled sentence embeddings before and after ConSERT (unsupervised or supervised).
 
 Protocol: the encoder named by ``--init`` (a Hugging Face folder, a params directory or a pretraining run;
 ``minilm`` = the real all-MiniLM-L6-v2 checkpoint) embeds both sentences of each of the 1,500 STS-B dev pairs
@@ -8,8 +8,17 @@ correlation of their cosine similarity with the gold scores, x100. Then ``ptm fi
 ``--batch-size`` sentences (``finetune.train_subset`` = steps x batch, one epoch), views
 ``--views`` (default ConSERT's best unsupervised pair, feature cutoff 0.2 + token shuffle), temperature 0.1,
 and the kept model (``<out>/finetune-consert/best``) is scored the same way, through ``embed_texts`` again.
-``--supervised``: the supervised variant instead, the positive pairs of STS-B train (gold score >= 4 of 5) as the
-two sides of each row (at most steps x batch pairs, one epoch).
+``--supervised`` (``finetune.consert_supervised``): ``positive_pairs`` (or the bare flag) trains instead on the
+positive pairs of STS-B train (gold score >= 4 of 5) as the two sides of each row; ``nli`` on SBERT's softmax
+classification over (u, v, |u - v|) of the labelled pairs of ``--nli-task`` (a GLUE pair task in ``--glue``,
+default RTE since SNLI/MNLI are not local, or a path to a labelled GLUE TSV such as .../MNLI/train.tsv);
+``joint`` on that loss + ``--alpha`` x NT-Xent (views default 'none,token_cutoff:0.1', the reference's joint
+runs). At most steps x batch rows, one epoch. The paper's two-stage schedules are two invocations, the second
+unsupervised from the first one's kept encoder ("sup-unsup": ``nli`` first; "joint-unsup": ``joint`` first):
+
+    python benchmarks/consert_stsb.py --supervised nli --nli-task rte --out /tmp/cs_sup
+    python benchmarks/consert_stsb.py --init /tmp/cs_sup/finetune-consert/best --out /tmp/cs_sup_unsup
+
 The finetune's own evaluation (the objective's predict/score) must agree with it; both are printed.
 
     python benchmarks/consert_stsb.py --init minilm --steps 100 --batch-size 32 --lr 5e-6 --out /tmp/consert_minilm
@@ -43,10 +52,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=5e-6)
     ap.add_argument("--max-seq-length", type=int, default=32)
-    ap.add_argument("--views", default="feature_cutoff:0.2,shuffle")
-    ap.add_argument("--supervised", action="store_true",
-                    help="the supervised variant: the positive pairs of STS-B train (score >= 4) as the two views "
-                         "(finetune.consert_supervised) instead of each sentence twice")
+    ap.add_argument("--views", default=None, help="finetune.consert_views (default 'feature_cutoff:0.2,shuffle'; "
+                    "with --supervised joint 'none,token_cutoff:0.1')")
+    ap.add_argument("--supervised", nargs="?", const="positive_pairs", default="none",
+                    choices=["none", "positive_pairs", "nli", "joint"],
+                    help="finetune.consert_supervised: positive_pairs (the bare flag) = the positive pairs of STS-B "
+                         "train (score >= 4) as the two views; nli = softmax CE over (u, v, |u-v|) of --nli-task; "
+                         "joint = that + --alpha x NT-Xent")
+    ap.add_argument("--nli-task", default="rte", help="nli/joint: a GLUE pair task with labels, read from "
+                    "<--glue>/<TASK>/train.tsv (rte, wnli, mnli, qnli, mrpc, qqp), or a labelled GLUE TSV path")
+    ap.add_argument("--alpha", type=float, default=0.15, help="joint: finetune.consert_alpha")
     ap.add_argument("--out", default="/tmp/consert_stsb")
     return ap.parse_args(argv)
 
@@ -82,11 +97,19 @@ def main(argv=None) -> dict:
     before = dev_spearman(init, args.glue, args.max_seq_length)
     model_cfg = load_params(init)[1]
     cfg = RunConfig(model=model_cfg, output_dir=args.out)
+    data = Path(args.glue) / "STS-B" / "train.tsv"
+    if args.supervised in ("nli", "joint"):
+        from ptm_jax.data.tasks.glue import get_task
+
+        data = Path(args.nli_task) if args.nli_task.endswith(".tsv") else \
+            Path(args.glue) / get_task(args.nli_task).dirname / "train.tsv"
+    if args.views is None:
+        args.views = "none,token_cutoff:0.1" if args.supervised == "joint" else "feature_cutoff:0.2,shuffle"
     cfg.finetune = FinetuneConfig(
-        task="consert", data_dir=str(Path(args.glue) / "STS-B" / "train.tsv"), eval_data_dir=args.glue, init=init,
+        task="consert", data_dir=str(data), eval_data_dir=args.glue, init=init,
         max_seq_length=args.max_seq_length, batch_size=args.batch_size, epochs=1.0, learning_rate=args.lr,
         warmup_proportion=0.1, train_subset=args.steps * args.batch_size, eval_every=args.steps,
-        consert_views=args.views, consert_supervised=args.supervised)
+        consert_views=args.views, consert_supervised=args.supervised, consert_alpha=args.alpha)
     cfg.train.log_every = max(1, args.steps // 10)
     t0 = time.time()
     summary = finetune(cfg)
@@ -95,11 +118,17 @@ def main(argv=None) -> dict:
     rows = [json.loads(x) for x in (stage / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if r["split"] == "train"]
     after = dev_spearman(str(stage / "best"), args.glue, args.max_seq_length)
-    result = {"init": args.init, "supervised": args.supervised, "steps": summary["steps"], "batch_size": args.batch_size, "lr": args.lr,
-              "views": args.views, "max_seq_length": args.max_seq_length,
+    nli = args.supervised in ("nli", "joint")
+    result = {"init": args.init, "supervised": args.supervised, "train_data": str(data),
+              "alpha": args.alpha if args.supervised == "joint" else None, "steps": summary["steps"],
+              "batch_size": args.batch_size, "lr": args.lr, "views": None if args.supervised == "nli" else args.views,
+              "max_seq_length": args.max_seq_length,
               "spearman_before": round(before, 2), "spearman_after": round(after, 2),
               "finetune_eval_spearman": round(100 * summary["best"]["metrics"].get("spearman", float("nan")), 2),
               "train_loss_first": losses[0] if losses else None, "train_loss_last": losses[-1] if losses else None,
+              "train_ce_last": next((r["ce"] for r in reversed(rows) if "ce" in r), None) if nli else None,
+              "train_accuracy_last": next((r["accuracy"] for r in reversed(rows) if r["split"] == "train"),
+                                          None) if nli else None,
               "finetune_wall_s": round(wall, 1), "description": summary["description"]}
     print(json.dumps(result, indent=2))
     return result

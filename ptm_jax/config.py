@@ -263,9 +263,15 @@ class FinetuneConfig:
     (objectives/augmentations.py; the default is ConSERT's best unsupervised pair)."""
     consert_temperature: float = 0.1
     """consert: NT-Xent temperature (Yan et al. 2021: 0.1)."""
-    consert_supervised: bool = False
-    """consert: train on the positive pairs of a GLUE pair TSV (STS-B score >= 4, MRPC paraphrases, entailment)
-    as the two views, instead of each sentence twice."""
+    consert_supervised: Literal["none", "positive_pairs", "nli", "joint", True, False] = "none"
+    """consert: 'none' (unsupervised: each sentence twice); 'positive_pairs' (the positive pairs of a GLUE pair TSV,
+    STS-B score >= 4, MRPC paraphrases, entailment, as the two views of NT-Xent); 'nli' (SBERT's softmax
+    classification over (u, v, |u - v|) of a labelled GLUE pair TSV, e.g. MNLI/train.tsv); 'joint' (that loss +
+    consert_alpha x NT-Xent on the same batch) (objectives/consert_nli.py). true/false (older configs) mean
+    'positive_pairs'/'none'."""
+    consert_alpha: float = 0.15
+    """consert joint: weight of the contrastive loss, L = L_ce + alpha * L_con (Yan et al. 2021 Sec. 4.4: 0.15,
+    with L_con at the reference implementation's scale, objectives/consert_nli.py)."""
     tasks: list[str] = field(default_factory=list)
     """mtdnn: the tasks trained together (objectives/multi_task.py): GLUE names, and '<pair task>_rank' for a
     pairwise-ranking task built from a GLUE pair task (mrpc_rank, rte_rank). On the command line

@@ -16,6 +16,7 @@ from ptm_jax.config import FinetuneConfig, MeshConfig, RunConfig, TrainConfig
 from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.objectives import augmentations as aug
+from ptm_jax.objectives.base import check_grad_accum
 from ptm_jax.objectives.contrastive import (
     ContrastiveObjective,
     build_consert,
@@ -285,3 +286,142 @@ def test_supervised_variant_takes_the_positive_pairs_of_a_glue_tsv(minilm_tok, s
     cfg = run_cfg(minilm_tok, glue / "SST-2" / "train.tsv", glue, consert_supervised=True)
     with pytest.raises(ConfigError, match=r"holds single sentences; use a pair task"):
         build_consert(cfg, cfg.model, minilm_tok)
+
+
+# ------------------------------------------------------------------------------------------ NLI-supervised (Sec. 3.5)
+
+def quiet_bert(minilm_tok) -> BertConfig:
+    """tiny_bert without dropout: the training encodings equal the evaluation ones, so numpy can recompute them."""
+    import dataclasses
+
+    return dataclasses.replace(tiny_bert(minilm_tok), hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def nli_objective(minilm_tok, shared_data, mode, **fine):
+    cfg = run_cfg(minilm_tok, shared_data / "glue" / "RTE" / "train.tsv", "", consert_supervised=mode,
+                  train_subset=24, **fine)
+    cfg.model = quiet_bert(minilm_tok)
+    return build_consert(cfg, cfg.model, minilm_tok)
+
+
+def numpy_softmax_ce(u, v, kernel, bias, labels, weights):
+    x = np.concatenate([u, v, np.abs(u - v)], axis=-1).astype(np.float64) @ np.asarray(kernel, np.float64) + bias
+    logp = x - x.max(-1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+    ce = -logp[np.arange(len(labels)), labels.astype(int)]
+    return float((ce * weights).sum() / weights.sum())
+
+
+def _nli_batch(obj):
+    batch = {k: v[:8].copy() for k, v in obj.train.items()}
+    batch["weights"][6] = 0.0  # a padding row: neither a classification row nor a contrastive anchor/negative
+    return batch
+
+
+def _encodings(obj, params, batch):
+    return [np.asarray(jax.jit(obj.model.apply)(params, batch["input_ids"][:, k], batch["input_mask"][:, k]))
+            for k in (0, 1)]
+
+
+def test_nli_loss_is_softmax_ce_over_u_v_absdiff_against_numpy(minilm_tok, shared_data):
+    from ptm_jax.data.tasks.glue import read_glue
+
+    obj, desc = nli_objective(minilm_tok, shared_data, "nli")
+    rows, _ = read_glue(shared_data / "glue", "rte", "train")
+    assert obj.num_classes == 2 and obj.num_train == 24 and f"{len(rows)} labelled pairs (rte, 2 classes" in desc
+    assert set(obj.train["labels"].tolist()) <= {0.0, 1.0}
+    batch = _nli_batch(obj)
+    params = nn.meta.unbox(jax.jit(obj.init)(jax.random.key(0), batch))
+    head = params["params"]["nli_classifier"]["dense"]
+    assert head["kernel"].shape == (3 * 32, 2)
+    jb = {k: jnp.asarray(v) for k, v in batch.items()}
+    loss, terms = jax.jit(lambda p, r: obj.loss(p, jb, r, obj.normalizers(jb), True))(params, jax.random.key(1))
+    u, v = _encodings(obj, params, batch)
+    want = numpy_softmax_ce(u, v, head["kernel"], head["bias"], batch["labels"], batch["weights"])
+    np.testing.assert_allclose(float(loss), want, rtol=1e-5)
+    assert float(terms["loss"][1]) == 7 and float(terms["ce"][0]) == pytest.approx(7 * want, rel=1e-5)
+    # the kept model is the bare encoder; the classification loss alone allows gradient accumulation
+    assert set(obj.saved_params(params)["params"]) == {"bert"}
+    check_grad_accum(obj, 2)  # no error
+
+
+def test_joint_loss_is_ce_plus_alpha_times_the_reference_scaled_nt_xent(minilm_tok, shared_data):
+    obj, desc = nli_objective(minilm_tok, shared_data, "joint", consert_views="none,none", consert_alpha=0.4)
+    assert "L_ce + 0.4 * L_con" in desc
+    batch = _nli_batch(obj)
+    params = nn.meta.unbox(jax.jit(obj.init)(jax.random.key(0), batch))
+    jb = {k: jnp.asarray(v) for k, v in batch.items()}
+    loss, terms = jax.jit(lambda p, r: obj.loss(p, jb, r, obj.normalizers(jb), True))(params, jax.random.key(1))
+    u, v = _encodings(obj, params, batch)
+    head = params["params"]["nli_classifier"]["dense"]
+    ce = numpy_softmax_ce(u, v, head["kernel"], head["bias"], batch["labels"], batch["weights"])
+    # the reference's scale: per side, both directions' means over the B rows = 2 x the per-anchor mean
+    con = 2 * numpy_nt_xent(u, u, batch["weights"], 0.1) + 2 * numpy_nt_xent(v, v, batch["weights"], 0.1)
+    np.testing.assert_allclose(float(loss), ce + 0.4 * con, rtol=1e-5)
+    np.testing.assert_allclose(float(terms["contrastive"][0] / terms["contrastive"][1]), con, rtol=1e-5)
+    assert float(terms["contrastive_accuracy"][1]) == 4 * 7  # 2B anchors per side, padding excluded
+    # in-batch negatives: joint refuses gradient accumulation
+    with pytest.raises(ConfigError, match=r"train.grad_accum_steps=2: objective 'consert' couples the rows"):
+        check_grad_accum(obj, 2)
+
+
+def test_nli_variants_refuse_bad_values_and_unlabelled_or_regression_tasks(minilm_tok, shared_data):
+    from ptm_jax.config import from_dict
+
+    glue = shared_data / "glue"
+    with pytest.raises(ConfigError, match=r"finetune.consert_supervised='sbert' is not one of none, positive_pairs, "
+                                          r"nli, joint"):
+        cfg = run_cfg(minilm_tok, glue / "RTE" / "train.tsv", glue, consert_supervised="sbert")
+        build_consert(cfg, cfg.model, minilm_tok)
+    with pytest.raises(ConfigError, match=r"finetune.consert_supervised: 'sbert' is not allowed"):
+        from_dict(FinetuneConfig, {"consert_supervised": "sbert"}, prefix="finetune.")
+    assert from_dict(FinetuneConfig, {"consert_supervised": True}).consert_supervised is True  # older configs
+    for path, msg in (
+            (glue / "STS-B" / "train.tsv", r"\(stsb\) is a regression task .* needs class labels"),
+            (glue / "RTE" / "test.tsv", r"\(rte test\) has no labels \(a GLUE test split\)"),
+            (glue / "SST-2" / "train.tsv", r"\(sst2\) holds single sentences"),
+            (glue, r"needs labelled sentence pairs: set finetune.data_dir to a GLUE pair TSV")):
+        cfg = run_cfg(minilm_tok, path, glue, consert_supervised="nli")
+        with pytest.raises(ConfigError, match=rf"finetune.consert_supervised='nli'.*{msg}"):
+            build_consert(cfg, cfg.model, minilm_tok)
+    cfg = run_cfg(minilm_tok, glue / "RTE" / "train.tsv", glue, consert_supervised="joint", consert_alpha=0.0)
+    with pytest.raises(ConfigError, match=r"finetune.consert_alpha=0.0 must be > 0"):
+        build_consert(cfg, cfg.model, minilm_tok)
+    cfg = run_cfg(minilm_tok, glue / "RTE" / "train.tsv", glue, consert_supervised="joint",
+                  consert_views="none,adversarial")
+    with pytest.raises(ConfigError, match=r"adversarial view is not built for finetune.consert_supervised='joint'"):
+        build_consert(cfg, cfg.model, minilm_tok)
+
+
+def test_joint_finetune_on_real_rte_rows_trains_evaluates_and_keeps_a_bare_encoder(minilm_tok, minilm_vocab,
+                                                                                   shared_data, tmp_path):
+    from ptm_jax.export.commands import embed_texts
+    from ptm_jax.export.params import load_params, load_tokenizer, save_params
+    from ptm_jax.families.bert.model import BertModel
+    from ptm_jax.train.finetune import finetune
+
+    mc = tiny_bert(minilm_tok)  # dropout 0.1: the supervised variants train with it
+    ids = jnp.zeros((1, 8), jnp.int32)
+    init = nn.meta.unbox(BertModel(mc, name="bert").init(jax.random.key(0), ids, ids + 1, ids))
+    save_params(tmp_path / "init", {"bert": init["params"]}, mc, "encoder", tokenizer_files=[minilm_vocab])
+    cfg = run_cfg(minilm_tok, shared_data / "glue" / "RTE" / "train.tsv", "", init=str(tmp_path / "init"),
+                  consert_supervised="joint", consert_views="none,token_cutoff:0.1", train_subset=32, batch_size=8,
+                  epochs=3.0, learning_rate=3e-3, warmup_proportion=0.0, eval_every=12)
+    cfg.output_dir = str(tmp_path / "run")
+    cfg.train.log_every = 1
+    summary = finetune(cfg)
+    assert summary["steps"] == 12 and summary["primary_metric"] == "spearman"
+    assert "32 kept (train_subset)" in summary["description"]
+    rows = [json.loads(x) for x in (tmp_path / "run" / "finetune-consert" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r["split"] == "train"]
+    assert len(train) == 12
+    for r in train:  # the logged loss is its two parts, combined with alpha = 0.15
+        assert r["loss"] == pytest.approx(r["ce"] + 0.15 * r["contrastive"], rel=1e-4)
+    assert np.mean([r["loss"] for r in train[-4:]]) < 0.8 * np.mean([r["loss"] for r in train[:4]])
+    assert -1.0 <= summary["best"]["metrics"]["spearman"] <= 1.0
+    best = tmp_path / "run" / "finetune-consert" / "best"
+    params, cfg_b, info, tok_dir = load_params(best)
+    assert info["head"] == "encoder" and set(params) == {"bert"}  # the classifier stayed behind
+    texts = ["A plane is taking off.", "A man is playing a flute."]
+    vectors = embed_texts(params, cfg_b, load_tokenizer(info, tok_dir), texts, pooling="mean", max_length=32)
+    assert vectors.shape == (2, 32) and np.all(np.isfinite(vectors))

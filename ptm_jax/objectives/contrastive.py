@@ -1,15 +1,18 @@
 """ConSERT: contrastive sentence embeddings over any encoder family (Yan et al. 2021, ACL, Sec. 3).
 
 ``finetune.task=consert``. Each training row holds two token sequences whose mean-pooled encodings must
-match: the same sentence twice (unsupervised: unlabelled sentences, one per line, or the sentence columns of a
-GLUE TSV, labels unused) or two sentences of a positive pair (``finetune.consert_supervised``). Each side is
-encoded with its view's augmentation on the embedding output (``objectives/augmentations.py``;
-``finetune.consert_views``, default the paper's best unsupervised pair, feature cutoff 0.2 + token shuffle).
+match: the same sentence twice (unsupervised, ``finetune.consert_supervised='none'``: unlabelled sentences, one
+per line, or the sentence columns of a GLUE TSV, labels unused) or two sentences of a positive pair
+(``'positive_pairs'``). Each side is encoded with its view's augmentation on the embedding output
+(``objectives/augmentations.py``; ``finetune.consert_views``, default the paper's best unsupervised pair, feature
+cutoff 0.2 + token shuffle).
 
-The supervised variant here takes the labels as positives of the same NT-Xent loss (a pair the task marks
-similar is one row; the other rows stay negatives). The paper's supervised runs (Sec. 3.5, "joint",
-"sup-unsup", "joint-unsup") instead add SBERT's NLI classification loss over (u, v, |u - v|) on SNLI/MNLI, which
-are not local here; that objective is not built.
+``'positive_pairs'`` takes a task's labels as positives of the same NT-Xent loss (a pair the task marks similar
+is one row; the other rows stay negatives); it is not one of the paper's variants. The paper's supervised runs
+(Sec. 3.5) are ``'nli'`` (SBERT's softmax classification over (u, v, |u - v|) of a labelled pair task, MNLI or
+any labelled GLUE pair TSV) and ``'joint'`` (that loss + alpha x NT-Xent on the same batch), built in
+``objectives/consert_nli.py``; "sup-unsup" and "joint-unsup" run the unsupervised variant after them, with
+``finetune.init`` = the first run's kept encoder.
 
 Loss: NT-Xent (Chen et al. 2020, SimCLR; ConSERT Eq. 1) over the 2B L2-normalised views of a global batch of
 B rows: each view's positive is the other view of its row, the 2B - 2 views of the other rows are its
@@ -223,6 +226,21 @@ def _glue_task_of(path: Path) -> tuple[str, str]:
                       "(e.g. .../STS-B/train.tsv); give plain text with one sentence per line otherwise")
 
 
+SUPERVISION = ("none", "positive_pairs", "nli", "joint")
+
+
+def supervision(fcfg) -> str:
+    """``finetune.consert_supervised`` as one of SUPERVISION (true/false of older configs: 'positive_pairs'/'none');
+    a ConfigError naming the field for any other value."""
+    value = fcfg.consert_supervised
+    if isinstance(value, bool):
+        return "positive_pairs" if value else "none"
+    if value not in SUPERVISION:
+        raise ConfigError(f"finetune.consert_supervised={value!r} is not one of {', '.join(SUPERVISION)} (true/false "
+                          "are accepted as 'positive_pairs'/'none')")
+    return value
+
+
 def _positive(spec, label) -> bool:
     """A pair the task marks as similar: STS-B score >= 4 of 5, MRPC paraphrase, entailment."""
     if spec.labels is None:
@@ -233,7 +251,8 @@ def _positive(spec, label) -> bool:
 def build_consert(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: bool = True,
                   model_info: dict | None = None) -> tuple[Any, str]:
     """``finetune.data_dir``: a text file (one sentence per line), a GLUE TSV (its sentence columns, labels
-    unused; with ``finetune.consert_supervised`` its positive pairs) or a GLUE folder (STS-B/train.tsv).
+    unused; with ``finetune.consert_supervised='positive_pairs'`` its positive pairs, with 'nli' or 'joint' its
+    labelled pairs) or a GLUE folder (STS-B/train.tsv).
     Evaluation reads STS-B/dev.tsv of ``finetune.eval_data_dir``, else of the GLUE folder that holds the
     training data."""
     from ptm_jax.data.tasks.glue import get_task, read_glue
@@ -241,6 +260,7 @@ def build_consert(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: 
     from ptm_jax.objectives.finetune_registry import take_subset
 
     f = cfg.finetune
+    mode = supervision(f)
     if eval_split != "dev":
         raise ConfigError(f"finetune.task=consert: the STS-B {eval_split} split has no public scores; evaluate "
                           "--split dev")
@@ -261,17 +281,23 @@ def build_consert(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: 
     dev = [(e.text_a, e.text_b, float(e.label)) for e in dev_rows]
     pairs = None
     what = ""
-    if train:
-        if f.consert_supervised:
+    obj = None
+    if train and mode in ("nli", "joint"):
+        from ptm_jax.objectives.consert_nli import build_nli
+
+        obj, what = build_nli(mode, f, model_cfg, source, dev, tokenizer)
+    elif train:
+        if mode == "positive_pairs":
             path = source / "STS-B" / "train.tsv" if source.is_dir() else source
             if path.suffix != ".tsv":
-                raise ConfigError(f"finetune.consert_supervised=true needs labelled pairs: set finetune.data_dir "
-                                  f"to a GLUE pair TSV (e.g. STS-B/train.tsv, MRPC/train.tsv), not {path}")
+                raise ConfigError(f"finetune.consert_supervised='positive_pairs' needs labelled pairs: set "
+                                  f"finetune.data_dir to a GLUE pair TSV (e.g. STS-B/train.tsv, MRPC/train.tsv), "
+                                  f"not {path}")
             task, split = _glue_task_of(path)
             spec = get_task(task)
             if not spec.is_pair:
-                raise ConfigError(f"finetune.consert_supervised=true: {path} ({spec.name}) holds single sentences; "
-                                  "use a pair task (STS-B, MRPC, RTE)")
+                raise ConfigError(f"finetune.consert_supervised='positive_pairs': {path} ({spec.name}) holds single "
+                                  "sentences; use a pair task (STS-B, MRPC, RTE)")
             rows, _ = read_glue(path.parent.parent, task, split)
             pairs = [(e.text_a, e.text_b) for e in rows if _positive(spec, e.label)]
             if not pairs:
@@ -293,9 +319,12 @@ def build_consert(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: 
             unique = take_subset(unique, f.train_subset, f.subset_seed)
             pairs = [(s, s) for s in unique]
             what = (f"{len(pairs)} distinct unlabelled sentences of {len(sentences)} from {source}")
-    obj = ContrastiveObjective(model_cfg, f, pairs, dev, tokenizer)
+    if obj is None:
+        obj = ContrastiveObjective(model_cfg, f, pairs, dev, tokenizer)
     check_grad_accum(obj, cfg.train.grad_accum_steps)
     views = ", ".join(map(str, obj.views))
     head = f"{what}; views {views}, temperature {obj.temperature:g}; " if train else ""
+    if mode == "nli" and train:
+        head = f"{what}; "
     desc = f"ConSERT: {head}STS-B dev ({len(dev)} pairs) from {glue_dir}"
     return obj, desc

@@ -244,7 +244,9 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
         param_groups[1:1] = layerwise_decay_rules(f.layerwise_lr_decay, model_cfg.num_layers)
     tok_info = dict(info.get("tokenizer") or {})
     tok_files = [tok_dir / name for name in tok_info.get("files", [])] if tok_dir else []
-    keep_best = KeepBest(stage, objective, model_cfg, f.task, tok_info, tok_files)
+    # an objective with a training-only head (ConSERT's NLI classifier) says what the kept model holds
+    keep_best = KeepBest(stage, objective, model_cfg, f.task, tok_info, tok_files,
+                         select=getattr(objective, "saved_params", None))
     best = keep_best.best
 
     from ptm_jax.train.loop import fit
