@@ -11,6 +11,9 @@ shared 2-core machine does not allow the full dev sets of SST-2, CoLA and STS-B 
 - mtdnn: ``ptm finetune --task mtdnn finetune.tasks=[...]``: ``--epochs`` epochs of the multi-task plan (every
   step one task's mini-batch, tasks in proportion to their size: equal here, the subsets are equal), then
   ``--ft-epochs`` epochs of per-task finetuning from the multi-task encoder (train/multi_task.py).
+  ``--answer san`` (``finetune.mtdnn_answer=san``) gives its sentence-pair classification tasks (MRPC, RTE,
+  WNLI here) the SAN answer module (models/san.py) instead of the linear head; the single-task arm keeps the
+  linear head.
 
 Same batch size, sequence length, learning rate (AdamW, 10% warmup, linear decay) and seed in both arms.
 Every figure is the dev metric after the last step of its stage (GLUE metrics as evaluate/glue_metrics.py
@@ -58,6 +61,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--which", choices=["both", "single", "mtdnn"], default="both")
+    ap.add_argument("--answer", choices=["linear", "san"], default="linear",
+                    help="MT-DNN arm: output layer of the pair classification tasks (finetune.mtdnn_answer)")
     ap.add_argument("--out", default="/tmp/mtdnn_glue")
     ap.add_argument("--merge", nargs="+", default=None, metavar="RESULTS_JSON",
                     help="only print the table of results.json files of runs of parts (arms, task subsets)")
@@ -122,6 +127,7 @@ def main(argv=None) -> int:
         cfg = load_config("bert_small", common + ["finetune.task=mtdnn", f"finetune.tasks={tasks!r}",
                                                   f"finetune.epochs={args.epochs}",
                                                   f"finetune.mtdnn_finetune_epochs={args.ft_epochs}",
+                                                  f"finetune.mtdnn_answer={args.answer}",
                                                   f"output_dir='{out / 'mtdnn'}'"])
         s = finetune(cfg)
         mt = s["multitask"]["final_eval"]
@@ -132,6 +138,7 @@ def main(argv=None) -> int:
             print(t, "mtdnn", results["mtdnn"][t], flush=True)
         results["seconds"]["mtdnn"] = time.time() - t0
         results["plan"] = s["plan"]
+        results["answers"] = s["answers"]
     (out / "results.json").write_text(json.dumps(results, indent=2))
     print(table(results, tasks))
     return 0

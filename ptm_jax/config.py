@@ -283,6 +283,15 @@ class FinetuneConfig:
     """mtdnn: epochs of per-task finetuning from the multi-task model, after the multi-task stage (0: none)."""
     ranking_candidates: int = 4
     """mtdnn ranking tasks: candidates per group (the true one and C - 1 others); batch_size must be a multiple."""
+    mtdnn_answer: Literal["linear", "san"] = "linear"
+    """mtdnn: the output layer of the sentence-pair classification tasks (MRPC, QQP, MNLI, QNLI, RTE, WNLI):
+    'linear' (a linear head on the pooled [CLS], mt-dnn's answer_opt 0) or 'san' (the stochastic answer network
+    over the last layer, models/san.py; Liu et al. 2019 Sec. 3.1). Other tasks keep their heads."""
+    san_steps: int = 5
+    """mtdnn_answer=san: reasoning steps K (Liu et al. 2018: 5)."""
+    san_step_dropout: float = 0.1
+    """mtdnn_answer=san: stochastic prediction dropout, the probability of dropping a step's prediction from the
+    training average (one step of every example is always kept); inference averages all K (0.1 in the paper)."""
 
 
 @dataclass

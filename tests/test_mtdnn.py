@@ -25,6 +25,8 @@ from ptm_jax.objectives.multi_task import (
     task_weights,
 )
 
+SAN_KEYS = {"summary", "attention", "classifier", "gru"}
+"""The parameters of a SAN answer module (models/san.SANAnswer)."""
 GLUE_SIZES = {"cola": 8551, "sst2": 67349, "mrpc": 3668, "stsb": 5749, "rte": 2490, "wnli": 635}
 
 
@@ -124,26 +126,36 @@ def glue_subset(shared_data, tmp_path_factory):
     return out
 
 
-def test_multitask_job_trains_every_head_resumes_exactly_and_keeps_a_best_model_per_task(
-        minilm_tok, minilm_vocab, glue_subset, tmp_path):
-    from ptm_jax.export.params import load_params, save_params
+def save_random_bert(minilm_tok, minilm_vocab, out) -> BertConfig:
+    """A tiny BERT encoder with random weights, without compiling an init: N(0, 0.02) kernels and embeddings,
+    LayerNorm 1 / 0, zero biases; saved as a params directory with all-MiniLM-L6-v2's vocabulary."""
+    from ptm_jax.export.params import save_params
     from ptm_jax.families.bert.model import BertModel
-    from ptm_jax.train.evaluation import evaluate_task
-    from ptm_jax.train.finetune import finetune
 
     mc = tiny_bert(minilm_tok)
     ids = jnp.zeros((1, 8), jnp.int32)
-    # random weights without compiling an init: N(0, 0.02) kernels and embeddings, LayerNorm 1 / 0, zero biases
     shapes = jax.eval_shape(lambda: nn.meta.unbox(BertModel(mc, name="bert").init(jax.random.key(0), ids, ids + 1,
                                                                                    ids)))["params"]
     rng = np.random.default_rng(0)
     init = jax.tree_util.tree_map_with_path(
         lambda path, s: (np.ones if path[-1].key == "scale" else np.zeros)(s.shape, np.float32)
         if path[-1].key in ("scale", "bias") else rng.normal(0, 0.02, s.shape).astype(np.float32), shapes)
-    save_params(tmp_path / "init", {"bert": init}, mc, "encoder", tokenizer_files=[minilm_vocab])
+    save_params(out, {"bert": init}, mc, "encoder", tokenizer_files=[minilm_vocab])
+    return mc
+
+
+def test_multitask_job_trains_every_head_resumes_exactly_and_keeps_a_best_model_per_task(
+        minilm_tok, minilm_vocab, glue_subset, tmp_path):
+    from ptm_jax.export.params import load_params
+    from ptm_jax.train.evaluation import evaluate_task
+    from ptm_jax.train.finetune import finetune
+
+    mc = save_random_bert(minilm_tok, minilm_vocab, tmp_path / "init")
+    # mtdnn_answer=san: RTE (pair classification) gets the SAN answer module, STS-B and the ranking task keep
+    # their linear heads (Liu et al. 2019 Sec. 3.1)
     cfg = run_cfg(minilm_tok, glue_subset, tasks=["rte", "stsb", "mrpc_rank"], ranking_candidates=2,
                   init=str(tmp_path / "init"), epochs=10.0, learning_rate=2e-3, warmup_proportion=0.0, eval_every=40,
-                  mtdnn_finetune_epochs=0.0)
+                  mtdnn_finetune_epochs=0.0, mtdnn_answer="san")
     cfg.output_dir = str(tmp_path / "run")
     cfg.train.log_every = 1
     first = finetune(cfg, stop_after=13)  # stopped inside the multi-task stage (a checkpoint at step 13) ...
@@ -152,6 +164,7 @@ def test_multitask_job_trains_every_head_resumes_exactly_and_keeps_a_best_model_
     # 16 examples per task, batches of 8 rows: 2 + 2 + 4 batches (16 MRPC groups of 2 candidates) per epoch
     assert summary["plan"] == {"rte": 2, "stsb": 2, "mrpc_rank": 4} and summary["steps"] == 80
     assert summary["complete"] and summary["step"] == 80
+    assert summary["answers"] == {"rte": "san", "stsb": "linear", "mrpc_rank": "linear"}
     stage = tmp_path / "run" / "mtdnn" / "multitask"
     rows = [json.loads(x) for x in (stage / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if r["split"] == "train"]
@@ -168,7 +181,8 @@ def test_multitask_job_trains_every_head_resumes_exactly_and_keeps_a_best_model_
         if s >= 13:
             b = next(resumed)
             assert all(np.array_equal(a[k], b[k]) for k in a), s
-    # every head trains: each task's mean loss over its last five steps is below 0.8 x that of its first five
+    # every head trains (RTE's SAN module too): each task's mean loss over its last five steps is below 0.8 x
+    # that of its first five
     for i, name in enumerate(["rte", "stsb", "mrpc_rank"]):
         losses = [r["loss"] for r in train if round(r["task"]) == i]
         assert all(math.isfinite(x) for x in losses)
@@ -176,15 +190,59 @@ def test_multitask_job_trains_every_head_resumes_exactly_and_keeps_a_best_model_
     evals = [r for r in rows if r["split"] == "eval"]
     assert [r["step"] for r in evals] == [40, 80]
     assert {"rte/accuracy", "stsb/spearman", "stsb/pearson", "mrpc_rank/accuracy", "mean"} <= set(evals[-1])
-    # a best model per task, a single-task classifier that `ptm eval` scores to the figure kept with it
-    for name, metric, labels in (("rte", "accuracy", 2), ("stsb", "spearman", 1)):
+    # a best model per task, a single-task classifier that `ptm eval` scores to the figure kept with it (RTE's:
+    # head san_classification, which `ptm eval` rebuilds as models/san.EncoderWithSAN from its ptm.json)
+    for name, metric, labels, head in (("rte", "accuracy", 2, "san_classification"),
+                                       ("stsb", "spearman", 1, "sequence_classification")):
         best = json.loads((tmp_path / "run" / "mtdnn" / name / "best.json").read_text())
         assert best["value"] == max(r[f"{name}/{metric}"] for r in evals)
         params, _, info, _ = load_params(tmp_path / "run" / "mtdnn" / name / "best")
-        assert info["head"] == "sequence_classification" and info["num_labels"] == labels
+        assert info["head"] == head and info["num_labels"] == labels
         assert set(params) == {"bert", "classifier"}
+        assert (set(params["classifier"]) == SAN_KEYS and info["san"] == {"steps": 5, "step_dropout": 0.1}
+                ) if head == "san_classification" else set(params["classifier"]) == {"dense"}
         if name == "rte":
             ecfg = run_cfg(minilm_tok, glue_subset, task="rte")
             got = evaluate_task(ecfg, str(tmp_path / "run" / "mtdnn" / name / "best"))
             assert got["metrics"]["accuracy"] == pytest.approx(best["metrics"]["rte/accuracy"], abs=1e-9)
     assert summary["best_per_task"]["mrpc_rank"]["accuracy"] == max(r["mrpc_rank/accuracy"] for r in evals)
+
+
+def test_san_head_goes_whole_into_per_task_finetuning_and_is_kept_as_the_best_model(
+        minilm_tok, minilm_vocab, glue_subset, tmp_path):
+    """MRPC alone with finetune.mtdnn_answer=san (one task: the multi-task and per-task stages compile to the
+    same program): the per-task stage starts from the multi-task stage's SAN head exactly and trains it."""
+    from ptm_jax.export.params import load_params
+    from ptm_jax.train.finetune import finetune
+    from ptm_jax.train.multi_task import _from_multitask
+
+    mc = save_random_bert(minilm_tok, minilm_vocab, tmp_path / "init")
+    cfg = run_cfg(minilm_tok, glue_subset, tasks=["mrpc"], mtdnn_answer="san", init=str(tmp_path / "init"),
+                  epochs=4.0, learning_rate=2e-3, warmup_proportion=0.0, mtdnn_finetune_epochs=1.0)
+    cfg.output_dir = str(tmp_path / "run")
+    summary = finetune(cfg)
+    root = tmp_path / "run" / "mtdnn"
+    assert summary["answers"] == {"mrpc": "san"} and summary["complete"] and summary["step"] == 8
+    assert summary["finetune"]["mrpc"]["step"] == 2
+    shared, _, _, _ = load_params(root / "multitask")
+    assert set(shared["head_0"]) == SAN_KEYS
+    # the per-task model takes the multi-task encoder and SAN head, whole and exact ...
+    single = MultiTaskObjective(mc, [read_task(cfg, "mrpc", minilm_tok)], [1.0], cfg.finetune)
+    fresh = nn.meta.unbox(jax.eval_shape(single.init, jax.random.key(0), single.example_batch(8)))
+    merged = _from_multitask({"params": shared}, "bert", 0)(fresh)
+    assert jax.tree.structure(merged) == jax.tree.structure(fresh)
+    jax.tree.map(np.testing.assert_array_equal, merged["params"], {"bert": shared["bert"], "head_0": shared["head_0"]})
+    # ... and the per-task stage trains from it: after its 2 steps (lr 2e-3 then 1e-3) every SAN tensor has moved,
+    # by at most what two steps of BERT's Adam without bias correction can move a weight from where the stage
+    # started (0.1 / 0.001**0.5 x 2e-3 + 0.19 / 0.001999**0.5 x 1e-3 = 0.01057; weight decay adds < 1e-6).
+    # A fresh N(0, 0.02) head, or the pre-multi-task weights, would be ~0.04 away
+    tuned, _, _, _ = load_params(root / "mrpc" / "finetune")
+    moved = jax.tree.map(lambda a, b: float(np.max(np.abs(np.asarray(a) - np.asarray(b)))), tuned["head_0"],
+                         shared["head_0"])
+    # the summary's bias gets no gradient but rounding (a softmax does not see a shift): it stays put
+    assert moved["summary"]["dense"].pop("bias") < 1e-5
+    assert all(1e-3 < m < 0.01058 for m in jax.tree.leaves(moved)), moved
+    # the best of both stages: a san_classification model with its settings
+    params, _, info, _ = load_params(root / "mrpc" / "best")
+    assert info["head"] == "san_classification" and info["san"] == {"steps": 5, "step_dropout": 0.1}
+    assert set(params["classifier"]) == SAN_KEYS

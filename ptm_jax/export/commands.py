@@ -202,7 +202,11 @@ def _export(args: argparse.Namespace) -> int:
     if args.format == "hf":
         from ptm_jax.families import registry
 
-        fam = registry.get(params_lib.load_params(args.src)[1].family)
+        _, src_cfg, src_info, _ = params_lib.load_params(args.src)
+        fam = registry.get(src_cfg.family)
+        if src_info["head"] in params_lib.SPINE_HEADS:
+            raise ConfigError(f"{args.src}: a {src_info['head']} model (an MT-DNN SAN answer module on the encoder) "
+                              "has no Hugging Face architecture; export it with --format params or npz")
         export_hf = registry.require(fam, "hf", "Hugging Face export (--format hf)").export_dir
         report = _export_hf_to(export_hf, args.src, args.out, args.force)
         print(f"exported {args.src} -> {args.out} ({report['architecture']}, {report['tensors']} tensors"

@@ -36,11 +36,17 @@ FORMAT = "ptm_jax.params"
 VERSION = 1
 
 
+SPINE_HEADS = ("san_classification",)
+"""Heads built on any family's encoder by the spine, not by a family: MT-DNN's SAN answer module
+(``objectives/san_classification.py``). No Hugging Face architecture holds them."""
+
+
 def heads() -> tuple[str, ...]:
-    """Every head a params directory may name: the union of the registered families' ``Family.heads``."""
+    """Every head a params directory may name: the union of the registered families' ``Family.heads`` and
+    ``SPINE_HEADS``."""
     from ptm_jax.families import registry
 
-    return tuple(dict.fromkeys(h for fam in registry.families().values() for h in fam.heads))
+    return tuple(dict.fromkeys([*(h for fam in registry.families().values() for h in fam.heads), *SPINE_HEADS]))
 
 
 def trunks() -> dict[str, str]:

@@ -5,8 +5,11 @@ Tasks (``finetune.tasks``):
 
 - classification (a GLUE task with labels: CoLA, SST-2, MRPC, QQP, MNLI, QNLI, RTE, WNLI): pooled [CLS] ->
   dropout -> linear -> softmax cross-entropy (Sec. 3, "single-sentence" and "pairwise text classification"
-  output layers; the paper's SAN answer module for NLI is not built, the linear head is mt-dnn's
-  ``answer_opt 0``);
+  output layers; mt-dnn's ``answer_opt 0``). ``finetune.mtdnn_answer=san`` gives every sentence-pair
+  classification task (MRPC, QQP, MNLI, QNLI, RTE, WNLI) the paper's output layer for pairwise text
+  classification instead: the stochastic answer network over the encoder's last layer (``models/san.py``:
+  K = ``finetune.san_steps`` steps, stochastic prediction dropout ``finetune.san_step_dropout``; mt-dnn's
+  ``answer_opt 1``). Single-sentence tasks, STS-B and ranking tasks keep their linear heads, as in Sec. 3.1;
 - pairwise similarity regression (STS-B): pooled [CLS] -> linear score, squared error;
 - pairwise ranking (``<pair task>_rank``, e.g. ``mrpc_rank``, ``rte_rank``, ``qnli_rank``): QNLI in the paper
   ranks a question's candidate sentences. The GLUE copy of QNLI pairs a question with one sentence and is not
@@ -25,7 +28,8 @@ every task has had before it, are functions of the step and the seed alone: a re
 tasks and continues every task's own data stream (``task_data.shuffled_stream``) where it stopped.
 
 One jitted step serves every task: the batch carries its task id (``task``, one value per row), the encoder
-runs once, every head's output is computed (each a [hidden, <= 3] product, nothing beside the encoder) and
+runs once, every head's output is computed (each a [hidden, <= 3] product, or a SAN head's K small GRU and
+attention steps over the sequence, small beside the encoder) and
 ``lax.switch`` on the id takes the task's loss, so only that head and the encoder get gradients. The other
 heads get zero gradients, as in mt-dnn (PyTorch 1.x ``zero_grad`` left zero tensors, so its Adam moved them by
 their moments too). One step instead of one per head keeps the one loop (``train/loop.py``) and one compile.
@@ -45,6 +49,7 @@ import optax
 
 from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.evaluate.glue_metrics import task_metrics
+from ptm_jax.objectives.san_classification import SAN_HEAD
 from ptm_jax.objectives.task_data import padded_batches, shuffled_stream, task_head
 
 RANK_SUFFIX = "_rank"
@@ -158,6 +163,7 @@ class TaskData:
     labels: list[str] | None
     primary: str
     description: str
+    pair: bool = False  # a sentence-pair task (text_a, text_b)
 
     @property
     def units(self) -> int:
@@ -215,7 +221,8 @@ def read_task(cfg: Any, name: str, tokenizer, *, train: bool = True) -> TaskData
         kind = "regression" if spec.is_regression else "classification"
         return TaskData(name, kind, spec.num_labels, 1, feats[0], feats[1], feats[1]["labels"].copy(), spec.labels,
                         PRIMARY.get(base, "accuracy"),
-                        f"{spec.name} {kind}: {len(train_rows) if train else 0} train / {len(dev_rows)} dev")
+                        f"{spec.name} {kind}: {len(train_rows) if train else 0} train / {len(dev_rows)} dev",
+                        spec.is_pair)
     c = int(f.ranking_candidates)
     if c < 2:
         raise ConfigError(f"finetune.ranking_candidates={c}: a ranking group needs at least 2 candidates")
@@ -240,29 +247,68 @@ def read_task(cfg: Any, name: str, tokenizer, *, train: bool = True) -> TaskData
 
 # ---------------------------------------------------------------------------------------------- model
 
+ANSWERS = ("linear", "san")
+
+
+def san_settings(fcfg: Any) -> dict[str, Any]:
+    """``finetune.san_steps`` and ``finetune.san_step_dropout``, checked, after ``finetune.mtdnn_answer``."""
+    if fcfg.mtdnn_answer not in ANSWERS:
+        raise ConfigError(f"finetune.mtdnn_answer={fcfg.mtdnn_answer!r} is not one of {', '.join(ANSWERS)}: 'linear' "
+                          "gives every classification task a linear head on the pooled [CLS], 'san' gives the "
+                          "sentence-pair classification tasks the stochastic answer network (models/san.py)")
+    if isinstance(fcfg.san_steps, bool) or not isinstance(fcfg.san_steps, int) or fcfg.san_steps < 1:
+        raise ConfigError(f"finetune.san_steps={fcfg.san_steps!r}: the SAN answer module needs at least 1 reasoning "
+                          "step (Liu et al. 2018 use 5)")
+    if not 0.0 <= fcfg.san_step_dropout < 1.0:
+        raise ConfigError(f"finetune.san_step_dropout={fcfg.san_step_dropout!r} must be in [0, 1) (the probability of "
+                          "dropping one step's prediction in training; 0.1 in Liu et al. 2018)")
+    return {"steps": int(fcfg.san_steps), "step_dropout": float(fcfg.san_step_dropout)}
+
+
+def answer_of(task: TaskData, fcfg: Any) -> str:
+    """'san' for a sentence-pair classification task when ``finetune.mtdnn_answer=san``; 'linear' otherwise
+    (single-sentence classification, STS-B regression and ranking keep their heads: Liu et al. 2019 Sec. 3.1)."""
+    san_settings(fcfg)
+    return "san" if fcfg.mtdnn_answer == "san" and task.kind == "classification" and task.pair else "linear"
+
+
 class MultiTaskModel(nn.Module):
     """The family's encoder (``Family.task_heads['encoder']``, named as its trunk so pretrained weights merge)
-    with its pooler, one dropout, and a linear head per task (``head_<i>`` for the i-th task, the single-task
-    classifier's ``Dense``; numbered, not named, so one-task models of different tasks compile to the same
-    program) -> a tuple of float32 [B, outputs] per task."""
+    with its pooler, one dropout, and a head per task (``head_<i>`` for the i-th task; numbered, not named, so
+    one-task models of different tasks compile to the same program) -> a tuple of float32 [B, outputs] per
+    task. A head is the single-task classifier's ``Dense`` on the pooled [CLS] ('linear'), or the SAN answer
+    module on the last layer ('san', ``models/san.SANAnswer``: log-probabilities), as ``answers`` says."""
 
     encoder: Any
     cfg: Any
     trunk: str
     outputs: tuple[tuple[str, int], ...]
     dropout: float = 0.1
+    answers: tuple[str, ...] = ()
+    san_steps: int = 5
+    san_step_dropout: float = 0.1
 
     @nn.compact
     def __call__(self, input_ids, input_mask, segment_ids, *, deterministic: bool = True):
         from ptm_jax.models.dropout import Dropout
         from ptm_jax.models.layers import Dense
+        from ptm_jax.models.san import SANAnswer
 
         seq, pooled = self.encoder(self.cfg, name=self.trunk)(input_ids, input_mask, segment_ids,
                                                               deterministic=deterministic)
         pooled = seq[:, 0] if pooled is None else pooled
         pooled = Dropout(self.dropout)(pooled, deterministic=deterministic)
-        return tuple(Dense(n, ("embed", "classes"), self.cfg.initializer_range, name=f"head_{i}")(pooled)
-                     .astype(jnp.float32) for i, (_, n) in enumerate(self.outputs))
+        answers = self.answers or ("linear",) * len(self.outputs)
+        out = []
+        for i, ((_, n), answer) in enumerate(zip(self.outputs, answers)):
+            if answer == "san":
+                out.append(SANAnswer(n, self.san_steps, self.dropout, self.san_step_dropout,
+                                     self.cfg.initializer_range, name=f"head_{i}")(
+                    seq, input_mask, segment_ids, deterministic=deterministic))
+            else:
+                out.append(Dense(n, ("embed", "classes"), self.cfg.initializer_range, name=f"head_{i}")(pooled)
+                           .astype(jnp.float32))
+        return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------------- objective
@@ -286,8 +332,11 @@ class MultiTaskObjective:
                                   f"finetune.ranking_candidates={t.candidates} (task {t.name}): a batch holds whole "
                                   "candidate groups")
         self.trunk = registry.get(model_cfg.family).trunk
+        san = san_settings(fcfg)
+        self.answers = tuple(answer_of(t, fcfg) for t in self.tasks)
         self.model = MultiTaskModel(task_head(model_cfg, "encoder"), model_cfg, self.trunk,
-                                    tuple((t.name, t.num_outputs) for t in self.tasks), fcfg.classifier_dropout)
+                                    tuple((t.name, t.num_outputs) for t in self.tasks), fcfg.classifier_dropout,
+                                    self.answers, san["steps"], san["step_dropout"])
         self.width = max(t.num_outputs for t in self.tasks)
         self.cands = np.asarray([t.candidates for t in self.tasks], np.float32)
         self.weights = list(weights)
@@ -425,21 +474,26 @@ class MultiTaskObjective:
 @dataclasses.dataclass
 class TaskView:
     """What ``train/finetune.KeepBest`` reads of an objective, for one task of a multi-task objective: the
-    best model of that task is kept by its own primary metric and saved as a single-task classifier."""
+    best model of that task is kept by its own primary metric and saved as a single-task classifier (a SAN
+    task's: head ``san_classification``, with its settings in ``extra_info``)."""
 
     primary_metric: str
     spec: Any
     num_labels: int
     head: str = "sequence_classification"
+    extra_info: dict = dataclasses.field(default_factory=dict)
 
 
-def task_view(task: TaskData) -> TaskView:
-    return TaskView(f"{task.name}/{task.primary}", dataclasses.make_dataclass("Labels", [("labels", Any)])(
-        task.labels), task.num_outputs)
+def task_view(task: TaskData, fcfg: Any) -> TaskView:
+    labels = dataclasses.make_dataclass("Labels", [("labels", Any)])(task.labels)
+    if answer_of(task, fcfg) == "san":
+        return TaskView(f"{task.name}/{task.primary}", labels, task.num_outputs, SAN_HEAD, {"san": san_settings(fcfg)})
+    return TaskView(f"{task.name}/{task.primary}", labels, task.num_outputs)
 
 
 def single_task_params(params: Any, trunk: str, index: int) -> dict:
     """{trunk, 'classifier'}: the model of task ``index`` as the single-task classifier lays it out
-    (``BertForSequenceClassification``: ``ptm eval`` and ``ptm predict`` read it)."""
+    (``BertForSequenceClassification``: ``ptm eval`` and ``ptm predict`` read it; a SAN task's head is the
+    'classifier' of ``models/san.EncoderWithSAN``, which ``ptm eval`` reads)."""
     p = params.get("params", params)
     return {"params": {trunk: p[trunk], "classifier": p[f"head_{index}"]}}

@@ -24,6 +24,7 @@ from ptm_jax.config import RunConfig, TrainConfig
 from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import load_params, load_tokenizer, save_params
 from ptm_jax.objectives.finetune_registry import take_subset
+from ptm_jax.objectives.san_classification import SAN_HEAD, SanClassificationObjective
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.hooks import Hook, Run
 from ptm_jax.train.param_groups import (
@@ -89,6 +90,8 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev", *,
         desc = f"GLUE {spec.name}: {counts}{len(dev)} {eval_split} examples from {f.data_dir}"
         if train:
             train_rows = take_subset(train_rows, f.train_subset, f.subset_seed)
+        if (model_info or {}).get("head") == SAN_HEAD:  # an MT-DNN pair task's best model (mtdnn_answer=san)
+            return SanClassificationObjective(model_cfg, spec, train_rows, dev, tokenizer, f, model_info), desc
         return _classifier_objective(model_cfg, f)(model_cfg, spec, train_rows, dev, tokenizer, f), desc
     from ptm_jax.objectives.finetune_registry import (
         TASK_BUILDERS,  # span QA, tagging, multiple choice
@@ -196,7 +199,8 @@ class KeepBest(Hook):
         save_params(self.stage / "best", params, self.model_cfg, self.objective.head, overwrite=True,
                     extra={"task": self.task, "step": run.step, "metrics": metrics, "tokenizer": self.tok_info,
                            "label_names": getattr(getattr(self.objective, "spec", None), "labels", None),
-                           "num_labels": getattr(self.objective, "num_labels", None)},
+                           "num_labels": getattr(self.objective, "num_labels", None),
+                           **getattr(self.objective, "extra_info", {})},
                     tokenizer_files=self.tok_files)
         if jax.process_index() == 0:
             fs.write_text_atomic(self.file, json.dumps(self.best, indent=2))

@@ -9,10 +9,11 @@ multi-task learning", followed by task-specific finetuning, Sec. 5.2).
    ``finetune.task_weights``), through the one loop (``train/loop.fit``) with its checkpoints and exact resume.
    Every evaluation scores every task's dev split.
 2. ``OUT/mtdnn/<task>/finetune``: for each task, ``finetune.mtdnn_finetune_epochs`` epochs on that task alone,
-   starting from the multi-task encoder and the task's multi-task head (0: no such stage).
+   starting from the multi-task encoder and the task's multi-task head, linear or SAN (0: no such stage).
 3. ``OUT/mtdnn/<task>/best``: the best model of the task over both stages by the task's dev metric
    (``train/finetune.KeepBest``, one per task), saved as a single-task classifier: ``ptm eval --model
-   OUT/mtdnn/rte/best --task rte`` scores it again. ``best.json`` beside it holds its step and metrics;
+   OUT/mtdnn/rte/best --task rte`` scores it again (a SAN task's model: head ``san_classification``, the encoder
+   and its answer module, ``models/san.EncoderWithSAN``). ``best.json`` beside it holds its step and metrics;
    ``OUT/mtdnn/summary.json`` the figures of both stages.
 
 The same command resumes: each stage restarts from its latest checkpoint, a finished stage is not rerun.
@@ -34,6 +35,7 @@ from ptm_jax.objectives.multi_task import (
     MultiTaskObjective,
     read_task,
     single_task_params,
+    san_settings,
     task_names,
     task_view,
     task_weights,
@@ -60,6 +62,7 @@ def mtdnn(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     f = cfg.finetune
     names = task_names(f.tasks)
     weights = task_weights(f.task_weights, len(names))
+    san_settings(f)  # finetune.mtdnn_answer, san_steps, san_step_dropout
     if f.mtdnn_finetune_epochs < 0:
         raise ConfigError(f"finetune.mtdnn_finetune_epochs={f.mtdnn_finetune_epochs} must be >= 0 (0: no per-task "
                           "finetuning)")
@@ -88,7 +91,7 @@ def mtdnn(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     trunk = fam.trunk
 
     def keeper(t, index):
-        return KeepBest(root / t.name, task_view(t), model_cfg, t.name, tok_info, tok_files,
+        return KeepBest(root / t.name, task_view(t, f), model_cfg, t.name, tok_info, tok_files,
                         select=lambda p: single_task_params(p, trunk, index))
 
     meta = {"config": config_lib.to_dict(cfg), "head": objective.head, "task": "mtdnn", "init": str(init)}
@@ -100,6 +103,7 @@ def mtdnn(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
         "plan": {t.name: int(k) for t, k in zip(tasks, objective.plan.k)}, "steps": tcfg.steps,
         "step": result.step, "preempted": result.preempted, "multitask": {"final_eval": result.eval_metrics},
         "tasks_detail": {t.name: t.description for t in tasks}, "primary_metric": objective.primary_metric,
+        "answers": dict(zip(names, objective.answers)),
     }
     summary["multitask"]["best"] = {t.name: {"step": k.best["step"], t.primary: k.best["metrics"].get(
         f"{t.name}/{t.primary}")} for t, k in zip(tasks, keep)}
@@ -136,7 +140,8 @@ def mtdnn(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
 
 
 def _from_multitask(shared: Any, trunk: str, index: int):
-    """init_params of a per-task stage: the multi-task encoder and the head of task ``index`` (its one head)."""
+    """init_params of a per-task stage: the multi-task encoder and the head of task ``index`` (its one head:
+    a linear head or a SAN answer module, whole)."""
 
     def merge(fresh):
         src = shared["params"]
