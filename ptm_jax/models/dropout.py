@@ -63,21 +63,25 @@ def keep_mask(rng: jax.Array, shape: tuple[int, ...], rate: float) -> jax.Array:
     return keep[..., :last]
 
 
-def dropout(x: jax.Array, rate: float, rng: jax.Array) -> jax.Array:
-    """Inverted dropout of ``x`` with the mask of ``keep_mask``."""
+def dropout(x: jax.Array, rate: float, rng: jax.Array, broadcast_dims: tuple[int, ...] = ()) -> jax.Array:
+    """Inverted dropout of ``x`` with the mask of ``keep_mask``; the mask is shared along ``broadcast_dims``
+    (as ``flax.linen.Dropout``'s: e.g. (1,) for one mask per row and feature over all positions of [B, S, H],
+    variational dropout)."""
     if rate == 0.0:
         return x
-    keep = keep_mask(rng, x.shape, rate)
+    shape = tuple(1 if i in {d % x.ndim for d in broadcast_dims} else n for i, n in enumerate(x.shape))
+    keep = keep_mask(rng, shape, rate)
     return jnp.where(keep, x / jnp.asarray(keep_probability(rate), x.dtype), jnp.zeros((), x.dtype))
 
 
 class Dropout(nn.Module):
-    """Drop-in for ``flax.linen.Dropout`` (rng collection 'dropout') built on ``keep_mask``."""
+    """Drop-in for ``flax.linen.Dropout`` (rng collection 'dropout', ``broadcast_dims``) built on ``keep_mask``."""
 
     rate: float
+    broadcast_dims: tuple[int, ...] = ()
 
     @nn.compact
     def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
         if deterministic or self.rate == 0.0:
             return x
-        return dropout(x, self.rate, self.make_rng("dropout"))
+        return dropout(x, self.rate, self.make_rng("dropout"), self.broadcast_dims)

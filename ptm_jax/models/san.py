@@ -42,7 +42,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ptm_jax.models.dropout import Dropout, keep_mask, keep_probability
+from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.layers import Dense, constrain, partitioned, truncated_normal
 
 _NEG = -1e30  # masked scores: finite, so a row with an empty segment gets a uniform read, never a NaN
@@ -51,19 +51,6 @@ _NEG = -1e30  # masked scores: finite, so a row with an empty segment gets a uni
 def masked_softmax(scores: jax.Array, mask: jax.Array) -> jax.Array:
     """Softmax over the last axis where ``mask``; a row with nothing to attend reads every position evenly."""
     return jax.nn.softmax(jnp.where(mask, scores, _NEG), axis=-1)
-
-
-class VariationalDropout(nn.Module):
-    """Dropout of [B, S, H] with one mask per (row, feature), shared over the S positions."""
-
-    rate: float
-
-    @nn.compact
-    def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
-        if deterministic or self.rate == 0.0:
-            return x
-        keep = keep_mask(self.make_rng("dropout"), (x.shape[0], x.shape[-1]), self.rate)[:, None, :]
-        return jnp.where(keep, x / keep_probability(self.rate), 0.0)
 
 
 class GRUCell(nn.Module):
@@ -114,7 +101,7 @@ class SANAnswer(nn.Module):
         hidden = seq.shape[-1]
         valid = input_mask > 0
         first, second = valid & (segment_ids == 0), valid & (segment_ids != 0)
-        mem_drop = VariationalDropout(self.dropout)
+        mem_drop = Dropout(self.dropout, broadcast_dims=(1,))  # one mask per (row, feature) over positions
         drop = Dropout(self.dropout)
 
         m0 = mem_drop(seq, deterministic)  # the summary reads the dropped states (mt-dnn LinearSelfAttn)
