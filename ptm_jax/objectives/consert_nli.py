@@ -169,18 +169,11 @@ class JointObjective(NliObjective):
 def labelled_pairs(path: Path, mode: str) -> tuple[list[tuple[str, str]], list[int], Any, str]:
     """(pairs, class indices, task spec, description) of a labelled GLUE pair TSV; ConfigErrors for a folder, a
     file outside the GLUE layout, a single-sentence task, a regression task or a split without labels."""
-    from ptm_jax.data.tasks.glue import get_task, read_glue
-    from ptm_jax.objectives.contrastive import _glue_task_of
+    from ptm_jax.data.tasks.glue import read_glue
+    from ptm_jax.objectives.contrastive import glue_pair_file
 
     where = f"finetune.consert_supervised={mode!r}"
-    if path.is_dir() or path.suffix != ".tsv":
-        raise ConfigError(f"{where} needs labelled sentence pairs: set finetune.data_dir to a GLUE pair TSV with "
-                          f"labels (e.g. <glue>/MNLI/train.tsv, <glue>/RTE/train.tsv), not {path}")
-    task, split = _glue_task_of(path)
-    spec = get_task(task)
-    if not spec.is_pair:
-        raise ConfigError(f"{where}: {path} ({spec.name}) holds single sentences; the classifier reads a pair "
-                          "(u, v, |u - v|): use a pair task (MNLI, RTE, WNLI, QNLI, MRPC, QQP)")
+    task, split, spec = glue_pair_file(path, where, "MNLI, RTE, WNLI, QNLI, MRPC, QQP")
     if spec.is_regression:
         raise ConfigError(f"{where}: {path} ({spec.name}) is a regression task (similarity scores), not classes; "
                           "the NLI loss needs class labels: use MNLI, RTE, WNLI, QNLI, MRPC or QQP (for STS-B "

@@ -226,6 +226,22 @@ def _glue_task_of(path: Path) -> tuple[str, str]:
                       "(e.g. .../STS-B/train.tsv); give plain text with one sentence per line otherwise")
 
 
+def glue_pair_file(path: Path, where: str, tasks: str):
+    """(task, split, spec) of the labelled GLUE pair TSV that ``where`` (a supervised ConSERT variant) reads from
+    finetune.data_dir; a ConfigError naming the file for a folder or other file, and for a single-sentence task.
+    ``tasks``: the pair tasks to suggest (e.g. 'STS-B, MRPC, RTE')."""
+    from ptm_jax.data.tasks.glue import get_task
+
+    if path.is_dir() or path.suffix != ".tsv":
+        raise ConfigError(f"{where} needs labelled sentence pairs: set finetune.data_dir to a GLUE pair TSV with "
+                          f"labels (e.g. <glue>/{tasks.split(',')[0].strip()}/train.tsv), not {path}")
+    task, split = _glue_task_of(path)
+    spec = get_task(task)
+    if not spec.is_pair:
+        raise ConfigError(f"{where}: {path} ({spec.name}) holds single sentences; use a pair task ({tasks})")
+    return task, split, spec
+
+
 SUPERVISION = ("none", "positive_pairs", "nli", "joint")
 
 
@@ -255,7 +271,7 @@ def build_consert(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: 
     labelled pairs) or a GLUE folder (STS-B/train.tsv).
     Evaluation reads STS-B/dev.tsv of ``finetune.eval_data_dir``, else of the GLUE folder that holds the
     training data."""
-    from ptm_jax.data.tasks.glue import get_task, read_glue
+    from ptm_jax.data.tasks.glue import read_glue
     from ptm_jax.objectives.base import check_grad_accum
     from ptm_jax.objectives.finetune_registry import take_subset
 
@@ -289,15 +305,8 @@ def build_consert(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: 
     elif train:
         if mode == "positive_pairs":
             path = source / "STS-B" / "train.tsv" if source.is_dir() else source
-            if path.suffix != ".tsv":
-                raise ConfigError(f"finetune.consert_supervised='positive_pairs' needs labelled pairs: set "
-                                  f"finetune.data_dir to a GLUE pair TSV (e.g. STS-B/train.tsv, MRPC/train.tsv), "
-                                  f"not {path}")
-            task, split = _glue_task_of(path)
-            spec = get_task(task)
-            if not spec.is_pair:
-                raise ConfigError(f"finetune.consert_supervised='positive_pairs': {path} ({spec.name}) holds single "
-                                  "sentences; use a pair task (STS-B, MRPC, RTE)")
+            task, split, spec = glue_pair_file(path, "finetune.consert_supervised='positive_pairs'",
+                                               "STS-B, MRPC, RTE")
             rows, _ = read_glue(path.parent.parent, task, split)
             pairs = [(e.text_a, e.text_b) for e in rows if _positive(spec, e.label)]
             if not pairs:
