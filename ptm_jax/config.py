@@ -230,6 +230,17 @@ class FinetuneConfig:
     feature_cache: str = ""
     """finetune.head with per-layer features: their cache folder, keyed by model and data (empty:
     <output_dir>/feature_cache)."""
+    word_init: str = ""
+    """finetune.head over a model's frozen per-layer features (finetune.init): also a word table, 'random[:DIM]'
+    or static vectors as finetune.init takes them, concatenated with the mixed features, [x_k; ELMo_k] (Peters
+    et al. 2018 Sec. 3.3: the task model's own word vectors next to ELMo). Empty: the features alone."""
+    feature_norm: Literal["none", "layer", "dimension"] = "none"
+    """finetune.head with per-layer features: how each layer is normalised before the scalar mix. 'layer': one
+    mean and variance per layer over the batch's real words (Peters et al. 2018 Sec. 3.2; AllenNLP's ScalarMix
+    do_layer_norm). 'dimension' (frozen features only): each dimension of each layer standardised by its mean and
+    standard deviation over the training set's words, computed once and kept frozen with the model: for features
+    whose words share a large common offset, such as a briefly trained biLM's (docs/benchmarks.md, "ELMo features
+    on CoNLL-2003")."""
     train_subset: int = 0
     """Keep the first N training examples after random.Random(subset_seed).shuffle (0 = all)."""
     subset_seed: int = 0

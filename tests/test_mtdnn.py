@@ -246,3 +246,29 @@ def test_san_head_goes_whole_into_per_task_finetuning_and_is_kept_as_the_best_mo
     params, _, info, _ = load_params(root / "mrpc" / "best")
     assert info["head"] == "san_classification" and info["san"] == {"steps": 5, "step_dropout": 0.1}
     assert set(params["classifier"]) == SAN_KEYS
+    # `ptm predict --pairs` reads the kept SAN model: its probabilities are the exp of the objective's outputs
+    import argparse
+
+    from ptm_jax.data.tasks.glue import get_task, read_glue
+    from ptm_jax.export import commands
+    from ptm_jax.objectives.san_classification import SanClassificationObjective
+
+    dev = read_glue(glue_subset, "mrpc", "dev")[0][:6]
+    (tmp_path / "pairs.tsv").write_text("".join(f"{e.text_a}\t{e.text_b}\n" for e in dev), encoding="utf-8")
+    parser = argparse.ArgumentParser()
+    commands.register(parser.add_subparsers(dest="command"))
+    best = root / "mrpc" / "best"
+    args = parser.parse_args(["predict", str(best), str(tmp_path / "pairs.tsv"), "--pairs", "--max-length", "32",
+                              "--out", str(tmp_path / "p.tsv")])
+    assert args.handler(args) == 0
+    rows = [r.split("\t") for r in (tmp_path / "p.tsv").read_text().splitlines()]
+    assert rows[0][:2] == ["index", "prediction"] and len(rows) == 7
+    probs = np.array([[float(x) for x in r[2:]] for r in rows[1:]])
+    obj = SanClassificationObjective(mc, get_task("mrpc"), None, dev, minilm_tok, cfg.finetune, info)
+    want = np.exp(np.asarray(obj.predict({"params": params}, {k: jnp.asarray(v) for k, v in obj.dev.items()})
+                             ["logits"], np.float64))
+    np.testing.assert_allclose(probs, want, atol=2e-6)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
+    args = parser.parse_args(["predict", str(best), str(tmp_path / "pairs.tsv")])
+    with pytest.raises(ConfigError, match="give --pairs"):
+        args.handler(args)

@@ -11,8 +11,9 @@
   negative indices count from the top).
 - ``--mix`` combines the picked layers with ELMo's scalar mix (Peters et al. 2018 eq. 1, ``models/scalar_mix.py``):
   ``average`` (w = 0: equal weights), ``w0,w1,...`` (raw weights, softmaxed), or a feature head's
-  ``feature_model.json`` (``ptm finetune ... finetune.head=...``: the mix a task learned, over all layers),
-  times ``--gamma``; ``--layer-norm`` normalises each layer first, over the words of its sentence (the
+  ``feature_model.json`` (``ptm finetune ... finetune.head=...``: the mix a task learned, over all layers, with
+  the normalisation it was learned over: ``finetune.feature_norm`` 'dimension' standardises each layer by the
+  stored training statistics, 'layer' turns ``--layer-norm`` on), times ``--gamma``; ``--layer-norm`` normalises each layer first, over the words of its sentence (the
   module normalises over a batch's real positions; per sentence here, so a sentence's features do not depend on
   which others are in the file).
 - Output (``--out``): ``.npz`` (array ``"i"`` for sentence i: float32 [L, n_words, D], or [n_words, D] mixed),
@@ -53,24 +54,33 @@ def parse_layers(spec: str, num_layers: int) -> list[int]:
     return out
 
 
-def mix_weights(spec: str, num_layers: int) -> tuple[np.ndarray, float | None]:
-    """``--mix`` -> (softmax weights over the picked layers, gamma from a feature_model.json or None)."""
+def mix_weights(spec: str, num_layers: int) -> tuple[np.ndarray, float | None, str, tuple | None]:
+    """``--mix`` -> (softmax weights over the picked layers, gamma from a feature_model.json or None, the
+    json's ``feature_norm`` ('none' otherwise), and its per-dimension (mean, scale) [L, D] with
+    ``feature_norm='dimension'``, else None)."""
     if spec == "average":
-        return np.full(num_layers, 1.0 / num_layers), None
+        return np.full(num_layers, 1.0 / num_layers), None, "none", None
     path = Path(spec)
     if spec.endswith(".json") or path.is_dir():
         f = path / "feature_model.json" if path.is_dir() else path
         if not f.is_file():
             raise ConfigError(f"--mix {spec}: no such file (a feature head's feature_model.json, written beside "
                               "its best parameters by `ptm finetune ... finetune.head=...`)")
-        mix = json.loads(f.read_text()).get("scalar_mix")
+        meta = json.loads(f.read_text())
+        mix = meta.get("scalar_mix")
         if not mix:
             raise ConfigError(f"--mix {f}: has no learned scalar mix (its head read one layer or a word table)")
         weights = np.asarray(mix["weights"], np.float64)
         if len(weights) != num_layers:
             raise ConfigError(f"--mix {f}: the mix has {len(weights)} layers but {num_layers} are picked; a learned "
                               "mix covers all layers (--layers all)")
-        return weights, float(mix["gamma"])
+        norm = meta.get("feature_norm", "none")
+        stats = meta.get("feature_stats")
+        if norm == "dimension" and not stats:
+            raise ConfigError(f"--mix {f}: feature_norm is 'dimension' but the file has no feature_stats; "
+                              "rerun the finetune that wrote it")
+        stats = (np.asarray(stats["mean"], np.float64), np.asarray(stats["scale"], np.float64)) if stats else None
+        return weights, float(mix["gamma"]), norm, stats
     try:
         w = np.asarray([float(x) for x in spec.split(",")], np.float64)
     except ValueError:
@@ -79,7 +89,7 @@ def mix_weights(spec: str, num_layers: int) -> tuple[np.ndarray, float | None]:
     if len(w) != num_layers:
         raise ConfigError(f"--mix {spec!r}: {len(w)} weights for {num_layers} picked layers; give one per layer")
     e = np.exp(w - w.max())
-    return e / e.sum(), None
+    return e / e.sum(), None, "none", None
 
 
 def scalar_mix(layers: np.ndarray, weights: np.ndarray, gamma: float, layer_norm: bool,
@@ -117,12 +127,18 @@ def export_features(model: str, lines: Sequence[str], *, layers: str = "all", mi
                           "word_vectors or subword_vectors hook); --layers needs one")
     sentences = sentences_of(lines, where)
     picked = parse_layers(layers, feats.num_layers(cfg))  # before the work: a bad option fails at once
-    weights, learned_gamma = mix_weights(mix, len(picked)) if mix is not None else (None, None)
+    weights, learned_gamma, norm, stats = (mix_weights(mix, len(picked)) if mix is not None
+                                           else (None, None, "none", None))
     arrays = [a[picked] for a in feats.word_features(params, cfg, tokenizer, sentences, batch_size=batch_size)]
     if mix is None:
         return arrays
+    if stats is not None:                      # the learned mix read standardised layers: standardise the same way
+        if stats[0].shape != arrays[0][:, 0].shape:
+            raise ConfigError(f"--mix {mix}: its feature statistics are {stats[0].shape} (layers x dimensions) but "
+                              f"this model gives {arrays[0][:, 0].shape}; was the head trained on these features?")
+        arrays = [((a - stats[0][:, None]) * stats[1][:, None]).astype(np.float32) for a in arrays]
     g = gamma if gamma is not None else (learned_gamma if learned_gamma is not None else 1.0)
-    return [scalar_mix(a, weights, g, layer_norm) for a in arrays]
+    return [scalar_mix(a, weights, g, layer_norm or norm == "layer") for a in arrays]
 
 
 def write(arrays: list[np.ndarray], lines: Sequence[str], out: str | None) -> str:

@@ -130,9 +130,11 @@ def embed_texts(params: dict, cfg: TransformerConfig, tokenizer, texts: Sequence
 
 
 def classify_texts(params: dict, cfg: TransformerConfig, num_labels: int, tokenizer, texts: Sequence[str],
-                   pairs: Sequence[str] | None = None, *, max_length: int = 128, batch_size: int = 64
-                   ) -> np.ndarray:
-    """float32 [N, num_labels] logits of a sequence classifier."""
+                   pairs: Sequence[str] | None = None, *, max_length: int = 128, batch_size: int = 64,
+                   san: dict | None = None) -> np.ndarray:
+    """float32 [N, num_labels] logits of a sequence classifier; with ``san`` ({steps, step_dropout}: the
+    ``ptm.json`` entry of a head ``san_classification`` model) the log of the SAN answer module's averaged step
+    predictions (``models/san.py``, all K steps at inference)."""
     import jax
 
     from ptm_jax.families import registry
@@ -142,9 +144,15 @@ def classify_texts(params: dict, cfg: TransformerConfig, num_labels: int, tokeni
     if classifier is None or "classify" not in fam.capabilities:
         raise ConfigError(f"model.family={cfg.family!r} does not support `ptm predict` (sequence classification)")
     max_length = min(max_length, cfg.max_position_embeddings)
-    key = ("classify", json.dumps(to_dict(cfg), sort_keys=True), num_labels)
+    key = ("classify", json.dumps(to_dict(cfg), sort_keys=True), num_labels, json.dumps(san, sort_keys=True))
     if key not in _COMPILED:
-        model = classifier()(_inference_cfg(cfg), num_labels)
+        if san is None:
+            model = classifier()(_inference_cfg(cfg), num_labels)
+        else:
+            from ptm_jax.models.san import EncoderWithSAN
+
+            model = EncoderWithSAN(fam.task_heads["encoder"](), _inference_cfg(cfg), fam.trunk, num_labels,
+                                   int(san["steps"]), 0.0, float(san["step_dropout"]))
         _COMPILED[key] = jax.jit(lambda p, i, m, s: model.apply({"params": p}, i, m, s))
     ids, segs = encode_inputs(tokenizer, texts, pairs, max_length)
     out = run_batched(_COMPILED[key], jax.device_put(params), ids, segs, max_length, batch_size)
@@ -283,10 +291,18 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    from ptm_jax.objectives.san_classification import SAN_HEAD
+
     params, cfg, info, tok = _load(args.model)
-    if info["head"] != "sequence_classification":
+    if info["head"] not in ("sequence_classification", SAN_HEAD):
         raise ConfigError(f"{args.model}: is a {info['head']} model; predict needs a finetuned sequence "
-                          "classifier (head sequence_classification)")
+                          f"classifier (head sequence_classification, or {SAN_HEAD} from MT-DNN)")
+    san = info.get("san") if info["head"] == SAN_HEAD else None
+    if info["head"] == SAN_HEAD and (not san or not args.pairs):
+        raise ConfigError(f"{args.model}: a {SAN_HEAD} model (MT-DNN's SAN answer module) classifies sentence "
+                          + ("pairs: give --pairs and 'premise<TAB>hypothesis' lines" if san else
+                             "pairs, but its ptm.json has no 'san' entry (steps, step_dropout); re-save it with "
+                             "the MT-DNN job"))
     n = int(info["num_labels"])
     names = [str(x) for x in info.get("label_names") or range(n)]
     lines = read_lines(args.input)
@@ -299,7 +315,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                             f"({len(bad)} line(s) lack a tab)")
         lines, pairs = [s[0] for s in split], [s[1] for s in split]
     logits = classify_texts(params, cfg, n, tok, lines, pairs, max_length=args.max_length,
-                            batch_size=args.batch_size)
+                            batch_size=args.batch_size, san=san)
     if n == 1:
         rows = [(f"{x[0]:.6g}", []) for x in logits]
         header = ["index", "score"]
@@ -388,7 +404,8 @@ def register(subparsers) -> None:
     p.set_defaults(handler=cmd_export)
 
     for name, text in (("embed", "sentence embeddings of each input line"),
-                       ("predict", "labels of a finetuned sequence classifier for each input line")):
+                       ("predict", "labels of a finetuned sequence classifier (or an MT-DNN SAN pair model, "
+                                   "with --pairs) for each input line")):
         p = subparsers.add_parser(name, help=text, description=text)
         p.add_argument("model", help="params directory, run directory or Hugging Face folder")
         p.add_argument("input", nargs="?", default="-", help="text file, one example per line; '-' = stdin")

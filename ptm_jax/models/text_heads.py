@@ -128,12 +128,21 @@ def head_module(name: str, hidden: int = 100, pool: str = "last") -> nn.Module:
 class WordInputs(nn.Module):
     """A batch -> word vectors [B, T, D]. ``vocab_size`` > 0: ``batch['ids']`` through an embedding table
     (U(-0.25, 0.25) as Kim's random vectors; static vectors replace it in ``fit``'s ``init_params``); else
-    ``batch['features']`` [B, L, T, D]: L > 1 layers go through the scalar mix, one layer is used as it is."""
+    ``batch['features']`` [B, L, T, D]: L > 1 layers go through the scalar mix, one layer is used as it is.
+
+    With both (``finetune.word_init``), the table's vector and the mixed features are concatenated, ``[x_k;
+    ELMo_k]`` (Peters et al. 2018 Sec. 3.3).
+
+    ``feature_norm`` (``finetune.feature_norm``): 'layer' turns on the scalar mix's layer normalisation;
+    'dimension' standardises each layer's dimensions first, ``(h - feature_mean) * feature_scale`` with the
+    parameters ``feature_mean`` / ``feature_scale`` [L, D] (zeros and ones at init; the training set's mean and
+    1 / standard deviation are put there by ``fit``'s ``init_params`` and a frozen parameter-group rule keeps
+    them: ``objectives/feature_tasks.py``)."""
 
     vocab_size: int = 0
     dim: int = 0
     num_layers: int = 1
-    mix_layer_norm: bool = False
+    feature_norm: str = "none"
 
     @nn.compact
     def __call__(self, batch: dict[str, jax.Array], suffix: str = "") -> jax.Array:
@@ -144,14 +153,26 @@ class WordInputs(nn.Module):
                 return jax.random.uniform(key, shape, dtype, -0.25, 0.25)
 
             emb = self.param("embedding", partitioned(init, ("vocab", "embed")), (self.vocab_size, self.dim))
-            return jnp.take(emb, batch["ids" + suffix], axis=0)
+            words = jnp.take(emb, batch["ids" + suffix], axis=0)
+            if "features" + suffix not in batch:
+                return words
+            return jnp.concatenate([words, self._features(batch, suffix)], axis=-1)  # [x_k; ELMo_k]
+        return self._features(batch, suffix)
+
+    def _features(self, batch: dict[str, jax.Array], suffix: str) -> jax.Array:
         feats = batch["features" + suffix].astype(jnp.float32)
-        if self.num_layers == 1:
+        if self.feature_norm == "dimension":
+            shape = (self.num_layers, feats.shape[-1])
+            mean = self.param("feature_mean", partitioned(nn.initializers.zeros, (None, "embed")), shape)
+            scale = self.param("feature_scale", partitioned(nn.initializers.ones, (None, "embed")), shape)
+            real = batch["mask" + suffix].astype(jnp.float32)[:, None, :, None]
+            feats = (feats - mean[None, :, None]) * scale[None, :, None] * real
+        if self.num_layers == 1 and self.feature_norm != "layer":
             return feats[:, 0]
         from ptm_jax.models.scalar_mix import ScalarMix
 
         layers = [feats[:, i] for i in range(self.num_layers)]
-        return ScalarMix(self.num_layers, layer_norm=self.mix_layer_norm, name="scalar_mix")(
+        return ScalarMix(self.num_layers, layer_norm=self.feature_norm == "layer", name="scalar_mix")(
             layers, batch["mask" + suffix])
 
 

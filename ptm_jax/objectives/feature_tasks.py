@@ -15,7 +15,9 @@ frozen per-layer features, or a model finetuned end to end under the head, train
 What a word reads is ``finetune.init`` (``objectives/feature_inputs.py``). With per-layer features the
 batches carry ``features`` [B, L, T, D] gathered from the cached store and the model learns only the scalar
 mix (softmax weights and gamma, Peters et al. 2018 Eq. 1) and the head: the feature-based setting of ELMo
-(Sec. 3.3) and of the BERT paper's Sec. 5.4. With static vectors the table is a parameter, frozen by a
+(Sec. 3.3) and of the BERT paper's Sec. 5.4; ``finetune.word_init`` adds a word table (random or static
+vectors) whose vector is concatenated with the mix, ``[x_k; ELMo_k]`` as ELMo's task models read it, and
+``finetune.feature_norm`` normalises the layers first. With static vectors the table is a parameter, frozen by a
 parameter-group rule unless ``finetune.freeze_embeddings=false`` (Kim 2014's CNN-static / CNN-non-static).
 With ``finetune.freeze_features=false`` a model with ``Family.word_encoder`` (BERT, GPT, XLNet, ERNIE) is
 finetuned end to end under the head: its parameters sit beside the head's under its trunk key, started from
@@ -67,6 +69,10 @@ from ptm_jax.objectives.tagging import TaggingObjective, TagSet
 from ptm_jax.train.hooks import Hook, Run
 
 EMBEDDING_PATTERN = r"(^|/)inputs/embedding$"
+FEATURE_STATS_PATTERN = r"(^|/)inputs/feature_(mean|scale)$"
+FEATURE_NORMS = ("none", "layer", "dimension")
+STD_EPS = 1e-6
+"""Added to each dimension's variance before 1 / sqrt (the cache stores float16: finer spreads are noise)."""
 
 
 INPUT_KEYS = ("ids", "features", "mask", "ids_b", "features_b", "mask_b")
@@ -83,7 +89,18 @@ class FeatureInputs:
     def __init__(self, source: Source, fcfg: FinetuneConfig, train: Sequence[Sequence[str]],
                  held: Sequence[Sequence[str]], cache_dir: str | Path):
         self.source, self.length, self.cache_dir = source, fcfg.max_seq_length, cache_dir
+        self.norm = fcfg.feature_norm
+        self.stats: tuple[np.ndarray, np.ndarray] | None = None
         self.table: WordTable | None = None
+        if self.norm not in FEATURE_NORMS:
+            raise ConfigError(f"finetune.feature_norm={self.norm!r}: use one of {', '.join(FEATURE_NORMS)}")
+        if self.norm != "none" and source.kind != "layers":
+            raise ConfigError(f"finetune.feature_norm={self.norm!r} normalises per-layer features, but "
+                              f"finetune.init gives {source.description}; set finetune.feature_norm=none")
+        if self.norm == "dimension" and not fcfg.freeze_features:
+            raise ConfigError("finetune.feature_norm='dimension' standardises frozen features by their training-set "
+                              "statistics; finetuning end to end (finetune.freeze_features=false) the features move, "
+                              "so use finetune.feature_norm='layer'")
         self.store: FeatureStore | None = None
         self.encoder = None
         if not fcfg.freeze_features:
@@ -106,17 +123,32 @@ class FeatureInputs:
             self.store = FeatureStore()
         else:
             self.table = word_table(source, train, held, seed=fcfg.seed)
+        self.word_source = source if self.table is not None else None
+        if fcfg.word_init:
+            if self.store is None:
+                raise ConfigError(f"finetune.word_init={fcfg.word_init!r} adds a word table next to a model's frozen "
+                                  f"per-layer features, but finetune.init gives {source.description}"
+                                  + (" finetuned end to end" if self.encoder is not None else "")
+                                  + "; set finetune.word_init='' (or finetune.init to such a model, frozen)")
+            self.word_source = resolve_source(fcfg.word_init)
+            if self.word_source.kind == "layers":
+                raise ConfigError(f"finetune.word_init={fcfg.word_init!r} gives per-layer features; it takes "
+                                  "'random', 'random:DIM', a word-vector file or a model with static word vectors")
+            self.table = word_table(self.word_source, train, held, seed=fcfg.seed)
 
     def module(self) -> WordInputs:
-        if self.table is not None:
+        if self.store is None and self.table is not None:
             return WordInputs(len(self.table.words), self.source.dim, name="inputs")
-        return WordInputs(num_layers=self.source.num_layers, name="inputs")
+        vocab, dim = (len(self.table.words), self.word_source.dim) if self.table is not None else (0, 0)
+        return WordInputs(vocab, dim, num_layers=self.source.num_layers, feature_norm=self.norm, name="inputs")
 
     def encode(self, sentences: Sequence[Sequence[str]]) -> dict[str, np.ndarray]:
         n = np.array([min(len(s), self.length) for s in sentences])
         mask = (np.arange(self.length)[None, :] < n[:, None]).astype(np.int32)
-        if self.table is not None:
-            return {"ids": np.stack([self.table.ids(s, self.length)[0] for s in sentences]), "mask": mask}
+        words = ({"ids": np.stack([self.table.ids(s, self.length)[0] for s in sentences])}
+                 if self.table is not None else {})
+        if self.store is None and self.table is not None:
+            return {**words, "mask": mask}
         if self.encoder is not None:
             rows = self.encoder.encode(self.source.tokenizer, [list(s) for s in sentences], self.length)
             S = T = self.length
@@ -128,7 +160,7 @@ class FeatureInputs:
                 first[r, :min(len(row.first), T)] = row.first[:T]
             return {"pieces": pieces, "piece_mask": piece_mask, "first": first, "mask": (first >= 0).astype(np.int32)}
         rows = self.store.append(cached_features(self.source, sentences, self.cache_dir))
-        return {"row": rows.astype(np.int64), "mask": mask}
+        return {**words, "row": rows.astype(np.int64), "mask": mask}
 
     def expand(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.store is not None and ("row" in batch or "row_b" in batch):
@@ -146,24 +178,53 @@ class FeatureInputs:
         got = jnp.where((first >= 0)[None, :, :, None], got, 0.0)
         return jnp.transpose(got, (1, 0, 2, 3))
 
+    def standardize(self, train: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """``finetune.feature_norm='dimension'``: (mean, 1 / standard deviation), float32 [L, D] each, over the real
+        words of the training rows ``train['row']`` (and ``row_b``) that the model reads (the first
+        ``max_seq_length`` of each sentence), accumulated in float64; kept in :attr:`stats`."""
+        store = self.store
+        rows = np.unique(np.concatenate([train[k] for k in ("row", "row_b") if k in train]))
+        L, D = store.data.shape[1:]
+        total, sq, n = np.zeros((L, D)), np.zeros((L, D)), 0
+        for chunk in np.array_split(rows, max(1, len(rows) // 4096)):
+            spans = [np.arange(store.offsets[r], min(store.offsets[r + 1], store.offsets[r] + self.length))
+                     for r in chunk]
+            x = store.data[np.concatenate(spans)].astype(np.float64)
+            total += x.sum(axis=0)
+            sq += np.square(x).sum(axis=0)
+            n += x.shape[0]
+        if n == 0:
+            raise DataError("finetune.feature_norm='dimension': the training rows have no words to take "
+                            "statistics from")
+        mean = total / n
+        var = np.maximum(sq / n - np.square(mean), 0.0)
+        self.stats = (mean.astype(np.float32), (1.0 / np.sqrt(var + STD_EPS)).astype(np.float32))
+        return self.stats
+
     def initial_params(self):
-        """``fit``'s init_params: the table's rows from the static vectors, or the pretrained trunk (end to end);
-        None when there is nothing to put."""
+        """``fit``'s init_params: the pretrained trunk (end to end); else the values put into the head's inputs:
+        the table's rows from the static vectors and the training set's feature statistics
+        (``feature_norm='dimension'``, after :meth:`standardize`). None when there is nothing to put."""
         if self.encoder is not None:
             from ptm_jax.export.params import to_layout
             from ptm_jax.train.finetune import _merge_encoder
 
             return _merge_encoder(to_layout(self.source.params, False), self.encoder.trunk)
-        if self.table is None or self.table.matrix is None:
+        puts = {}
+        if self.table is not None and self.table.matrix is not None:
+            puts["embedding"] = ("word table", self.table.matrix)
+        if self.stats is not None:
+            puts["feature_mean"], puts["feature_scale"] = (("feature statistics", v) for v in self.stats)
+        if not puts:
             return None
-        matrix = self.table.matrix
 
         def merge(fresh):
             fresh = jax.tree.map(lambda x: x, fresh)
-            emb = fresh["params"]["inputs"]["embedding"]
-            if tuple(emb.shape) != matrix.shape:
-                raise ConfigError(f"word table {matrix.shape} does not fit the model's {tuple(emb.shape)}")
-            fresh["params"]["inputs"]["embedding"] = jax.device_put(matrix, emb.sharding)
+            inputs = fresh["params"]["inputs"]
+            for name, (what, value) in puts.items():
+                if tuple(inputs[name].shape) != value.shape:
+                    raise ConfigError(f"{what} {value.shape} does not fit the model's {tuple(inputs[name].shape)}")
+                inputs[name] = jax.device_put(value, inputs[name].sharding)
             return fresh
 
         return merge
@@ -399,18 +460,25 @@ def finetune_features(cfg: RunConfig, *, stop_after: int | None = None) -> dict[
     f = cfg.finetune
     objective, features, description = build_feature_task(cfg)
     source = features.source
-    table = features.table
-    if table is not None:
-        description += (f"; {source.description}; word table {len(table.words)} rows"
-                        + (f", {table.found} from the vectors" if table.matrix is not None else ""))
-    elif features.encoder is not None:
+    table, words = features.table, features.word_source
+    if features.encoder is not None:
         description += f"; {source.description}, finetuned end to end, mixed by a learned scalar mix"
-    else:
+    elif features.store is not None:
         description += f"; {source.description}, mixed by a learned scalar mix"
+    if table is not None:
+        description += (f"{'; ' if features.store is None else ', concatenated with '}{words.description}; word "
+                        f"table {len(table.words)} rows"
+                        + (f", {table.found} from the vectors" if table.matrix is not None else ""))
     rules = [*DEFAULT_RULES]
-    frozen = source.kind == "static" and f.freeze_embeddings
+    frozen = words is not None and words.kind == "static" and f.freeze_embeddings
     if frozen:
         rules.append(Rule(EMBEDDING_PATTERN, frozen=True, where="finetune.freeze_embeddings"))
+    if features.norm == "dimension":
+        features.standardize(objective.train)
+        rules.append(Rule(FEATURE_STATS_PATTERN, frozen=True, where="finetune.feature_norm"))
+        description += ", each dimension standardised by the training words' statistics"
+    elif features.norm == "layer":
+        description += ", each layer normalised before the mix"
     rules += rules_from_config(f.param_groups, "finetune.param_groups")
     tcfg = finetune_train_config(cfg, objective.num_train)
     stage = fs.path(cfg.output_dir) / f"finetune-{f.task.lower()}"
@@ -419,7 +487,10 @@ def finetune_features(cfg: RunConfig, *, stop_after: int | None = None) -> dict[
             "label_names": list(getattr(objective.spec, "labels", None) or []) or None,
             "num_labels": objective.num_labels, "frozen_embeddings": frozen,
             "pair": getattr(objective, "pair", False), "end_to_end": features.encoder is not None,
-            "words": table.words if table is not None else None}
+            "words": table.words if table is not None else None, "word_init": f.word_init,
+            "feature_norm": f.feature_norm}
+    if features.stats is not None:
+        info["feature_stats"] = {"mean": features.stats[0].tolist(), "scale": features.stats[1].tolist()}
     keep = KeepBestFeatures(stage, objective, info)
     result = fit(objective, tcfg, make_mesh(cfg.mesh), stage, init_params=features.initial_params(),
                  param_groups=rules, meta={"config": config_lib.to_dict(cfg), "head": objective.head,
