@@ -33,6 +33,10 @@ uses near stage uses.
 
     python benchmarks/elmo_wikitext2.py --seconds 480 --out runs/elmo_wikitext2.json --save runs/elmo_wt2
     python benchmarks/elmo_wikitext2.py --seconds 45 --eval-batches 40 --play-sentences 30   # docs/benchmarks.md
+    python benchmarks/elmo_wikitext2.py --play-only runs/elmo_wt2     # senses of "play" of a saved model, any family
+
+The "play" part also scores the sense split: 101 occurrences hand-labelled (``SENSES``); for the sports and
+stage-play ones, how often the nearest other occurrence has the same sense, per layer, against chance.
 """
 from __future__ import annotations
 
@@ -66,6 +70,10 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--out")
     ap.add_argument("--save", default="", help="write the trained biLM as a params directory (with the word "
                     "vocabulary): `ptm embed --layers`, `ptm context-neighbors`, feature heads read it")
+    ap.add_argument("--models", nargs="+", choices=["bilm", "plain"], default=["bilm", "plain"],
+                    help="which models to train (bilm alone: a longer feature extractor without its baseline)")
+    ap.add_argument("--play-only", default="", metavar="MODEL",
+                    help="train nothing: the 'play' senses and neighbours of a saved biLM (a --save directory)")
     return ap.parse_args()
 
 
@@ -89,6 +97,18 @@ def main() -> None:
     args = parse()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     sys.path.insert(0, str(ROOT))
+    if args.play_only:
+        from ptm_jax.evaluate.features import load_model
+
+        params, mcfg, tokenizer = load_model(args.play_only)
+        result = {"model": args.play_only, "play": play_neighbours(params, mcfg, args.play_sentences, tokenizer)}
+        text = json.dumps(result, indent=1)
+        Path(args.out).write_text(text) if args.out else print(text)
+        for layer, r in result["play"]["senses_by_layer"].items():
+            print(f"layer {layer}: balanced nearest-same-sense raw {r['raw']['balanced']:.3f}, centred "
+                  f"{r['centred']['balanced']:.3f} (chance S {r['raw']['chance_S']:.3f}, T {r['raw']['chance_T']:.3f})",
+                  flush=True)
+        return
     import flax.linen as nn
     import jax
     import jax.numpy as jnp
@@ -177,7 +197,10 @@ def main() -> None:
                      "unigram_perplexity": unigram_perplexity(caches, vocab)}
     print("unigram perplexity", results["unigram_perplexity"], flush=True)
     trained = {}
+    picked = {"biLM (ELMo)": "bilm", "plain LSTM": "plain"}
     for name, (loss_fn, params, carry0) in sides.items():
+        if picked[name] not in args.models:
+            continue
         n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
 
         @jax.jit
@@ -232,13 +255,13 @@ def main() -> None:
         print(name, json.dumps(row), flush=True)
     results["machine_load_at_end"] = os.getloadavg()
 
-    if args.save:
+    if args.save and "biLM (ELMo)" in trained:
         from ptm_jax.export.params import save_params
 
         tree = trained["biLM (ELMo)"]
         save_params(args.save, tree.get("params", tree), mcfg, "language_model", overwrite=True,
                     extra={"tokenizer": {"kind": "word", "lower_case": False}}, tokenizer_files=[vocab.path])
-    if args.play_sentences:
+    if args.play_sentences and "biLM (ELMo)" in trained:
         results["play"] = play_neighbours(trained["biLM (ELMo)"], mcfg, args.play_sentences)
     print(json.dumps(results, indent=2))
     if args.out:
@@ -246,13 +269,16 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(results, indent=2))
 
 
-def play_neighbours(params, mcfg, limit: int) -> list:
-    """For each sentence holding "play", the top-layer biLM feature of that "play"; per query, its 3 nearest
-    other occurrences (cosine) with their sentences."""
-    import numpy as np
+SENSES = ("SSSSSSATTTAOSSSSSSSSSSSSSSSSSSSOOMOMMAOOATAATTTTTTTOSSSSSSSM"
+          "OSSSOOSSSOOOSSSSSSSSSSSSSSSTTTTAATSOSSSTA")
+"""Hand labels of the sense of the first "play" in each of the 101 sentences that :func:`play_sentences` finds
+(valid, then test): S sports or a game (to play a match, a team's play, a play called in a game), T a stage play
+(the drama), A acting a role (to play a part), M music, O anything else (video games, "play a role in", word
+play). :func:`sense_agreement` scores the S and T occurrences, the two senses of Peters et al. 2018 Table 4."""
 
-    from ptm_jax.families.elmo.features import word_features
 
+def play_sentences(limit: int = 0) -> list[list[str]]:
+    """The sentences of valid.txt then test.txt (split at " . ") that hold "play", 5 to 60 words."""
     sents = []
     for split in ("valid", "test"):
         for line in (DATA / f"{split}.txt").read_text(encoding="utf-8").splitlines():
@@ -260,18 +286,63 @@ def play_neighbours(params, mcfg, limit: int) -> list:
                 words = s.split()
                 if "play" in words and 5 <= len(words) <= 60:
                     sents.append(words)
-    sents = sents[:limit]
-    feats = word_features(params, mcfg, None, sents, batch_size=16)
-    vecs = np.stack([f[-1, s.index("play")] for f, s in zip(feats, sents)])
-    vecs = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
-    sim = vecs @ vecs.T
-    np.fill_diagonal(sim, -2)
-    out = []
-    for i, s in enumerate(sents):
-        near = np.argsort(-sim[i])[:3]
-        out.append({"sentence": " ".join(s), "nearest": [[round(float(sim[i, j]), 3), " ".join(sents[j])]
-                                                          for j in near]})
+    return sents[:limit] if limit else sents
+
+
+def sense_agreement(vecs, senses: str, center=None) -> dict:
+    """Over the S and T occurrences: for each, is its nearest other S/T occurrence (cosine of ``vecs``, minus
+    ``center`` when given) of the same sense? Per sense and balanced (the mean of the two); with chance levels
+    (a random other occurrence)."""
+    import numpy as np
+
+    keep = [i for i, c in enumerate(senses) if c in "ST"]
+    x = np.asarray(vecs, np.float64)[keep]
+    if center is not None:
+        x = x - center
+    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    sim = x @ x.T
+    np.fill_diagonal(sim, -np.inf)
+    lab = np.array([senses[i] for i in keep])
+    hit = lab[np.argmax(sim, axis=1)] == lab
+    out = {"occurrences": {c: int((lab == c).sum()) for c in "ST"}}
+    for c in "ST":
+        out[f"nearest_same_{c}"] = round(float(hit[lab == c].mean()), 4)
+        out[f"chance_{c}"] = round(float(((lab == c).sum() - 1) / (len(lab) - 1)), 4)
+    out["balanced"] = round((out["nearest_same_S"] + out["nearest_same_T"]) / 2, 4)
     return out
+
+
+def play_neighbours(params, mcfg, limit: int, tokenizer=None) -> dict:
+    """Every "play" occurrence's features (all layers of any model with word features; ELMo ignores
+    ``tokenizer``); the sense agreement of each layer, raw and centred on the
+    mean feature of all the sentences' words; per query (the first ``limit`` sentences), its 3 nearest other
+    occurrences by the centred top layer, with their sentences."""
+    import numpy as np
+
+    from ptm_jax.evaluate.features import word_features
+
+    sents = play_sentences()
+    if len(sents) != len(SENSES):
+        raise SystemExit(f"{len(sents)} 'play' sentences but {len(SENSES)} sense labels: the data changed")
+    feats = word_features(params, mcfg, tokenizer, sents, batch_size=16)
+    vecs = np.stack([f[:, s.index("play")] for f, s in zip(feats, sents)])           # [N, L, D]
+    means = np.concatenate([f for f in feats], axis=1).mean(axis=1)                  # [L, D] over all words
+    layers = {}
+    for layer in range(vecs.shape[1]):
+        layers[str(layer)] = {"raw": sense_agreement(vecs[:, layer], SENSES),
+                              "centred": sense_agreement(vecs[:, layer], SENSES, means[layer])}
+    top = vecs[:, -1] - means[-1]
+    top = top / np.linalg.norm(top, axis=1, keepdims=True)
+    sim = top @ top.T
+    np.fill_diagonal(sim, -2)
+    raw = vecs[:, -1] / np.linalg.norm(vecs[:, -1], axis=1, keepdims=True)
+    out = []
+    for i, s in enumerate(sents[:limit]):
+        near = np.argsort(-sim[i])[:3]
+        out.append({"sentence": " ".join(s), "sense": SENSES[i],
+                    "nearest_centred": [[round(float(sim[i, j]), 3), SENSES[j], " ".join(sents[j])] for j in near]})
+    return {"senses_by_layer": layers, "raw_top_layer_cosine_range": [round(float((raw @ raw.T).min()), 4), 1.0],
+            "queries": out}
 
 
 if __name__ == "__main__":

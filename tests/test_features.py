@@ -54,14 +54,29 @@ def test_minilm_contextual_neighbours_tell_the_senses_of_bank_apart(minilm):
                                      "They fished from the grassy bank of the river .",
                                      "The bank raised its interest rates again .",
                                      "Ducks swam near the muddy bank of the stream .")]
-    money = ["She", "opened", "a", "savings", "account", "at", "the", "bank", "."]
-    money = context_neighbors(params, cfg, tok, money, 7, reference, k=4, batch_size=2)  # compiled above
+    savings = ["She", "opened", "a", "savings", "account", "at", "the", "bank", "."]
+    money = context_neighbors(params, cfg, tok, savings, 7, reference, k=4, batch_size=2)  # compiled above
     river = ["We", "walked", "along", "the", "bank", "of", "the", "canal", "."]
     river = context_neighbors(params, cfg, tok, river, 4, reference, k=4, batch_size=2)
     assert [h["word"] for h in money[:2]] == ["bank", "bank"] == [h["word"] for h in river[:2]]
     assert {h["sentence"] for h in money[:2]} == {" ".join(reference[0]), " ".join(reference[2])}
     assert {h["sentence"] for h in river[:2]} == {" ".join(reference[1]), " ".join(reference[3])}
     assert 0.0 < money[1]["cosine"] <= money[0]["cosine"] <= 1.0
+    # center=True: the cosine of the vectors minus the mean over the reference's 38 words, checked with numpy
+    from ptm_jax.evaluate.features import word_features
+
+    centred = context_neighbors(params, cfg, tok, savings, 7, reference, k=38, batch_size=2, center=True)
+    feats = word_features(params, cfg, tok, [savings, *reference], layers=[-1], batch_size=2)
+    mat = np.concatenate([f[0] for f in feats[1:]])
+    q, mat = feats[0][0, 7] - mat.mean(axis=0), mat - mat.mean(axis=0)
+    want = mat @ q / (np.linalg.norm(mat, axis=1) * np.linalg.norm(q))
+    rows = [(i, j) for i, sent in enumerate(reference) for j in range(len(sent))]
+    assert len(centred) == len(rows) == 38
+    for h in centred:
+        assert h["cosine"] == pytest.approx(want[rows.index((reference.index(h["sentence"].split()),
+                                                              h["position"]))], abs=1e-5)
+    assert [h["word"] for h in centred[:2]] == ["bank", "bank"]
+    assert min(h["cosine"] for h in centred) < 0.0 < min(h["cosine"] for h in money)  # centring spreads them
 
 
 def test_word2vec_features_are_its_vectors_in_one_layer_with_zeros_for_unknown_words_and_map_in_2d(tmp_path):

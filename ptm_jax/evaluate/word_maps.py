@@ -27,10 +27,13 @@ from ptm_jax.errors import ConfigError, DataError
 
 def context_neighbors(params: dict, model_cfg: Any, tokenizer: Any, sentence: Sequence[str], position: int,
                       reference: Sequence[Sequence[str]], *, layer: int = -1, k: int = 10, batch_size: int = 32,
-                      exclude_self: bool = True) -> list[dict]:
+                      exclude_self: bool = True, center: bool = False) -> list[dict]:
     """The ``k`` word occurrences of ``reference`` whose layer-``layer`` features have the largest cosine with
     word ``position`` of ``sentence``: [{'word', 'cosine', 'sentence', 'position'}]. With ``exclude_self`` the
-    same occurrence (the query sentence found in the reference) is left out."""
+    same occurrence (the query sentence found in the reference) is left out. ``center``: the mean feature of the
+    reference's words is subtracted from every vector first, so that the cosine compares what the occurrences do
+    not share (contextual features are anisotropic: a briefly trained biLM's top-layer cosines are all
+    0.99 or more; Ethayarajh 2019, "How Contextual are Contextualized Word Representations?", Sec. 4)."""
     from ptm_jax.evaluate.features import word_features
 
     sentence = list(sentence)
@@ -43,6 +46,9 @@ def context_neighbors(params: dict, model_cfg: Any, tokenizer: Any, sentence: Se
     if not rows:
         raise DataError("the reference text has no words")
     mat = np.concatenate([f[0] for f in feats[1:]], axis=0)
+    if center:
+        mean = mat.mean(axis=0)
+        mat, query = mat - mean, query - mean
     norms = np.linalg.norm(mat, axis=1) * max(float(np.linalg.norm(query)), 1e-12)
     cos = mat @ query / np.maximum(norms, 1e-12)
     if exclude_self:
@@ -83,7 +89,7 @@ def cmd_context_neighbors(args: argparse.Namespace) -> int:
     sentence = args.context.split()
     reference = read_reference(args.reference, args.max_sentences)
     hits = context_neighbors(params, cfg, tok, sentence, find_word(sentence, args.word), reference,
-                             layer=args.layer, k=args.k)
+                             layer=args.layer, k=args.k, center=args.center)
     if args.json:
         print(json.dumps({"word": args.word, "context": args.context, "neighbors": hits}, indent=2))
     else:
@@ -136,6 +142,8 @@ def register(subparsers) -> None:
     p.add_argument("--max-sentences", type=int, default=2000, help="first N reference lines (0 = all; 2000)")
     p.add_argument("--layer", type=int, default=-1, help="feature layer (0 = embeddings, -1 = last; default -1)")
     p.add_argument("-k", type=int, default=10, help="neighbours to print (default 10)")
+    p.add_argument("--center", action="store_true", help="subtract the reference words' mean feature before the "
+                   "cosine (compares what occurrences do not share; for anisotropic features)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=cmd_context_neighbors)
 
