@@ -169,9 +169,9 @@ def plot(args) -> None:
     for path in args.results:
         task = "SST-2" if "sst2" in Path(path).name else "CoNLL-2003"
         for name, run in load(Path(path))["runs"].items():
-            if run.get("scalar_mix"):
-                weights[f"{task} {name.split('/')[0]} ({name.split('/')[1].replace('_layers', '')})"] = \
-                    run["scalar_mix"]["weights"]
+            if run.get("scalar_mix") and (not args.only or name in args.only):
+                head, _, rest = name.partition("/")
+                weights[f"{task} {head} ({rest.replace('_layers', '')})"] = run["scalar_mix"]["weights"]
     if not weights:
         sys.exit("no run with a scalar mix in " + ", ".join(args.results))
     print(plot_scalar_mix(weights, args.png, title="learned scalar-mix weights softmax(w) per task"))
@@ -213,6 +213,7 @@ def main(argv=None) -> None:
                                                                        "and output)")
     p = sub.add_parser("plot")
     p.add_argument("results", nargs="+")
+    p.add_argument("--only", nargs="*", default=[], help="run names to draw (default: every run with a mix)")
     p.add_argument("--png", required=True)
     args = ap.parse_args(argv)
     {"sst2": sst2, "conll": conll, "plot": plot}[args.what](args)
