@@ -255,7 +255,8 @@ def test_feature_norm_dimension_standardises_frozen_layers_by_training_words_and
     mixed = export_features(base.finetune.init, [sentence], mix=str(stage / "best"))[0]
     raw = export_features(base.finetune.init, [sentence])[0].astype(np.float64)
     s = np.asarray(meta["scalar_mix"]["weights"])
-    std = (raw - np.asarray(meta["feature_stats"]["mean"])[:, None]) * np.asarray(meta["feature_stats"]["scale"])[:, None]
+    stats = {k: np.asarray(v)[:, None] for k, v in meta["feature_stats"].items()}
+    std = (raw - stats["mean"]) * stats["scale"]
     np.testing.assert_allclose(mixed, meta["scalar_mix"]["gamma"] * np.tensordot(s, std, axes=1), atol=1e-4)
 
     # misuse is named: a word table, or frozen statistics under an encoder finetuned end to end

@@ -13,9 +13,9 @@
   ``average`` (w = 0: equal weights), ``w0,w1,...`` (raw weights, softmaxed), or a feature head's
   ``feature_model.json`` (``ptm finetune ... finetune.head=...``: the mix a task learned, over all layers, with
   the normalisation it was learned over: ``finetune.feature_norm`` 'dimension' standardises each layer by the
-  stored training statistics, 'layer' turns ``--layer-norm`` on), times ``--gamma``; ``--layer-norm`` normalises each layer first, over the words of its sentence (the
-  module normalises over a batch's real positions; per sentence here, so a sentence's features do not depend on
-  which others are in the file).
+  stored training statistics, 'layer' turns ``--layer-norm`` on), times ``--gamma``; ``--layer-norm``
+  normalises each layer first, over the words of its sentence (the module normalises over a batch's real
+  positions; per sentence here, so a sentence's features do not depend on which others are in the file).
 - Output (``--out``): ``.npz`` (array ``"i"`` for sentence i: float32 [L, n_words, D], or [n_words, D] mixed),
   ``.hdf5`` / ``.h5`` (AllenNLP's layout: dataset ``"i"`` per sentence, and ``sentence_to_index``, a JSON string
   mapping the sentence text to i), ``.jsonl``; JSON lines on stdout without ``--out``.
