@@ -70,7 +70,6 @@ from ptm_jax.train.hooks import Hook, Run
 
 EMBEDDING_PATTERN = r"(^|/)inputs/embedding$"
 FEATURE_STATS_PATTERN = r"(^|/)inputs/feature_(mean|scale)$"
-FEATURE_NORMS = ("none", "layer", "dimension")
 STD_EPS = 1e-6
 """Added to each dimension's variance before 1 / sqrt (the cache stores float16: finer spreads are noise)."""
 
@@ -92,8 +91,6 @@ class FeatureInputs:
         self.norm = fcfg.feature_norm
         self.stats: tuple[np.ndarray, np.ndarray] | None = None
         self.table: WordTable | None = None
-        if self.norm not in FEATURE_NORMS:
-            raise ConfigError(f"finetune.feature_norm={self.norm!r}: use one of {', '.join(FEATURE_NORMS)}")
         if self.norm != "none" and source.kind != "layers":
             raise ConfigError(f"finetune.feature_norm={self.norm!r} normalises per-layer features, but "
                               f"finetune.init gives {source.description}; set finetune.feature_norm=none")
@@ -214,7 +211,8 @@ class FeatureInputs:
         if self.table is not None and self.table.matrix is not None:
             puts["embedding"] = ("word table", self.table.matrix)
         if self.stats is not None:
-            puts["feature_mean"], puts["feature_scale"] = (("feature statistics", v) for v in self.stats)
+            mean, scale = self.stats
+            puts.update(feature_mean=("feature statistics", mean), feature_scale=("feature statistics", scale))
         if not puts:
             return None
 

@@ -247,15 +247,9 @@ def read_task(cfg: Any, name: str, tokenizer, *, train: bool = True) -> TaskData
 
 # ---------------------------------------------------------------------------------------------- model
 
-ANSWERS = ("linear", "san")
-
-
 def san_settings(fcfg: Any) -> dict[str, Any]:
-    """``finetune.san_steps`` and ``finetune.san_step_dropout``, checked, after ``finetune.mtdnn_answer``."""
-    if fcfg.mtdnn_answer not in ANSWERS:
-        raise ConfigError(f"finetune.mtdnn_answer={fcfg.mtdnn_answer!r} is not one of {', '.join(ANSWERS)}: 'linear' "
-                          "gives every classification task a linear head on the pooled [CLS], 'san' gives the "
-                          "sentence-pair classification tasks the stochastic answer network (models/san.py)")
+    """``finetune.san_steps`` and ``finetune.san_step_dropout``, checked (``finetune.mtdnn_answer`` is checked by
+    the config's Literal type)."""
     if isinstance(fcfg.san_steps, bool) or not isinstance(fcfg.san_steps, int) or fcfg.san_steps < 1:
         raise ConfigError(f"finetune.san_steps={fcfg.san_steps!r}: the SAN answer module needs at least 1 reasoning "
                           "step (Liu et al. 2018 use 5)")
