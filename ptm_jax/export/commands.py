@@ -149,10 +149,9 @@ def classify_texts(params: dict, cfg: TransformerConfig, num_labels: int, tokeni
         if san is None:
             model = classifier()(_inference_cfg(cfg), num_labels)
         else:
-            from ptm_jax.models.san import EncoderWithSAN
+            from ptm_jax.objectives.san_classification import san_classifier
 
-            model = EncoderWithSAN(fam.task_heads["encoder"](), _inference_cfg(cfg), fam.trunk, num_labels,
-                                   int(san["steps"]), 0.0, float(san["step_dropout"]))
+            model = san_classifier(_inference_cfg(cfg), num_labels, san, 0.0)
         _COMPILED[key] = jax.jit(lambda p, i, m, s: model.apply({"params": p}, i, m, s))
     ids, segs = encode_inputs(tokenizer, texts, pairs, max_length)
     out = run_batched(_COMPILED[key], jax.device_put(params), ids, segs, max_length, batch_size)

@@ -23,7 +23,9 @@ class SanClassificationObjective(SequenceClassificationObjective):
 
     def __init__(self, model_cfg: Any, spec: TaskSpec, train: Sequence[Example] | None, dev: Sequence[Example],
                  tokenizer, fcfg: Any, model_info: dict | None = None):
-        san = (model_info or {}).get("san") or {"steps": fcfg.san_steps, "step_dropout": fcfg.san_step_dropout}
+        from ptm_jax.objectives.multi_task import san_settings
+
+        san = (model_info or {}).get("san") or san_settings(fcfg)
         if spec.is_regression or not spec.is_pair:
             raise ConfigError(f"task {spec.name}: the SAN answer module classifies sentence pairs; a "
                               f"{SAN_HEAD} model cannot score a single-sentence or regression task")
@@ -32,10 +34,15 @@ class SanClassificationObjective(SequenceClassificationObjective):
         super().__init__(model_cfg, spec, train, dev, tokenizer, fcfg)
 
     def build_model(self, model_cfg: Any):
-        from ptm_jax.families import registry
-        from ptm_jax.models.san import EncoderWithSAN
-        from ptm_jax.objectives.task_data import task_head
+        return san_classifier(model_cfg, self.num_labels, self.san, self.fcfg.classifier_dropout)
 
-        return EncoderWithSAN(task_head(model_cfg, "encoder"), model_cfg, registry.get(model_cfg.family).trunk,
-                              self.num_labels, self.san["steps"], self.fcfg.classifier_dropout,
-                              self.san["step_dropout"])
+
+def san_classifier(model_cfg: Any, num_labels: int, san: dict, dropout: float):
+    """The model of a ``san_classification`` params directory: the family's encoder under its trunk key and the
+    SAN answer module as 'classifier' (``models/san.EncoderWithSAN``), ``san`` = {steps, step_dropout}."""
+    from ptm_jax.families import registry
+    from ptm_jax.models.san import EncoderWithSAN
+    from ptm_jax.objectives.task_data import task_head
+
+    return EncoderWithSAN(task_head(model_cfg, "encoder"), model_cfg, registry.get(model_cfg.family).trunk,
+                          num_labels, int(san["steps"]), dropout, float(san["step_dropout"]))
