@@ -22,6 +22,14 @@ import orbax.checkpoint as ocp
 from ptm_jax import fs
 from ptm_jax.errors import CheckpointError
 
+MIN_REPLICA_SLICE_BYTES = 1 << 20
+"""Replica-parallel saving (orbax: the replicas of a replicated array each write a slice of it) only where each
+slice is at least 1 MiB. Below that a split saves no write time, and each slice shape costs a compiled slicing
+program on every device at the first save: 96 of them, 3.7 s, in a 2-stage bert_tiny run on 8 devices."""
+ocp.type_handlers.register_type_handler(
+    jax.Array, ocp.type_handlers.ArrayHandler(min_slice_bytes_for_replica_parallel=MIN_REPLICA_SLICE_BYTES),
+    override=True)
+
 
 class Checkpointer:
     def __init__(self, directory: str | Path, keep: int = 3, async_save: bool = True, local: bool = False):

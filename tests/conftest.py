@@ -1,9 +1,14 @@
-"""Test environment: 8 virtual CPU devices (set before jax is imported), TF hidden from any GPU, offline hubs."""
+"""Test environment: 8 virtual CPU devices and the test XLA flags (tests/xla_env.py; set before jax is imported), TF
+hidden from any GPU, offline hubs."""
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+from xla_env import OPTIMIZATION, xla_flags  # tests/ is on the path (pytest inserts a conftest's folder)
+
+os.environ.setdefault("XLA_FLAGS", xla_flags(8))
 if "--xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
+if "--xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += f" {OPTIMIZATION}"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("USE_TF", "0")

@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+from xla_env import xla_flags
 
 from ptm_jax.bench import aot, commands, harness
 from ptm_jax.config import load_config
@@ -122,7 +123,7 @@ def test_bench_runs_where_tensorflow_is_not_installed(preset, tmp_path):
     import sys
 
     out = tmp_path / "bench.json"
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env = dict(os.environ, XLA_FLAGS=xla_flags(1))
     proc = subprocess.run([sys.executable, "-c", BLOCK_TENSORFLOW, "bench", "-c", preset, "--steps", "2",
                            "--warmup", "1", "--json", str(out)], capture_output=True, text=True, env=env,
                           timeout=600)

@@ -6,12 +6,13 @@ import subprocess
 import sys
 
 import pytest
+from xla_env import xla_flags
 
 from conftest import REPO
 
 
 def ptm(*args, cwd=None, timeout=600):
-    env = dict(os.environ, PYTHONPATH=str(REPO), XLA_FLAGS="--xla_force_host_platform_device_count=8",
+    env = dict(os.environ, PYTHONPATH=str(REPO), XLA_FLAGS=xla_flags(8),
                JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2", USE_TF="0", HF_HUB_OFFLINE="1")
     return subprocess.run([sys.executable, "-m", "ptm_jax.cli", *args], cwd=cwd or REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from xla_env import xla_flags
 
 from ptm_jax.parallel.distributed import cluster_env, expected_processes, refusal
 
@@ -63,7 +64,7 @@ def test_expected_process_counts_and_refusals():
 
 def _env(**extra) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PTM_", "SLURM_", "TPU_", "OMPI_"))}
-    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2", PYTHONPATH=str(REPO),
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(2), PYTHONPATH=str(REPO),
                **extra)
     return env
 

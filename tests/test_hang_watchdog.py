@@ -14,6 +14,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from xla_env import xla_flags
+
 REPO = Path(__file__).resolve().parent.parent
 
 WORKER = textwrap.dedent("""
@@ -48,7 +50,7 @@ def _free_port() -> int:
 def test_barrier_timeout_names_the_process_that_did_not_arrive(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(1),
            "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
     port = _free_port()
     t0 = time.time()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from xla_env import xla_flags
 
 from conftest import REPO
 from ptm_jax import logs
@@ -21,7 +22,7 @@ NOISE = re.compile(r"absl|InitializeLog|oneDNN|tensorflow|cpu_feature_guard|I000
 
 def ptm_env(**extra) -> dict[str, str]:
     """The test environment minus the quieting variables conftest sets: a user's default shell."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), XLA_FLAGS="--xla_force_host_platform_device_count=8",
+    env = dict(os.environ, PYTHONPATH=str(REPO), XLA_FLAGS=xla_flags(8),
                JAX_PLATFORMS="cpu", **extra)
     for key in ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS", "PTM_VERBOSE"):
         env.pop(key, None)

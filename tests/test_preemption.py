@@ -18,12 +18,13 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from xla_env import xla_flags
 
 from ptm_jax.export.params import load_params
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS, EVERY, SIGNAL_AFTER, GRACE_S = 20, 10, 4, 30.0
-ENV = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
+ENV = {**os.environ, "XLA_FLAGS": xla_flags(8), "JAX_PLATFORMS": "cpu",
        "USE_TF": "0", "TF_CPP_MIN_LOG_LEVEL": "2", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
 
