@@ -340,11 +340,11 @@ def batch_dataset(make, shapes: dict[str, tuple], dtype, first_batch: int) -> tf
     names = tuple(shapes)
 
     def arrays(batch) -> list[np.ndarray]:
-        out = make(int(batch.numpy()))
-        return [out[k].astype(dtype(k)) for k in names]
+        out = make(int(batch))
+        return [out[k].astype(dtype(k), copy=False) for k in names]
 
     def build(batch: tf.Tensor) -> dict[str, tf.Tensor]:
-        tensors = tf.py_function(arrays, [batch], [tf.as_dtype(dtype(k)) for k in names])
+        tensors = tf.numpy_function(arrays, [batch], [tf.as_dtype(dtype(k)) for k in names])
         out = dict(zip(names, tensors))
         for k, t in out.items():
             t.set_shape(shapes[k])
