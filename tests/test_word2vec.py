@@ -426,6 +426,27 @@ def test_sparse_row_updates_and_the_fused_cpu_kernel_equal_the_dense_gradient_st
     assert not FAMILY.objectives[objective](wd, corpus).sparse_rows               # decay: the dense path
 
 
+def test_a_changed_header_beside_a_native_source_builds_a_new_library(tmp_path, monkeypatch):
+    """``native.build`` keys its cache on the headers beside a source too (``rows_cpu.cc`` includes
+    ``rows_math.h``): editing only the header must not load the stale library."""
+    import ctypes
+
+    from ptm_jax.families.word2vec import native
+
+    monkeypatch.setenv("PTM_KERNEL_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "probe.cc").write_text('#include "probe.h"\nextern "C" int ptm_probe() { return kValue; }\n')
+    compiler = native.compilers()[0]
+    built = []
+    for value in (3, 7):
+        (src / "probe.h").write_text(f"#pragma once\nconstexpr int kValue = {value};\n")
+        path = native.build(src / "probe.cc", compiler)
+        built.append((path, ctypes.CDLL(str(path)).ptm_probe()))
+    assert built[0][0] != built[1][0] and [v for _, v in built] == [3, 7]
+    assert native.build(src / "probe.cc", compiler) == built[1][0]          # unchanged: the cached library
+
+
 def test_the_fused_kernel_runs_only_where_it_applies_and_says_why_not(corpus, monkeypatch, caplog):
     from ptm_jax.errors import ConfigError
     from ptm_jax.families.word2vec import cpu_kernel

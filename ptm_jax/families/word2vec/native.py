@@ -2,10 +2,11 @@
 custom call; ``examples_cpu.cc``: the packed examples of a batch), compiled at first use and loaded with ctypes.
 
 A library is built with the system's C++ compiler (``$CXX``, else ``g++``, ``c++`` or ``clang++``), with JAX's
-FFI headers on the include path (``jax.ffi.include_dir()``), ``-O3 -march=native`` (without ``-march=native``
-if that fails), into a cache folder: ``$PTM_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/ptm_jax/kernels``, else
-``~/.cache/ptm_jax/kernels``. The key covers the source, the JAX version, the compiler's version and the CPU's
-flags, so a changed source, toolchain or machine builds anew; a finished library is moved into place
+FFI headers and this folder on the include path (``jax.ffi.include_dir()``; ``rows_math.h``), ``-O3
+-march=native`` (without ``-march=native`` if that fails), into a cache folder: ``$PTM_KERNEL_CACHE``, else
+``$XDG_CACHE_HOME/ptm_jax/kernels``, else ``~/.cache/ptm_jax/kernels``. The key covers the source, the headers
+beside it, the JAX version, the compiler's version and the CPU's flags, so a changed source, header, toolchain or
+machine builds anew; a finished library is moved into place
 atomically, so concurrent processes (test workers, hosts sharing a home) share one. No compiler, or a failed
 build, is not an error here: ``library`` returns None and why, and the callers fall back (``cpu_kernel.py``: the
 XLA path; ``data.py``: the numpy examples).
@@ -52,12 +53,13 @@ def build(source: Path, compiler: str) -> Path:
     import jax
 
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
-    key = hashlib.sha256("\n".join([source.read_text(), jax.__version__, version, _cpu_flags()]).encode())
+    headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]  # what the source may include
+    key = hashlib.sha256("\n".join([source.read_text(), *headers, jax.__version__, version, _cpu_flags()]).encode())
     out = cache_dir() / key.hexdigest()[:16] / f"lib{source.stem}.so"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    base = [compiler, "-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp-simd", "-I", jax.ffi.include_dir(),
+    base = [compiler, "-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp-simd", "-I", jax.ffi.include_dir(), "-I", str(source.parent),
             str(source)]
     errors = []
     for extra in (["-march=native"], []):

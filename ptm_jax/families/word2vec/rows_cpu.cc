@@ -32,85 +32,15 @@
 #include <mutex>
 #include <vector>
 
+#include "rows_math.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
+using namespace ptm_rows;  // NOLINT: the kernel's own arithmetic (rows_math.h)
 
 namespace {
 
 constexpr int kParts = 16;  // phase 2 partitions of the row ids (fixed: results do not depend on threads)
-
-inline float Dot(const float* a, const float* b, int64_t d) {
-  float s = 0.f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < d; ++i) s += a[i] * b[i];
-  return s;
-}
-
-inline void Axpy(float g, const float* x, float* y, int64_t d) {
-#pragma omp simd
-  for (int64_t i = 0; i < d; ++i) y[i] += g * x[i];
-}
-
-// y = g x (set) or y += g x.
-inline void AxpyOrSet(float g, const float* x, float* y, int64_t d, bool set) {
-  if (set) {
-#pragma omp simd
-    for (int64_t i = 0; i < d; ++i) y[i] = g * x[i];
-  } else {
-    Axpy(g, x, y, d);
-  }
-}
-
-inline double SumSq(const float* x, int64_t d) {
-  float s = 0.f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < d; ++i) s += x[i] * x[i];
-  return s;
-}
-
-// The summed loss of a block: sum w (max(x, 0) + log1p(exp(-|x|))). The log1p terms of weight 1 (nearly all)
-// are multiplied up in double, (1 + e) in (1, 2], and their log taken once per 512 (2^512 is far from double's
-// range): one log instead of one log1p a score, which was a tenth of the kernel's time.
-struct Loss {
-  double sum = 0.0, prod = 1.0;
-  int n = 0;
-  void Add(float x, float e, float w) {
-    sum += w * std::max(x, 0.f);
-    if (w == 1.f) {
-      prod *= 1.0 + e;
-      if (++n == 512) Flush();
-    } else {
-      sum += w * std::log1p(static_cast<double>(e));
-    }
-  }
-  void Flush() {
-    sum += std::log(prod);
-    prod = 1.0;
-    n = 0;
-  }
-  double Total() {
-    Flush();
-    return sum;
-  }
-};
-
-// One scored target: adds its loss and its gradient to the hidden vector's error and (grad_t) to the target's
-// own gradient row; returns d loss / d score (the target row's gradient is that times the hidden vector).
-// label 1: -log s(score); label 0: -log s(-score); weight w. With x = score for label 0 and -score for label 1,
-// the loss is softplus(x) = max(x, 0) + log1p(exp(-|x|)) and d loss / d x = s(x).
-inline float Score(const float* h, const float* t, float label, float w, int64_t d, Loss* loss, float* err,
-                   float* grad_t, bool set_err = false, bool set_t = false) {
-  const float s = Dot(h, t, d);
-  const float x = label > 0.5f ? -s : s;
-  const float e = std::exp(-std::fabs(x));
-  const float sig = x >= 0.f ? 1.f / (1.f + e) : e / (1.f + e);               // s(x)
-  loss->Add(x, e, w);
-  const float g = label > 0.5f ? -w * sig : w * sig;                          // d loss / d score
-  AxpyOrSet(g, t, err, d, set_err);
-  if (grad_t) AxpyOrSet(g, h, grad_t, d, set_t);
-  return g;
-}
 
 // f(i) for i in [0, n): the items are claimed from a shared counter by the caller and by pool threads; the
 // caller returns when every item is done (a pool thread that starts later finds none left).
@@ -250,7 +180,13 @@ void Apply(ffi::ThreadPool& pool, const Reads& r, const Counts& c, float cap, fl
   for (int64_t i = 0; i < r.n; ++i)
     if (r.live[i] != 0.f) order[fill[r.ids[i] % kParts]++] = i;
   ParallelFor(pool, kParts, [&](int64_t part) {
+    constexpr int64_t kAhead = 4;
     for (int64_t o = start[part]; o < start[part + 1]; ++o) {
+      if (o + kAhead < start[part + 1]) {
+        const int64_t a = order[o + kAhead];
+        Prefetch(table + static_cast<int64_t>(r.ids[a]) * d, d);
+        Prefetch(r.grad ? r.grad + a * d : r.VecRow(a, d), d);
+      }
       const int64_t i = order[o];
       const int32_t id = r.ids[i];
       const float step = -lr * c.Scale(id, cap);
@@ -408,58 +344,72 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
     const int64_t r0 = b * block, r1 = r0 + block;
     Loss l;
     if (per_pair) {
-      // the first pair of a center sets its output and path rows, the first target of a pair its input row;
-      // an active center left without pairs (its block overflowed) gets zeros
-      int64_t last = -1;
-      for (int64_t p = r0 * c; p < r1 * c; ++p) {
-        if (pw[p] == 0.f) continue;
-        const int64_t r = r0 + prow[p];
-        const bool first = r != last;
-        if (first) {
-          for (int64_t q = last < 0 ? r0 : last + 1; q < r; ++q) {   // centers between: no pairs
-            if (cw[q] == 0.f) continue;
-            if (g_out) std::memset(g_out + q * t_rows * d, 0, sizeof(float) * t_rows * d);
-            if (g_hs) std::memset(g_hs + q * D * d, 0, sizeof(float) * D * d);
-          }
-          last = r;
+      // A center's pairs are consecutive in its block's slots (stream order). Per center: its shared targets
+      // (the center's output row, its negatives unless they are drawn per pair, its Huffman path) scored
+      // against each pair's input row; each pair's input gradient and each target's gradient row are then
+      // summed in one pass (Combine). An active center left without pairs (its block overflowed) gets zeros.
+      Targets t;
+      std::vector<const float*> hp;
+      std::vector<float> g;
+      std::vector<int64_t> ps;
+      int64_t q = r0;  // the next center whose output and path gradient rows are not yet set
+      auto zero_center = [&](int64_t r) {
+        if (cw[r] == 0.f) return;
+        if (g_out) std::memset(g_out + r * t_rows * d, 0, sizeof(float) * t_rows * d);
+        if (g_hs) std::memset(g_hs + r * D * d, 0, sizeof(float) * D * d);
+      };
+      const int64_t end = r1 * c;
+      for (int64_t p = r0 * c; p < end;) {
+        if (pw[p] == 0.f) {
+          ++p;
+          continue;
         }
-        const float* h = IN + static_cast<int64_t>(pin[p]) * d;
-        float* e = g_in + p * d;
-        bool fresh = true;
+        const int64_t r = r0 + prow[p];
+        ps.clear();
+        for (; p < end && (pw[p] == 0.f || r0 + prow[p] == r); ++p)
+          if (pw[p] != 0.f) ps.push_back(p);
+        for (; q < r; ++q) zero_center(q);
+        q = r + 1;
+        t.Clear();
         if (has_out) {
           float* go = g_out + r * t_rows * d;
-          Score(h, OUT + static_cast<int64_t>(cen[r]) * d, 1.f, pw[p], d, &l, e, go, true, first);
-          fresh = false;
-          for (int64_t k = 0; k < K; ++k) {
-            const int64_t j = pair_negs ? p * K + k : r * K + k;
-            const float w = pw[p] * nw[j];
-            float* gt = pair_negs ? g_pneg + j * d : go + (1 + k) * d;
-            if (w == 0.f) {
-              if (first && !pair_negs) std::memset(gt, 0, sizeof(float) * d);
-              continue;
-            }
-            Score(h, OUT + static_cast<int64_t>(ng[j]) * d, 0.f, w, d, &l, e, gt, false, first || pair_negs);
-          }
+          t.Add(OUT + static_cast<int64_t>(cen[r]) * d, 1.f, 1.f, go);
+          if (!pair_negs)
+            for (int64_t k = 0; k < K; ++k)
+              t.Add(OUT + static_cast<int64_t>(ng[r * K + k]) * d, 0.f, nw[r * K + k], go + (1 + k) * d);
         }
-        for (int64_t j = 0; j < D; ++j) {
-          const float w = pw[p] * pw_path[r * D + j];
-          float* gh = g_hs + (r * D + j) * d;
-          if (w == 0.f) {
-            if (first) std::memset(gh, 0, sizeof(float) * d);
-            continue;
-          }
-          Score(h, HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], w, d, &l, e, gh, fresh, first);
-          fresh = false;
+        for (int64_t j = 0; j < D; ++j)
+          t.Add(HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], pw_path[r * D + j],
+                g_hs + (r * D + j) * d);
+        // the next center's rows, while this one's are scored
+        for (int64_t i = p; i < std::min(p + c, end); ++i)
+          if (pw[i] != 0.f) Prefetch(IN + static_cast<int64_t>(pin[i]) * d, d);
+        if (has_out && r + 1 < r1) {
+          Prefetch(OUT + static_cast<int64_t>(cen[r + 1]) * d, d);
+          for (int64_t k = 0; !pair_negs && k < K; ++k) Prefetch(OUT + static_cast<int64_t>(ng[(r + 1) * K + k]) * d, d);
         }
-        if (fresh) std::memset(e, 0, sizeof(float) * d);
-        const float scale = n_in.Scale(pin[p], cap);
-        sq_in[b] += SumSq(e, d) * scale * scale;
+        const int64_t n = t.size(), P = static_cast<int64_t>(ps.size());
+        hp.resize(P);
+        g.resize(P * n);
+        for (int64_t i = 0; i < P; ++i) {
+          const int64_t pp = ps[i];
+          const float* h = IN + static_cast<int64_t>(pin[pp]) * d;
+          hp[i] = h;
+          float* e = g_in + pp * d;
+          ScoreAll(h, t, pw[pp], d, &l, g.data() + i * n);
+          Combine(t.row.data(), g.data() + i * n, n, e, d, true);
+          for (int64_t k = 0; pair_negs && k < K; ++k) {
+            const int64_t j = pp * K + k;
+            const float w = pw[pp] * nw[j];
+            if (w == 0.f) continue;
+            Score(h, OUT + static_cast<int64_t>(ng[j]) * d, 0.f, w, d, &l, e, g_pneg + j * d, false, true);
+          }
+          const float scale = n_in.Scale(pin[pp], cap);
+          sq_in[b] += SumSq(e, d) * scale * scale;
+        }
+        for (int64_t j = 0; j < n; ++j) Combine(hp.data(), g.data() + j, P, t.grad[j], d, true, n);
       }
-      for (int64_t q = last < 0 ? r0 : last + 1; q < r1; ++q) {
-        if (cw[q] == 0.f) continue;
-        if (g_out) std::memset(g_out + q * t_rows * d, 0, sizeof(float) * t_rows * d);
-        if (g_hs) std::memset(g_hs + q * D * d, 0, sizeof(float) * D * d);
-      }
+      for (; q < r1; ++q) zero_center(q);
     } else {
       // the hidden vectors: the weighted mean of the rows averaged into each center's
       std::memset(hid + r0 * d, 0, sizeof(float) * block * d);
@@ -469,7 +419,9 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
       const int32_t* rows = units_in ? urow : prow;
       const float* ws = units_in ? uw : pw;
       const int64_t per = units_in ? u : c;
+      constexpr int64_t kAhead = 8;
       for (int64_t q = r0 * per; q < r1 * per; ++q) {
+        if (q + kAhead < r1 * per && ws[q + kAhead] != 0.f) Prefetch(IN + static_cast<int64_t>(ids[q + kAhead]) * d, d);
         if (ws[q] == 0.f) continue;
         const int64_t r = r0 + rows[q];
         Axpy(ws[q], IN + static_cast<int64_t>(ids[q]) * d, hid + r * d, d);
@@ -487,30 +439,27 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
                            nullptr);
         }
       }
+      Targets t;
+      std::vector<float> g;
       for (int64_t r = r0; r < r1; ++r) {
-        const float* h = hid + r * d;
-        float* e = err + r * d;
         const float wc = mode == 2 ? 1.f : cw[r];
         if (wc == 0.f) continue;
+        if (has_out && r + 1 < r1) {  // the next center's output rows, while this one's are scored
+          if (mode != 2) Prefetch(OUT + static_cast<int64_t>(cen[r + 1]) * d, d);
+          for (int64_t k = 0; k < K; ++k) Prefetch(OUT + static_cast<int64_t>(ng[(r + 1) * K + k]) * d, d);
+        }
+        t.Clear();
         if (has_out) {
-          float* co = c_out + r * T;
-          int64_t k0 = 0;
-          if (mode != 2) {
-            co[0] = Score(h, OUT + static_cast<int64_t>(cen[r]) * d, 1.f, wc, d, &l, e, nullptr);
-            k0 = 1;
-          }
-          for (int64_t k = 0; k < K; ++k) {
-            const float w = wc * nw[r * K + k];
-            if (w == 0.f) continue;
-            co[k0 + k] = Score(h, OUT + static_cast<int64_t>(ng[r * K + k]) * d, 0.f, w, d, &l, e, nullptr);
-          }
+          if (mode != 2) t.Add(OUT + static_cast<int64_t>(cen[r]) * d, 1.f, 1.f);
+          for (int64_t k = 0; k < K; ++k) t.Add(OUT + static_cast<int64_t>(ng[r * K + k]) * d, 0.f, nw[r * K + k]);
         }
-        for (int64_t j = 0; j < D; ++j) {
-          const float w = wc * pw_path[r * D + j];
-          if (w == 0.f) continue;
-          c_hs[r * D + j] = Score(h, HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], w, d, &l,
-                                  e, nullptr);
-        }
+        for (int64_t j = 0; j < D; ++j)
+          t.Add(HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], pw_path[r * D + j]);
+        g.resize(t.size());
+        ScoreAll(hid + r * d, t, wc, d, &l, g.data());
+        if (has_out) std::copy(g.begin(), g.begin() + T, c_out + r * T);
+        if (D) std::copy(g.end() - D, g.end(), c_hs + r * D);
+        Combine(t.row.data(), g.data(), t.size(), err + r * d, d, false);
       }
       for (int64_t r = r0; r < r1; ++r) {
         hid_sq[r] = SumSq(hid + r * d, d);
