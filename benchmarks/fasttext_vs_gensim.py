@@ -8,7 +8,8 @@ coverage by the compute-accuracy protocol over the top 30,000 words, WordSim353 
 through ``ptm_jax/evaluate/word_vectors.py``). Both sides are scored on their in-vocabulary word vectors, each
 the mean of the word's own row and its n-gram rows (gensim ``FastTextKeyedVectors.vectors``, ptm_jax
 ``Family.subword_vectors``). words/s: running words x epochs / wall time of training (vocabulary, token cache
-and n-gram table excluded on both sides; ptm_jax's includes its compilation). The sides run one after the
+and n-gram table excluded on both sides; ptm_jax's includes its compilation and its end-of-run checkpoint;
+``train_words_per_sec`` stops at its last step, without the checkpoint, which gensim's side does not write). The sides run one after the
 other in one process, each side on both cores (gensim ``workers=2``, XLA:CPU's thread pool).
 
     python benchmarks/fasttext_vs_gensim.py --epochs 1                          # skip-gram, both sides
@@ -27,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from word2vec_vs_gensim import evaluate, load_corpus, prepare_corpus, steady_rate  # noqa: E402  (shared corpus, scores)
+from word2vec_vs_gensim import evaluate, last_step_hook, load_corpus, prepare_corpus, steady_rate  # noqa: E402  (shared corpus, scores)
 
 
 def run_config(objective: str, vocab_size: int, args, steps: int):
@@ -73,8 +74,9 @@ def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
     steps = steps_for_epochs(args.epochs, pass_tokens, args.batch)
     cfg, obj, table_s = build_objective(objective, corpus, args, steps)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    last = last_step_hook(steps)
     t0 = time.perf_counter()
-    result = fit(obj, cfg.train, mesh, work / f"ptm_{objective}_{time.time_ns()}")
+    result = fit(obj, cfg.train, mesh, work / f"ptm_{objective}_{time.time_ns()}", hooks=[last])
     secs = time.perf_counter() - t0
     special = set(vocab.special_ids())
     ids = [i for i in range(vocab.vocab_size) if i not in special]
@@ -83,6 +85,7 @@ def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
     out = {"side": "ptm_jax", "objective": objective, "seconds": secs, "steps": steps,
            "ngram_table_s": table_s, "pair_slots": obj.slots, "unit_slots": obj.units,
            "words_per_sec": running_words * args.epochs / secs,
+           "train_seconds": last.at - t0, "train_words_per_sec": running_words * args.epochs / (last.at - t0),
            "steady_words_per_sec": steady_rate(result.stage_dir, args.batch, running_words / pass_tokens)}
     out.update(evaluate(words, matrix, vocab.counts[ids]))
     return out

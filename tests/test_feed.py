@@ -1,5 +1,8 @@
 """parallel/feed.Prefetcher: the same global batches, in order, with a background thread (depth >= 1) or built in
-the consumer's thread (depth 0, train.prefetch_batches=0); errors of the source reach the consumer."""
+the consumer's thread (depth 0, train.prefetch_batches=0); errors of the source reach the consumer; closing it
+tears the source down on the prefetch thread."""
+import threading
+
 import jax
 import numpy as np
 import pytest
@@ -37,3 +40,29 @@ def test_an_error_of_the_source_reaches_the_consumer(depth):
     with pytest.raises(ValueError, match="line 7"):
         next(feed)
     feed.close()
+
+
+def test_close_tears_the_source_down_on_the_prefetch_thread_not_the_consumers():
+    """A source's teardown (a tf.data iterator's can take seconds) runs in the prefetch thread once close() is
+    called: the consumer is not the one that waits for it."""
+    closed_in = []
+    closed = threading.Event()
+
+    def endless():
+        try:
+            i = 0
+            while True:
+                yield {"input_ids": np.full((8, 4), i, np.int32), "labels": np.arange(8, dtype=np.int32)}
+                i += 1
+        finally:
+            closed_in.append(threading.current_thread().name)
+            closed.set()
+
+    source = endless()  # the caller keeps a reference, as train/loop.py's fit does until it returns
+    feed = Prefetcher(source, make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1]), ["input_ids", "labels"],
+                      depth=2)
+    assert [int(next(feed)[0]["input_ids"][0, 0]) for _ in range(3)] == [0, 1, 2]
+    assert not closed.is_set()
+    feed.close()
+    assert closed.wait(timeout=10)
+    assert closed_in == ["ptm-prefetch"]
