@@ -65,7 +65,8 @@ def main(argv=None) -> int:
         walls.append((time.perf_counter() - t0) / len(batches) * 1e3)
         cpus.append((time.process_time() - c0) / len(batches) * 1e3)
     print(json.dumps({"objective": args.objective, "rounds": args.rounds, "batches": len(batches),
-                      "step_ms_wall_min": round(min(walls), 3), "step_ms_wall_median": round(statistics.median(walls), 3),
+                      "step_ms_wall_min": round(min(walls), 3),
+                      "step_ms_wall_median": round(statistics.median(walls), 3),
                       "step_ms_cpu_min": round(min(cpus), 3), "step_ms_cpu_median": round(statistics.median(cpus), 3),
                       "last_loss": float(m["loss"])}), flush=True)
     return 0

@@ -54,13 +54,14 @@ def build(source: Path, compiler: str) -> Path:
 
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
     headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]  # what the source may include
-    key = hashlib.sha256("\n".join([source.read_text(), *headers, jax.__version__, version, _cpu_flags()]).encode())
+    parts = [source.read_text(), *headers, jax.__version__, version, _cpu_flags()]
+    key = hashlib.sha256("\n".join(parts).encode())
     out = cache_dir() / key.hexdigest()[:16] / f"lib{source.stem}.so"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    base = [compiler, "-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp-simd", "-I", jax.ffi.include_dir(), "-I", str(source.parent),
-            str(source)]
+    base = [compiler, "-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp-simd", "-I", jax.ffi.include_dir(),
+            "-I", str(source.parent), str(source)]
     errors = []
     for extra in (["-march=native"], []):
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)

@@ -386,7 +386,8 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
           if (pw[i] != 0.f) Prefetch(IN + static_cast<int64_t>(pin[i]) * d, d);
         if (has_out && r + 1 < r1) {
           Prefetch(OUT + static_cast<int64_t>(cen[r + 1]) * d, d);
-          for (int64_t k = 0; !pair_negs && k < K; ++k) Prefetch(OUT + static_cast<int64_t>(ng[(r + 1) * K + k]) * d, d);
+          for (int64_t k = 0; !pair_negs && k < K; ++k)
+            Prefetch(OUT + static_cast<int64_t>(ng[(r + 1) * K + k]) * d, d);
         }
         const int64_t n = t.size(), P = static_cast<int64_t>(ps.size());
         hp.resize(P);
