@@ -39,7 +39,9 @@ def run_config(objective: str, vocab_size: int, args, steps: int):
                      model=FastTextConfig(vocab_size=vocab_size, dim=args.dim, minn=args.minn, maxn=args.maxn,
                                           bucket=args.bucket, duplicate_cap=args.cap, kernel=args.kernel),
                      data=FastTextDataConfig(window=args.window, sample=args.sample, negative=args.negative,
-                                             ns_exponent=args.ns_exponent, seed=args.seed),
+                                             ns_exponent=args.ns_exponent, seed=args.seed,
+                                             shared_negatives=not (args.per_pair_negatives
+                                                                   and objective == "fasttext_skipgram")),
                      tokenizer=TokenizerConfig(),
                      train=TrainConfig(batch_size=args.batch, steps=steps, optimizer="sgd",
                                        learning_rate=args.alpha, lr_decay="bert", warmup_steps=0,
@@ -182,6 +184,8 @@ def main(argv=None) -> int:
                     help="ptm_jax: model.duplicate_cap (default: the config's)")
     ap.add_argument("--kernel", choices=["auto", "xla", "cpu"], default="auto",
                     help="ptm_jax: model.kernel (auto: the fused CPU kernel on one CPU device)")
+    ap.add_argument("--per-pair-negatives", action="store_true",
+                    help="ptm_jax skip-gram: data.shared_negatives=false (a draw per pair, as fastText and gensim)")
     ap.add_argument("--workers", type=int, default=2, help="gensim worker threads")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", default="/tmp/fasttext_bench")

@@ -205,11 +205,15 @@ def test_an_oov_query_without_any_ngram_is_a_data_error_naming_the_word(run, vec
     assert len(vectors.neighbors("qz", k=3)) == 3 and vectors.neighbors("fatherr", k=3)[0][0].startswith("father")
 
 
-@pytest.mark.parametrize("objective", ["fasttext_skipgram", "fasttext_cbow"])
-def test_sparse_row_update_and_the_fused_cpu_kernel_equal_the_dense_sgd_step(shared_data, tmp_path, objective):
+@pytest.mark.parametrize("objective, shared", [("fasttext_skipgram", True), ("fasttext_cbow", True),
+                                               ("fasttext_skipgram", False)])
+def test_sparse_row_update_and_the_fused_cpu_kernel_equal_the_dense_sgd_step(shared_data, tmp_path, objective,
+                                                                              shared):
     """One SGD step on a real batch (both tables; CBOW: the context's units together): the XLA rows' scatter-add
     (``row_gradients`` + ``apply_rows``) and the fused C++ kernel (``fused_rows``, word2vec's ``cpu_kernel.py``)
-    equal the dense gradient of the tables, duplicate cap included (cap 2 so that it binds)."""
+    equal the dense gradient of the tables, duplicate cap included (cap 2 so that it binds); skip-gram with its
+    negatives shared by a center's pairs and drawn per pair (``data.shared_negatives=false``)."""
+    import dataclasses
     import types
 
     import jax
@@ -225,13 +229,23 @@ def test_sparse_row_update_and_the_fused_cpu_kernel_equal_the_dense_sgd_step(sha
     corpus = types.SimpleNamespace(tokenizer=vocab, eval=None, train=ArraySource(docs))
     cfg = RunConfig(objective=objective,
                     model=FastTextConfig(vocab_size=vocab.vocab_size, dim=8, bucket=512, duplicate_cap=2),
-                    data=FastTextDataConfig(window=3, sample=0.0, negative=3, seed=2, pack_rows=16),
+                    data=FastTextDataConfig(window=3, sample=0.0, negative=3, seed=2, pack_rows=16,
+                                            shared_negatives=shared),
                     tokenizer=TokenizerConfig(),
                     train=TrainConfig(batch_size=64, steps=1, optimizer="sgd", learning_rate=0.5, weight_decay=0.0,
                                       clip_norm=0.0))
     obj = FAMILY.objectives[objective](cfg, corpus)
     assert obj.sparse_rows and obj.block == 16
+    if not shared:
+        with pytest.raises(ConfigError, match="shared_negatives=false draws negatives per .* which only skip-gram"):
+            FAMILY.objectives["fasttext_cbow"](dataclasses.replace(cfg, objective="fasttext_cbow"), corpus)
     batch = {k: jax.numpy.asarray(v) for k, v in next(obj.train_batches(0, 64, 0, 1)).items()}
+    if not shared:                    # a draw per pair slot: live where the pair trains, not its context word
+        neg, nw = np.asarray(batch["negatives"]), np.asarray(batch["negative_weight"])
+        assert neg.shape == (64, obj.slots, 3)
+        live = np.asarray(batch["pair_weight"])[:, :, None] > 0
+        np.testing.assert_array_equal(nw, live & (neg != np.asarray(batch["pair_input"])[:, :, None]))
+        assert 0 < nw.sum() <= live.sum() * 3
     used = batch["unit_weight"].sum(axis=1)
     assert float(used.sum()) > 64 and float(batch["dropped"].sum()) == 0
     # the C++ unit builder the dataset uses gives numpy's arrays bit for bit, a block overflowing included
@@ -241,7 +255,7 @@ def test_sparse_row_update_and_the_fused_cpu_kernel_equal_the_dense_sgd_step(sha
 
     stream = PackedStream(corpus.train, vocab.eos_id, seed=2, shuffle=True)
     pairs = packed_rows(stream, obj.tables, 64, 64, window=3, negative=3, cbow=obj.cbow, seed=2, reach=24,
-                        pad_id=vocab.pad_id, shared=True, block=16, slots=obj.slots)
+                        pad_id=vocab.pad_id, shared=shared, block=16, slots=obj.slots)
     for units in (obj.units, obj.units // 3):
         a, b = (add_units(dict(pairs), obj.subwords, obj.cbow, 16, units, native=n) for n in (False, True))
         assert sorted(a) == sorted(b) and (a["dropped"].sum() > 0) == (units < obj.units)
@@ -261,7 +275,8 @@ def test_sparse_row_update_and_the_fused_cpu_kernel_equal_the_dense_sgd_step(sha
     want = (uw > 0) * (1.0 if obj.cbow else pairs_of[unit_center].reshape(rows_, u))
     np.testing.assert_array_equal(counted["input"], want)
     assert obj.cbow or counted["input"].max() > 2              # the cap (2) binds on counts a read count misses
-    np.testing.assert_array_equal(counted["output"][:, -3:], np.asarray(batch["negative_weight"]))
+    nw = np.asarray(batch["negative_weight"]).reshape(rows_, -1)             # [R, K] or per pair [R, c K]
+    np.testing.assert_array_equal(counted["output"][:, -nw.shape[1]:], nw)
     params = jax.tree.map(lambda x: getattr(x, "value", x), obj.init(jax.random.key(0), batch),
                           is_leaf=lambda x: hasattr(x, "value"))
     params = jax.tree.map(lambda x: x + 0.1, params)          # nonzero output rows: every gradient flows

@@ -70,8 +70,9 @@ class FastTextConfig:
 class FastTextDataConfig(Word2VecDataConfig):
     """word2vec's example options (``families/word2vec/config.py``: window, subsampling, negatives, margin) with
     fastText's defaults: ``-t 1e-4`` subsampling and negatives from unigram^0.5 (fastText's
-    ``NegativeSamplingLoss`` table; word2vec.c and gensim use 0.75). Negatives are always drawn per center and
-    shared by its pairs; fastText has no hierarchical softmax for word vectors here (``hs`` must stay false)."""
+    ``NegativeSamplingLoss`` table; word2vec.c and gensim use 0.75). Negatives are drawn per center and shared by
+    its pairs, or with ``shared_negatives=false`` per skip-gram pair (fastText's and gensim's way; CBOW always per
+    center); fastText has no hierarchical softmax for word vectors here (``hs`` must stay false)."""
 
     sample: float = 1e-4
     ns_exponent: float = 0.5
@@ -90,9 +91,6 @@ class FastTextDataConfig(Word2VecDataConfig):
                               f"{where}.hs=false and {where}.negative >= 1")
         if self.negative < 1:
             raise ConfigError(f"{where}.negative={self.negative}: the fastText family needs negatives >= 1")
-        if not self.shared_negatives:
-            raise ConfigError(f"{where}.shared_negatives=false: the fastText family draws negatives per center "
-                              "(its skip-gram input is the center's n-grams); leave it true")
         if not isinstance(self.ns_exponent, (int, float)) or not 0 <= self.ns_exponent <= 1:
             raise ConfigError(f"{where}.ns_exponent={self.ns_exponent!r} must be a number in [0, 1] "
                               "(fastText 0.5, word2vec 0.75)")

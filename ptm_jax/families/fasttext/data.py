@@ -18,10 +18,12 @@ On Gutenberg (sample 1e-3) that is 14 slots for skip-gram, against at most 12.9 
 512, and 82 for CBOW against at most 77. A center whose units do not all fit its block trains nothing (its
 pairs are dropped, counted in ``dropped`` and logged as word2vec's are).
 
-Negatives are drawn per center (``negatives`` [R, K]) and shared by its pairs. A negative equal to a pair's
-target does not count for that pair (fastText's ``getNegative`` redraws it): ``negative_weight`` is, for
-skip-gram, the number of the center's pairs whose context word differs from it, and for CBOW 1 where it differs
-from the center.
+Negatives are drawn per center (``negatives`` [R, K]) and shared by its pairs, or, for skip-gram with
+``data.shared_negatives=false``, per pair as fastText and gensim draw them (``negatives`` [R, c, K] aligned with
+the pair slots, word2vec's per-pair draw). A negative equal to a pair's target does not count for that pair
+(fastText's ``getNegative`` redraws it): ``negative_weight`` is, for shared skip-gram negatives, the number of
+the center's pairs whose context word differs from it; for per-pair ones 1 where it differs from its pair's
+context word; for CBOW 1 where it differs from the center.
 """
 from __future__ import annotations
 
@@ -54,9 +56,9 @@ def unit_slots(tables: Tables, lengths: np.ndarray, counts: np.ndarray, window: 
     return int(max(2, math.ceil(PAIR_MARGIN * per_word)))
 
 
-def feature_shapes(rows: int, *, window: int, negative: int, cbow: bool, slots: int, units: int
-                   ) -> dict[str, tuple]:
-    shapes = word2vec_shapes(rows, window=window, negative=negative, cbow=cbow, depth=0, slots=slots, shared=True)
+def feature_shapes(rows: int, *, window: int, negative: int, cbow: bool, slots: int, units: int,
+                   shared: bool = True) -> dict[str, tuple]:
+    shapes = word2vec_shapes(rows, window=window, negative=negative, cbow=cbow, depth=0, slots=slots, shared=shared)
     shapes["units"] = shapes["unit_row"] = shapes["unit_weight"] = (rows, units)
     return shapes
 
@@ -86,7 +88,7 @@ def add_units(out: dict[str, np.ndarray], subwords: Subwords, cbow: bool, block:
     reference; the same arrays)."""
     fn = _native() if native else None
     if fn is not None:
-        return _native_units(fn, out, subwords, cbow, block, units)
+        return per_pair_negative_weights(_native_units(fn, out, subwords, cbow, block, units))
     rows, slots = out["pair_input"].shape
     live = out["pair_weight"] > 0
     block_of_pair = np.arange(rows * slots) // (block * slots)
@@ -130,13 +132,22 @@ def add_units(out: dict[str, np.ndarray], subwords: Subwords, cbow: bool, block:
     if cbow:
         out["negative_weight"] = ((out["negatives"] != out["center"][:, None])
                                   & (out["center_weight"][:, None] > 0)).astype(np.float32)
-    else:                                            # per negative: the center's pairs whose target differs
+    elif out["negatives"].ndim == 2:                 # per negative: the center's pairs whose target differs
         neg = out["negatives"]
         centers = (block_of_pair * block + out["pair_row"].reshape(-1))[live.reshape(-1)]
         differs = neg[centers] != out["pair_input"].reshape(-1)[live.reshape(-1)][:, None]
         nw = np.zeros(neg.shape, np.float64)
         np.add.at(nw, centers, differs)
         out["negative_weight"] = nw.astype(np.float32)
+    return per_pair_negative_weights(out)
+
+
+def per_pair_negative_weights(out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Skip-gram negatives drawn per pair ([R, c, K]): weight 1 where the pair trains and the negative differs
+    from its context word (word2vec's builder compares with the center, word2vec's target)."""
+    if out["negatives"].ndim == 3:
+        out["negative_weight"] = ((out["pair_weight"][:, :, None] > 0)
+                                  & (out["negatives"] != out["pair_input"][:, :, None])).astype(np.float32)
     return out
 
 
@@ -157,7 +168,8 @@ def _native_units(fn, out: dict[str, np.ndarray], subwords: Subwords, cbow: bool
 
     rc = fn(p("center"), p("center_weight"), p("pair_input"), p("pair_row"), p("pair_weight"), rows, slots, block,
             ids.ctypes.data, ids.shape[1], lengths.ctypes.data, int(cbow), units, p("negatives"),
-            p("negative_weight"), out["negatives"].shape[1], p("dropped"), p("units"), p("unit_row"),
+            p("negative_weight"), out["negatives"].shape[1] if out["negatives"].ndim == 2 else 0,  # per pair: 0
+            p("dropped"), p("units"), p("unit_row"),
             p("unit_weight"))
     if rc:
         raise ConfigError(f"the C++ unit builder refused rows={rows}, block={block}")
@@ -167,7 +179,7 @@ def _native_units(fn, out: dict[str, np.ndarray], subwords: Subwords, cbow: bool
 def fasttext_dataset(source: DocumentSource, tables: Tables, subwords: Subwords, *, eos_id: int, pad_id: int,
                      window: int, negative: int, cbow: bool, reach: int, seed: int, start_index: int,
                      global_batch: int, block: int, slots: int, units: int, process_index: int = 0,
-                     process_count: int = 1) -> tf.data.Dataset:
+                     process_count: int = 1, shared: bool = True) -> tf.data.Dataset:
     """This process's rows of global batches ``start_index / global_batch``, ... (endless; as word2vec's)."""
     if not isinstance(window, int) or window < 1:
         raise ConfigError(f"data.window={window!r} must be an integer >= 1")
@@ -175,12 +187,13 @@ def fasttext_dataset(source: DocumentSource, tables: Tables, subwords: Subwords,
     stream = PackedStream(source, eos_id, seed=seed, shuffle=True)
     rows = global_batch // process_count
     check_blocks(rows, block)
-    shapes = feature_shapes(rows, window=window, negative=negative, cbow=cbow, slots=slots, units=units)
+    shapes = feature_shapes(rows, window=window, negative=negative, cbow=cbow, slots=slots, units=units,
+                            shared=shared)
 
     def make(batch: int) -> dict[str, np.ndarray]:
         first = batch * global_batch + process_index * rows
         out = packed_rows(stream, tables, first, rows, window=window, negative=negative, cbow=cbow, seed=seed,
-                          reach=reach, pad_id=pad_id, shared=True, block=block, slots=slots)
+                          reach=reach, pad_id=pad_id, shared=shared, block=block, slots=slots)
         out = add_units(out, subwords, cbow, block, units)
         report_dropped(out, batch, "(context, center) pairs",
                        f"data.pair_slots (now {slots}) or data.unit_slots (now {units})")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ptm_jax.families.fasttext.config import FastTextConfig
 from ptm_jax.families.word2vec.model import gather_rows, pair_scores, per_center_sum, per_pair
@@ -58,8 +59,9 @@ def row_ids(batch: dict, cbow: bool, block: int) -> dict[str, tuple[jax.Array, j
     """Table -> (ids of the rows a step reads, the pair updates each read sums, for the duplicate cap; 0 for a
     read that trains nothing): ``input`` the packed units [R, u] (CBOW: one update each; skip-gram: one per pair
     of the unit's center, whose error is the sum of its pairs'); ``output`` the pairs' context words then each
-    center's negatives [R, c + K] (skip-gram; a negative sums the updates of the pairs it serves, its weight) or
-    each center then its negatives [R, 1 + K] (CBOW)."""
+    center's negatives [R, c + K] (skip-gram; a negative sums the updates of the pairs it serves, its weight), or
+    [R, c + c x K] with negatives drawn per pair (one update each), or each center then its negatives [R, 1 + K]
+    (CBOW)."""
     live = (batch["unit_weight"] > 0).astype(jnp.float32)
     if cbow:
         first, first_n = batch["center"][:, None], batch["center_weight"][:, None]
@@ -68,9 +70,11 @@ def row_ids(batch: dict, cbow: bool, block: int) -> dict[str, tuple[jax.Array, j
         first, first_n = batch["pair_input"], batch["pair_weight"]
         pairs = per_center_sum(batch["pair_weight"], batch["pair_row"], block)                 # [R]
         unit_n = live * per_pair(pairs, batch["unit_row"], block)
+    rows = batch["negatives"].shape[0]
+    negatives = batch["negatives"].reshape(rows, -1)                       # [R, K] or per pair [R, c x K]
     return {"input": (batch["units"], unit_n),
-            "output": (jnp.concatenate([first, batch["negatives"]], axis=1),
-                       jnp.concatenate([first_n, batch["negative_weight"]], axis=1))}
+            "output": (jnp.concatenate([first, negatives], axis=1),
+                       jnp.concatenate([first_n, batch["negative_weight"].reshape(rows, -1)], axis=1))}
 
 
 def hidden(inputs: jax.Array, batch: dict, block: int) -> jax.Array:
@@ -85,11 +89,17 @@ def hidden(inputs: jax.Array, batch: dict, block: int) -> jax.Array:
 def scores_from_rows(inputs: jax.Array, targets: jax.Array, batch: dict, cbow: bool, block: int
                      ) -> dict[str, jax.Array]:
     """The rows of ``row_ids`` -> ``positive`` [R, c] (skip-gram: each pair slot's context word against its
-    center's hidden vector) or [R, 1] (CBOW: the center), and ``negative`` [R, K]."""
+    center's hidden vector) or [R, 1] (CBOW: the center), and ``negative`` [R, K] (or [R, c, K]: per pair, each
+    against its center's hidden vector)."""
     h = hidden(inputs, batch, block)                                               # [R, d]
-    k = batch["negatives"].shape[1]
+    neg = batch["negatives"]
+    k = int(np.prod(neg.shape[1:]))
     p = targets.shape[1] - k
-    out = {"negative": pair_scores(h[:, None, :], targets[:, p:])[:, 0, :]}
+    if neg.ndim == 3:
+        per = targets[:, p:].reshape(neg.shape + targets.shape[-1:])              # [R, c, K, d]
+        out = {"negative": jnp.einsum("rpd,rpkd->rpk", per_pair(h, batch["pair_row"], block), per)}
+    else:
+        out = {"negative": pair_scores(h[:, None, :], targets[:, p:])[:, 0, :]}
     if cbow:
         out["positive"] = jnp.einsum("rd,rd->r", h, targets[:, 0])[:, None]
     else:

@@ -10,7 +10,7 @@ each pair, and linear decay to zero is ``train.lr_decay='bert'``, ``warmup_steps
 ``lr * (1 - progress)`` by tokens read; a step reads ``batch_size`` running words). Differences from fastText:
 a batch's pairs are applied together, rows in more than ``model.duplicate_cap`` pair updates of one batch (a
 skip-gram center's unit rows count each of its pairs) have their summed step scaled down (word2vec's ``Word2VecTables``), and the K negatives of a center are shared by its
-skip-gram pairs.
+skip-gram pairs by default (``data.shared_negatives=false``: drawn per pair, as fastText and gensim do).
 
 With plain SGD (``model.sparse_update``, the default) the step is ``train/step.py``'s ``sparse_sgd_step``:
 ``row_gradients`` gives the gradient of each row the batch read (the capped sums above) and ``apply_rows``
@@ -57,6 +57,9 @@ class FastTextObjective(TableSteps, SourceStreams):
         self.cfg, self.name = cfg, name
         self.cbow = name.endswith("cbow")
         d = cfg.data
+        if self.cbow and not d.shared_negatives:
+            raise ConfigError("data.shared_negatives=false draws negatives per (center, context) pair, which only "
+                              f"skip-gram has; {name} predicts each center once: leave it true")
         counts = np.asarray(counts)
         if counts.shape[0] > cfg.model.vocab_size:
             raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the word vocabulary "
@@ -86,7 +89,7 @@ class FastTextObjective(TableSteps, SourceStreams):
     def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
         d = self.cfg.data
         shapes = feature_shapes(batch_size, window=d.window, negative=d.negative, cbow=self.cbow, slots=self.slots,
-                                units=self.units)
+                                units=self.units, shared=bool(d.shared_negatives))
         shapes.pop("example_id")
         return {k: np.zeros(s, feature_dtype(k)) for k, s in shapes.items()}  # 'center' first: words per step
 
@@ -153,4 +156,5 @@ class FastTextObjective(TableSteps, SourceStreams):
         return fasttext_dataset(source, self.tables, self.subwords, eos_id=self.eos_id, pad_id=self.pad_id,
                                 window=d.window, negative=d.negative, cbow=self.cbow, reach=d.reach, seed=seed,
                                 start_index=start, global_batch=global_batch, block=self.block, slots=self.slots,
-                                units=self.units, process_index=pi, process_count=pc)
+                                units=self.units, process_index=pi, process_count=pc,
+                                shared=bool(d.shared_negatives))

@@ -15,7 +15,8 @@
 // Modes (the layouts are families/word2vec/data.py's packed pairs and families/fasttext/data.py's units):
 //   0 word2vec skip-gram: each pair's context row predicts its center (+ negatives, + Huffman path);
 //   1 word2vec CBOW: the mean of a center's context rows predicts it;
-//   2 fastText skip-gram: the mean of the center's unit rows predicts each context word (+ negatives);
+//   2 fastText skip-gram: the mean of the center's unit rows predicts each context word (+ negatives, shared
+//     by the center's pairs or drawn per pair);
 //   3 fastText CBOW: the mean of the units of the center's context words predicts the center.
 //
 // Deterministic, and independent of the thread count: phase 1 works block by block (a block's pairs and units
@@ -123,7 +124,8 @@ Counts& CountsFor(int which, int64_t rows) {
 // Reused buffers (growing, never shrunk or zeroed whole: phase 1 zeroes the rows it accumulates into), one set
 // per concurrent call.
 struct Scratch {
-  std::vector<float> g_in, g_out, g_pneg, g_hs, hid, err, c_out, c_ctx, c_hs, out_live;
+  std::vector<float> g_in, g_out, g_pneg, g_hs, hid, err, c_out, c_ctx, c_pneg, c_hs, out_live;
+  std::vector<int32_t> pneg_row;
   std::vector<double> hid_sq, err_sq;
   std::vector<float> unit_updates;
   std::vector<int32_t> out_ids;
@@ -233,11 +235,12 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
   const int64_t R = center.dimensions()[0];
   const int64_t c = pair_in.dimensions()[1];
   const int64_t u = units.dimensions()[1];
-  const bool pair_negs = neg.dimensions().size() == 3;  // mode 0: a draw per pair slot
+  const bool pair_negs = neg.dimensions().size() == 3;  // skip-gram (modes 0, 2): a draw per pair slot
   const int64_t K = has_out ? neg.dimensions()[neg.dimensions().size() - 1] : 0;
   const int64_t D = has_hs ? path.dimensions()[1] : 0;
   if (block <= 0 || R % block != 0) return ffi::Error::InvalidArgument("rows are not whole packing blocks");
   if (mode < 0 || mode > 3) return ffi::Error::InvalidArgument("unknown mode");
+  if (pair_negs && mode != 0 && mode != 2) return ffi::Error::InvalidArgument("per-pair negatives need skip-gram");
   const int64_t nb = R / block;
   const bool units_in = mode >= 2;  // fastText: the hidden vector is the mean of unit rows
   const bool per_pair = mode == 0;  // word2vec skip-gram: a hidden vector per pair slot
@@ -259,14 +262,15 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
   // Gradient rows. Skip-gram (mode 0) keeps a buffer row per read: a pair's input row, a center's output and
   // path rows summed over its pairs. The other modes have one hidden vector per center, so a read's gradient is
   // a scalar times that vector or its error (Reads::coef): only the scalars are stored.
-  const int64_t T = mode == 2 ? K : 1 + K;  // per-center output reads: [center,] negatives
+  // per-center output reads: [the center (word2vec),] the shared negatives (unless drawn per pair)
+  const int64_t t_rows = (mode == 2 ? 0 : 1) + (pair_negs ? 0 : K);
   ScratchLease lease;
   Scratch& sc = *lease;
-  const int64_t t_rows = pair_negs ? 1 : T;
   const int64_t n_out_rows = has_out ? R * t_rows : 0;
   float* g_in = per_pair ? Grow(sc.g_in, R * c * d) : nullptr;
   float* g_out = per_pair && has_out ? Grow(sc.g_out, n_out_rows * d) : nullptr;
-  float* g_pneg = pair_negs ? Grow(sc.g_pneg, R * c * K * d) : nullptr;
+  float* g_pneg = pair_negs && per_pair ? Grow(sc.g_pneg, R * c * K * d) : nullptr;
+  float* c_pneg = pair_negs && !per_pair ? Grow(sc.c_pneg, R * c * K) : nullptr;  // fastText's, per pair
   float* g_hs = per_pair && has_hs ? Grow(sc.g_hs, R * D * d) : nullptr;
   float* hid = per_pair ? nullptr : Grow(sc.hid, R * d);
   float* err = per_pair ? nullptr : Grow(sc.err, R * d);
@@ -320,7 +324,12 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
       out_reads.push_back(Reads{out_ids, out_live, n_out_rows, nullptr, hid, c_out, nullptr, 0, 0, t_rows, hid_sq,
                                 mode == 2 ? out_live : nullptr});
     }
-    if (pair_negs) out_reads.push_back(Reads{ng, nw, R * c * K, g_pneg});
+    if (pair_negs && per_pair) out_reads.push_back(Reads{ng, nw, R * c * K, g_pneg});
+    if (pair_negs && !per_pair) {  // fastText skip-gram: a pair's negative row gets coef x its center's hidden
+      int32_t* rows_of = Grow(sc.pneg_row, R * c * K);
+      for (int64_t i = 0; i < R * c * K; ++i) rows_of[i] = prow[i / K];
+      out_reads.push_back(Reads{ng, nw, R * c * K, nullptr, hid, c_pneg, rows_of, block * c * K, block, 1, hid_sq});
+    }
   }
   if (has_hs) {
     if (per_pair) {
@@ -438,6 +447,13 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
           const int64_t r = r0 + prow[p];
           c_ctx[p] = Score(hid + r * d, OUT + static_cast<int64_t>(pin[p]) * d, 1.f, pw[p], d, &l, err + r * d,
                            nullptr);
+          for (int64_t k = 0; pair_negs && k < K; ++k) {  // its own negatives, drawn per pair
+            const int64_t j = p * K + k;
+            const float w = pw[p] * nw[j];
+            c_pneg[j] = w == 0.f ? 0.f
+                                 : Score(hid + r * d, OUT + static_cast<int64_t>(ng[j]) * d, 0.f, w, d, &l,
+                                         err + r * d, nullptr);
+          }
         }
       }
       Targets t;
@@ -447,18 +463,20 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
         if (wc == 0.f) continue;
         if (has_out && r + 1 < r1) {  // the next center's output rows, while this one's are scored
           if (mode != 2) Prefetch(OUT + static_cast<int64_t>(cen[r + 1]) * d, d);
-          for (int64_t k = 0; k < K; ++k) Prefetch(OUT + static_cast<int64_t>(ng[(r + 1) * K + k]) * d, d);
+          for (int64_t k = 0; !pair_negs && k < K; ++k)
+            Prefetch(OUT + static_cast<int64_t>(ng[(r + 1) * K + k]) * d, d);
         }
         t.Clear();
         if (has_out) {
           if (mode != 2) t.Add(OUT + static_cast<int64_t>(cen[r]) * d, 1.f, 1.f);
-          for (int64_t k = 0; k < K; ++k) t.Add(OUT + static_cast<int64_t>(ng[r * K + k]) * d, 0.f, nw[r * K + k]);
+          for (int64_t k = 0; !pair_negs && k < K; ++k)
+            t.Add(OUT + static_cast<int64_t>(ng[r * K + k]) * d, 0.f, nw[r * K + k]);
         }
         for (int64_t j = 0; j < D; ++j)
           t.Add(HS + static_cast<int64_t>(pt[r * D + j]) * d, 1.f - cd[r * D + j], pw_path[r * D + j]);
         g.resize(t.size());
         ScoreAll(hid + r * d, t, wc, d, &l, g.data());
-        if (has_out) std::copy(g.begin(), g.begin() + T, c_out + r * T);
+        if (has_out) std::copy(g.begin(), g.begin() + t_rows, c_out + r * t_rows);
         if (D) std::copy(g.end() - D, g.end(), c_hs + r * D);
         Combine(t.row.data(), g.data(), t.size(), err + r * d, d, false);
       }
