@@ -9,8 +9,9 @@ through ``ptm_jax/evaluate/word_vectors.py``). Both sides are scored on their in
 the mean of the word's own row and its n-gram rows (gensim ``FastTextKeyedVectors.vectors``, ptm_jax
 ``Family.subword_vectors``). words/s: running words x epochs / wall time of training (vocabulary, token cache
 and n-gram table excluded on both sides; ptm_jax's includes its compilation and its end-of-run checkpoint;
-``train_words_per_sec`` stops at its last step, without the checkpoint, which gensim's side does not write). The sides run one after the
-other in one process, each side on both cores (gensim ``workers=2``, XLA:CPU's thread pool).
+``train_words_per_sec`` stops at its last step, without the checkpoint, which gensim's side does not write).
+The sides run one after the other in one process, each side on both cores (gensim ``workers=2``, XLA:CPU's
+thread pool).
 
     python benchmarks/fasttext_vs_gensim.py --epochs 1                          # skip-gram, both sides
     python benchmarks/fasttext_vs_gensim.py --epochs 1 --only fasttext_cbow     # CBOW

@@ -16,10 +16,11 @@ vector is likewise the mean of its own row and its n-gram rows (``FastText::getW
 """
 from __future__ import annotations
 
+import math
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ptm_jax.families.fasttext.config import FastTextConfig
 from ptm_jax.families.word2vec.model import gather_rows, pair_scores, per_center_sum, per_pair
@@ -93,7 +94,7 @@ def scores_from_rows(inputs: jax.Array, targets: jax.Array, batch: dict, cbow: b
     against its center's hidden vector)."""
     h = hidden(inputs, batch, block)                                               # [R, d]
     neg = batch["negatives"]
-    k = int(np.prod(neg.shape[1:]))
+    k = math.prod(neg.shape[1:])
     p = targets.shape[1] - k
     if neg.ndim == 3:
         per = targets[:, p:].reshape(neg.shape + targets.shape[-1:])              # [R, c, K, d]
