@@ -38,7 +38,8 @@ def run_config(objective: str, vocab_size: int, args, steps: int):
 
     return RunConfig(objective=objective,
                      model=FastTextConfig(vocab_size=vocab_size, dim=args.dim, minn=args.minn, maxn=args.maxn,
-                                          bucket=args.bucket, duplicate_cap=args.cap, kernel=args.kernel),
+                                          bucket=args.bucket, duplicate_cap=args.cap, kernel=args.kernel,
+                                          updates=args.updates),
                      data=FastTextDataConfig(window=args.window, sample=args.sample, negative=args.negative,
                                              ns_exponent=args.ns_exponent, seed=args.seed,
                                              shared_negatives=not (args.per_pair_negatives
@@ -130,7 +131,7 @@ def profile(objective: str, corpus, args) -> dict:
     from ptm_jax.train.loop import compile_objective
 
     cfg, obj, _ = build_objective(objective, corpus, args, 1000)
-    xla_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, kernel="xla"))
+    xla_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, kernel="xla", updates="batch"))
     xla = FAMILY.objectives[objective](xla_cfg, corpus)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     it = obj.train_batches(0, args.batch, 0, 1)
@@ -185,6 +186,8 @@ def main(argv=None) -> int:
                     help="ptm_jax: model.duplicate_cap (default: the config's)")
     ap.add_argument("--kernel", choices=["auto", "xla", "cpu"], default="auto",
                     help="ptm_jax: model.kernel (auto: the fused CPU kernel on one CPU device)")
+    ap.add_argument("--updates", choices=["batch", "sequential"], default="batch",
+                    help="ptm_jax: model.updates (sequential: fastText's order, in the fused CPU kernel)")
     ap.add_argument("--per-pair-negatives", action="store_true",
                     help="ptm_jax skip-gram: data.shared_negatives=false (a draw per pair, as fastText and gensim)")
     ap.add_argument("--workers", type=int, default=2, help="gensim worker threads")

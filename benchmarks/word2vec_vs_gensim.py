@@ -58,7 +58,8 @@ def run_config(objective: str, vocab_size: int, args, steps: int):
     from ptm_jax.families.word2vec import Word2VecConfig, Word2VecDataConfig
 
     return RunConfig(objective=objective, model=Word2VecConfig(vocab_size=vocab_size, dim=args.dim,
-                                                           duplicate_cap=args.cap, kernel=args.kernel),
+                                                           duplicate_cap=args.cap, kernel=args.kernel,
+                                                           updates=args.updates),
                      data=Word2VecDataConfig(window=args.window, sample=args.sample, negative=args.negative,
                                              shared_negatives=not args.per_pair_negatives, seed=args.seed),
                      tokenizer=TokenizerConfig(),
@@ -201,7 +202,7 @@ def profile(objective: str, corpus, args) -> dict:
 
     cfg = run_config(objective, corpus.tokenizer.vocab_size, args, 1000)
     obj = FAMILY.objectives[objective](cfg, corpus)
-    xla_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, kernel="xla"))
+    xla_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, kernel="xla", updates="batch"))
     xla = FAMILY.objectives[objective](xla_cfg, corpus)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     it = obj.train_batches(0, args.batch, 0, 1)
@@ -273,6 +274,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cap", type=int, default=64, help="ptm_jax: model.duplicate_cap")
     ap.add_argument("--kernel", choices=["auto", "xla", "cpu"], default="auto",
                     help="ptm_jax: model.kernel (auto: the fused CPU kernel on one CPU device)")
+    ap.add_argument("--updates", choices=["batch", "sequential"], default="batch",
+                    help="ptm_jax: model.updates (sequential: word2vec.c's order, in the fused CPU kernel)")
     ap.add_argument("--per-pair-negatives", action="store_true",
                     help="ptm_jax: data.shared_negatives=false (a draw per skip-gram pair, as word2vec.c)")
     ap.add_argument("--workers", type=int, default=2, help="gensim worker threads")

@@ -298,3 +298,49 @@ def test_sparse_row_update_and_the_fused_cpu_kernel_equal_the_dense_sgd_step(sha
         for name, got in (("xla", sparse), ("kernel", fused)):
             np.testing.assert_allclose(got["params"]["fasttext"][k], dense["params"]["fasttext"][k], rtol=1e-5,
                                        atol=1e-6, err_msg=f"{objective} {name} {k}")
+
+
+@pytest.mark.parametrize("objective, shared", [("fasttext_skipgram", True), ("fasttext_skipgram", False),
+                                               ("fasttext_cbow", True)])
+def test_sequential_updates_apply_each_pair_in_stream_order_as_fasttext(shared_data, tmp_path, objective, shared):
+    """``model.updates='sequential'``: two kernel steps on real batches (a large rate: both tables move) each equal
+    fastText's per-pair loop over the same batch in numpy from the tables the step started with (units averaged
+    into the hidden vector, each unit row moved by the whole error, a negative equal to the pair's target not
+    counted); the loss is the pairs' summed loss."""
+    import types
+
+    import jax
+
+    from ptm_jax.config import RunConfig, TokenizerConfig, TrainConfig
+    from ptm_jax.data.pretraining.source import ArraySource
+    from ptm_jax.data.word_vocab import build_word_vocab
+    from ptm_jax.families.fasttext import FAMILY, FastTextConfig, FastTextDataConfig
+    from sequential_reference import fasttext_sequential
+
+    lines = (shared_data / "corpus/tinyshakespeare/input.txt").read_text(encoding="utf-8").splitlines()[:300]
+    vocab = build_word_vocab(lines, tmp_path, min_count=2, lower_case=True)
+    docs = [[np.asarray(ids, np.int32)] for ids in vocab.encode_batch(lines) if ids]
+    corpus = types.SimpleNamespace(tokenizer=vocab, eval=None, train=ArraySource(docs))
+    cfg = RunConfig(objective=objective,
+                    model=FastTextConfig(vocab_size=vocab.vocab_size, dim=8, bucket=512, updates="sequential"),
+                    data=FastTextDataConfig(window=3, sample=0.0, negative=3, seed=2, pack_rows=16,
+                                            shared_negatives=shared),
+                    tokenizer=TokenizerConfig(),
+                    train=TrainConfig(batch_size=64, steps=2, optimizer="sgd", learning_rate=0.5, weight_decay=0.0,
+                                      clip_norm=0.0))
+    obj = FAMILY.objectives[objective](cfg, corpus)
+    params = jax.tree.map(lambda x: getattr(x, "value", x), obj.init(jax.random.key(0), obj.example_batch(64)),
+                          is_leaf=lambda x: hasattr(x, "value"))
+    params = jax.tree.map(lambda x: x + 0.1, params)          # nonzero output rows: every gradient flows
+    step = jax.jit(lambda p, b, lr: obj.fused_rows(p, b, obj.normalizers(b), lr))
+    it = obj.train_batches(0, 64, 0, 1)
+    for lr in (0.5, 0.25):
+        host = next(it)
+        before = jax.device_get(params)["params"]["fasttext"]
+        params, loss, _, _, finite = step(params, {k: jax.numpy.asarray(v) for k, v in host.items()}, lr)
+        after = jax.device_get(params)["params"]["fasttext"]
+        want, want_loss = fasttext_sequential(host, before, lr, obj.cbow, 16)
+        assert bool(finite) and float(loss) == pytest.approx(want_loss, rel=1e-5)
+        for k in ("input", "output"):
+            assert np.abs(after[k] - before[k]).max() > 1e-2, k
+            np.testing.assert_allclose(after[k], want[k], rtol=0, atol=3e-5, err_msg=f"lr {lr} {k}")

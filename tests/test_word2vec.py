@@ -24,6 +24,7 @@ from ptm_jax.families.word2vec.data import (Tables, example_rows, kept_mask, pac
 from ptm_jax.families.word2vec.model import gather_rows, mean_with_sum_gradient
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.loop import fit
+from sequential_reference import word2vec_sequential
 
 WINDOW, NEG = 5, 5
 
@@ -469,3 +470,58 @@ def test_the_fused_kernel_runs_only_where_it_applies_and_says_why_not(corpus, mo
 
     with pytest.raises(ConfigError, match="model.kernel='gpu' must be 'auto', 'xla' or 'cpu'"):
         load_config("word2vec_sg", ["model.kernel=gpu"])
+
+
+@pytest.mark.parametrize("objective, shared", [("skipgram", True), ("skipgram", False), ("cbow", True)])
+def test_sequential_updates_apply_each_pair_in_stream_order_as_word2vec_c(corpus, objective, shared):
+    """``model.updates='sequential'``: each of three steps of the kernel (negatives and the Huffman path, a large
+    rate so that every table moves) equals word2vec.c's pair-by-pair loop over the same batch in numpy, from the
+    tables the kernel started the step with; the loss is the sum of the pairs' losses; a rerun is bit-equal."""
+    import dataclasses
+
+    from ptm_jax.parallel.feed import to_global
+    from ptm_jax.train.loop import compile_objective
+
+    cfg = run_config(corpus.tokenizer, objective, steps=10, batch=128, hs=True, lr=0.5)
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, shared_negatives=shared, pack_rows=32),
+                              model=dataclasses.replace(cfg.model, updates="sequential"))
+    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    runs = []
+    for _ in range(2):
+        obj = FAMILY.objectives[objective](cfg, corpus)
+        compiled = compile_objective(obj, cfg.train, mesh)
+        state = compiled.init_fn(jax.random.key(0))
+        init = jax.device_get(state.params)["params"]["word2vec"]
+        it = obj.train_batches(0, 128, 0, 1)
+        for step in range(3):
+            before = jax.device_get(state.params)["params"]["word2vec"]
+            host = next(it)
+            state, m = compiled.train_step(state, to_global(host, mesh, compiled.batch_keys), jax.random.key(0))
+            after = jax.device_get(state.params)["params"]["word2vec"]
+            if runs:
+                continue
+            want, loss = word2vec_sequential(host, before, float(m["learning_rate"]), objective == "cbow", 32)
+            assert float(m["loss"]) == pytest.approx(loss, rel=1e-5), step
+            assert float(m["nonfinite_total"]) == 0
+            for k in ("input", "output", "hs_output"):
+                np.testing.assert_allclose(after[k], want[k], rtol=0, atol=3e-5, err_msg=f"step {step} {k}")
+        for k in ("input", "output", "hs_output"):
+            assert np.abs(after[k] - init[k]).max() > 1e-3, k                 # the steps moved every table
+        runs.append(after)
+    for k in runs[0]:
+        np.testing.assert_array_equal(runs[0][k], runs[1][k])
+
+
+def test_sequential_updates_need_the_fused_kernel_and_say_so():
+    from ptm_jax.config import load_config
+    from ptm_jax.errors import ConfigError
+    from ptm_jax.families.word2vec import cpu_kernel
+
+    with pytest.raises(ConfigError, match="model.updates='sequential' runs in the fused CPU kernel only"):
+        load_config("word2vec_sg", ["model.updates=sequential", "model.kernel=xla"])
+    with pytest.raises(ConfigError, match="model.updates='every' must be 'batch' or 'sequential'"):
+        load_config("word2vec_sg", ["model.updates=every"])
+    with jax.sharding.use_abstract_mesh(make_mesh(MeshConfig(2, 2, 2)).abstract_mesh):
+        with pytest.raises(ConfigError, match="model.updates='sequential' needs the CPU backend and a one-device "
+                                              "mesh .*set model.updates='batch'"):
+            cpu_kernel.applies("cpu", "model.updates='sequential'")

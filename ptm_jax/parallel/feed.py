@@ -73,6 +73,10 @@ def to_global(batch: dict[str, np.ndarray], mesh: Mesh, keys: list[str] | None =
     """This process's rows (``local_batches``) -> global arrays of ``global_rows`` rows (default: local rows x
     process count, right when no two processes hold the same rows)."""
     keys = keys or list(batch)
+    if jax.process_count() == 1 and (global_rows is None or global_rows == len(batch[keys[0]])):
+        # one process holds every row: one batched transfer (about half the host time of a call per feature)
+        local = {k: np.asarray(batch[k]) for k in keys}
+        return jax.device_put(local, {k: batch_sharding(mesh, v.ndim) for k, v in local.items()})
     out = {}
     for k in keys:
         local = np.asarray(batch[k])

@@ -10,6 +10,7 @@ exits 0).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import signal
 import threading
@@ -264,6 +265,9 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
                      Evaluation(tcfg, lambda params: evaluate(objective, compiled, params, mesh, global_batch,
                                                               tcfg.eval_batches)),
                      *hooks, Checkpointing(tcfg, preemption, stop_after)]
+        # what exists before the loop (libraries, model, data tables) stays out of the cyclic collector's scans
+        # for the run: a full collection otherwise walks those 0.6M objects (0.4 s of an 8 s word2vec run)
+        gc.freeze()
         try:
             while run.step < tcfg.steps and run.stop is None:
                 _, batch = next(feed)
@@ -277,6 +281,7 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
             for hook in reversed(run.hooks):
                 hook.on_stop(run)
         finally:
+            gc.unfreeze()
             feed.close()
             ckpt.close()
             writer.close()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.fasttext.ngrams import check_range
-from ptm_jax.families.word2vec.config import Word2VecDataConfig
+from ptm_jax.families.word2vec.config import Word2VecDataConfig, check_updates
 
 
 @dataclass
@@ -43,6 +43,10 @@ class FastTextConfig:
     kernel: str = "auto"
     """As word2vec's ``model.kernel``: 'auto' runs the fused CPU kernel (``families/word2vec/cpu_kernel.py``)
     where it applies (CPU backend, one-device mesh, sparse SGD), the XLA path elsewhere; 'xla'; 'cpu'."""
+    updates: str = "batch"
+    """As word2vec's ``model.updates``: 'batch' (every gradient at the tables before the batch, the duplicate cap;
+    any mesh) or 'sequential' (fastText's own order: each pair's update applied in place before the next pair,
+    ``families/word2vec/sequential.h``; the fused CPU kernel on one CPU device only)."""
     sparse_update: bool = True
     """With plain SGD (no weight decay, clipping, parameter groups or accumulation) a step scatter-adds the
     gradient of the rows it read into the tables (``train/step.py`` ``SparseRows``), as fastText updates only
@@ -57,6 +61,7 @@ class FastTextConfig:
                 raise ConfigError(f"{where}.{name}={v!r} must be an integer >= {low}")
         if self.kernel not in ("auto", "xla", "cpu"):
             raise ConfigError(f"{where}.kernel={self.kernel!r} must be 'auto', 'xla' or 'cpu'")
+        check_updates(self.updates, self.kernel, where)
         if not isinstance(self.init_vectors, str):
             raise ConfigError(f"{where}.init_vectors={self.init_vectors!r} must be a path to a vector file or ''")
         check_range(self.minn, self.maxn, self.bucket, where)

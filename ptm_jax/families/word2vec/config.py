@@ -33,6 +33,13 @@ class Word2VecConfig:
     it applies - the CPU backend, a one-device mesh, ``sparse_update`` - and the XLA path elsewhere (or where no
     compiler is found, with a warning); 'xla': the XLA path always; 'cpu': the kernel, an error where it cannot
     run. Both give the same step to float rounding (``tests/test_word2vec.py``)."""
+    updates: str = "batch"
+    """How the sparse SGD step applies a batch's pair updates. 'batch': every gradient at the tables as they were
+    before the batch, summed per row with ``duplicate_cap`` (the XLA path's semantics; any mesh, any backend, the
+    same result on every device count). 'sequential': word2vec.c's order, one pair after another in stream order
+    with each row updated in place before the next pair reads it (``sequential.h``; no duplicate cap); only the
+    fused CPU kernel does this, so it needs the CPU backend and a one-device mesh (``model.kernel`` 'auto' or
+    'cpu'), and runs on one thread of the kernel."""
     init_vectors: str = ""
     """A word2vec text/binary or GloVe text vector file (``export/vector_files.py``) whose vectors initialise the
     input table (word2vec.c ``syn0``) for the vocabulary's words it holds (the coverage is logged); the other
@@ -47,8 +54,18 @@ class Word2VecConfig:
                 raise ConfigError(f"{where}.{name}={v!r} must be an integer >= {low}")
         if self.kernel not in ("auto", "xla", "cpu"):
             raise ConfigError(f"{where}.kernel={self.kernel!r} must be 'auto', 'xla' or 'cpu'")
+        check_updates(self.updates, self.kernel, where)
         if not isinstance(self.init_vectors, str):
             raise ConfigError(f"{where}.init_vectors={self.init_vectors!r} must be a path to a vector file or ''")
+
+
+def check_updates(updates: str, kernel: str, where: str = "model") -> None:
+    """``model.updates`` (word2vec's and fastText's): 'batch', or 'sequential' where the kernel may run."""
+    if updates not in ("batch", "sequential"):
+        raise ConfigError(f"{where}.updates={updates!r} must be 'batch' or 'sequential'")
+    if updates == "sequential" and kernel == "xla":
+        raise ConfigError(f"{where}.updates='sequential' runs in the fused CPU kernel only; set {where}.kernel "
+                          f"to 'auto' or 'cpu', or {where}.updates='batch' for the XLA path")
 
 
 @dataclass

@@ -54,20 +54,24 @@ def _warn_once(why: str) -> None:
     log.warning("the fused CPU kernel of word2vec/fastText is not available, the XLA path runs instead: %s", why)
 
 
-def applies(kernel: str) -> bool:
+def applies(kernel: str, why: str = "") -> bool:
     """Whether the step being traced runs the kernel under ``model.kernel`` = ``kernel``: 'auto' where it
-    applies and builds, 'cpu' where it applies (else a ConfigError), 'xla' never."""
+    applies and builds, 'cpu' where it applies (else a ConfigError naming ``why``: the setting that needs the
+    kernel, ``model.kernel='cpu'`` by default), 'xla' never."""
     if kernel == "xla":
         return False
     mesh = jax.sharding.get_abstract_mesh()
     devices = int(np.prod(mesh.axis_sizes)) if mesh.axis_sizes else 1
     where = jax.default_backend() == "cpu" and devices == 1
     if kernel == "cpu":
+        why = why or "model.kernel='cpu'"
+        fix = ("set model.updates='batch' for the portable step" if "updates" in why
+               else "use model.kernel='auto'")
         if not where:
-            raise ConfigError(f"model.kernel='cpu' needs the CPU backend and a one-device mesh (here: backend "
-                              f"{jax.default_backend()!r}, {devices} devices); use model.kernel='auto'")
+            raise ConfigError(f"{why} needs the CPU backend and a one-device mesh (the fused CPU kernel; here: "
+                              f"backend {jax.default_backend()!r}, {devices} devices); {fix}")
         if not available():
-            raise ConfigError(f"model.kernel='cpu': {_load()[1]}; use model.kernel='auto' for the XLA path")
+            raise ConfigError(f"{why}: {_load()[1]}; {fix}")
         return True
     return where and available()
 
@@ -79,7 +83,7 @@ def _or_dummy(batch: dict, key: str, dtype, rows: int, ndim: int = 2) -> jax.Arr
 
 
 def fused_step(mode: str, tables: dict[str, jax.Array], batch: dict, step_size: jax.Array, *, block: int,
-               cap: float) -> tuple[dict[str, jax.Array], jax.Array, dict, jax.Array]:
+               cap: float, sequential: bool = False) -> tuple[dict[str, jax.Array], jax.Array, dict, jax.Array]:
     """One sparse SGD step by the kernel: (updated tables, the summed loss, {table: squared norm of its capped
     gradient rows}, finite). ``tables``: 'input' and, where present, 'output' and 'hs_output'; ``batch``: the
     packed features (word2vec ``data.py``; fastText's add ``units``, ``unit_row``, ``unit_weight``). The tables are
@@ -103,7 +107,8 @@ def fused_step(mode: str, tables: dict[str, jax.Array], batch: dict, step_size: 
     out_types.append(jax.ShapeDtypeStruct((5,), jnp.float32))
     call = jax.ffi.ffi_call(TARGET, out_types, input_output_aliases={0: 0, 1: 1, 2: 2}, has_side_effect=False)
     new_in, new_out, new_hs, stats = call(*args, mode=np.int64(MODES[mode]), block=np.int64(block),
-                                          cap=np.float32(cap), has_out=has_out, has_hs=has_hs)
+                                          cap=np.float32(cap), has_out=has_out, has_hs=has_hs,
+                                          sequential=bool(sequential))
     new = {"input": new_in}
     sq = {"input": stats[1]}
     if has_out:

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "rows_math.h"
+#include "sequential.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -224,7 +225,7 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
                     ffi::Buffer<ffi::F32> code, ffi::Buffer<ffi::F32> path_w, ffi::Buffer<ffi::S32> pair_in,
                     ffi::Buffer<ffi::S32> pair_row, ffi::Buffer<ffi::F32> pair_w, ffi::Buffer<ffi::S32> units,
                     ffi::Buffer<ffi::S32> unit_row, ffi::Buffer<ffi::F32> unit_w, ffi::Buffer<ffi::F32> lr_buf,
-                    int64_t mode, int64_t block, float cap, bool has_out, bool has_hs,
+                    int64_t mode, int64_t block, float cap, bool has_out, bool has_hs, bool sequential,
                     ffi::ResultBuffer<ffi::F32> in_res, ffi::ResultBuffer<ffi::F32> out_res,
                     ffi::ResultBuffer<ffi::F32> hs_res, ffi::ResultBuffer<ffi::F32> stats) {
   // The results alias the tables (input_output_aliases): read and write them there.
@@ -258,6 +259,22 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
   const int32_t* urow = unit_row.typed_data();
   const float* uw = unit_w.typed_data();
   const float lr = lr_buf.typed_data()[0];
+
+  if (sequential) {  // word2vec.c's and fastText's order of updates (sequential.h)
+    SeqBatch sb;
+    sb.mode = mode, sb.R = R, sb.block = block, sb.c = c, sb.K = K, sb.D = D, sb.d = d, sb.pair_negs = pair_negs;
+    sb.cen = cen, sb.ng = ng, sb.pt = pt, sb.pin = pin, sb.prow = prow;
+    sb.cw = cw, sb.nw = nw, sb.cd = cd, sb.pw_path = pw_path, sb.pw = pw;
+    sb.u = u, sb.un = un, sb.urow = urow, sb.uw = uw;
+    const SeqResult res = SequentialStep(sb, lr, IN, has_out ? OUT : nullptr, has_hs ? HS : nullptr);
+    float* st = stats->typed_data();
+    st[0] = static_cast<float>(res.loss);
+    st[1] = static_cast<float>(res.sq_in);
+    st[2] = static_cast<float>(res.sq_out);
+    st[3] = static_cast<float>(res.sq_hs);
+    st[4] = res.skipped == 0 ? 1.f : 0.f;
+    return ffi::Error::Success();
+  }
 
   // Gradient rows. Skip-gram (mode 0) keeps a buffer row per read: a pair's input row, a center's output and
   // path rows summed over its pairs. The other modes have one hidden vector per center, so a read's gradient is
@@ -545,6 +562,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PtmEmbeddingRowsCpu, RowsImpl,
                                   .Attr<float>("cap")
                                   .Attr<bool>("has_out")
                                   .Attr<bool>("has_hs")
+                                  .Attr<bool>("sequential")
                                   .Ret<ffi::Buffer<ffi::F32>>()  // in_tab
                                   .Ret<ffi::Buffer<ffi::F32>>()  // out_tab
                                   .Ret<ffi::Buffer<ffi::F32>>()  // hs_tab

@@ -17,11 +17,14 @@ class TableSteps:
         path: ``row_gradients`` + ``apply_rows``, the same step)."""
         from ptm_jax.families.word2vec import cpu_kernel
 
-        if not cpu_kernel.applies(self.cfg.model.kernel):
+        sequential = getattr(self.cfg.model, "updates", "batch") == "sequential"
+        if not cpu_kernel.applies("cpu" if sequential else self.cfg.model.kernel, "model.updates='sequential'"
+                                  if sequential else ""):
             return None
         tables = params["params"][self.trunk]
         new, loss, sumsq, finite = cpu_kernel.fused_step(self.name, dict(tables), batch, step_size, block=self.block,
-                                                         cap=float(self.cfg.model.duplicate_cap))
+                                                         cap=float(self.cfg.model.duplicate_cap),
+                                                         sequential=sequential)
         _, terms = self.loss_terms(loss, batch, normalizers)
         return {**params, "params": {**params["params"], self.trunk: {**tables, **new}}}, loss, terms, sumsq, finite
 
