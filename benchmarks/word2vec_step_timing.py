@@ -29,6 +29,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--updates", choices=["batch", "sequential"], default="batch")
+    ap.add_argument("--per-pair-negatives", action="store_true")
     ap.add_argument("--work", default="/tmp/word2vec_bench")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(HERE.parent))
@@ -43,7 +44,7 @@ def main(argv=None) -> int:
     from ptm_jax.train.loop import compile_objective
 
     settings = types.SimpleNamespace(dim=100, window=5, sample=1e-3, negative=5, cap=64, kernel="auto",
-                                     per_pair_negatives=False, seed=1, batch=4096,
+                                     per_pair_negatives=args.per_pair_negatives, seed=1, batch=4096,
                                      updates=args.updates)
     work = Path(args.work)
     corpus = bench.load_corpus(bench.prepare_corpus(work), work, 5)

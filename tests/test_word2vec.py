@@ -512,16 +512,47 @@ def test_sequential_updates_apply_each_pair_in_stream_order_as_word2vec_c(corpus
         np.testing.assert_array_equal(runs[0][k], runs[1][k])
 
 
-def test_sequential_updates_need_the_fused_kernel_and_say_so():
+def test_sequential_updates_need_the_fused_kernel_and_say_so(corpus):
+    """``model.updates='sequential'`` where its kernel cannot run is a ConfigError naming the field and the fix: with
+    ``model.kernel='xla'``, a value it does not know, on an 8-device mesh, and off the sparse SGD step (clipping)."""
+    import dataclasses
+
     from ptm_jax.config import load_config
     from ptm_jax.errors import ConfigError
-    from ptm_jax.families.word2vec import cpu_kernel
+
+    cfg = run_config(corpus.tokenizer, "skipgram", steps=4, batch=64)
+    seq = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, updates="sequential"))
 
     with pytest.raises(ConfigError, match="model.updates='sequential' runs in the fused CPU kernel only"):
         load_config("word2vec_sg", ["model.updates=sequential", "model.kernel=xla"])
     with pytest.raises(ConfigError, match="model.updates='every' must be 'batch' or 'sequential'"):
         load_config("word2vec_sg", ["model.updates=every"])
     with jax.sharding.use_abstract_mesh(make_mesh(MeshConfig(2, 2, 2)).abstract_mesh):
+        obj = FAMILY.objectives["skipgram"](seq, corpus)
         with pytest.raises(ConfigError, match="model.updates='sequential' needs the CPU backend and a one-device "
-                                              "mesh .*set model.updates='batch'"):
-            cpu_kernel.applies("cpu", "model.updates='sequential'")
+                                              "mesh .*8 devices.*set model.updates='batch'"):
+            obj.fused_rows(obj.init(jax.random.key(0), obj.example_batch(64)), obj.example_batch(64), {}, 0.1)
+    dense = dataclasses.replace(seq, train=dataclasses.replace(seq.train, clip_norm=1.0))
+    with pytest.raises(ConfigError, match="model.updates='sequential' runs in the sparse SGD step's kernel, which "
+                                          "needs .*or set model.updates='batch'"):
+        FAMILY.objectives["skipgram"](dense, corpus)
+
+
+def test_sequential_updates_stop_mid_epoch_and_resume_to_the_uninterrupted_vectors(corpus, tmp_path):
+    """``model.updates='sequential'`` through ``fit`` on one CPU device: a run stopped at step 3 of 6 and resumed
+    from its checkpoint ends bit-equal to the uninterrupted run, and differs from the batched updates' run."""
+    import dataclasses
+
+    cfg = run_config(corpus.tokenizer, "skipgram", steps=6, batch=256, hs=True, lr=0.05)
+    seq = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, updates="sequential"))
+    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    ref = fit(FAMILY.objectives["skipgram"](seq, corpus), seq.train, mesh, tmp_path / "ref")
+    first = fit(FAMILY.objectives["skipgram"](seq, corpus), seq.train, mesh, tmp_path / "run", stop_after=3)
+    resumed = fit(FAMILY.objectives["skipgram"](seq, corpus), seq.train, mesh, tmp_path / "run")
+    assert (first.step, resumed.step) == (3, 6)
+    for a, b in zip(jax.tree.leaves(resumed.state.params), jax.tree.leaves(ref.state.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    batched = fit(FAMILY.objectives["skipgram"](cfg, corpus), cfg.train, mesh, tmp_path / "batched")
+    diff = np.abs(np.asarray(batched.state.params["params"]["word2vec"]["input"])
+                  - np.asarray(ref.state.params["params"]["word2vec"]["input"])).max()
+    assert diff > 1e-4

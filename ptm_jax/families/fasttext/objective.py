@@ -35,7 +35,7 @@ from ptm_jax.families.fasttext.model import TRUNK, FastText, row_ids, scores_fro
 from ptm_jax.families.fasttext.subwords import Subwords
 from ptm_jax.families.word2vec import sampling
 from ptm_jax.families.word2vec.data import Tables, block_rows, pair_slots
-from ptm_jax.families.word2vec.table_steps import TableSteps
+from ptm_jax.families.word2vec.table_steps import TableSteps, sparse_rows
 from ptm_jax.objectives.base import SourceStreams
 from ptm_jax.train.step import capped_row_gradients
 
@@ -82,9 +82,7 @@ class FastTextObjective(TableSteps, SourceStreams):
         self.model = FastText(cfg.model, cbow=self.cbow, block=self.block)
         self.train_source, self.eval_source = train_source, eval_source
         self.eos_id, self.pad_id = int(eos_id), int(pad_id)
-        t = cfg.train
-        self.sparse_rows = bool(cfg.model.sparse_update and t.optimizer == "sgd" and not t.weight_decay
-                                and not t.clip_norm and not t.param_groups and t.grad_accum_steps == 1)
+        self.sparse_rows = sparse_rows(cfg)
 
     def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
         d = self.cfg.data

@@ -54,24 +54,21 @@ def _warn_once(why: str) -> None:
     log.warning("the fused CPU kernel of word2vec/fastText is not available, the XLA path runs instead: %s", why)
 
 
-def applies(kernel: str, why: str = "") -> bool:
+def applies(kernel: str, needed_by: str = "model.kernel='cpu'", fix: str = "use model.kernel='auto'") -> bool:
     """Whether the step being traced runs the kernel under ``model.kernel`` = ``kernel``: 'auto' where it
-    applies and builds, 'cpu' where it applies (else a ConfigError naming ``why``: the setting that needs the
-    kernel, ``model.kernel='cpu'`` by default), 'xla' never."""
+    applies and builds, 'cpu' where it applies (else a ConfigError saying that ``needed_by`` needs it, and
+    ``fix``), 'xla' never."""
     if kernel == "xla":
         return False
     mesh = jax.sharding.get_abstract_mesh()
     devices = int(np.prod(mesh.axis_sizes)) if mesh.axis_sizes else 1
     where = jax.default_backend() == "cpu" and devices == 1
     if kernel == "cpu":
-        why = why or "model.kernel='cpu'"
-        fix = ("set model.updates='batch' for the portable step" if "updates" in why
-               else "use model.kernel='auto'")
         if not where:
-            raise ConfigError(f"{why} needs the CPU backend and a one-device mesh (the fused CPU kernel; here: "
-                              f"backend {jax.default_backend()!r}, {devices} devices); {fix}")
+            raise ConfigError(f"{needed_by} needs the CPU backend and a one-device mesh (the fused CPU kernel; "
+                              f"here: backend {jax.default_backend()!r}, {devices} devices); {fix}")
         if not available():
-            raise ConfigError(f"{why}: {_load()[1]}; {fix}")
+            raise ConfigError(f"{needed_by}: {_load()[1]}; {fix}")
         return True
     return where and available()
 

@@ -31,7 +31,7 @@ from ptm_jax.families.word2vec.artifacts import source_counts  # noqa: F401  (it
 from ptm_jax.families.word2vec.data import (Tables, block_rows, feature_dtype, feature_shapes, pair_slots,
                                             word2vec_dataset)
 from ptm_jax.families.word2vec.model import TRUNK, Word2Vec, per_pair, row_ids, scores_from_rows
-from ptm_jax.families.word2vec.table_steps import TableSteps
+from ptm_jax.families.word2vec.table_steps import TableSteps, sparse_rows
 from ptm_jax.objectives.base import SourceStreams
 from ptm_jax.train.step import capped_row_gradients
 
@@ -78,9 +78,7 @@ class Word2VecObjective(TableSteps, SourceStreams):
                               window=d.window)
         self.train_source, self.eval_source = train_source, eval_source
         self.eos_id, self.pad_id = int(eos_id), int(pad_id)
-        t = cfg.train
-        self.sparse_rows = bool(cfg.model.sparse_update and t.optimizer == "sgd" and not t.weight_decay
-                                and not t.clip_norm and not t.param_groups and t.grad_accum_steps == 1)
+        self.sparse_rows = sparse_rows(cfg)
 
     def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
         d = self.cfg.data

@@ -200,6 +200,8 @@ inline SeqResult SequentialStep(const SeqBatch& b, float lr, float* IN, float* O
         for (int64_t i = 0; i < nx; ++i)
           Prefetch(IN + static_cast<int64_t>((units_in ? b.un : b.pin)[qs[i]]) * d, d);
         if (OUT && b.mode != 2) Prefetch(OUT + static_cast<int64_t>(b.cen[r + 1]) * d, d);
+        for (int64_t k = 0; OUT && !b.pair_negs && k < K; ++k)
+          if (b.nw[(r + 1) * K + k] != 0.f) Prefetch(OUT + static_cast<int64_t>(b.ng[(r + 1) * K + k]) * d, d);
       }
       if (b.mode == 0) {  // word2vec skip-gram: each pair's context row against the center's targets
         if (!np || b.cw[r] == 0.f) continue;

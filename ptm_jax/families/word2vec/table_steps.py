@@ -3,7 +3,22 @@ step in the fused CPU kernel (``cpu_kernel.py``) where ``model.kernel`` lets it 
 of row gradients. An objective mixes this in and names its parameters' top-level key in ``trunk``."""
 from __future__ import annotations
 
+from ptm_jax.errors import ConfigError
 from ptm_jax.train.step import add_to_rows
+
+
+def sparse_rows(cfg) -> bool:
+    """Whether the tables train by the sparse SGD step (``train/step.py`` ``SparseRows``): ``model.sparse_update``
+    and plain SGD (no weight decay, clipping, parameter groups or accumulation). ``model.updates='sequential'``
+    lives in that step's kernel, so it is a ConfigError anywhere else."""
+    t = cfg.train
+    sparse = bool(cfg.model.sparse_update and t.optimizer == "sgd" and not t.weight_decay and not t.clip_norm
+                  and not t.param_groups and t.grad_accum_steps == 1)
+    if cfg.model.updates == "sequential" and not sparse:
+        raise ConfigError("model.updates='sequential' runs in the sparse SGD step's kernel, which needs "
+                          "model.sparse_update=true and train.optimizer='sgd' with no weight_decay, clip_norm, "
+                          "param_groups or grad_accum_steps; change those, or set model.updates='batch'")
+    return sparse
 
 
 class TableSteps:
@@ -17,9 +32,10 @@ class TableSteps:
         path: ``row_gradients`` + ``apply_rows``, the same step)."""
         from ptm_jax.families.word2vec import cpu_kernel
 
-        sequential = getattr(self.cfg.model, "updates", "batch") == "sequential"
-        if not cpu_kernel.applies("cpu" if sequential else self.cfg.model.kernel, "model.updates='sequential'"
-                                  if sequential else ""):
+        sequential = self.cfg.model.updates == "sequential"
+        needs = (("cpu", "model.updates='sequential'", "set model.updates='batch' for the portable step")
+                 if sequential else (self.cfg.model.kernel,))
+        if not cpu_kernel.applies(*needs):
             return None
         tables = params["params"][self.trunk]
         new, loss, sumsq, finite = cpu_kernel.fused_step(self.name, dict(tables), batch, step_size, block=self.block,
