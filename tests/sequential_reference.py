@@ -36,15 +36,20 @@ def mean_of(table: np.ndarray, ids: np.ndarray, w: np.ndarray, qs: list[int]) ->
     return (sum(w[q] * table[ids[q]] for q in qs) / max(sum(w[q] for q in qs), 1.0)).astype(np.float32)
 
 
+def unpacked(batch: dict, tables: dict) -> tuple:
+    """(float32 copies of the tables, center, center_weight, flat pair inputs and weights, K, negatives and their
+    weights as [-1, K] rows, whether they are drawn per pair)."""
+    t = {k: np.array(v, np.float32) for k, v in tables.items()}
+    K = batch["negatives"].shape[-1]
+    return (t, batch["center"], batch["center_weight"], batch["pair_input"].reshape(-1),
+            batch["pair_weight"].reshape(-1), K, batch["negatives"].reshape(-1, K),
+            batch["negative_weight"].reshape(-1, K), batch["negatives"].ndim == 3)
+
+
 def word2vec_sequential(batch: dict, tables: dict, lr: float, cbow: bool, block: int) -> tuple[dict, float]:
     """word2vec: a skip-gram pair's context row, or a CBOW center's mean of context rows, against the center's
     output row, its negatives (the center's, or the pair's own) and its Huffman path."""
-    t = {k: np.array(v, np.float32) for k, v in tables.items()}
-    cen, cw = batch["center"], batch["center_weight"]
-    pin, pw = batch["pair_input"].reshape(-1), batch["pair_weight"].reshape(-1)
-    K = batch["negatives"].shape[-1]
-    ng, nw = batch["negatives"].reshape(-1, K), batch["negative_weight"].reshape(-1, K)
-    per_pair = batch["negatives"].ndim == 3
+    t, cen, cw, pin, pw, K, ng, nw, per_pair = unpacked(batch, tables)
     loss = 0.0
     for r in range(len(cen)):
         ps = live_slots(batch["pair_weight"], batch["pair_row"], r, block)
@@ -72,13 +77,8 @@ def fasttext_sequential(batch: dict, tables: dict, lr: float, cbow: bool, block:
     """fastText (Model::update per pair): the mean of the center's unit rows against each pair's context word and
     the negatives that differ from it (skip-gram; the center's shared draws or the pair's own), or the mean of the
     context words' units against the center and its negatives (CBOW); every unit row then moves by -lr w grad."""
-    t = {k: np.array(v, np.float32) for k, v in tables.items()}
-    cen, cw = batch["center"], batch["center_weight"]
-    pin, pw = batch["pair_input"].reshape(-1), batch["pair_weight"].reshape(-1)
+    t, cen, cw, pin, pw, K, ng, nw, per_pair = unpacked(batch, tables)
     un, uw = batch["units"].reshape(-1), batch["unit_weight"].reshape(-1)
-    K = batch["negatives"].shape[-1]
-    ng, nw = batch["negatives"].reshape(-1, K), batch["negative_weight"].reshape(-1, K)
-    per_pair = batch["negatives"].ndim == 3
     loss = 0.0
     for r in range(len(cen)):
         qs = live_slots(batch["unit_weight"], batch["unit_row"], r, block)

@@ -205,18 +205,11 @@ def test_an_oov_query_without_any_ngram_is_a_data_error_naming_the_word(run, vec
     assert len(vectors.neighbors("qz", k=3)) == 3 and vectors.neighbors("fatherr", k=3)[0][0].startswith("father")
 
 
-@pytest.mark.parametrize("objective, shared", [("fasttext_skipgram", True), ("fasttext_cbow", True),
-                                               ("fasttext_skipgram", False)])
-def test_sparse_row_update_and_the_fused_cpu_kernel_equal_the_dense_sgd_step(shared_data, tmp_path, objective,
-                                                                              shared):
-    """One SGD step on a real batch (both tables; CBOW: the context's units together): the XLA rows' scatter-add
-    (``row_gradients`` + ``apply_rows``) and the fused C++ kernel (``fused_rows``, word2vec's ``cpu_kernel.py``)
-    equal the dense gradient of the tables, duplicate cap included (cap 2 so that it binds); skip-gram with its
-    negatives shared by a center's pairs and drawn per pair (``data.shared_negatives=false``)."""
-    import dataclasses
+def small_objective(shared_data, tmp_path, objective: str, shared: bool, **model):
+    """(objective, config, corpus): fastText ``objective`` on the first 300 lines of tiny-shakespeare (words with
+    count >= 2, dim 8, 512 buckets, window 3, 3 negatives, no subsampling, blocks of 16 rows, batches of 64,
+    plain SGD at 0.5), ``model`` overriding ``FastTextConfig`` fields."""
     import types
-
-    import jax
 
     from ptm_jax.config import RunConfig, TokenizerConfig, TrainConfig
     from ptm_jax.data.pretraining.source import ArraySource
@@ -228,13 +221,31 @@ def test_sparse_row_update_and_the_fused_cpu_kernel_equal_the_dense_sgd_step(sha
     docs = [[np.asarray(ids, np.int32)] for ids in vocab.encode_batch(lines) if ids]
     corpus = types.SimpleNamespace(tokenizer=vocab, eval=None, train=ArraySource(docs))
     cfg = RunConfig(objective=objective,
-                    model=FastTextConfig(vocab_size=vocab.vocab_size, dim=8, bucket=512, duplicate_cap=2),
+                    model=FastTextConfig(vocab_size=vocab.vocab_size, dim=8, bucket=512, **model),
                     data=FastTextDataConfig(window=3, sample=0.0, negative=3, seed=2, pack_rows=16,
                                             shared_negatives=shared),
                     tokenizer=TokenizerConfig(),
-                    train=TrainConfig(batch_size=64, steps=1, optimizer="sgd", learning_rate=0.5, weight_decay=0.0,
+                    train=TrainConfig(batch_size=64, steps=2, optimizer="sgd", learning_rate=0.5, weight_decay=0.0,
                                       clip_norm=0.0))
-    obj = FAMILY.objectives[objective](cfg, corpus)
+    return FAMILY.objectives[objective](cfg, corpus), cfg, corpus
+
+
+@pytest.mark.parametrize("objective, shared", [("fasttext_skipgram", True), ("fasttext_cbow", True),
+                                               ("fasttext_skipgram", False)])
+def test_sparse_row_update_and_the_fused_cpu_kernel_equal_the_dense_sgd_step(shared_data, tmp_path, objective,
+                                                                              shared):
+    """One SGD step on a real batch (both tables; CBOW: the context's units together): the XLA rows' scatter-add
+    (``row_gradients`` + ``apply_rows``) and the fused C++ kernel (``fused_rows``, word2vec's ``cpu_kernel.py``)
+    equal the dense gradient of the tables, duplicate cap included (cap 2 so that it binds); skip-gram with its
+    negatives shared by a center's pairs and drawn per pair (``data.shared_negatives=false``)."""
+    import dataclasses
+
+    import jax
+
+    from ptm_jax.families.fasttext import FAMILY
+
+    obj, cfg, corpus = small_objective(shared_data, tmp_path, objective, shared, duplicate_cap=2)
+    vocab = corpus.tokenizer
     assert obj.sparse_rows and obj.block == 16
     if not shared:
         with pytest.raises(ConfigError, match="shared_negatives=false draws negatives per .* which only skip-gram"):
@@ -307,28 +318,11 @@ def test_sequential_updates_apply_each_pair_in_stream_order_as_fasttext(shared_d
     fastText's per-pair loop over the same batch in numpy from the tables the step started with (units averaged
     into the hidden vector, each unit row moved by the whole error, a negative equal to the pair's target not
     counted); the loss is the pairs' summed loss."""
-    import types
-
     import jax
 
-    from ptm_jax.config import RunConfig, TokenizerConfig, TrainConfig
-    from ptm_jax.data.pretraining.source import ArraySource
-    from ptm_jax.data.word_vocab import build_word_vocab
-    from ptm_jax.families.fasttext import FAMILY, FastTextConfig, FastTextDataConfig
     from sequential_reference import fasttext_sequential
 
-    lines = (shared_data / "corpus/tinyshakespeare/input.txt").read_text(encoding="utf-8").splitlines()[:300]
-    vocab = build_word_vocab(lines, tmp_path, min_count=2, lower_case=True)
-    docs = [[np.asarray(ids, np.int32)] for ids in vocab.encode_batch(lines) if ids]
-    corpus = types.SimpleNamespace(tokenizer=vocab, eval=None, train=ArraySource(docs))
-    cfg = RunConfig(objective=objective,
-                    model=FastTextConfig(vocab_size=vocab.vocab_size, dim=8, bucket=512, updates="sequential"),
-                    data=FastTextDataConfig(window=3, sample=0.0, negative=3, seed=2, pack_rows=16,
-                                            shared_negatives=shared),
-                    tokenizer=TokenizerConfig(),
-                    train=TrainConfig(batch_size=64, steps=2, optimizer="sgd", learning_rate=0.5, weight_decay=0.0,
-                                      clip_norm=0.0))
-    obj = FAMILY.objectives[objective](cfg, corpus)
+    obj, _, _ = small_objective(shared_data, tmp_path, objective, shared, updates="sequential")
     params = jax.tree.map(lambda x: getattr(x, "value", x), obj.init(jax.random.key(0), obj.example_batch(64)),
                           is_leaf=lambda x: hasattr(x, "value"))
     params = jax.tree.map(lambda x: x + 0.1, params)          # nonzero output rows: every gradient flows
