@@ -39,7 +39,10 @@ class Word2VecConfig:
     same result on every device count). 'sequential': word2vec.c's order, one pair after another in stream order
     with each row updated in place before the next pair reads it (``sequential.h``; no duplicate cap); only the
     fused CPU kernel does this, so it needs the CPU backend and a one-device mesh (``model.kernel`` 'auto' or
-    'cpu'), and runs on one thread of the kernel."""
+    'cpu') and plain sparse SGD, and runs on one thread. The batch size then sets only the rate's decay steps
+    (16384 running words a step lose nothing, docs/benchmarks.md); ``grad_norm`` is the norm of the per-pair
+    gradients as they were applied, and a pair with a non-finite score is skipped and its step counted in
+    ``nonfinite_total``."""
     init_vectors: str = ""
     """A word2vec text/binary or GloVe text vector file (``export/vector_files.py``) whose vectors initialise the
     input table (word2vec.c ``syn0``) for the vocabulary's words it holds (the coverage is logged); the other
