@@ -110,22 +110,28 @@ inline void Prefetch(const float* row, int64_t d) {
   for (int64_t i = 0; i < d; i += 16) __builtin_prefetch(row + i);
 }
 
-// The targets one hidden vector is scored against: a table row, its label and its weight (0: not scored).
+// The targets one hidden vector is scored against: a table row, its label, its weight (0: not scored) and
+// which table it is in (1 output, 2 Huffman path: sequential.h's gradient norms). A pair's own negatives are
+// appended after its center's targets and cut off again (`Keep`).
 struct Targets {
-  std::vector<const float*> row;
+  std::vector<float*> row;
   std::vector<float> label, w;
   std::vector<float*> grad;  // where the target's own gradient row goes (mode 0), else null
-  void Clear() {
-    row.clear();
-    label.clear();
-    w.clear();
-    grad.clear();
+  std::vector<int> table;
+  void Clear() { Keep(0); }
+  void Keep(size_t n) {
+    row.resize(n);
+    label.resize(n);
+    w.resize(n);
+    grad.resize(n);
+    table.resize(n);
   }
-  void Add(const float* r, float lab, float weight, float* g = nullptr) {
+  void Add(float* r, float lab, float weight, float* g = nullptr, int tab = 1) {
     row.push_back(r);
     label.push_back(lab);
     w.push_back(weight);
     grad.push_back(g);
+    table.push_back(tab);
   }
   int64_t size() const { return static_cast<int64_t>(row.size()); }
 };

@@ -15,8 +15,8 @@
 //   * mode 3, fastText CBOW: the mean of the context words' units against the center and its negatives.
 // g = d loss / d score of one target (the weights of the pair and of the target included). The targets of one
 // pair are scored at their rows before that pair's moves (word2vec.c scores each after the previous one's move;
-// the two differ only where a pair draws the same row twice). A pair whose score is not finite is skipped whole
-// and counted. There is no duplicate cap (a row used n times takes n small steps, as in word2vec.c).
+// the two differ only where a pair draws the same row twice). A pair whose score is not finite moves nothing
+// and is counted (the step's loss turns non-finite too). There is no duplicate cap (a row used n times takes n small steps, as in word2vec.c).
 // Single-threaded, so deterministic.
 #pragma once
 
@@ -47,54 +47,21 @@ struct SeqResult {
 
 namespace seq_detail {
 
-// The targets of a hidden vector h (columns: row, label, weight, table: 1 output, 2 path), kept as columns and
-// built once per center (a pair's own negatives are appended and then cut off: `Keep`).
-struct Targets {
-  std::vector<float*> row;
-  std::vector<float> label, w;
-  std::vector<int> table;
-  void Clear() { Keep(0); }
-  void Keep(size_t n) {
-    row.resize(n);
-    label.resize(n);
-    w.resize(n);
-    table.resize(n);
-  }
-  void Add(float* r, float lab, float weight, int tab) {
-    row.push_back(r);
-    label.push_back(lab);
-    w.push_back(weight);
-    table.push_back(tab);
-  }
-  int64_t size() const { return static_cast<int64_t>(row.size()); }
-};
-
-// Scores h against the targets, then (if every score is finite) moves each target row by -lr g h and returns
-// neu1e = sum_j g_j t_j (at the rows before their moves) in `err`, and, where `h_step` is not 0, also moves h by
-// h_step x neu1e (skip-gram: h_step = -lr). One sweep over the dimension does all the moves, 8 floats at a time,
-// so each row is read and written once. False: a score was not finite, nothing moved.
+// Scores h against the targets (rows_math.h ScoreAll, the losses added), then, if every score is finite, moves
+// each target row by -lr g h and returns neu1e = sum_j g_j t_j (at the rows before their moves) in `err`, and,
+// where `h_step` is not 0, also moves h by h_step x neu1e (skip-gram: h_step = -lr). One sweep over the dimension
+// does all the moves, 8 floats at a time, so each row is read and written once. False: a score was not finite
+// (the step's loss is then not finite either), nothing moved.
 inline bool ScoreAndMove(float* h, const Targets& t, float scale, float lr, int64_t d, Loss* loss, float* err,
                          float h_step, std::vector<float>& g, SeqResult* res) {
   const int64_t n = t.size();
-  g.resize(3 * n);  // d loss / d score, then the softplus argument and exp(-|x|) of each target's loss
-  float* xs = g.data() + n;
-  float* es = xs + n;
-  for (int64_t j = 0; j < n; ++j) {
-    const float s = Dot(h, t.row[j], d);
-    if (!std::isfinite(s)) return false;
-    const float x = t.label[j] > 0.5f ? -s : s;
-    const float e = std::exp(-std::fabs(x));
-    const float sig = x >= 0.f ? 1.f / (1.f + e) : e / (1.f + e);
-    const float w = scale * t.w[j];
-    xs[j] = x;
-    es[j] = e;
-    g[j] = t.label[j] > 0.5f ? -w * sig : w * sig;
-  }
+  g.resize(n);
+  ScoreAll(h, t, scale, d, loss, g.data());
+  for (int64_t j = 0; j < n; ++j)
+    if (!std::isfinite(g[j])) return false;
   const double hh = SumSq(h, d);
-  for (int64_t j = 0; j < n; ++j) {
-    loss->Add(xs[j], es[j], scale * t.w[j]);
+  for (int64_t j = 0; j < n; ++j)
     (t.table[j] == 1 ? res->sq_out : res->sq_hs) += static_cast<double>(g[j]) * g[j] * hh;
-  }
   int64_t i = 0;
   for (; i + 8 <= d; i += 8) {
     const V8 hv = Load8(h + i);
@@ -164,20 +131,22 @@ inline SeqResult SequentialStep(const SeqBatch& b, float lr, float* IN, float* O
   SeqResult res;
   Loss loss;
   const int64_t d = b.d, c = b.c, K = b.K, D = b.D, u = b.u;
-  seq_detail::Targets t;
+  Targets t;
   seq_detail::RowSlots pairs, units;
   std::vector<float> g, err(d), hid(d), acc(d);
   auto add_targets = [&](int64_t r, bool center) {  // [the center's output row,] shared negatives, path
     t.Clear();
     if (OUT) {
-      if (center) t.Add(OUT + static_cast<int64_t>(b.cen[r]) * d, 1.f, 1.f, 1);
+      if (center) t.Add(OUT + static_cast<int64_t>(b.cen[r]) * d, 1.f, 1.f, nullptr, 1);
       if (!b.pair_negs)
         for (int64_t k = 0; k < K; ++k)
-          if (b.nw[r * K + k] != 0.f) t.Add(OUT + static_cast<int64_t>(b.ng[r * K + k]) * d, 0.f, b.nw[r * K + k], 1);
+          if (b.nw[r * K + k] != 0.f)
+            t.Add(OUT + static_cast<int64_t>(b.ng[r * K + k]) * d, 0.f, b.nw[r * K + k], nullptr, 1);
     }
     for (int64_t j = 0; j < D; ++j)
       if (b.pw_path[r * D + j] != 0.f)
-        t.Add(HS + static_cast<int64_t>(b.pt[r * D + j]) * d, 1.f - b.cd[r * D + j], b.pw_path[r * D + j], 2);
+        t.Add(HS + static_cast<int64_t>(b.pt[r * D + j]) * d, 1.f - b.cd[r * D + j], b.pw_path[r * D + j], nullptr,
+              2);
   };
   // moves the rows averaged into a hidden vector by -lr w err each (word2vec.c's neu1e, fastText's grad)
   auto move_inputs = [&](const int32_t* ids, const float* w, const int64_t* q, int64_t n) {
@@ -211,7 +180,8 @@ inline SeqResult SequentialStep(const SeqBatch& b, float lr, float* IN, float* O
           const int64_t p = ps[i];
           t.Keep(shared);
           for (int64_t k = 0; b.pair_negs && OUT && k < K; ++k)
-            if (b.nw[p * K + k] != 0.f) t.Add(OUT + static_cast<int64_t>(b.ng[p * K + k]) * d, 0.f, b.nw[p * K + k], 1);
+            if (b.nw[p * K + k] != 0.f)
+              t.Add(OUT + static_cast<int64_t>(b.ng[p * K + k]) * d, 0.f, b.nw[p * K + k], nullptr, 1);
           float* h = IN + static_cast<int64_t>(b.pin[p]) * d;
           if (!seq_detail::ScoreAndMove(h, t, b.pw[p], lr, d, &loss, err.data(), -lr, g, &res)) {
             ++res.skipped;
@@ -244,11 +214,11 @@ inline SeqResult SequentialStep(const SeqBatch& b, float lr, float* IN, float* O
         for (int64_t i = 0; i < np; ++i) {
           const int64_t p = ps[i];
           t.Clear();
-          t.Add(OUT + static_cast<int64_t>(b.pin[p]) * d, 1.f, 1.f, 1);
+          t.Add(OUT + static_cast<int64_t>(b.pin[p]) * d, 1.f, 1.f, nullptr, 1);
           for (int64_t k = 0; k < K; ++k) {  // a negative equal to the pair's target does not count
             const int64_t j = b.pair_negs ? p * K + k : r * K + k;
             const bool live = b.pair_negs ? b.nw[j] != 0.f : (b.nw[j] != 0.f && b.ng[j] != b.pin[p]);
-            if (live) t.Add(OUT + static_cast<int64_t>(b.ng[j]) * d, 0.f, 1.f, 1);
+            if (live) t.Add(OUT + static_cast<int64_t>(b.ng[j]) * d, 0.f, 1.f, nullptr, 1);
           }
           if (!seq_detail::ScoreAndMove(hid.data(), t, b.pw[p], lr, d, &loss, err.data(), 0.f, g, &res)) {
             ++res.skipped;
