@@ -155,6 +155,38 @@ def test_cbow_mean_gives_each_context_vector_the_whole_error():
     np.testing.assert_allclose(g, w[..., None] * u, rtol=1e-6)     # not u / 3 for the 3-word context
 
 
+def test_counter_init_is_uniform_uncorrelated_and_the_same_on_any_mesh(corpus):
+    """word2vec.c's syn0 range from counter_init.py: a 20,000 x 100 draw has the uniform's moments, a flat
+    256-bin histogram (chi-squared, 255 degrees of freedom) and no correlation between neighbouring rows or
+    columns (each within 4 standard errors); a key changes the table; and the input table of a word2vec model
+    initialised on a (2,2,2) mesh equals the one-device table bit for bit."""
+    from ptm_jax.families.word2vec.counter_init import counter_uniform
+    from ptm_jax.train.loop import compile_objective
+
+    x = np.asarray(counter_uniform(jax.random.key(3), (20000, 100), -0.5, 0.5), np.float64)
+    assert -0.5 <= x.min() and x.max() < 0.5
+    assert abs(x.mean()) < 4 * math.sqrt(1 / 12 / x.size) and abs(x.var() - 1 / 12) < 0.001
+    hist = np.histogram(x, bins=256, range=(-0.5, 0.5))[0]
+    expected = x.size / 256
+    assert ((hist - expected) ** 2 / expected).sum() < 255 + 4 * math.sqrt(2 * 255)
+    se = 1 / math.sqrt(x.size)
+    for a, b in ((x[:, :-1], x[:, 1:]), (x[:-1], x[1:]), (x[:, :-2], x[:, 2:])):
+        assert abs((a * b).mean() / x.var()) < 4 * se
+    other = np.asarray(counter_uniform(jax.random.key(4), (20000, 100), -0.5, 0.5), np.float64)
+    assert np.mean(other == x) < 1e-3
+
+    cfg = run_config(corpus.tokenizer, steps=2, batch=512)
+    obj = FAMILY.objectives["skipgram"](cfg, corpus)
+    tables = []
+    for mesh in (make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1]), make_mesh(MeshConfig(2, 2, 2))):
+        params = compile_objective(obj, cfg.train, mesh).init_fn(jax.random.key(5)).params
+        tables.append(np.asarray(jax.device_get(params["params"]["word2vec"]["input"])))
+    bound = 0.5 / cfg.model.dim
+    assert tables[0].shape == (corpus.tokenizer.vocab_size, cfg.model.dim)
+    assert -bound <= tables[0].min() < -0.99 * bound and 0.99 * bound < tables[0].max() < bound
+    np.testing.assert_array_equal(tables[0], tables[1])
+
+
 def test_examples_are_the_same_for_any_process_count_and_start_with_every_pair_packed(corpus, caplog):
     vocab = corpus.tokenizer
     tables = Tables.build(vocab.counts, specials(vocab), sample=1e-3, negative=NEG, hs=True)

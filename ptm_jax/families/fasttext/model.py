@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.families.fasttext.config import FastTextConfig
+from ptm_jax.families.word2vec import counter_init
 from ptm_jax.families.word2vec.model import gather_rows, pair_scores, per_center_sum, per_pair
 from ptm_jax.models.layers import partitioned
 
@@ -30,12 +31,9 @@ TRUNK = "fasttext"
 
 
 def uniform_init(dim: int):
-    """fastText ``input_->uniform(1.0 / args_->dim)``: uniform in [-1/dim, 1/dim]."""
-
-    def init(key, shape, dtype=jnp.float32):
-        return jax.random.uniform(key, shape, dtype, -1.0 / dim, 1.0 / dim)
-
-    return init
+    """fastText ``input_->uniform(1.0 / args_->dim)``: uniform in [-1/dim, 1/dim), from a counter-based hash
+    (word2vec's ``counter_init.py``: threefry took 5.5 s over the 2M-bucket table on this CPU)."""
+    return counter_init.uniform_init(1.0 / dim)
 
 
 class FastTextTables(nn.Module):

@@ -23,6 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from ptm_jax.families.word2vec import counter_init
 from ptm_jax.families.word2vec.config import Word2VecConfig
 from ptm_jax.models.layers import partitioned
 
@@ -30,12 +31,9 @@ TRUNK = "word2vec"
 
 
 def uniform_init(dim: int):
-    """word2vec.c ``InitNet``: (random / 65536 - 0.5) / size, i.e. uniform in [-0.5 / dim, 0.5 / dim)."""
-
-    def init(key, shape, dtype=jnp.float32):
-        return jax.random.uniform(key, shape, dtype, -0.5 / dim, 0.5 / dim)
-
-    return init
+    """word2vec.c ``InitNet``: (random / 65536 - 0.5) / size, i.e. uniform in [-0.5 / dim, 0.5 / dim), from a
+    counter-based hash (``counter_init.py``)."""
+    return counter_init.uniform_init(0.5 / dim)
 
 
 def mean_with_sum_gradient(vectors: jax.Array, weights: jax.Array) -> jax.Array:
