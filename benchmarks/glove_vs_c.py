@@ -146,7 +146,8 @@ def run_ptm(args, work: Path, corpus) -> dict:
     cfg = RunConfig(objective="glove", model=model, data=corpus.data, train=TrainConfig(
         batch_size=args.batch, steps=steps, optimizer="adagrad", learning_rate=1.0,
         adagrad_initial_accumulator=1.0 / args.eta ** 2, lr_decay="constant", warmup_steps=0, weight_decay=0.0,
-        clip_norm=0.0, log_every=max(steps // 20, 1), eval_every=0, checkpoint_every=10 ** 9, progress_bar=False))
+        clip_norm=0.0, log_every=max(steps // 20, 1), eval_every=0, checkpoint_every=10 ** 9,
+        checkpoint_compression=False, progress_bar=False))  # as configs/glove.toml
     obj = FAMILY.objectives["glove"](cfg, corpus)
     fs.rmtree(work / "run")
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])

@@ -68,7 +68,8 @@ def run_config(objective: str, vocab_size: int, args, steps: int):
                                        learning_rate=alpha(objective), lr_decay="bert", warmup_steps=0,
                                        min_lr_ratio=1e-4, weight_decay=0.0, clip_norm=0.0,
                                        log_every=max(steps // 10, 1), eval_every=10 ** 9,
-                                       checkpoint_every=10 ** 9, progress_bar=False, seed=args.seed))
+                                       checkpoint_every=10 ** 9, checkpoint_compression=False,  # as the configs
+                                       progress_bar=False, seed=args.seed))
 
 
 def steady_rate(stage_dir: Path, batch: int, words_per_position: float) -> float | None:

@@ -47,9 +47,12 @@ _register_array_handler()
 
 
 class Checkpointer:
-    def __init__(self, directory: str | Path, keep: int = 3, async_save: bool = True, local: bool = False):
+    def __init__(self, directory: str | Path, keep: int = 3, async_save: bool = True, local: bool = False,
+                 compression: bool = True):
         """``local``: this process alone reads (no barrier with the other processes, nothing created): loading
-        a run's parameters outside training, e.g. ``ptm export --format hf`` on process 0 of several."""
+        a run's parameters outside training, e.g. ``ptm export --format hf`` on process 0 of several.
+        ``compression``: zstd over the arrays (``train.checkpoint_compression``); without it the state is written
+        by orbax's PyTree handler with ``use_compression=False`` (the same layout: either handler reads it)."""
         self.directory = fs.absolute(directory)
         extra = {}
         if local:
@@ -58,7 +61,13 @@ class Checkpointer:
                                                                                     active_processes={me})}
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=async_save,
                                                create=not local, **extra)
-        self._mngr = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+        self._plain = not compression and not local
+        if self._plain:
+            handlers = {"state": ocp.PyTreeCheckpointHandler(use_compression=False),
+                        "meta": ocp.JsonCheckpointHandler()}
+            self._mngr = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
+        else:
+            self._mngr = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
 
     def latest_step(self) -> int | None:
         return self._mngr.latest_step()
@@ -67,9 +76,9 @@ class Checkpointer:
         return list(self._mngr.all_steps())
 
     def save(self, step: int, state: Any, meta: dict[str, Any], force: bool = True) -> bool:
-        return self._mngr.save(
-            step, args=ocp.args.Composite(state=ocp.args.StandardSave(_fields(state)), meta=ocp.args.JsonSave(meta)),
-            force=force)
+        fields = _fields(state)
+        item = ocp.args.PyTreeSave(fields) if self._plain else ocp.args.StandardSave(fields)
+        return self._mngr.save(step, args=ocp.args.Composite(state=item, meta=ocp.args.JsonSave(meta)), force=force)
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
         """Restores ``step`` (default latest) into ``abstract_state`` (ShapeDtypeStructs with shardings)."""
@@ -77,8 +86,10 @@ class Checkpointer:
         if step is None:
             raise CheckpointError(f"no complete checkpoint in {self.directory}")
         try:
-            out = self._mngr.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(_fields(abstract_state)), meta=ocp.args.JsonRestore()))
+            target = _fields(abstract_state)
+            item = (ocp.args.PyTreeRestore(target, restore_args=ocp.checkpoint_utils.construct_restore_args(target))
+                    if self._plain else ocp.args.StandardRestore(target))
+            out = self._mngr.restore(step, args=ocp.args.Composite(state=item, meta=ocp.args.JsonRestore()))
         except (ValueError, KeyError, FileNotFoundError) as e:
             raise CheckpointError(f"checkpoint {self.directory}/{step} does not match this model/config: {e}") from e
         state = out.state

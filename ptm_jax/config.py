@@ -150,6 +150,10 @@ class TrainConfig:
     checkpoint_every: int = 200
     keep_checkpoints: int = 3
     async_checkpoints: bool = True
+    checkpoint_compression: bool = True
+    """zstd over the checkpoint's arrays (orbax's default). Trained float tables barely compress: fastText's
+    800 MB state wrote in 2.3-3.1 s compressed (702 MB) and 0.6 s not (775 MB) on the 2-core CPU of
+    docs/benchmarks.md, so the static-embedding configs turn it off. A checkpoint loads either way."""
     seed: int = 0
     progress_bar: bool = True
     donate_state: bool = True

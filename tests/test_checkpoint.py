@@ -48,3 +48,33 @@ def test_small_replicated_arrays_save_whole_without_slicing_programs_and_large_o
     rows = 8 * MIN_REPLICA_SLICE_BYTES // (4 * 64)
     large = {"table": jax.device_put(rng.standard_normal((rows, 64)).astype(np.float32), replicated)}
     assert _save_counting_compiles(large, tmp_path / "large") >= 8
+
+
+def _tree_bytes(directory) -> int:
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+
+
+def test_uncompressed_checkpoints_are_larger_sharded_and_load_through_either_handler(tmp_path):
+    """``train.checkpoint_compression=false``: the arrays are written without zstd (a table of small integers,
+    which zstd shrinks to a fraction, takes its full size on disk), sharded over the 8-device mesh, and the
+    step restores bit-equal through the uncompressed Checkpointer and through the default one (as ``ptm
+    export`` reads it); a compressed step restores through the uncompressed one too."""
+    mesh = jax.make_mesh((8,), ("data",))
+    table = np.tile(np.arange(64, dtype=np.float32), (4096, 1))  # 1 MiB, very compressible
+    state = {"table": jax.device_put(table, NamedSharding(mesh, P("data")))}
+    abstract = abstract_with_shardings(state, jax.tree.map(lambda a: a.sharding, state))
+    sizes = {}
+    for compression in (True, False):
+        directory = tmp_path / f"compression_{compression}"
+        ckpt = Checkpointer(directory, compression=compression)
+        ckpt.save(3, state, {"cursor": 7})
+        ckpt.close()
+        sizes[compression] = _tree_bytes(directory)
+        for reader in (Checkpointer(directory, compression=True), Checkpointer(directory, compression=False),
+                       Checkpointer(directory, local=True)):
+            back, meta = reader.restore(abstract)
+            reader.close()
+            assert meta == {"cursor": 7}
+            assert back["table"].sharding == state["table"].sharding
+            np.testing.assert_array_equal(np.asarray(back["table"]), table)
+    assert sizes[False] > table.nbytes > 10 * sizes[True], sizes
