@@ -1,0 +1,85 @@
+"""Where the seconds of one whole word2vec ``fit`` go (issue 17): the start (compiling the objective, the
+checkpointer, initialising the state, the first steps with the train step's compilation), the steps, and the
+end (the last checkpoint, the curves, the closes). Timestamps are taken around ``fit``'s own calls, and after
+steps 1, 2, 3 and the last, when each step's parameters are ready.
+
+The corpus and settings are ``word2vec_vs_gensim.py``'s (Gutenberg, dim 100, window 5, negative 5, sample
+1e-3, seed 1, sequential updates, shared negatives, no checkpoint compression).
+
+    python benchmarks/fit_timeline.py --objective cbow --batch 16384 --epochs 3
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import types
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--objective", choices=["skipgram", "cbow"], default="cbow")
+    ap.add_argument("--batch", type=int, default=16384)
+    ap.add_argument("--epochs", type=float, default=3)
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(HERE.parent))
+    sys.path.insert(0, str(HERE))
+    import jax
+    import tensorboardX  # noqa: F401  (imported before the clock, as in word2vec_vs_gensim.py)
+
+    import ptm_jax.train.loop as loop
+    import word2vec_vs_gensim as bench
+    from ptm_jax.config import MeshConfig
+    from ptm_jax.data.pretraining.causal_lm import PackedStream
+    from ptm_jax.families.word2vec import FAMILY, steps_for_epochs
+    from ptm_jax.parallel.mesh import make_mesh
+    from ptm_jax.train.hooks import Hook
+
+    settings = types.SimpleNamespace(dim=100, window=5, sample=1e-3, negative=5, cap=64, kernel="auto",
+                                     updates="sequential", per_pair_negatives=False, seed=1, batch=args.batch,
+                                     epochs=args.epochs)
+    work = Path("/tmp/word2vec_bench")
+    corpus = bench.load_corpus(bench.prepare_corpus(work), work, 5)
+    vocab = corpus.tokenizer
+    pass_tokens = PackedStream(corpus.train, vocab.eos_id, seed=0, shuffle=False).pass_tokens
+    steps = steps_for_epochs(args.epochs, pass_tokens, args.batch)
+    cfg = bench.run_config(args.objective, vocab.vocab_size, settings, steps)
+    obj = FAMILY.objectives[args.objective](cfg, corpus)
+    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+
+    marks: list[tuple[str, float]] = []
+
+    def timed(name):
+        f = getattr(loop, name)
+
+        def wrapper(*a, **k):
+            out = f(*a, **k)
+            marks.append((name + " returned", time.perf_counter()))
+            return out
+        setattr(loop, name, wrapper)
+
+    for name in ("compile_objective", "Checkpointer", "Prefetcher", "MetricsWriter"):
+        timed(name)
+
+    class Steps(Hook):
+        def after_step(self, run, metrics):
+            if run.step in (1, 2, 3, steps):
+                jax.block_until_ready(run.state.params)
+                marks.append((f"step {run.step} ready", time.perf_counter()))
+
+    t0 = time.perf_counter()
+    loop.fit(obj, cfg.train, mesh, work / f"ptm_timeline_{time.time_ns()}", hooks=[Steps()])
+    marks.append(("fit returned", time.perf_counter()))
+    prev = t0
+    for name, t in marks:
+        print(f"{t - t0:8.3f} s  (+{t - prev:6.3f})  {name}")
+        prev = t
+    print(f"{steps} steps, {pass_tokens * args.epochs / (marks[-1][1] - t0):,.0f} running words/s over the whole fit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
