@@ -1,12 +1,14 @@
-"""Where the seconds of one whole word2vec ``fit`` go (issue 17): the start (compiling the objective, the
-checkpointer, initialising the state, the first steps with the train step's compilation), the steps, and the
-end (the last checkpoint, the curves, the closes). Timestamps are taken around ``fit``'s own calls, and after
-steps 1, 2, 3 and the last, when each step's parameters are ready.
+"""Where the seconds of one whole word2vec or fastText ``fit`` go (issue 17): the start (compiling the
+objective, the checkpointer, initialising the state, the first steps with the train step's compilation), the
+steps, and the end (the last checkpoint's save and wait, the feed's teardown, the curves). Timestamps are taken
+around ``fit``'s own calls, and after steps 1, 2, 3 and the last, when each step's parameters are ready.
 
-The corpus and settings are ``word2vec_vs_gensim.py``'s (Gutenberg, dim 100, window 5, negative 5, sample
-1e-3, seed 1, sequential updates, shared negatives, no checkpoint compression).
+The corpus and settings are ``word2vec_vs_gensim.py``'s and ``fasttext_vs_gensim.py``'s (Gutenberg, dim 100,
+window 5, negative 5, sample 1e-3, seed 1, sequential updates; fastText: per-pair negatives, 2M buckets, n-grams
+3-6; no checkpoint compression).
 
     python benchmarks/fit_timeline.py --objective cbow --batch 16384 --epochs 3
+    python benchmarks/fit_timeline.py --objective fasttext_cbow
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ HERE = Path(__file__).resolve().parent
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--objective", choices=["skipgram", "cbow"], default="cbow")
+    ap.add_argument("--objective", choices=["skipgram", "cbow", "fasttext_skipgram", "fasttext_cbow"],
+                    default="cbow")
     ap.add_argument("--batch", type=int, default=16384)
     ap.add_argument("--epochs", type=float, default=3)
     args = ap.parse_args(argv)
@@ -34,20 +37,30 @@ def main(argv=None) -> int:
     import word2vec_vs_gensim as bench
     from ptm_jax.config import MeshConfig
     from ptm_jax.data.pretraining.causal_lm import PackedStream
-    from ptm_jax.families.word2vec import FAMILY, steps_for_epochs
+    from ptm_jax.families.word2vec import steps_for_epochs
     from ptm_jax.parallel.mesh import make_mesh
     from ptm_jax.train.hooks import Hook
 
+    fasttext = args.objective.startswith("fasttext")
     settings = types.SimpleNamespace(dim=100, window=5, sample=1e-3, negative=5, cap=64, kernel="auto",
-                                     updates="sequential", per_pair_negatives=False, seed=1, batch=args.batch,
-                                     epochs=args.epochs)
-    work = Path("/tmp/word2vec_bench")
+                                     updates="sequential", per_pair_negatives=fasttext, seed=1, batch=args.batch,
+                                     epochs=args.epochs, minn=3, maxn=6, bucket=2_000_000, ns_exponent=0.75,
+                                     alpha=0.025)
+    work = Path("/tmp/fasttext_bench" if fasttext else "/tmp/word2vec_bench")
     corpus = bench.load_corpus(bench.prepare_corpus(work), work, 5)
     vocab = corpus.tokenizer
     pass_tokens = PackedStream(corpus.train, vocab.eos_id, seed=0, shuffle=False).pass_tokens
     steps = steps_for_epochs(args.epochs, pass_tokens, args.batch)
-    cfg = bench.run_config(args.objective, vocab.vocab_size, settings, steps)
-    obj = FAMILY.objectives[args.objective](cfg, corpus)
+    if fasttext:
+        import fasttext_vs_gensim
+
+        from ptm_jax.families.fasttext import FastTextConfig
+        settings.cap = FastTextConfig.duplicate_cap
+        cfg, obj, _ = fasttext_vs_gensim.build_objective(args.objective, corpus, settings, steps)
+    else:
+        from ptm_jax.families.word2vec import FAMILY
+        cfg = bench.run_config(args.objective, vocab.vocab_size, settings, steps)
+        obj = FAMILY.objectives[args.objective](cfg, corpus)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
 
     marks: list[tuple[str, float]] = []
@@ -63,6 +76,22 @@ def main(argv=None) -> int:
 
     for name in ("compile_objective", "Checkpointer", "Prefetcher", "MetricsWriter"):
         timed(name)
+
+    def timed_method(cls, name):
+        f = getattr(cls, name)
+
+        def wrapper(self, *a, **k):
+            out = f(self, *a, **k)
+            marks.append((f"{cls.__name__}.{name} returned", time.perf_counter()))
+            return out
+        setattr(cls, name, wrapper)
+
+    from ptm_jax.checkpoint import Checkpointer
+    from ptm_jax.parallel.feed import Prefetcher
+    from ptm_jax.train.metrics import MetricsWriter
+    for cls, name in ((Checkpointer, "save"), (Checkpointer, "close"), (Prefetcher, "close"),
+                      (MetricsWriter, "close")):
+        timed_method(cls, name)
 
     class Steps(Hook):
         def after_step(self, run, metrics):
