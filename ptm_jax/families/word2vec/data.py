@@ -246,7 +246,7 @@ def packed_rows(stream: PackedStream, tables: Tables, first: int, rows: int, *, 
            "example_id": np.empty(rows, np.int64)}
     keep = np.ascontiguousarray(tables.keep, np.float64)
     cdf = None if tables.cdf is None else np.ascontiguousarray(tables.cdf, np.float64)
-    guide = None if cdf is None else np.ascontiguousarray(sampling.guide_table(tables.cdf), np.int64)
+    guide = None if cdf is None else np.ascontiguousarray(sampling.guide_table(tables.cdf), np.int32)
     hs = [None, None, None] if not depth else [np.ascontiguousarray(tables.points, np.int32),
                                                np.ascontiguousarray(tables.codes, np.int8),
                                                np.ascontiguousarray(tables.lengths, np.int32)]

@@ -28,7 +28,7 @@ constexpr int64_t kGuideBuckets = 1 << 16;  // sampling.py GUIDE_BUCKETS
 
 // np.minimum(np.searchsorted(cdf, u, side="right"), V - 1), started at u's bucket of the guide table
 // (sampling.py draw_negatives).
-inline int32_t Draw(const double* cdf, const int64_t* guide, int64_t v, double u) {
+inline int32_t Draw(const double* cdf, const int32_t* guide, int64_t v, double u) {
   int64_t i = guide[std::min<int64_t>(static_cast<int64_t>(u * kGuideBuckets), kGuideBuckets - 1)];
   while (i < v - 1 && cdf[i] <= u) ++i;
   return static_cast<int32_t>(i);
@@ -42,7 +42,7 @@ extern "C" {
 // [lo + reach, lo + reach + rows). Outputs as data.py's features (R = rows, c = slots, S = 2 window, K =
 // negative, D = depth); per_pair_negs: negatives [R, c, K] aligned with the pair slots, else [R, K].
 int ptm_w2v_examples(const int32_t* toks, int64_t n, int64_t lo, int64_t rows, int64_t reach, const double* keep,
-                     const double* cdf, const int64_t* guide, int64_t vocab, uint64_t seed, int32_t window, int32_t negative,
+                     const double* cdf, const int32_t* guide, int64_t vocab, uint64_t seed, int32_t window, int32_t negative,
                      int32_t per_pair_negs, int32_t pad_id, int32_t eos_id, const int32_t* points,
                      const int8_t* codes, const int32_t* lengths, int32_t depth, int64_t block, int32_t slots,
                      int32_t* center, float* center_weight, int32_t* pair_input, int32_t* pair_row,

@@ -89,7 +89,7 @@ def guide_table(cdf: np.ndarray) -> np.ndarray:
     key = id(cdf)
     hit = _guides.get(key)
     if hit is None or hit[0] is not cdf:
-        guide = np.searchsorted(cdf, np.arange(GUIDE_BUCKETS) / GUIDE_BUCKETS, side="right").astype(np.int64)
+        guide = np.searchsorted(cdf, np.arange(GUIDE_BUCKETS) / GUIDE_BUCKETS, side="right").astype(np.int32)
         hit = _guides[key] = (cdf, np.minimum(guide, cdf.shape[0] - 1))
     return hit[1]
 
