@@ -22,6 +22,8 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from ptm_jax.data.numpy_streams import numpy_batches
+
 Batch = dict[str, Any]
 Terms = dict[str, tuple[jax.Array, jax.Array]]
 
@@ -146,12 +148,11 @@ class SourceStreams:
 
     def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int
                       ) -> Iterator[dict[str, np.ndarray]]:
-        return self.dataset(self.train_source, start_example, global_batch, process_index, process_count,
-                            True).as_numpy_iterator()
+        return numpy_batches(self.dataset(self.train_source, start_example, global_batch, process_index,
+                                          process_count, True))
 
     def eval_batches(self, global_batch: int, process_index: int, process_count: int
                      ) -> Iterator[dict[str, np.ndarray]]:
         if self.eval_source is None:
             return iter(())
-        return self.dataset(self.eval_source, 0, global_batch, process_index, process_count,
-                            False).as_numpy_iterator()
+        return numpy_batches(self.dataset(self.eval_source, 0, global_batch, process_index, process_count, False))

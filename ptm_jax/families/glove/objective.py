@@ -86,10 +86,11 @@ class GloveObjective:
 
     def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int
                       ) -> Iterator[dict[str, np.ndarray]]:
+        from ptm_jax.data.numpy_streams import numpy_batches
         from ptm_jax.families.glove.data import glove_dataset
 
-        return glove_dataset(self.order, start_index=start_example, global_batch=global_batch,
-                             process_index=process_index, process_count=process_count).as_numpy_iterator()
+        return numpy_batches(glove_dataset(self.order, start_index=start_example, global_batch=global_batch,
+                                           process_index=process_index, process_count=process_count))
 
     def eval_batches(self, global_batch: int, process_index: int, process_count: int
                      ) -> Iterator[dict[str, np.ndarray]]:
