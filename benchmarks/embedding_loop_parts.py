@@ -31,6 +31,39 @@ def timed(n: int, f, finish=lambda: None) -> tuple[float, float]:
     return (time.perf_counter() - t) / n * 1e3, (time.process_time() - c) / n * 1e3
 
 
+def bench_objective(objective: str, *, updates: str, batch: int, per_pair_negatives: bool, steps: int = 0,
+                    epochs: float = 0.0):
+    """(corpus, config, objective) at the side-by-side benchmarks' settings (word2vec_vs_gensim.py,
+    fasttext_vs_gensim.py: Gutenberg, dim 100, window 5, negative 5, sample 1e-3, seed 1; fastText: n-grams 3-6,
+    2M buckets, its duplicate cap), ``steps`` steps of ``batch`` running words, or as many as ``epochs`` passes
+    take. Needs benchmarks/ on sys.path."""
+    from ptm_jax.data.pretraining.causal_lm import PackedStream
+    from ptm_jax.families.word2vec import steps_for_epochs
+
+    fasttext = objective.startswith("fasttext")
+    if fasttext:
+        import fasttext_vs_gensim as bench
+        from ptm_jax.families.fasttext import FastTextConfig
+        work, cap = Path("/tmp/fasttext_bench"), FastTextConfig.duplicate_cap
+    else:
+        import word2vec_vs_gensim as bench
+        from ptm_jax.families.word2vec import FAMILY
+        work, cap = Path("/tmp/word2vec_bench"), 64
+    settings = types.SimpleNamespace(dim=100, window=5, sample=1e-3, negative=5, cap=cap, kernel="auto",
+                                     updates=updates, per_pair_negatives=per_pair_negatives, seed=1, batch=batch,
+                                     minn=3, maxn=6, bucket=2_000_000, ns_exponent=0.75, alpha=0.025)
+    corpus = bench.load_corpus(bench.prepare_corpus(work), work, 5)
+    if epochs:
+        pass_tokens = PackedStream(corpus.train, corpus.tokenizer.eos_id, seed=0, shuffle=False).pass_tokens
+        steps = steps_for_epochs(epochs, pass_tokens, batch)
+    if fasttext:
+        cfg, obj, _ = bench.build_objective(objective, corpus, settings, steps)
+    else:
+        cfg = bench.run_config(objective, corpus.tokenizer.vocab_size, settings, steps)
+        obj = FAMILY.objectives[objective](cfg, corpus)
+    return corpus, cfg, obj
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--objective", choices=["skipgram", "cbow", "fasttext_skipgram", "fasttext_cbow"],
@@ -49,22 +82,8 @@ def main(argv=None) -> int:
     from ptm_jax.parallel.mesh import make_mesh
     from ptm_jax.train.loop import compile_objective
 
-    fasttext = args.objective.startswith("fasttext")
-    if fasttext:
-        import fasttext_vs_gensim as bench
-        from ptm_jax.families.fasttext import FAMILY, FastTextConfig
-        work, cap = Path("/tmp/fasttext_bench"), FastTextConfig.duplicate_cap
-    else:
-        import word2vec_vs_gensim as bench
-        from ptm_jax.families.word2vec import FAMILY
-        work, cap = Path("/tmp/word2vec_bench"), 64
-    settings = types.SimpleNamespace(dim=100, window=5, sample=1e-3, negative=5, cap=cap, kernel="auto",
-                                     updates=args.updates, per_pair_negatives=args.per_pair_negatives, seed=1,
-                                     batch=args.batch, minn=3, maxn=6, bucket=2_000_000, ns_exponent=0.75,
-                                     alpha=0.025)
-    corpus = bench.load_corpus(bench.prepare_corpus(work), work, 5)
-    cfg = bench.run_config(args.objective, corpus.tokenizer.vocab_size, settings, 1000)
-    obj = FAMILY.objectives[args.objective](cfg, corpus)
+    _, cfg, obj = bench_objective(args.objective, updates=args.updates, batch=args.batch,
+                                  per_pair_negatives=args.per_pair_negatives, steps=1000)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     compiled = compile_objective(obj, cfg.train, mesh, None)
     out = {"objective": args.objective, "updates": args.updates, "batch_words": args.batch}

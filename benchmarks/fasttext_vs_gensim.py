@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from word2vec_vs_gensim import evaluate, gensim_train, last_step_hook, load_corpus, prepare_corpus, steady_rate  # noqa: E402  (shared corpus, scores)
+from word2vec_vs_gensim import evaluate, gensim_timed, last_step_hook, load_corpus, prepare_corpus, steady_rate  # noqa: E402  (shared corpus, scores)
 
 
 def run_config(objective: str, vocab_size: int, args, steps: int):
@@ -106,12 +106,8 @@ def gensim_side(objective: str, path: Path, running_words: int, args) -> dict:
                      sg=int(objective == "fasttext_skipgram"), cbow_mean=1, min_count=args.min_count, alpha=a,
                      min_alpha=a * 1e-4, workers=args.workers, seed=args.seed, min_n=args.minn, max_n=args.maxn,
                      bucket=args.bucket, ns_exponent=args.ns_exponent)
-    init_s, train_s = gensim_train(model, path, int(args.epochs))
-    secs = init_s + train_s
+    out = {"side": "gensim", "objective": objective, **gensim_timed(model, path, int(args.epochs), running_words)}
     wv = model.wv
-    out = {"side": "gensim", "objective": objective, "seconds": secs, "init_seconds": init_s,
-           "words_per_sec": running_words * args.epochs / secs,
-           "train_words_per_sec": running_words * args.epochs / train_s}
     out.update(evaluate(list(wv.index_to_key), wv.vectors, [wv.get_vecattr(w, "count") for w in wv.index_to_key]))
     return out
 

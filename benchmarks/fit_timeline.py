@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -34,64 +33,40 @@ def main(argv=None) -> int:
     import tensorboardX  # noqa: F401  (imported before the clock, as in word2vec_vs_gensim.py)
 
     import ptm_jax.train.loop as loop
-    import word2vec_vs_gensim as bench
+    from embedding_loop_parts import bench_objective
+    from ptm_jax.checkpoint import Checkpointer
     from ptm_jax.config import MeshConfig
     from ptm_jax.data.pretraining.causal_lm import PackedStream
-    from ptm_jax.families.word2vec import steps_for_epochs
+    from ptm_jax.parallel.feed import Prefetcher
     from ptm_jax.parallel.mesh import make_mesh
     from ptm_jax.train.hooks import Hook
+    from ptm_jax.train.metrics import MetricsWriter
 
     fasttext = args.objective.startswith("fasttext")
-    settings = types.SimpleNamespace(dim=100, window=5, sample=1e-3, negative=5, cap=64, kernel="auto",
-                                     updates="sequential", per_pair_negatives=fasttext, seed=1, batch=args.batch,
-                                     epochs=args.epochs, minn=3, maxn=6, bucket=2_000_000, ns_exponent=0.75,
-                                     alpha=0.025)
+    corpus, cfg, obj = bench_objective(args.objective, updates="sequential", batch=args.batch,
+                                       per_pair_negatives=fasttext, epochs=args.epochs)
+    pass_tokens = PackedStream(corpus.train, corpus.tokenizer.eos_id, seed=0, shuffle=False).pass_tokens
+    steps = cfg.train.steps
     work = Path("/tmp/fasttext_bench" if fasttext else "/tmp/word2vec_bench")
-    corpus = bench.load_corpus(bench.prepare_corpus(work), work, 5)
-    vocab = corpus.tokenizer
-    pass_tokens = PackedStream(corpus.train, vocab.eos_id, seed=0, shuffle=False).pass_tokens
-    steps = steps_for_epochs(args.epochs, pass_tokens, args.batch)
-    if fasttext:
-        import fasttext_vs_gensim
-
-        from ptm_jax.families.fasttext import FastTextConfig
-        settings.cap = FastTextConfig.duplicate_cap
-        cfg, obj, _ = fasttext_vs_gensim.build_objective(args.objective, corpus, settings, steps)
-    else:
-        from ptm_jax.families.word2vec import FAMILY
-        cfg = bench.run_config(args.objective, vocab.vocab_size, settings, steps)
-        obj = FAMILY.objectives[args.objective](cfg, corpus)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
 
     marks: list[tuple[str, float]] = []
 
-    def timed(name):
-        f = getattr(loop, name)
+    def mark_return(owner, name: str, label: str) -> None:
+        """Wraps ``owner.name`` (a module's function or a class's method) to record when each call returns."""
+        f = getattr(owner, name)
 
         def wrapper(*a, **k):
             out = f(*a, **k)
-            marks.append((name + " returned", time.perf_counter()))
+            marks.append((label + " returned", time.perf_counter()))
             return out
-        setattr(loop, name, wrapper)
+        setattr(owner, name, wrapper)
 
     for name in ("compile_objective", "Checkpointer", "Prefetcher", "MetricsWriter"):
-        timed(name)
-
-    def timed_method(cls, name):
-        f = getattr(cls, name)
-
-        def wrapper(self, *a, **k):
-            out = f(self, *a, **k)
-            marks.append((f"{cls.__name__}.{name} returned", time.perf_counter()))
-            return out
-        setattr(cls, name, wrapper)
-
-    from ptm_jax.checkpoint import Checkpointer
-    from ptm_jax.parallel.feed import Prefetcher
-    from ptm_jax.train.metrics import MetricsWriter
+        mark_return(loop, name, name)
     for cls, name in ((Checkpointer, "save"), (Checkpointer, "close"), (Prefetcher, "close"),
                       (MetricsWriter, "close")):
-        timed_method(cls, name)
+        mark_return(cls, name, f"{cls.__name__}.{name}")
 
     class Steps(Hook):
         def after_step(self, run, metrics):

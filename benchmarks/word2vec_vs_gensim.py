@@ -151,11 +151,12 @@ def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
     return out
 
 
-def gensim_train(model, path: Path, epochs: int) -> tuple[float, float]:
-    """Seconds of gensim's weight initialisation and of its training. ``build_vocab`` is run in its steps (gensim
-    4's ``Word2Vec.build_vocab``: scan, prepare the vocabulary, ``prepare_weights``) so that the initialisation of
-    the tables (FastText's 2M-bucket n-gram table among them) is on the clock, as ptm_jax's ``fit`` initialises
-    its tables on its own; the vocabulary scan is off the clock on both sides."""
+def gensim_timed(model, path: Path, epochs: int, running_words: int) -> dict:
+    """gensim's seconds and words/s, its weight initialisation and its training on the clock. ``build_vocab`` is
+    run in its steps (gensim 4's ``Word2Vec.build_vocab``: scan, prepare the vocabulary, ``prepare_weights``) so
+    that the initialisation of the tables (FastText's 2M-bucket n-gram table among them) is timed, as ptm_jax's
+    ``fit`` initialises its tables on its own clock; the vocabulary scan is off the clock on both sides.
+    ``train_words_per_sec`` leaves the initialisation out."""
     total_words, corpus_count = model.scan_vocab(corpus_file=str(path))
     model.corpus_count, model.corpus_total_words = corpus_count, total_words
     model.prepare_vocab()
@@ -163,7 +164,9 @@ def gensim_train(model, path: Path, epochs: int) -> tuple[float, float]:
     model.prepare_weights()
     t1 = time.perf_counter()
     model.train(corpus_file=str(path), total_words=total_words, total_examples=corpus_count, epochs=epochs)
-    return t1 - t0, time.perf_counter() - t1
+    t2 = time.perf_counter()
+    return {"seconds": t2 - t0, "init_seconds": t1 - t0, "words_per_sec": running_words * epochs / (t2 - t0),
+            "train_words_per_sec": running_words * epochs / (t2 - t1)}
 
 
 def gensim_side(objective: str, path: Path, running_words: int, args) -> dict:
@@ -173,12 +176,8 @@ def gensim_side(objective: str, path: Path, running_words: int, args) -> dict:
     model = Word2Vec(vector_size=args.dim, window=args.window, sample=args.sample, negative=args.negative, hs=0,
                      sg=int(objective == "skipgram"), cbow_mean=1, min_count=args.min_count, alpha=a,
                      min_alpha=a * 1e-4, workers=args.workers, seed=args.seed)
-    init_s, train_s = gensim_train(model, path, int(args.epochs))
-    secs = init_s + train_s
+    out = {"side": "gensim", "objective": objective, **gensim_timed(model, path, int(args.epochs), running_words)}
     wv = model.wv
-    out = {"side": "gensim", "objective": objective, "seconds": secs, "init_seconds": init_s,
-           "words_per_sec": running_words * args.epochs / secs,
-           "train_words_per_sec": running_words * args.epochs / train_s}
     out.update(evaluate(list(wv.index_to_key), wv.vectors, [wv.get_vecattr(w, "count") for w in wv.index_to_key]))
     return out
 

@@ -52,7 +52,8 @@ class Checkpointer:
         """``local``: this process alone reads (no barrier with the other processes, nothing created): loading
         a run's parameters outside training, e.g. ``ptm export --format hf`` on process 0 of several.
         ``compression``: zstd over the arrays (``train.checkpoint_compression``); without it the state is written
-        by orbax's PyTree handler with ``use_compression=False`` (the same layout: either handler reads it)."""
+        by orbax's PyTree handler with ``use_compression=False`` (the same layout: either handler reads it). A
+        ``local`` reader ignores it (reading does not depend on how a step was written)."""
         self.directory = fs.absolute(directory)
         extra = {}
         if local:
