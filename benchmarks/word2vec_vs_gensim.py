@@ -106,13 +106,13 @@ def alpha(objective: str) -> float:
     return 0.025 if objective == "skipgram" else 0.05      # word2vec.c's defaults
 
 
-def evaluate(words, vectors, counts) -> dict:
+def evaluate(words, vectors, counts, folder: Path = DATA / "word2vec") -> dict:
     from ptm_jax.evaluate.word_vectors import WordVectors, evaluate_analogies, evaluate_similarity
 
     wv = WordVectors(words, vectors, counts)
-    an = evaluate_analogies(wv, DATA / "word2vec/questions-words.txt", restrict_vocab=30000)
-    ws = evaluate_similarity(wv, DATA / "word2vec/wordsim353.tsv")
-    sl = evaluate_similarity(wv, DATA / "word2vec/simlex999.txt")
+    an = evaluate_analogies(wv, folder / "questions-words.txt", restrict_vocab=30000)
+    ws = evaluate_similarity(wv, folder / "wordsim353.tsv")
+    sl = evaluate_similarity(wv, folder / "simlex999.txt")
     return {"analogy": an["accuracy"], "semantic": an["semantic_accuracy"], "syntactic": an["syntactic_accuracy"],
             "coverage": an["coverage"], "wordsim353": ws["spearman"], "ws_coverage": ws["coverage"],
             "simlex999": sl["spearman"], "sl_coverage": sl["coverage"]}

@@ -160,6 +160,12 @@ class TrainConfig:
     """Donate the train state's buffers to the jitted step (outputs reuse them: one copy of the state in memory)."""
     prefetch_batches: int = 2
     """Global batches a background thread builds and places on the devices ahead of the step (0 = in the loop)."""
+    steps_per_call: int = 1
+    """Train steps per compiled call (``train/multi_step.py``): the host stacks this many batches, transfers them
+    at once and dispatches one program for them, for models whose step is shorter than the host's work per step
+    (the static embeddings on a GPU). The parameters are those of single steps. Logging, evaluation and
+    checkpoints happen at the end of the call that reaches their step (so at a later step when
+    ``log_every``, ``eval_every`` or ``checkpoint_every`` is not a multiple of it)."""
     metrics_one_step_late: bool = True
     """Read a step's logged metrics and non-finite counter while the next step runs (the host never waits for
     the device); false reads them right after their own step."""
@@ -542,6 +548,7 @@ def validate(cfg: RunConfig) -> None:
          f"{t.spike_factor}"),
         (t.spike_window >= 2, f"train.spike_window must be >= 2, got {t.spike_window}"),
         (t.prefetch_batches >= 0, f"train.prefetch_batches must be >= 0, got {t.prefetch_batches}"),
+        (t.steps_per_call >= 1, f"train.steps_per_call must be >= 1, got {t.steps_per_call}"),
         (cfg.finetune.max_examples_per_row >= 1, "finetune.max_examples_per_row must be >= 1, got "
          f"{cfg.finetune.max_examples_per_row}"),
     ]

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from ptm_jax.parallel.rules import batch_sharding
+from ptm_jax.parallel.rules import batch_sharding, group_sharding
 
 
 def process_rows(mesh: Mesh, global_rows: int, process_index: int | None = None) -> np.ndarray:
@@ -69,20 +69,23 @@ def local_batches(open_share: Callable[[int, int], Iterator[dict[str, np.ndarray
 
 
 def to_global(batch: dict[str, np.ndarray], mesh: Mesh, keys: list[str] | None = None,
-              global_rows: int | None = None) -> dict[str, jax.Array]:
+              global_rows: int | None = None, stacked: bool = False) -> dict[str, jax.Array]:
     """This process's rows (``local_batches``) -> global arrays of ``global_rows`` rows (default: local rows x
-    process count, right when no two processes hold the same rows)."""
+    process count, right when no two processes hold the same rows). ``stacked``: each feature is a stack of
+    batches, [k, rows, ...] (``train/multi_step.py``), and the rows are its second axis."""
     keys = keys or list(batch)
-    if jax.process_count() == 1 and (global_rows is None or global_rows == len(batch[keys[0]])):
+    lead = 1 if stacked else 0
+    place = group_sharding if stacked else batch_sharding
+    if jax.process_count() == 1 and (global_rows is None or global_rows == np.shape(batch[keys[0]])[lead]):
         # one process holds every row: one batched transfer (about half the host time of a call per feature)
         local = {k: np.asarray(batch[k]) for k in keys}
-        return jax.device_put(local, {k: batch_sharding(mesh, v.ndim) for k, v in local.items()})
+        return jax.device_put(local, {k: place(mesh, v.ndim) for k, v in local.items()})
     out = {}
     for k in keys:
         local = np.asarray(batch[k])
-        sharding = batch_sharding(mesh, local.ndim)
-        rows = global_rows if global_rows is not None else local.shape[0] * jax.process_count()
-        out[k] = jax.make_array_from_process_local_data(sharding, local, (rows,) + local.shape[1:])
+        rows = global_rows if global_rows is not None else local.shape[lead] * jax.process_count()
+        shape = local.shape[:lead] + (rows,) + local.shape[lead + 1:]
+        out[k] = jax.make_array_from_process_local_data(place(mesh, local.ndim), local, shape)
     return out
 
 
@@ -120,18 +123,18 @@ class Prefetcher:
     _END = object()
 
     def __init__(self, batches: Iterator[dict[str, np.ndarray]], mesh: Mesh, keys: list[str], depth: int = 2,
-                 global_rows: int | None = None):
+                 global_rows: int | None = None, stacked: bool = False):
         self._stop = threading.Event()
         self._inline = None
         if depth <= 0:
-            self._inline = ((b, to_global(b, mesh, keys, global_rows)) for b in batches)
+            self._inline = ((b, to_global(b, mesh, keys, global_rows, stacked)) for b in batches)
             return
         self._q: queue.Queue = queue.Queue(maxsize=depth)
 
         def work():
             try:
                 for b in batches:
-                    item = (b, to_global(b, mesh, keys, global_rows))
+                    item = (b, to_global(b, mesh, keys, global_rows, stacked))
                     while not self._stop.is_set():
                         try:
                             self._q.put(item, timeout=0.1)

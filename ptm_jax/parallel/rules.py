@@ -80,5 +80,11 @@ def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
     return NamedSharding(mesh, nn.logical_to_mesh_axes(("batch",) + (None,) * (ndim - 1), LOGICAL_RULES))
 
 
+def group_sharding(mesh: Mesh, ndim: int = 3) -> NamedSharding:
+    """A stack of batches ([k, batch, ...], ``train.steps_per_call``): the batch dimension as ``batch_sharding``
+    places it, the leading one on every device."""
+    return NamedSharding(mesh, P(None, *batch_sharding(mesh, ndim - 1).spec))
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())

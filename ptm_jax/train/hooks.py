@@ -1,13 +1,13 @@
 """The side work of the training loop, as hooks: non-finite streak check, loss-spike rollback, metrics and log
 lines, periodic evaluation, checkpointing with the preemption stop.
 
-``loop.fit`` runs one jitted step at a time and hands it to its hooks, in order; each hook is one concern and
-keeps its own state. The design follows levanter's ``trainer.add_hook(fn, every=N)`` (DESIGN.md: "The loop
+``loop.fit`` runs one jitted call at a time (one step, or ``train.steps_per_call`` of them) and hands it to its
+hooks, in order; each hook is one concern and keeps its own state. The design follows levanter's ``trainer.add_hook(fn, every=N)`` (DESIGN.md: "The loop
 stays short; side work is hooks"). The protocol (every method optional, the base class does nothing):
 
-- ``after_step(run, metrics)``: after each step, in hook order; ``metrics`` are the step's device values. A hook
-  that moves the run back (``SpikeRollback``) returns ``ROLLED_BACK``: the later hooks skip that step and every
-  hook's ``on_rollback(run)`` drops what it holds about steps after ``run.step``.
+- ``after_step(run, metrics)``: after each call, in hook order; ``metrics`` are its (last) step's device values.
+  A hook that moves the run back (``SpikeRollback``) returns ``ROLLED_BACK``: the later hooks skip that step and
+  every hook's ``on_rollback(run)`` drops what it holds about steps after ``run.step``.
 - ``on_eval(run, metrics)``: after each periodic evaluation, with its host metrics (finetuning keeps its best
   parameters here).
 - ``before_save(run)``: before a checkpoint is written: store whatever must be stored with it.
@@ -58,6 +58,13 @@ class Run:
     last_train: dict[str, float] = dataclasses.field(default_factory=dict)
     last_eval: dict[str, float] = dataclasses.field(default_factory=dict)
     stop: str | None = None
+    advanced: int = 1
+    """Steps the last call ran (``train.steps_per_call``; 1 a call by default)."""
+
+    def reached(self, every: int) -> bool:
+        """Whether the last call reached a multiple of ``every`` (> 0): with one step a call, ``step % every == 0``;
+        with several, at the end of the call that passed it."""
+        return every > 0 and self.step // every > (self.step - self.advanced) // every
     """Why this call stops before ``train.steps``: "SIGTERM" or "stop_after"."""
 
     @property
@@ -196,7 +203,7 @@ class MetricsLog(Hook):
 
     def after_step(self, run: Run, metrics: dict[str, Any]) -> None:
         self._flush(run)  # the previous logged step's metrics: fetched one step late
-        if run.step % self.tcfg.log_every == 0 or run.step == self.tcfg.steps:
+        if run.reached(self.tcfg.log_every) or run.step == self.tcfg.steps:
             self.pending = (run.step, metrics)
             if not self.late:
                 self._flush(run)
@@ -233,7 +240,7 @@ class Evaluation(Hook):
         self.evaluate = evaluate
 
     def after_step(self, run: Run, metrics: dict[str, Any]) -> None:
-        if self.every <= 0 or (run.step % self.every and run.step != self.steps):
+        if self.every <= 0 or not (run.reached(self.every) or run.step == self.steps):
             return
         run.last_eval = self.evaluate(run.state.params)
         run.writer.write(run.step, "eval", run.last_eval)
@@ -256,7 +263,7 @@ class Checkpointing(Hook):
     def after_step(self, run: Run, metrics: dict[str, Any]) -> None:
         sigterm = self.preemption.requested(run.step)
         stop_now = sigterm or (self.stop_after is not None and run.step - run.start >= self.stop_after)
-        if run.step % self.every == 0 or run.step == self.steps or stop_now:
+        if run.reached(self.every) or run.step == self.steps or stop_now:
             run.save()
         if stop_now:
             run.stop = "SIGTERM" if sigterm else "stop_after"

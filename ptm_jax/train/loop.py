@@ -36,6 +36,7 @@ from ptm_jax.parallel.feed import (
 from ptm_jax.parallel.rules import (
     LOGICAL_RULES,
     batch_sharding,
+    group_sharding,
     replicated,
     state_shardings,
 )
@@ -50,6 +51,7 @@ from ptm_jax.train.hooks import (
     SpikeRollback,
 )
 from ptm_jax.train.metrics import MetricsWriter
+from ptm_jax.train.multi_step import active_mask, make_multi_step, stacked_batches
 from ptm_jax.train.optim import make_optimizer
 from ptm_jax.train.param_groups import Rule
 from ptm_jax.train.state import TrainState
@@ -133,6 +135,9 @@ class Compiled:
     predict_step: Callable | None
     """(params, batch) -> (loss terms, predictions) in one call, for objectives with ``predict``."""
     batch_keys: list[str]
+    multi_step: Callable | None = None
+    """(state, stacked batches, rng, active) -> (state, metrics): ``train.steps_per_call`` steps in one call
+    (``train/multi_step.py``); None when it is 1."""
 
 
 def compile_objective(objective: Objective, tcfg: TrainConfig, mesh: Mesh,
@@ -182,8 +187,15 @@ def compile_objective(objective: Objective, tcfg: TrainConfig, mesh: Mesh,
             return eval_fn(params, batch), objective.predict(params, batch)
 
         predict_step = jax.jit(ruled(eval_and_predict), in_shardings=(shardings.params, batch_sh))
+    multi_step = None
+    if tcfg.steps_per_call > 1:
+        group_sh = {k: group_sharding(mesh, v.ndim + 1) for k, v in example.items()}
+        multi_step = jax.jit(ruled(make_multi_step(step)),
+                             in_shardings=(shardings, group_sh, replicated(mesh), replicated(mesh)),
+                             out_shardings=(shardings, replicated(mesh)),
+                             donate_argnums=0 if tcfg.donate_state else ())
     return Compiled(tx, schedule, shardings, abstract, init_jit, train_step, eval_step, predict_step,
-                    list(example))
+                    list(example), multi_step)
 
 
 def evaluate(objective: Objective, compiled: Compiled, params: Any, mesh: Mesh, global_batch: int,
@@ -249,8 +261,11 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
     # the feed starts before a fresh state is initialised: its first batches are built while init compiles
     host_batches = local_batches(lambda i, n: objective.train_batches(cursor, global_batch, i, n), mesh,
                                  global_batch)
+    k = tcfg.steps_per_call
+    if k > 1:
+        host_batches = stacked_batches(host_batches, k)
     feed = Prefetcher(host_batches, mesh, compiled.batch_keys, depth=tcfg.prefetch_batches,
-                      global_rows=global_batch)
+                      global_rows=global_batch, stacked=k > 1)
     try:
         if state is None:
             # one program with the key's fold-in (an eager fold_in compiles a program of its own: 0.08 s)
@@ -280,10 +295,20 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
         # for the run: a full collection otherwise walks those 0.6M objects (0.4 s of an 8 s word2vec run)
         gc.freeze()
         try:
+            active = {}  # steps of a call -> its device mask (train/multi_step.py)
             while run.step < tcfg.steps and run.stop is None:
                 _, batch = next(feed)
-                run.state, metrics = compiled.train_step(run.state, batch, rng)
-                run.step += 1
+                if k == 1:
+                    run.state, metrics = compiled.train_step(run.state, batch, rng)
+                    run.advanced = 1
+                else:
+                    n = min(k, tcfg.steps - run.step)
+                    if n not in active:
+                        active[n] = jax.device_put(active_mask(n, k), replicated(mesh))
+                    run.state, metrics = compiled.multi_step(run.state, batch, rng, active[n])
+                    run.advanced = n
+                    run.skipped += (k - n) * global_batch  # a last, shorter call: its unused batches
+                run.step += run.advanced
                 for hook in run.hooks:
                     if hook.after_step(run, metrics) == ROLLED_BACK:
                         for h in run.hooks:

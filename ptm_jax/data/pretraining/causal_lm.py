@@ -30,7 +30,6 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import tensorflow as tf
 
 from ptm_jax.data.pretraining.nsp import check_seed, doc_permutation
 from ptm_jax.data.pretraining.source import (
@@ -239,6 +238,7 @@ def causal_lm_dataset(source: DocumentSource, eos_id: int, pad_id: int, seq_len:
     segment_ids, position_ids int32; target_weights float32 (0 on padding); example_id [rows] int64 (the row
     index k). ``repeat=False``: one pass, padded to whole global batches (evaluation; use ``shuffle=False``).
     """
+    import tensorflow as tf  # here, not at the top: the example builders run without it
     _check_args(seq_len, eos_id, pad_id, start_index, global_batch, process_index, process_count)
     stream = PackedStream(source, eos_id, seed=seed, shuffle=shuffle)
     rows = global_batch // process_count

@@ -50,7 +50,6 @@ import logging
 import math
 
 import numpy as np
-import tensorflow as tf
 
 from ptm_jax.data.pretraining.causal_lm import PackedStream
 from ptm_jax.data.pretraining.source import DocumentSource, check_share
@@ -301,13 +300,14 @@ def feature_dtype(name: str):
     return np.int64 if name == "example_id" else np.float32
 
 
-def word2vec_dataset(source: DocumentSource, tables: Tables, *, eos_id: int, pad_id: int, window: int,
+def word2vec_batches(source: DocumentSource, tables: Tables, *, eos_id: int, pad_id: int, window: int,
                      negative: int, cbow: bool, reach: int, seed: int, start_index: int, global_batch: int,
                      block: int, slots: int, process_index: int = 0, process_count: int = 1,
-                     shared: bool = True) -> tf.data.Dataset:
-    """This process's rows of global batches ``start_index / global_batch``, ... (endless: word2vec's epochs
-    are passes over the stream; ``train.steps`` says how many words are read), the pairs packed in blocks of
-    ``block`` rows with ``slots`` pair slots a row (module doc)."""
+                     shared: bool = True):
+    """(``make``, ``shapes``): ``make(i)`` is this process's rows of global batch ``i`` as numpy arrays, the
+    pairs packed in blocks of ``block`` rows with ``slots`` pair slots a row (module doc); ``shapes`` their
+    static shapes. No TensorFlow: ``word2vec_dataset`` streams these through tf.data, and a host without
+    TensorFlow (``benchmarks/word2vec_gpu.py``) calls ``make`` itself."""
     if not isinstance(window, int) or window < 1:
         raise ConfigError(f"data.window={window!r} must be an integer >= 1")
     check_share(start_index, global_batch, process_index, process_count)
@@ -324,6 +324,15 @@ def word2vec_dataset(source: DocumentSource, tables: Tables, *, eos_id: int, pad
         report_dropped(out, batch, "(context, center) pairs", f"data.pair_slots (now {slots})")
         return out
 
+    return make, shapes
+
+
+def word2vec_dataset(source: DocumentSource, tables: Tables, *, start_index: int, global_batch: int,
+                     **kwargs) -> tf.data.Dataset:
+    """This process's rows of global batches ``start_index / global_batch``, ... (endless: word2vec's epochs
+    are passes over the stream; ``train.steps`` says how many words are read) through tf.data; the keywords
+    are ``word2vec_batches``'s."""
+    make, shapes = word2vec_batches(source, tables, start_index=start_index, global_batch=global_batch, **kwargs)
     return batch_dataset(make, shapes, feature_dtype, start_index // global_batch)
 
 
@@ -338,6 +347,7 @@ def batch_dataset(make, shapes: dict[str, tuple], dtype, first_batch: int) -> tf
     """Batches ``first_batch``, ``first_batch + 1``, ... of ``make(batch) -> {feature: array}`` (numpy, in
     ``tf.numpy_function``: no eager tensors, about 40% less CPU a batch than ``tf.py_function``), with the static
     ``shapes``."""
+    import tensorflow as tf  # here, not at the top: the example builders run without it
     names = tuple(shapes)
 
     def arrays(batch) -> list[np.ndarray]:

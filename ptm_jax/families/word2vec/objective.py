@@ -28,8 +28,8 @@ import numpy as np
 
 from ptm_jax.data.pretraining.source import DocumentSource
 from ptm_jax.families.word2vec.artifacts import source_counts  # noqa: F401  (its home before artifacts.py)
-from ptm_jax.families.word2vec.data import (Tables, block_rows, feature_dtype, feature_shapes, pair_slots,
-                                            word2vec_dataset)
+from ptm_jax.families.word2vec.data import (Tables, batch_dataset, block_rows, feature_dtype, feature_shapes,
+                                            pair_slots, word2vec_batches)
 from ptm_jax.families.word2vec.model import TRUNK, Word2Vec, per_pair, row_ids, scores_from_rows
 from ptm_jax.families.word2vec.table_steps import TableSteps, sparse_rows
 from ptm_jax.objectives.base import SourceStreams
@@ -154,10 +154,15 @@ class Word2VecObjective(TableSteps, SourceStreams):
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
         return dict(metrics)
 
-    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+    def batch_maker(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+        """(``make``, ``shapes``) of ``data.word2vec_batches``: ``make(i)`` builds batch ``i``'s numpy arrays."""
         d = self.cfg.data
         seed = int(d.seed) if repeat else int(d.seed) + EVAL_SEED_OFFSET
-        return word2vec_dataset(source, self.tables, eos_id=self.eos_id, pad_id=self.pad_id, window=d.window,
+        return word2vec_batches(source, self.tables, eos_id=self.eos_id, pad_id=self.pad_id, window=d.window,
                                 negative=d.negative, cbow=self.cbow, reach=d.reach, seed=seed, start_index=start,
                                 global_batch=global_batch, block=self.block, slots=self.slots,
                                 process_index=pi, process_count=pc, shared=d.shared_negatives)
+
+    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+        make, shapes = self.batch_maker(source, start, global_batch, pi, pc, repeat)
+        return batch_dataset(make, shapes, feature_dtype, start // global_batch)

@@ -1,0 +1,96 @@
+"""``train.steps_per_call`` (ptm_jax/train/multi_step.py): k steps in one compiled call give the parameters of k
+single steps, on a (2,2,2) mesh, through a shorter last call; records land at the end of the call that reaches
+their step; a stop and resume ends with the uninterrupted run's vectors; the call's non-finite streak is the
+longest in it. word2vec skip-gram on tiny-shakespeare (the corpus of tests/test_word2vec.py)."""
+import json
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ptm_jax.config import DataConfig, MeshConfig, RunConfig, TokenizerConfig, TrainConfig, load_config
+from ptm_jax.data.cache import build_or_load_cache
+from ptm_jax.data.word_vocab import build_word_vocab
+from ptm_jax.errors import ConfigError
+from ptm_jax.families.word2vec import FAMILY, Word2VecConfig, Word2VecDataConfig
+from ptm_jax.parallel.mesh import make_mesh
+from ptm_jax.train.loop import fit
+from ptm_jax.train.multi_step import active_mask, make_multi_step
+
+STEPS, BATCH = 10, 256
+
+
+@pytest.fixture(scope="module")
+def corpus(shared_data, tmp_path_factory):
+    path = shared_data / "corpus/tinyshakespeare/input.txt"
+    out = tmp_path_factory.mktemp("multi_step_corpus")
+    vocab = build_word_vocab(path.read_text(encoding="utf-8").splitlines(), out, min_count=5, lower_case=True)
+    cache = build_or_load_cache(DataConfig(corpus=str(path), format="lines"), vocab, out / "cache")
+    return types.SimpleNamespace(tokenizer=vocab, train=cache, eval=None)
+
+
+def config(vocab, k: int) -> RunConfig:
+    return RunConfig(objective="skipgram", model=Word2VecConfig(vocab_size=vocab.vocab_size, dim=32),
+                     data=Word2VecDataConfig(window=5, sample=1e-3, negative=5, seed=1), tokenizer=TokenizerConfig(),
+                     train=TrainConfig(batch_size=BATCH, steps=STEPS, optimizer="sgd", learning_rate=0.025,
+                                       lr_decay="bert", warmup_steps=0, min_lr_ratio=1e-4, weight_decay=0.0,
+                                       clip_norm=0.0, log_every=5, eval_every=0, checkpoint_every=10 ** 6,
+                                       progress_bar=False, steps_per_call=k))
+
+
+def records(stage_dir) -> dict[int, dict]:
+    rows = [json.loads(x) for x in (stage_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in rows if r.get("split") == "train"}
+
+
+def test_four_steps_a_call_give_the_single_step_parameters_and_records_on_a_mesh(corpus, tmp_path):
+    mesh = make_mesh(MeshConfig(2, 2, 2))
+    runs = {}
+    for k in (1, 4):
+        cfg = config(corpus.tokenizer, k)
+        runs[k] = fit(FAMILY.objectives["skipgram"](cfg, corpus), cfg.train, mesh, tmp_path / f"k{k}")
+        assert runs[k].step == STEPS
+    worst = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+                for a, b in zip(jax.tree.leaves(runs[1].state.params), jax.tree.leaves(runs[4].state.params)))
+    scale = max(float(np.max(np.abs(np.asarray(a)))) for a in jax.tree.leaves(runs[1].state.params))
+    assert worst <= 1e-6 * scale, (worst, scale)
+    one, four = records(tmp_path / "k1"), records(tmp_path / "k4")
+    assert sorted(one) == [5, 10]
+    assert sorted(four) == [8, 10]  # calls end at 4, 8, 10: step 5's record comes at the end of the call to 8
+    assert four[10]["w2v_loss"] == pytest.approx(one[10]["w2v_loss"], rel=1e-5)
+    assert four[10]["learning_rate"] == pytest.approx(one[10]["learning_rate"], rel=1e-6)
+
+
+def test_a_stop_and_resume_at_four_steps_a_call_ends_with_the_uninterrupted_vectors(corpus, tmp_path):
+    mesh = make_mesh(MeshConfig(2, 2, 2))
+    cfg = config(corpus.tokenizer, 4)
+    ref = fit(FAMILY.objectives["skipgram"](cfg, corpus), cfg.train, mesh, tmp_path / "ref")
+    first = fit(FAMILY.objectives["skipgram"](cfg, corpus), cfg.train, mesh, tmp_path / "run", stop_after=4)
+    assert first.step == 4
+    resumed = fit(FAMILY.objectives["skipgram"](cfg, corpus), cfg.train, mesh, tmp_path / "run")
+    assert resumed.step == STEPS
+    for a, b in zip(jax.tree.leaves(resumed.state.params), jax.tree.leaves(ref.state.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_call_runs_only_its_active_steps_and_reports_its_longest_nonfinite_streak():
+    def step(state, batch, rng):  # a pure step: adds the batch; a negative batch is a "non-finite" step
+        bad = batch["x"][0] < 0
+        streak = jnp.where(bad, state["streak"] + 1, 0)
+        return {"sum": state["sum"] + batch["x"].sum(), "streak": streak}, {"nonfinite_streak": streak,
+                                                                            "loss": batch["x"].sum()}
+
+    multi = jax.jit(make_multi_step(step))
+    state = {"sum": jnp.zeros(()), "streak": jnp.zeros((), jnp.int32)}
+    x = jnp.array([[-1.0], [-2.0], [3.0], [4.0]])
+    out, metrics = multi(state, {"x": x}, jax.random.key(0), jnp.asarray(active_mask(4, 4)))
+    assert float(out["sum"]) == 4.0 and int(metrics["nonfinite_streak"]) == 2 and float(metrics["loss"]) == 4.0
+    out, metrics = multi(state, {"x": x}, jax.random.key(0), jnp.asarray(active_mask(2, 4)))
+    assert float(out["sum"]) == -3.0 and int(out["streak"]) == 2 and float(metrics["loss"]) == -2.0
+
+
+def test_steps_per_call_below_one_is_a_config_error_naming_the_field():
+    with pytest.raises(ConfigError, match="train.steps_per_call must be >= 1, got 0"):
+        load_config("bert_tiny", ["train.steps_per_call=0"])
