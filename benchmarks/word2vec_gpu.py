@@ -41,19 +41,20 @@ HERE = Path(__file__).resolve().parent
 
 
 def parse_runs(text: str) -> list[dict]:
-    """'skipgram:65536,cbow:16384:cap=256,skipgram:4096:pp:k=16' -> one dict per run: objective, batch,
+    """'skipgram:65536,cbow:16384:cap=256,skipgram:4096:pp:k=16:group' -> one dict per run: objective, batch,
     per_pair (pp: a negative draw per pair), cap (model.duplicate_cap, default 64), alpha (the learning rate,
-    default word2vec.c's) and k (``train.steps_per_call``, default 1)."""
+    default word2vec.c's), k (``train.steps_per_call``, default 1) and group (a call's k batches built by one
+    builder call, as ``fit`` builds them (``Word2VecObjective.train_groups``), instead of k calls stacked)."""
     runs = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         bits = part.split(":")
         run = {"objective": bits[0], "batch": bits[1] if len(bits) > 1 else "", "per_pair": False, "cap": 64,
-               "alpha": None, "k": 1}
+               "alpha": None, "k": 1, "group": False}
         ok = run["objective"] in ("skipgram", "cbow") and run["batch"].isdigit()
         for extra in bits[2:]:
             key, _, value = extra.partition("=")
-            if extra == "pp":
-                run["per_pair"] = True
+            if extra in ("pp", "group"):
+                run["per_pair" if extra == "pp" else "group"] = True
             elif key in ("cap", "alpha", "k") and value:
                 try:
                     run[key] = float(value) if key == "alpha" else int(value)
@@ -62,8 +63,9 @@ def parse_runs(text: str) -> list[dict]:
             else:
                 ok = False
         if not ok or run["k"] < 1:
-            raise SystemExit(f"--runs: {part!r} is not OBJECTIVE:BATCH[:pp][:cap=N][:alpha=X][:k=N] (OBJECTIVE "
-                             "skipgram or cbow; pp: a negative draw per pair; k: train.steps_per_call)")
+            raise SystemExit(f"--runs: {part!r} is not OBJECTIVE:BATCH[:pp][:cap=N][:alpha=X][:k=N][:group] "
+                             "(OBJECTIVE skipgram or cbow; pp: a negative draw per pair; k: train.steps_per_call; "
+                             "group: a call's k batches built in one builder call)")
         run["batch"] = int(run["batch"])
         runs.append(run)
     return runs
@@ -120,7 +122,8 @@ def one_run(run: dict, corpus, running_words: int, pass_tokens: int, args) -> di
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     words = steps * batch * running_words / pass_tokens       # running words the steps read (eos excluded)
     calls = -(-steps // k)
-    out = {"objective": objective, "batch": batch, "steps_per_call": k, "per_pair_negatives": run["per_pair"],
+    out = {"objective": objective, "batch": batch, "steps_per_call": k, "group_builds": run["group"],
+           "per_pair_negatives": run["per_pair"],
            "cap": run["cap"], "alpha": cfg.train.learning_rate, "steps": steps, "epochs": args.epochs,
            "device": str(jax.devices()[0].device_kind), "threads": args.threads}
 
@@ -129,15 +132,26 @@ def one_run(run: dict, corpus, running_words: int, pass_tokens: int, args) -> di
     out["build_words_per_sec_1_thread"] = len(first) * batch * running_words / pass_tokens / (
         time.perf_counter() - t0)
 
+    group = run["group"] and k > 1
+    if group:  # one builder call a call's k batches (what fit's feed does: Word2VecObjective.train_groups)
+        def unit(i):
+            return make(i * k, k)
+        units = calls
+    else:
+        unit, units = make, calls * k
+
     def feed_of(host):
-        """The loop's feed of host batches: stacked by k, put on the device by the Prefetcher."""
-        return Prefetcher(stacked_batches(host, k) if k > 1 else host, mesh, compiled.batch_keys, depth=4,
-                          stacked=k > 1)
+        """The loop's feed of host batches (or built groups): stacked by k, put on the device by the Prefetcher."""
+        return Prefetcher(stacked_batches(host, k) if k > 1 and not group else host, mesh, compiled.batch_keys,
+                          depth=4, stacked=k > 1)
+
+    def as_groups(items):
+        return list(stacked_batches(iter(items), k)) if k > 1 and not group else items
 
     t0 = time.perf_counter()
     compiled = compile_objective(obj, cfg.train, mesh, None)
     key = jax.random.key(args.seed)
-    feed = feed_of(iter(first * k))
+    feed = feed_of(iter([unit(0)] if group else first * k))
     train(compiled, compiled.init_fn(key), (b for _, b in feed), min(k, steps), k, key, mesh)
     feed.close()
     out["compile_seconds"] = time.perf_counter() - t0
@@ -147,7 +161,7 @@ def one_run(run: dict, corpus, running_words: int, pass_tokens: int, args) -> di
 
     def built():
         with concurrent.futures.ThreadPoolExecutor(args.threads) as pool:
-            for b in pool.map(make, range(calls * k)):
+            for b in pool.map(unit, range(units)):
                 kept.append(b)
                 yield b
 
@@ -172,13 +186,13 @@ def one_run(run: dict, corpus, running_words: int, pass_tokens: int, args) -> di
     feed.close()
     out.update(fed_seconds=secs, words_per_sec_fed=words / secs)
     del state
-    probe = list(stacked_batches(iter(kept[:64]), k)) if k > 1 else kept[:64]
+    probe = as_groups(kept[:64 if group else 64 * k])[:64]
     t0 = time.perf_counter()
     puts = [to_global(b, mesh, compiled.batch_keys, stacked=k > 1) for b in probe]
     jax.block_until_ready(puts)
     out["to_global_ms_per_step"] = (time.perf_counter() - t0) / len(probe) / k * 1e3
     del puts, probe
-    groups = list(stacked_batches(iter(kept), k)) if k > 1 else kept
+    groups = as_groups(kept)
     on_device = [to_global(b, mesh, compiled.batch_keys, stacked=k > 1) for b in groups]
     jax.block_until_ready(on_device)
     del kept, groups
@@ -202,12 +216,55 @@ def one_run(run: dict, corpus, running_words: int, pass_tokens: int, args) -> di
     return out
 
 
+_MAKE = None  # the batch builder a forked worker of ``build_scaling`` calls
+
+
+def _build(i: int):
+    return _MAKE(i)
+
+
+def build_scaling(run: dict, corpus, pass_tokens: int, running_words: int, counts: list[int], args) -> list[dict]:
+    """The builder alone (no device): words/s of 256 batches built by N threads and by N forked processes (the
+    arrays pickled back), for each N in ``counts``. Runs before JAX starts its backends, so forking is safe."""
+    import multiprocessing
+
+    import word2vec_vs_gensim as bench
+    from ptm_jax.families.word2vec import FAMILY
+
+    global _MAKE
+    settings = types.SimpleNamespace(dim=args.dim, window=5, sample=1e-3, negative=5, cap=run["cap"],
+                                     kernel=args.kernel, updates="batch", per_pair_negatives=run["per_pair"],
+                                     seed=args.seed, batch=run["batch"])
+    cfg = bench.run_config(run["objective"], corpus.tokenizer.vocab_size, settings, 1000)
+    _MAKE, _ = FAMILY.objectives[run["objective"]](cfg, corpus).batch_maker(corpus.train, 0, run["batch"], 0, 1, True)
+    _MAKE(0)
+    batches = max(16, (1 << 20) // run["batch"] * 4)
+    words = batches * run["batch"] * running_words / pass_tokens
+    out = []
+    for n in counts:
+        row = {"objective": run["objective"], "batch": run["batch"], "workers": n, "batches": batches}
+        with concurrent.futures.ThreadPoolExecutor(n) as pool:
+            t0 = time.perf_counter()
+            for _ in pool.map(_MAKE, range(batches)):
+                pass
+            row["threads_words_per_sec"] = words / (time.perf_counter() - t0)
+        with concurrent.futures.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
+            list(pool.map(_build, range(n)))  # the workers started
+            t0 = time.perf_counter()
+            for _ in pool.map(_build, range(batches), chunksize=2):
+                pass
+            row["processes_words_per_sec"] = words / (time.perf_counter() - t0)
+        out.append(row)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", default="skipgram:4096,skipgram:16384,skipgram:65536,skipgram:16384:pp,cbow:16384",
-                    help="OBJECTIVE:BATCH[:pp][:cap=N][:alpha=X][:k=N], comma-separated (pp: a negative draw per "
-                         "pair; cap: model.duplicate_cap, default 64; alpha: the learning rate, default word2vec.c's; "
-                         "k: train.steps_per_call, default 1)")
+                    help="OBJECTIVE:BATCH[:pp][:cap=N][:alpha=X][:k=N][:group], comma-separated (pp: a negative "
+                         "draw per pair; cap: model.duplicate_cap, default 64; alpha: the learning rate, default "
+                         "word2vec.c's; k: train.steps_per_call, default 1; group: a call's k batches built in one "
+                         "builder call)")
     ap.add_argument("--epochs", type=float, default=3.0)
     ap.add_argument("--dim", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
@@ -218,8 +275,11 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-dir", default="", help="folder of questions-words.txt, wordsim353.tsv, simlex999.txt")
     ap.add_argument("--work", default="/tmp/word2vec_gpu")
     ap.add_argument("--json", default="")
+    ap.add_argument("--build-scaling", default="", metavar="N,N,...",
+                    help="instead of the runs: for each, the builder alone on N threads and on N processes")
     args = ap.parse_args(argv)
     runs = parse_runs(args.runs)
+    counts = [int(x) for x in args.build_scaling.split(",") if x.strip()]
     sys.path.insert(0, str(HERE.parent))
     sys.path.insert(0, str(HERE))
     import jax
@@ -236,10 +296,16 @@ def main(argv=None) -> int:
     vocab = corpus.tokenizer
     running_words = sum(len(line.split()) for line in path.read_text(encoding="utf-8").splitlines())
     pass_tokens = PackedStream(corpus.train, vocab.eos_id, seed=0, shuffle=False).pass_tokens
+    results = []
+    for run in runs if counts else []:
+        for row in build_scaling(run, corpus, pass_tokens, running_words, counts, args):
+            print(json.dumps({k: (round(v) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+            results.append(row)
+    if counts:
+        return 0
     print(json.dumps({"jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
                       "running_words": running_words, "vocab": vocab.vocab_size,
                       "corpus_seconds": round(time.perf_counter() - t0, 2)}), flush=True)
-    results = []
     for run in runs:
         try:
             r = one_run(run, corpus, running_words, pass_tokens, args)

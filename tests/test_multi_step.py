@@ -1,7 +1,8 @@
 """``train.steps_per_call`` (ptm_jax/train/multi_step.py): k steps in one compiled call give the parameters of k
 single steps bit for bit (on a (2,2,2) mesh, through a shorter last call, and in the fused CPU kernel); records
 land at the end of the call that reaches their step; a stop and resume ends with the uninterrupted run's
-vectors; the call's non-finite streak is the longest in it. word2vec on tiny-shakespeare (the corpus of
+vectors; the call's non-finite streak is the longest in it; word2vec builds a call's batches in one go, the
+same arrays; fastText's are stacked. word2vec and fastText on tiny-shakespeare (the corpus of
 tests/test_word2vec.py)."""
 import json
 import types
@@ -99,6 +100,40 @@ def test_a_call_runs_only_its_active_steps_and_reports_its_longest_nonfinite_str
     assert float(out["sum"]) == 4.0 and int(metrics["nonfinite_streak"]) == 2 and float(metrics["loss"]) == 4.0
     out, metrics = multi(state, {"x": x}, jax.random.key(0), jnp.asarray(active_mask(2, 4)))
     assert float(out["sum"]) == -3.0 and int(out["streak"]) == 2 and float(metrics["loss"]) == -2.0
+
+
+def test_word2vec_builds_a_group_in_one_call_equal_to_its_batches_stacked_for_one_and_two_processes(corpus):
+    cfg = config(corpus.tokenizer, 4)
+    cfg.data.pack_rows = 64  # blocks of 64 rows: two processes hold 2 blocks of each 256-row batch
+    obj = FAMILY.objectives["skipgram"](cfg, corpus)
+    for pc in (1, 2):
+        for pi in range(pc):
+            singles = obj.train_batches(3 * BATCH, BATCH, pi, pc)
+            group = next(obj.train_groups(3 * BATCH, BATCH, 4, pi, pc))
+            stacked = [next(singles) for _ in range(4)]
+            for name, arr in group.items():
+                assert arr.shape == (4, BATCH // pc) + stacked[0][name].shape[1:]
+                np.testing.assert_array_equal(arr, np.stack([b[name] for b in stacked]), err_msg=name)
+
+
+def test_fasttext_stacks_its_batches_and_ptm_pretrain_ends_with_the_single_step_parameters(shared_data, tmp_path):
+    """fastText has no ``train_groups``: the loop stacks its batches (``stacked_batches``). The main job's
+    command, 7 steps at 3 a call (calls of 3, 3, 1)."""
+    from ptm_jax.cli import main
+    from ptm_jax.export.params import load_params
+
+    text = shared_data / "corpus/tinyshakespeare/input.txt"
+    params = {}
+    for k in (1, 3):
+        out = tmp_path / f"k{k}"
+        assert main(["pretrain", "-c", "fasttext_tiny", f"output_dir={str(out)!r}", f"data.corpus={str(text)!r}",
+                     "data.format=lines", "data.eval_documents=0", "tokenizer.min_count=5",
+                     "tokenizer.vocab_size=4000", "model.vocab_size=4000", "model.dim=16", "model.bucket=5000",
+                     "train.batch_size=512", "train.steps=7", "train.log_every=2", "train.eval_every=0",
+                     "train.checkpoint_every=1000", f"train.steps_per_call={k}"]) == 0
+        params[k] = load_params(out)[0]
+    for a, b in zip(jax.tree.leaves(params[1]), jax.tree.leaves(params[3])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_steps_per_call_below_one_is_a_config_error_naming_the_field():

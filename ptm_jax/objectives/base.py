@@ -78,6 +78,18 @@ class CarriesState(Protocol):
 
 
 @runtime_checkable
+class BuildsGroups(Protocol):
+    """Optional: an objective that builds ``train.steps_per_call`` batches at once better than one by one
+    (word2vec: one example-builder call over their positions). Without it the loop stacks ``train_batches``
+    (``train/multi_step.py`` ``stacked_batches``); either way the groups hold the same batches."""
+
+    def train_groups(self, start_example: int, global_batch: int, k: int, process_index: int,
+                     process_count: int) -> Iterator[Batch]:
+        """``train_batches(start_example, global_batch, process_index, process_count)`` k at a time, each
+        feature stacked on a new leading axis ([k, rows, ...])."""
+
+
+@runtime_checkable
 class SetsStatistics(Protocol):
     """Optional: parameters that a training step sets instead of training them (BatchNorm's running mean and
     variance, ``models/batch_norm.py``). The loop's train step calls ``loss_and_statistics`` in place of ``loss``

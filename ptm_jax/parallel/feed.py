@@ -55,17 +55,18 @@ def row_shares(rows: np.ndarray, global_rows: int) -> tuple[int, list[int]]:
 
 
 def local_batches(open_share: Callable[[int, int], Iterator[dict[str, np.ndarray]]], mesh: Mesh,
-                 global_rows: int) -> Iterator[dict[str, np.ndarray]]:
+                 global_rows: int, axis: int = 0) -> Iterator[dict[str, np.ndarray]]:
     """This process's rows of successive global batches, in the order ``to_global`` places them.
     ``open_share(index, count)``: the objective's stream of share ``index`` of ``count`` (its
     ``train_batches``/``eval_batches`` with that process index and count). One share (host-ordered meshes)
-    is the objective's stream itself; several are read in step and concatenated."""
+    is the objective's stream itself; several are read in step and concatenated along ``axis``, the rows' (1
+    for stacked batches, ``train_groups``)."""
     count, indices = row_shares(process_rows(mesh, global_rows), global_rows)
     if len(indices) == 1:
         yield from open_share(indices[0], count)
         return
     for parts in zip(*[open_share(i, count) for i in indices]):
-        yield {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        yield {k: np.concatenate([p[k] for p in parts], axis=axis) for k in parts[0]}
 
 
 def to_global(batch: dict[str, np.ndarray], mesh: Mesh, keys: list[str] | None = None,

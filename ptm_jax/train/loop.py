@@ -25,7 +25,7 @@ from jax.sharding import Mesh
 from ptm_jax import fs
 from ptm_jax.checkpoint import Checkpointer, abstract_with_shardings
 from ptm_jax.config import TrainConfig
-from ptm_jax.objectives.base import CarriesState, Objective, TaskObjective, check_grad_accum
+from ptm_jax.objectives.base import BuildsGroups, CarriesState, Objective, TaskObjective, check_grad_accum
 from ptm_jax.parallel.feed import (
     Prefetcher,
     gather_rows,
@@ -259,11 +259,15 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
     global_batch = tcfg.batch_size
     example = objective.example_batch(global_batch)
     # the feed starts before a fresh state is initialised: its first batches are built while init compiles
-    host_batches = local_batches(lambda i, n: objective.train_batches(cursor, global_batch, i, n), mesh,
-                                 global_batch)
     k = tcfg.steps_per_call
-    if k > 1:
-        host_batches = stacked_batches(host_batches, k)
+    if k > 1 and isinstance(objective, BuildsGroups):
+        host_batches = local_batches(lambda i, n: objective.train_groups(cursor, global_batch, k, i, n), mesh,
+                                     global_batch, axis=1)
+    else:
+        host_batches = local_batches(lambda i, n: objective.train_batches(cursor, global_batch, i, n), mesh,
+                                     global_batch)
+        if k > 1:
+            host_batches = stacked_batches(host_batches, k)
     feed = Prefetcher(host_batches, mesh, compiled.batch_keys, depth=tcfg.prefetch_batches,
                       global_rows=global_batch, stacked=k > 1)
     try:
