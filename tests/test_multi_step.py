@@ -5,32 +5,22 @@ vectors; the call's non-finite streak is the longest in it; word2vec builds a ca
 same arrays; fastText's are stacked. word2vec and fastText on tiny-shakespeare (the corpus of
 tests/test_word2vec.py)."""
 import json
-import types
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ptm_jax.config import DataConfig, MeshConfig, RunConfig, TokenizerConfig, TrainConfig, load_config
-from ptm_jax.data.cache import build_or_load_cache
-from ptm_jax.data.word_vocab import build_word_vocab
+from ptm_jax.config import MeshConfig, RunConfig, TokenizerConfig, TrainConfig, load_config
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.word2vec import FAMILY, Word2VecConfig, Word2VecDataConfig
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.loop import fit
 from ptm_jax.train.multi_step import active_mask, make_multi_step
+from test_word2vec import corpus  # noqa: F401  (the fixture: tiny-shakespeare's words, count >= 5)
 
 STEPS, BATCH = 10, 256
-
-
-@pytest.fixture(scope="module")
-def corpus(shared_data, tmp_path_factory):
-    path = shared_data / "corpus/tinyshakespeare/input.txt"
-    out = tmp_path_factory.mktemp("multi_step_corpus")
-    vocab = build_word_vocab(path.read_text(encoding="utf-8").splitlines(), out, min_count=5, lower_case=True)
-    cache = build_or_load_cache(DataConfig(corpus=str(path), format="lines"), vocab, out / "cache")
-    return types.SimpleNamespace(tokenizer=vocab, train=cache, eval=None)
 
 
 def config(vocab, k: int, objective: str = "skipgram", updates: str = "batch") -> RunConfig:
@@ -139,3 +129,29 @@ def test_fasttext_stacks_its_batches_and_ptm_pretrain_ends_with_the_single_step_
 def test_steps_per_call_below_one_is_a_config_error_naming_the_field():
     with pytest.raises(ConfigError, match="train.steps_per_call must be >= 1, got 0"):
         load_config("bert_tiny", ["train.steps_per_call=0"])
+
+
+def test_the_gpu_benchmark_trains_word2vec_where_tensorflow_is_not_installed(shared_data, tmp_path):
+    """The lent GPU hosts have no TensorFlow: ``benchmarks/word2vec_gpu.py`` builds the batches with
+    ``word2vec_batches`` and runs ``fit``'s calls, k=4 a call from whole-group builds, on Gutenberg."""
+    import os
+    import subprocess
+    import sys
+
+    from test_bench import BLOCK_TENSORFLOW
+    from xla_env import xla_flags
+
+    repo = Path(__file__).resolve().parent.parent
+    script = BLOCK_TENSORFLOW.replace("from ptm_jax.cli import main\n", "sys.path.insert(0, 'benchmarks')\n"
+                                      "from word2vec_gpu import main\n")
+    out = tmp_path / "gpu.json"
+    proc = subprocess.run([sys.executable, "-c", script, "--runs", "skipgram:4096:k=4:group", "--epochs", "0.029",
+                           "--kernel", "xla", "--threads", "2", "--work", str(tmp_path / "work"), "--json", str(out)],
+                          capture_output=True, text=True, cwd=repo, timeout=600,
+                          env=dict(os.environ, XLA_FLAGS=xla_flags(1), PYTHONPATH=str(repo)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (r,) = json.loads(out.read_text())
+    assert "error" not in r, r.get("error")
+    assert r["steps"] == 15 and r["steps_per_call"] == 4  # 0.029 x 2,066,805 stream tokens / 4096: calls of 4, 4, 4, 3
+    assert min(r["words_per_sec_streamed"], r["words_per_sec_fed"], r["words_per_sec_step_only"]) > 0
+    assert r["max_abs_diff_runs"] == 0.0 and 0.28 < r["coverage"] < 0.29

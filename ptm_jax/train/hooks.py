@@ -2,8 +2,9 @@
 lines, periodic evaluation, checkpointing with the preemption stop.
 
 ``loop.fit`` runs one jitted call at a time (one step, or ``train.steps_per_call`` of them) and hands it to its
-hooks, in order; each hook is one concern and keeps its own state. The design follows levanter's ``trainer.add_hook(fn, every=N)`` (DESIGN.md: "The loop
-stays short; side work is hooks"). The protocol (every method optional, the base class does nothing):
+hooks, in order; each hook is one concern and keeps its own state. The design follows levanter's
+``trainer.add_hook(fn, every=N)`` (DESIGN.md: "The loop stays short; side work is hooks"). The protocol (every
+method optional, the base class does nothing):
 
 - ``after_step(run, metrics)``: after each call, in hook order; ``metrics`` are its (last) step's device values.
   A hook that moves the run back (``SpikeRollback``) returns ``ROLLED_BACK``: the later hooks skip that step and

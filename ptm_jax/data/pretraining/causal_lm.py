@@ -28,6 +28,7 @@ padding (``pad_id``, weight 0, segment 0, position 0), so every held-out token i
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,6 +40,9 @@ from ptm_jax.data.pretraining.source import (
     check_share,
 )
 from ptm_jax.errors import ConfigError, DataError
+
+if TYPE_CHECKING:  # annotations only: tf.data is imported where a dataset is built
+    import tensorflow as tf
 
 FEATURE_DTYPES = {
     "input_ids": np.int32, "target_ids": np.int32, "target_weights": np.float32,

@@ -48,6 +48,7 @@ import dataclasses
 import functools
 import logging
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -55,6 +56,9 @@ from ptm_jax.data.pretraining.causal_lm import PackedStream
 from ptm_jax.data.pretraining.source import DocumentSource, check_share
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.word2vec import sampling
+
+if TYPE_CHECKING:  # annotations only: tf.data is imported where a dataset is built
+    import tensorflow as tf
 
 log = logging.getLogger(__name__)
 
