@@ -1,8 +1,8 @@
 """``train.steps_per_call`` (ptm_jax/train/multi_step.py): k steps in one compiled call give the parameters of k
 single steps bit for bit (on a (2,2,2) mesh, through a shorter last call, and in the fused CPU kernel); records
 land at the end of the call that reaches their step; a stop and resume ends with the uninterrupted run's
-vectors; the call's non-finite streak is the longest in it; word2vec builds a call's batches in one go, the
-same arrays; fastText's are stacked. word2vec and fastText on tiny-shakespeare (the corpus of
+vectors; the call's non-finite streak is the longest in it; word2vec and fastText build a call's batches in one
+go (the same arrays), other families' are stacked. Mostly word2vec on tiny-shakespeare (the corpus of
 tests/test_word2vec.py)."""
 import json
 from pathlib import Path
@@ -106,9 +106,17 @@ def test_word2vec_builds_a_group_in_one_call_equal_to_its_batches_stacked_for_on
                 np.testing.assert_array_equal(arr, np.stack([b[name] for b in stacked]), err_msg=name)
 
 
-def test_fasttext_stacks_its_batches_and_ptm_pretrain_ends_with_the_single_step_parameters(shared_data, tmp_path):
-    """fastText has no ``train_groups``: the loop stacks its batches (``stacked_batches``). The main job's
-    command, 7 steps at 3 a call (calls of 3, 3, 1)."""
+FAST_TEXT = ["data.format=lines", "data.eval_documents=0", "tokenizer.min_count=5", "tokenizer.vocab_size=4000",
+             "model.vocab_size=4000", "model.dim=16", "model.bucket=5000", "train.batch_size=512"]
+
+
+@pytest.mark.parametrize("preset, overrides", [("fasttext_tiny", FAST_TEXT), ("nnlm_tiny", ["train.eval_every=3"])],
+                         ids=["fasttext_groups", "nnlm_stacked_with_adam_and_evaluation"])
+def test_ptm_pretrain_at_three_steps_a_call_ends_with_the_single_step_parameters(preset, overrides, shared_data,
+                                                                                 tmp_path):
+    """The main job's command, 7 steps at 3 a call (calls of 3, 3, 1). fastText builds its groups in one go
+    (``train_groups``); the NNLM has none, so the loop stacks its batches (``stacked_batches``); it trains with
+    Adam and evaluates (``eval_every`` 3: after the calls ending at 3 and 6, and at 7)."""
     from ptm_jax.cli import main
     from ptm_jax.export.params import load_params
 
@@ -116,11 +124,9 @@ def test_fasttext_stacks_its_batches_and_ptm_pretrain_ends_with_the_single_step_
     params = {}
     for k in (1, 3):
         out = tmp_path / f"k{k}"
-        assert main(["pretrain", "-c", "fasttext_tiny", f"output_dir={str(out)!r}", f"data.corpus={str(text)!r}",
-                     "data.format=lines", "data.eval_documents=0", "tokenizer.min_count=5",
-                     "tokenizer.vocab_size=4000", "model.vocab_size=4000", "model.dim=16", "model.bucket=5000",
-                     "train.batch_size=512", "train.steps=7", "train.log_every=2", "train.eval_every=0",
-                     "train.checkpoint_every=1000", f"train.steps_per_call={k}"]) == 0
+        corpus = [f"data.corpus={str(text)!r}"] if preset == "fasttext_tiny" else []
+        assert main(["pretrain", "-c", preset, f"output_dir={str(out)!r}", *corpus, *overrides, "train.steps=7",
+                     "train.log_every=2", "train.checkpoint_every=1000", f"train.steps_per_call={k}"]) == 0
         params[k] = load_params(out)[0]
     for a, b in zip(jax.tree.leaves(params[1]), jax.tree.leaves(params[3])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -30,17 +30,21 @@ from __future__ import annotations
 import functools
 import math
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import tensorflow as tf
 
 from ptm_jax.data.pretraining.causal_lm import PackedStream
 from ptm_jax.data.pretraining.source import DocumentSource, check_share
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.fasttext.subwords import Subwords
-from ptm_jax.families.word2vec.data import (PAIR_MARGIN, Tables, batch_dataset, check_blocks, packed_rows,
-                                            report_dropped)
+from ptm_jax.families.word2vec.data import (PAIR_MARGIN, Tables, batch_dataset, check_blocks, grouped_maker,
+                                            packed_rows)
 from ptm_jax.families.word2vec.data import feature_dtype
 from ptm_jax.families.word2vec.data import feature_shapes as word2vec_shapes
+
+if TYPE_CHECKING:  # annotations only: tf.data is imported where a dataset is built
+    import tensorflow as tf
 
 
 def unit_slots(tables: Tables, lengths: np.ndarray, counts: np.ndarray, window: int, cbow: bool,
@@ -176,11 +180,12 @@ def _native_units(fn, out: dict[str, np.ndarray], subwords: Subwords, cbow: bool
     return out
 
 
-def fasttext_dataset(source: DocumentSource, tables: Tables, subwords: Subwords, *, eos_id: int, pad_id: int,
+def fasttext_batches(source: DocumentSource, tables: Tables, subwords: Subwords, *, eos_id: int, pad_id: int,
                      window: int, negative: int, cbow: bool, reach: int, seed: int, start_index: int,
                      global_batch: int, block: int, slots: int, units: int, process_index: int = 0,
-                     process_count: int = 1, shared: bool = True) -> tf.data.Dataset:
-    """This process's rows of global batches ``start_index / global_batch``, ... (endless; as word2vec's)."""
+                     process_count: int = 1, shared: bool = True):
+    """(``make``, ``shapes``) as word2vec's ``word2vec_batches``: this process's rows of global batch ``i``
+    (``make(i)``) or of k successive ones stacked (``make(i, k)``), with their n-gram units."""
     if not isinstance(window, int) or window < 1:
         raise ConfigError(f"data.window={window!r} must be an integer >= 1")
     check_share(start_index, global_batch, process_index, process_count)
@@ -190,13 +195,20 @@ def fasttext_dataset(source: DocumentSource, tables: Tables, subwords: Subwords,
     shapes = feature_shapes(rows, window=window, negative=negative, cbow=cbow, slots=slots, units=units,
                             shared=shared)
 
-    def make(batch: int) -> dict[str, np.ndarray]:
-        first = batch * global_batch + process_index * rows
-        out = packed_rows(stream, tables, first, rows, window=window, negative=negative, cbow=cbow, seed=seed,
+    def build(first: int, n: int) -> dict[str, np.ndarray]:
+        out = packed_rows(stream, tables, first, n, window=window, negative=negative, cbow=cbow, seed=seed,
                           reach=reach, pad_id=pad_id, shared=shared, block=block, slots=slots)
-        out = add_units(out, subwords, cbow, block, units)
-        report_dropped(out, batch, "(context, center) pairs",
-                       f"data.pair_slots (now {slots}) or data.unit_slots (now {units})")
-        return out
+        return add_units(out, subwords, cbow, block, units)
 
+    return grouped_maker(build, global_batch=global_batch, process_index=process_index, process_count=process_count,
+                         what="(context, center) pairs",
+                         setting=f"data.pair_slots (now {slots}) or data.unit_slots (now {units})"), shapes
+
+
+def fasttext_dataset(source: DocumentSource, tables: Tables, subwords: Subwords, *, start_index: int,
+                     global_batch: int, **kwargs) -> tf.data.Dataset:
+    """This process's rows of global batches ``start_index / global_batch``, ... (endless; as word2vec's)
+    through tf.data; the keywords are ``fasttext_batches``'s."""
+    make, shapes = fasttext_batches(source, tables, subwords, start_index=start_index, global_batch=global_batch,
+                                    **kwargs)
     return batch_dataset(make, shapes, feature_dtype, start_index // global_batch)

@@ -30,19 +30,19 @@ import numpy as np
 
 from ptm_jax.data.pretraining.source import DocumentSource
 from ptm_jax.errors import ConfigError
-from ptm_jax.families.fasttext.data import fasttext_dataset, feature_dtype, feature_shapes, unit_slots
+from ptm_jax.families.fasttext.data import fasttext_batches, feature_dtype, feature_shapes, unit_slots
 from ptm_jax.families.fasttext.model import TRUNK, FastText, row_ids, scores_from_rows
 from ptm_jax.families.fasttext.subwords import Subwords
 from ptm_jax.families.word2vec import sampling
 from ptm_jax.families.word2vec.data import Tables, block_rows, pair_slots
+from ptm_jax.families.word2vec.streams import MakerStreams
 from ptm_jax.families.word2vec.table_steps import TableSteps, sparse_rows
-from ptm_jax.objectives.base import SourceStreams
 from ptm_jax.train.step import capped_row_gradients
 
 EVAL_SEED_OFFSET = 1_000_003
 
 
-class FastTextObjective(TableSteps, SourceStreams):
+class FastTextObjective(TableSteps, MakerStreams):
     """``cfg``: a run config whose ``model`` is a ``FastTextConfig`` and ``data`` a ``FastTextDataConfig``;
     ``counts``: occurrences of each word id; ``subwords``: the vocabulary's n-gram table (``subwords.py``)."""
 
@@ -148,10 +148,11 @@ class FastTextObjective(TableSteps, SourceStreams):
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
         return dict(metrics)
 
-    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+    def batch_maker(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+        """(``make``, ``shapes``) of ``data.fasttext_batches``: ``make(i)`` builds batch ``i``'s numpy arrays."""
         d = self.cfg.data
         seed = int(d.seed) if repeat else int(d.seed) + EVAL_SEED_OFFSET
-        return fasttext_dataset(source, self.tables, self.subwords, eos_id=self.eos_id, pad_id=self.pad_id,
+        return fasttext_batches(source, self.tables, self.subwords, eos_id=self.eos_id, pad_id=self.pad_id,
                                 window=d.window, negative=d.negative, cbow=self.cbow, reach=d.reach, seed=seed,
                                 start_index=start, global_batch=global_batch, block=self.block, slots=self.slots,
                                 units=self.units, process_index=pi, process_count=pc,

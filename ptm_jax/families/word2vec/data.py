@@ -304,18 +304,35 @@ def feature_dtype(name: str):
     return np.int64 if name == "example_id" else np.float32
 
 
+def grouped_maker(build, *, global_batch: int, process_index: int, process_count: int, what: str, setting: str):
+    """``make(i, k=1)`` from ``build(first, n)`` (the packed features of stream positions [first, first + n)):
+    this process's rows of global batch ``i``, or with k > 1 of batches ``i .. i + k - 1`` stacked, [k, rows,
+    ...] (``train.steps_per_call``). With one process a group's positions are contiguous and one ``build``
+    call makes them (blocks never straddle two batches, so the arrays are those of k calls). That keeps the
+    Python share of building small: on the 16 cores of a GPU host, threads building 4096-row batches peaked at
+    6.5M words/s (4 threads) while 131072-row calls reached 21M (docs/benchmarks.md "word2vec on a GPU")."""
+    rows = global_batch // process_count
+
+    def make(batch: int, k: int = 1) -> dict[str, np.ndarray]:
+        if k > 1 and process_count > 1:  # this process's rows of successive batches are not contiguous
+            parts = [make(batch + j) for j in range(k)]
+            return {name: np.stack([p[name] for p in parts]) for name in parts[0]}
+        out = build(batch * global_batch + process_index * rows, k * rows)
+        report_dropped(out, batch, what, setting)
+        return out if k == 1 else {name: a.reshape((k, rows) + a.shape[1:]) for name, a in out.items()}
+
+    return make
+
+
 def word2vec_batches(source: DocumentSource, tables: Tables, *, eos_id: int, pad_id: int, window: int,
                      negative: int, cbow: bool, reach: int, seed: int, start_index: int, global_batch: int,
                      block: int, slots: int, process_index: int = 0, process_count: int = 1,
                      shared: bool = True):
     """(``make``, ``shapes``): ``make(i)`` is this process's rows of global batch ``i`` as numpy arrays, the
-    pairs packed in blocks of ``block`` rows with ``slots`` pair slots a row (module doc); ``shapes`` their
-    static shapes. ``make(i, k)``: batches ``i .. i + k - 1`` stacked, [k, rows, ...] (``train.steps_per_call``);
-    with one process their positions are contiguous and one builder call makes them (blocks never straddle
-    two batches, so the arrays are those of k calls), which keeps the Python share of building small: on the
-    16 cores of a GPU host, threads building 4096-row batches peaked at 6.5M words/s (4 threads), 131072-row
-    calls reached 21M (docs/benchmarks.md "word2vec on a GPU"). No TensorFlow: ``word2vec_dataset`` streams
-    these through tf.data, and a host without TensorFlow (``benchmarks/word2vec_gpu.py``) calls ``make``."""
+    pairs packed in blocks of ``block`` rows with ``slots`` pair slots a row (module doc), and ``make(i, k)``
+    k of them stacked (``grouped_maker``); ``shapes`` the static shapes of one batch. No TensorFlow:
+    ``word2vec_dataset`` streams these through tf.data, and a host without TensorFlow
+    (``benchmarks/word2vec_gpu.py``) calls ``make`` itself."""
     if not isinstance(window, int) or window < 1:
         raise ConfigError(f"data.window={window!r} must be an integer >= 1")
     check_share(start_index, global_batch, process_index, process_count)
@@ -325,17 +342,12 @@ def word2vec_batches(source: DocumentSource, tables: Tables, *, eos_id: int, pad
     shapes = feature_shapes(rows, window=window, negative=negative, cbow=cbow, depth=tables.depth, slots=slots,
                             shared=shared)
 
-    def make(batch: int, k: int = 1) -> dict[str, np.ndarray]:
-        if k > 1 and process_count > 1:  # this process's rows of successive batches are not contiguous
-            parts = [make(batch + j) for j in range(k)]
-            return {name: np.stack([p[name] for p in parts]) for name in parts[0]}
-        first = batch * global_batch + process_index * rows
-        out = packed_rows(stream, tables, first, k * rows, window=window, negative=negative, cbow=cbow, seed=seed,
-                          reach=reach, pad_id=pad_id, shared=shared, block=block, slots=slots)
-        report_dropped(out, batch, "(context, center) pairs", f"data.pair_slots (now {slots})")
-        return out if k == 1 else {name: a.reshape((k, rows) + a.shape[1:]) for name, a in out.items()}
+    def build(first: int, n: int) -> dict[str, np.ndarray]:
+        return packed_rows(stream, tables, first, n, window=window, negative=negative, cbow=cbow, seed=seed,
+                           reach=reach, pad_id=pad_id, shared=shared, block=block, slots=slots)
 
-    return make, shapes
+    return grouped_maker(build, global_batch=global_batch, process_index=process_index, process_count=process_count,
+                         what="(context, center) pairs", setting=f"data.pair_slots (now {slots})"), shapes
 
 
 def word2vec_dataset(source: DocumentSource, tables: Tables, *, start_index: int, global_batch: int,

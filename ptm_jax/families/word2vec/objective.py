@@ -20,26 +20,24 @@ Reported: ``w2v_loss`` (terms per pair: the mean over the batch's pairs) and ``w
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ptm_jax.data.numpy_streams import numpy_batches
 from ptm_jax.data.pretraining.source import DocumentSource
 from ptm_jax.families.word2vec.artifacts import source_counts  # noqa: F401  (its home before artifacts.py)
-from ptm_jax.families.word2vec.data import (Tables, batch_dataset, block_rows, feature_dtype, feature_shapes,
-                                            pair_slots, word2vec_batches)
+from ptm_jax.families.word2vec.data import Tables, block_rows, feature_dtype, feature_shapes, pair_slots, word2vec_batches
 from ptm_jax.families.word2vec.model import TRUNK, Word2Vec, per_pair, row_ids, scores_from_rows
+from ptm_jax.families.word2vec.streams import MakerStreams
 from ptm_jax.families.word2vec.table_steps import TableSteps, sparse_rows
-from ptm_jax.objectives.base import SourceStreams
 from ptm_jax.train.step import capped_row_gradients
 
 EVAL_SEED_OFFSET = 1_000_003
 
 
-class Word2VecObjective(TableSteps, SourceStreams):
+class Word2VecObjective(TableSteps, MakerStreams):
     """``cfg``: a run config whose ``model`` is a ``Word2VecConfig`` and ``data`` a ``Word2VecDataConfig``;
     ``counts``: occurrences of each word id (the word vocabulary's ``vocab.tsv`` counts); ``tables``: the sampling
     tables already built from them (the ``sampling_tables`` artifact, ``artifacts.py``), else built here."""
@@ -163,17 +161,3 @@ class Word2VecObjective(TableSteps, SourceStreams):
                                 negative=d.negative, cbow=self.cbow, reach=d.reach, seed=seed, start_index=start,
                                 global_batch=global_batch, block=self.block, slots=self.slots,
                                 process_index=pi, process_count=pc, shared=d.shared_negatives)
-
-    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
-        make, shapes = self.batch_maker(source, start, global_batch, pi, pc, repeat)
-        return batch_dataset(make, shapes, feature_dtype, start // global_batch)
-
-    def train_groups(self, start_example: int, global_batch: int, k: int, process_index: int, process_count: int
-                     ) -> Iterator[dict[str, np.ndarray]]:
-        """``train_batches`` k at a time, stacked ([k, rows, ...]; ``objectives.base.BuildsGroups``): one builder
-        call a group (``data.word2vec_batches``)."""
-        make, shapes = self.batch_maker(self.train_source, start_example, global_batch, process_index,
-                                        process_count, True)
-        first = start_example // global_batch
-        return numpy_batches(batch_dataset(lambda g: make(first + g * k, k),
-                                           {name: (k,) + shape for name, shape in shapes.items()}, feature_dtype, 0))
