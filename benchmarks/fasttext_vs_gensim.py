@@ -52,7 +52,8 @@ def run_config(objective: str, vocab_size: int, args, steps: int):
                                        min_lr_ratio=1e-4, weight_decay=0.0, clip_norm=0.0,
                                        log_every=max(steps // 10, 1), eval_every=10 ** 9,
                                        checkpoint_every=10 ** 9, checkpoint_compression=False,  # as the configs
-                                       progress_bar=False, seed=args.seed))
+                                       progress_bar=False, seed=args.seed,
+                                       steps_per_call=getattr(args, "steps_per_call", 1)))
 
 
 def build_objective(objective: str, corpus, args, steps: int):
@@ -187,6 +188,7 @@ def main(argv=None) -> int:
                     help="ptm_jax: model.updates (sequential: fastText's order, in the fused CPU kernel)")
     ap.add_argument("--per-pair-negatives", action="store_true",
                     help="ptm_jax skip-gram: data.shared_negatives=false (a draw per pair, as fastText and gensim)")
+    ap.add_argument("--steps-per-call", type=int, default=1, help="ptm_jax: train.steps_per_call")
     ap.add_argument("--workers", type=int, default=2, help="gensim worker threads")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", default="/tmp/fasttext_bench")

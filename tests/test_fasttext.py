@@ -7,6 +7,8 @@ Stop mid-epoch + resume ending bit-equal (and one device = the (2,2,2) mesh) is 
 through ``Family.tiny_preset``."""
 import json
 
+import types
+
 import numpy as np
 import pytest
 
@@ -104,7 +106,7 @@ def test_word_and_oov_vectors_equal_gensim_fasttext_keyedvectors_of_the_same_tab
 
     from ptm_jax.export.params import load_params, load_tokenizer
     from ptm_jax.families.fasttext import FAMILY
-    from ptm_jax.families.fasttext.subwords import ARTIFACT, Subwords, build_table
+    from ptm_jax.families.fasttext.subwords import ARTIFACT, Subwords, build_subwords, build_table
 
     params, cfg, info, tok_dir = load_params(run)
     tok = load_tokenizer(info, tok_dir)
@@ -128,6 +130,10 @@ def test_word_and_oov_vectors_equal_gensim_fasttext_keyedvectors_of_the_same_tab
     want = build_table(cfg, tok)
     np.testing.assert_array_equal(got.ids, want.ids)
     assert ARTIFACT == "subwords" and got.lengths[tok.token_to_id("the")] == 1 + 6  # own row + 6 n-grams
+    met = []  # a process arriving after process 0 finished the table still meets it at the barrier
+    again = build_subwords(types.SimpleNamespace(model=cfg), types.SimpleNamespace(tokenizer=tok),
+                           cached[0].parent.parent, process_index=1, barrier=met.append)
+    assert met == ["fasttext_subwords"] and np.array_equal(again.ids, want.ids)
 
 
 def test_exported_vector_files_load_in_gensim_with_the_composed_word_vectors(run, vectors, tmp_path):

@@ -161,3 +161,34 @@ def test_the_gpu_benchmark_trains_word2vec_where_tensorflow_is_not_installed(sha
     assert r["steps"] == 15 and r["steps_per_call"] == 4  # 0.029 x 2,066,805 stream tokens / 4096: calls of 4, 4, 4, 3
     assert min(r["words_per_sec_streamed"], r["words_per_sec_fed"], r["words_per_sec_step_only"]) > 0
     assert r["max_abs_diff_runs"] == 0.0 and 0.28 < r["coverage"] < 0.29
+
+
+def test_three_steps_a_call_on_two_and_four_processes_equal_one_process_at_one_step_a_call(tmp_path):
+    """``ptm pretrain -c word2vec_tiny`` (embedded corpus, evaluation and checkpoints every 3 steps) on 2
+    processes x 4 devices and on 4 x 2 with an interleaved mesh (each process feeds two row blocks of every
+    batch: ``local_batches`` joins its groups along the rows' axis), 3 steps a call (3, 3, 1), against one
+    process at one step a call: the same evaluations at the same steps and the same vectors (gloo sums in
+    another order: rtol 1e-5, as tests/test_multihost_run.py)."""
+    from test_multihost_run import ENV, LAYOUTS, run
+
+    from ptm_jax.export.params import load_params
+
+    common = ["pretrain", "-c", "word2vec_tiny", "train.steps=7", "train.log_every=1", "train.eval_every=3",
+              "train.checkpoint_every=3", "data.pack_rows=8"]
+    outs = {}
+    for n, k in ((1, 1), (2, 3), (4, 3)):
+        outs[n] = tmp_path / f"p{n}"
+        run(n, [*common, *LAYOUTS[n], f"train.steps_per_call={k}", f"output_dir={outs[n]}"], dict(ENV), tmp_path)
+    ref = records(outs[1] / "pretrain")
+    evals = {n: [json.loads(x) for x in (outs[n] / "pretrain/metrics.jsonl").read_text().splitlines()]
+             for n in outs}
+    evals = {n: {r["step"]: r["w2v_loss"] for r in rows if r["split"] == "eval"} for n, rows in evals.items()}
+    assert sorted(evals[1]) == [3, 6, 7] and sorted(ref) == list(range(1, 8))
+    params = {n: load_params(out)[0] for n, out in outs.items()}
+    for n in (2, 4):
+        assert sorted(evals[n]) == [3, 6, 7]
+        np.testing.assert_allclose([evals[n][s] for s in (3, 6, 7)], [evals[1][s] for s in (3, 6, 7)], rtol=1e-5)
+        assert sorted(p.name for p in (outs[n] / "pretrain/checkpoints").iterdir() if p.name.isdigit()) == \
+            ["3", "6", "7"]
+        for a, b in zip(jax.tree.leaves(params[1]), jax.tree.leaves(params[n])):
+            np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-7)

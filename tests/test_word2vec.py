@@ -339,7 +339,7 @@ def test_bad_word2vec_settings_are_config_errors_naming_the_field(override, fiel
         load_config("word2vec_sg", [override])
 
 
-def test_sampling_tables_are_built_once_as_an_artifact_and_read_back(corpus, tmp_path):
+def test_sampling_tables_are_built_once_as_an_artifact_read_back_and_met_by_every_process(corpus, tmp_path):
     from ptm_jax.families.word2vec.artifacts import ARTIFACT, TABLES_FILE, build_sampling_tables
 
     vocab = corpus.tokenizer
@@ -349,6 +349,9 @@ def test_sampling_tables_are_built_once_as_an_artifact_and_read_back(corpus, tmp
     assert len(files) == 1 and ARTIFACT in FAMILY.artifacts
     stamp = files[0].stat().st_mtime_ns
     again = build_sampling_tables(cfg, corpus, tmp_path)                 # read, not rebuilt
+    met = []  # a process that arrives after process 0 finished still meets it at the barrier (else: a hang)
+    build_sampling_tables(cfg, corpus, tmp_path, process_index=1, barrier=met.append)
+    assert met == ["word2vec_sampling_tables"]
     assert files[0].stat().st_mtime_ns == stamp and list(tmp_path.glob("t-*")) == [files[0].parent]
     fresh = Tables.build(vocab.counts, specials(vocab), sample=1e-3, negative=NEG, hs=True)
     for k in ("keep", "cdf", "points", "codes", "lengths"):

@@ -53,12 +53,14 @@ class Run:
     checkpoint_info: dict[str, Any]
     """Stored with every checkpoint besides step, cursor and rollbacks (objective name, config, ...)."""
     skipped: int = 0
-    """Examples the data stream skipped through loss-spike rollbacks: the cursor is step * batch + skipped."""
+    """Examples the data stream skipped (loss-spike rollbacks; the unused batches of a shorter last call of
+    ``train.steps_per_call``): the cursor is step * batch + skipped."""
     rollbacks: int = 0
     hooks: list["Hook"] = dataclasses.field(default_factory=list)
     last_train: dict[str, float] = dataclasses.field(default_factory=dict)
     last_eval: dict[str, float] = dataclasses.field(default_factory=dict)
     stop: str | None = None
+    """Why this call stops before ``train.steps``: "SIGTERM" or "stop_after"."""
     advanced: int = 1
     """Steps the last call ran (``train.steps_per_call``; 1 a call by default)."""
 
@@ -66,7 +68,6 @@ class Run:
         """Whether the last call reached a multiple of ``every`` (> 0): with one step a call, ``step % every == 0``;
         with several, at the end of the call that passed it."""
         return every > 0 and self.step // every > (self.step - self.advanced) // every
-    """Why this call stops before ``train.steps``: "SIGTERM" or "stop_after"."""
 
     @property
     def preempted(self) -> bool:

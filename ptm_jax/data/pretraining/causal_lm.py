@@ -28,7 +28,6 @@ padding (``pad_id``, weight 0, segment 0, position 0), so every held-out token i
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,8 +40,11 @@ from ptm_jax.data.pretraining.source import (
 )
 from ptm_jax.errors import ConfigError, DataError
 
-if TYPE_CHECKING:  # annotations only: tf.data is imported where a dataset is built
+try:  # imported with this module, in the importing thread (TensorFlow first imported on the feed's thread
+    # aborted some processes at exit); the numpy example builders run without it (the lent GPU hosts)
     import tensorflow as tf
+except ImportError:
+    tf = None
 
 FEATURE_DTYPES = {
     "input_ids": np.int32, "target_ids": np.int32, "target_weights": np.float32,
@@ -242,7 +244,9 @@ def causal_lm_dataset(source: DocumentSource, eos_id: int, pad_id: int, seq_len:
     segment_ids, position_ids int32; target_weights float32 (0 on padding); example_id [rows] int64 (the row
     index k). ``repeat=False``: one pass, padded to whole global batches (evaluation; use ``shuffle=False``).
     """
-    import tensorflow as tf  # here, not at the top: the example builders run without it
+    if tf is None:
+        raise ConfigError("tf.data streams the batches and TensorFlow does not import here: pip install "
+                          "tensorflow-cpu (a host without it can call the numpy builders directly)")
     _check_args(seq_len, eos_id, pad_id, start_index, global_batch, process_index, process_count)
     stream = PackedStream(source, eos_id, seed=seed, shuffle=shuffle)
     rows = global_batch // process_count

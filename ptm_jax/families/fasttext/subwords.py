@@ -109,11 +109,10 @@ def build_subwords(cfg: Any, corpus: Any, directory: Any, *, process_index: int 
     cfg.model.validate()  # on every process, before any of them waits at the barrier
     root = fs.path(directory) / artifact_key(cfg.model, corpus.tokenizer)
     final = root / TABLE_FILE
-    if not fs.is_complete(root):
-        if pi == 0:
-            fs.write_bytes_atomic(final, build_table(cfg.model, corpus.tokenizer).to_bytes())
-            fs.mark_complete(root)
-        meet("fasttext_subwords")
+    if pi == 0 and not fs.is_complete(root):
+        fs.write_bytes_atomic(final, build_table(cfg.model, corpus.tokenizer).to_bytes())
+        fs.mark_complete(root)
+    meet("fasttext_subwords")  # by every process, whatever it found on disk (word2vec's sampling tables say why)
     if not fs.exists(final):
         raise DataError(f"{root}: marked complete but {TABLE_FILE} is missing; delete the folder to rebuild")
     return Subwords.from_bytes(fs.read_bytes(final), str(final))

@@ -100,11 +100,12 @@ def build_sampling_tables(cfg: Any, corpus: Any, directory: Any, *, process_inde
     counts, specials = vocabulary_counts(cfg, corpus)
     root = fs.path(directory) / tables_key(cfg, counts, specials)
     final = root / TABLES_FILE
-    if not fs.is_complete(root):
-        if pi == 0:
-            fs.write_bytes_atomic(final, to_bytes(build_tables(cfg, counts, specials)))
-            fs.mark_complete(root)
-        meet("word2vec_sampling_tables")
+    if pi == 0 and not fs.is_complete(root):
+        fs.write_bytes_atomic(final, to_bytes(build_tables(cfg, counts, specials)))
+        fs.mark_complete(root)
+    # every process meets, whatever it found on disk: a process that looked after process 0 had finished
+    # would otherwise skip the barrier that process 0 waits at (a hang seen with 2 processes)
+    meet("word2vec_sampling_tables")
     if not fs.exists(final):
         raise DataError(f"{root}: marked complete but {TABLES_FILE} is missing; delete the folder to rebuild")
     return from_bytes(fs.read_bytes(final), str(final))
