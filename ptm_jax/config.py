@@ -163,9 +163,10 @@ class TrainConfig:
     steps_per_call: int = 1
     """Train steps per compiled call (``train/multi_step.py``): the host stacks this many batches, transfers them
     at once and dispatches one program for them, for models whose step is shorter than the host's work per step
-    (the static embeddings on a GPU). The parameters are those of single steps. Logging, evaluation and
-    checkpoints happen at the end of the call that reaches their step (so at a later step when
-    ``log_every``, ``eval_every`` or ``checkpoint_every`` is not a multiple of it)."""
+    (the static embeddings on a GPU; on a CPU the scan around the fused kernel made fastText slower, so 1 there).
+    The parameters are those of single steps. Logging, evaluation and checkpoints happen at the end of the call
+    that reaches their step (so at a later step when ``log_every``, ``eval_every`` or ``checkpoint_every`` is
+    not a multiple of it)."""
     metrics_one_step_late: bool = True
     """Read a step's logged metrics and non-finite counter while the next step runs (the host never waits for
     the device); false reads them right after their own step."""
