@@ -28,7 +28,8 @@ import numpy as np
 
 from ptm_jax.data.pretraining.source import DocumentSource
 from ptm_jax.families.word2vec.artifacts import source_counts  # noqa: F401  (its home before artifacts.py)
-from ptm_jax.families.word2vec.data import Tables, block_rows, feature_dtype, feature_shapes, pair_slots, word2vec_batches
+from ptm_jax.families.word2vec.data import (Tables, block_rows, feature_dtype, feature_shapes, pair_slots,
+                                            word2vec_batches)
 from ptm_jax.families.word2vec.model import TRUNK, Word2Vec, per_pair, row_ids, scores_from_rows
 from ptm_jax.families.word2vec.streams import MakerStreams
 from ptm_jax.families.word2vec.table_steps import TableSteps, sparse_rows
