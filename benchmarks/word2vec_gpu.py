@@ -72,26 +72,18 @@ def parse_runs(text: str) -> list[dict]:
 
 
 def train(compiled, state, groups, steps: int, k: int, key, mesh):
-    """``fit``'s calls over ``groups`` (device batches, stacked by k when k > 1), ``steps`` steps; the state
-    and the last call's metrics once the parameters are ready."""
+    """``fit``'s calls (``loop.train_call``) over ``groups`` (device batches, stacked by k when k > 1), ``steps``
+    steps; the state and the last call's metrics once the parameters are ready."""
     import jax
 
-    from ptm_jax.parallel.rules import replicated
-    from ptm_jax.train.multi_step import active_mask
+    from ptm_jax.train.loop import train_call
 
-    done, active = 0, {}
+    done, masks = 0, {}
     for batch in groups:
         if done >= steps:
             break
-        if k == 1:
-            state, m = compiled.train_step(state, batch, key)
-            done += 1
-        else:
-            n = min(k, steps - done)
-            if n not in active:
-                active[n] = jax.device_put(active_mask(n, k), replicated(mesh))
-            state, m = compiled.multi_step(state, batch, key, active[n])
-            done += n
+        state, m, n = train_call(compiled, state, batch, key, k, steps - done, mesh, masks)
+        done += n
     jax.block_until_ready(state.params)
     return state, m
 

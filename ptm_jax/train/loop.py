@@ -231,6 +231,21 @@ def evaluate(objective: Objective, compiled: Compiled, params: Any, mesh: Mesh, 
     return (metrics, joined) if return_outputs else metrics
 
 
+def train_call(compiled: Compiled, state: Any, batch: dict, rng: jax.Array, k: int, remaining: int, mesh: Mesh,
+               masks: dict) -> tuple[Any, dict, int]:
+    """One call of ``fit``'s loop: one step (k = 1), or ``train.steps_per_call`` = k steps over a stacked batch,
+    of which the first ``min(k, remaining)`` run (``masks``: the device masks of the calls so far, by steps).
+    Returns the state, the call's metrics and the steps it ran."""
+    if k == 1:
+        state, metrics = compiled.train_step(state, batch, rng)
+        return state, metrics, 1
+    n = min(k, remaining)
+    if n not in masks:
+        masks[n] = jax.device_put(active_mask(n, k), replicated(mesh))
+    state, metrics = compiled.multi_step(state, batch, rng, masks[n])
+    return state, metrics, n
+
+
 def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Path, *,
         init_params: Any = None, param_groups: Sequence[Rule] | None = None, meta: dict[str, Any] | None = None,
         stop_after: int | None = None, hooks: Sequence[Hook] = ()) -> FitResult:
@@ -299,19 +314,12 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
         # for the run: a full collection otherwise walks those 0.6M objects (0.4 s of an 8 s word2vec run)
         gc.freeze()
         try:
-            active = {}  # steps of a call -> its device mask (train/multi_step.py)
+            masks: dict = {}
             while run.step < tcfg.steps and run.stop is None:
                 _, batch = next(feed)
-                if k == 1:
-                    run.state, metrics = compiled.train_step(run.state, batch, rng)
-                    run.advanced = 1
-                else:
-                    n = min(k, tcfg.steps - run.step)
-                    if n not in active:
-                        active[n] = jax.device_put(active_mask(n, k), replicated(mesh))
-                    run.state, metrics = compiled.multi_step(run.state, batch, rng, active[n])
-                    run.advanced = n
-                    run.skipped += (k - n) * global_batch  # a last, shorter call: its unused batches
+                run.state, metrics, run.advanced = train_call(compiled, run.state, batch, rng, k,
+                                                              tcfg.steps - run.step, mesh, masks)
+                run.skipped += (k - run.advanced) * global_batch  # a last, shorter call: its unused batches
                 run.step += run.advanced
                 for hook in run.hooks:
                     if hook.after_step(run, metrics) == ROLLED_BACK:

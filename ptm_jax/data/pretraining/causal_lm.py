@@ -46,6 +46,15 @@ try:  # imported with this module, in the importing thread (TensorFlow first imp
 except ImportError:
     tf = None
 
+
+def tensorflow():
+    """TensorFlow, for a function that builds a tf.data pipeline; a ConfigError where it does not import (the
+    example builders' numpy functions run without it)."""
+    if tf is None:
+        raise ConfigError("tf.data streams the batches and TensorFlow does not import here: pip install "
+                          "tensorflow-cpu (a host without it can call the numpy builders directly)")
+    return tf
+
 FEATURE_DTYPES = {
     "input_ids": np.int32, "target_ids": np.int32, "target_weights": np.float32,
     "segment_ids": np.int32, "position_ids": np.int32, "example_id": np.int64,
@@ -244,9 +253,7 @@ def causal_lm_dataset(source: DocumentSource, eos_id: int, pad_id: int, seq_len:
     segment_ids, position_ids int32; target_weights float32 (0 on padding); example_id [rows] int64 (the row
     index k). ``repeat=False``: one pass, padded to whole global batches (evaluation; use ``shuffle=False``).
     """
-    if tf is None:
-        raise ConfigError("tf.data streams the batches and TensorFlow does not import here: pip install "
-                          "tensorflow-cpu (a host without it can call the numpy builders directly)")
+    tf = tensorflow()
     _check_args(seq_len, eos_id, pad_id, start_index, global_batch, process_index, process_count)
     stream = PackedStream(source, eos_id, seed=seed, shuffle=shuffle)
     rows = global_batch // process_count

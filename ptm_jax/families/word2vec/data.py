@@ -48,19 +48,17 @@ import dataclasses
 import functools
 import logging
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ptm_jax.data.pretraining.causal_lm import PackedStream
+from ptm_jax.data.pretraining.causal_lm import PackedStream, tensorflow
 from ptm_jax.data.pretraining.source import DocumentSource, check_share
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.word2vec import sampling
 
-try:  # imported with this module, in the importing thread (TensorFlow first imported on the feed's thread
-    # aborted some processes at exit); the numpy example builders run without it (the lent GPU hosts)
+if TYPE_CHECKING:  # annotations only
     import tensorflow as tf
-except ImportError:
-    tf = None
 
 log = logging.getLogger(__name__)
 
@@ -372,9 +370,7 @@ def batch_dataset(make, shapes: dict[str, tuple], dtype, first_batch: int) -> tf
     """Batches ``first_batch``, ``first_batch + 1``, ... of ``make(batch) -> {feature: array}`` (numpy, in
     ``tf.numpy_function``: no eager tensors, about 40% less CPU a batch than ``tf.py_function``), with the static
     ``shapes``."""
-    if tf is None:
-        raise ConfigError("tf.data streams the batches and TensorFlow does not import here: pip install "
-                          "tensorflow-cpu (a host without it can call the numpy builders directly)")
+    tf = tensorflow()  # imported with causal_lm, in the importing thread
     names = tuple(shapes)
 
     def arrays(batch) -> list[np.ndarray]:
