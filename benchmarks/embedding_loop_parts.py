@@ -32,7 +32,7 @@ def timed(n: int, f, finish=lambda: None) -> tuple[float, float]:
 
 
 def bench_objective(objective: str, *, updates: str, batch: int, per_pair_negatives: bool, steps: int = 0,
-                    epochs: float = 0.0):
+                    epochs: float = 0.0, parts: int = 1):
     """(corpus, config, objective) at the side-by-side benchmarks' settings (word2vec_vs_gensim.py,
     fasttext_vs_gensim.py: Gutenberg, dim 100, window 5, negative 5, sample 1e-3, seed 1; fastText: n-grams 3-6,
     2M buckets, its duplicate cap), ``steps`` steps of ``batch`` running words, or as many as ``epochs`` passes
@@ -51,7 +51,8 @@ def bench_objective(objective: str, *, updates: str, batch: int, per_pair_negati
         work, cap = Path("/tmp/word2vec_bench"), 64
     settings = types.SimpleNamespace(dim=100, window=5, sample=1e-3, negative=5, cap=cap, kernel="auto",
                                      updates=updates, per_pair_negatives=per_pair_negatives, seed=1, batch=batch,
-                                     minn=3, maxn=6, bucket=2_000_000, ns_exponent=0.75, alpha=0.025)
+                                     minn=3, maxn=6, bucket=2_000_000, ns_exponent=0.75, alpha=0.025,
+                                     parts=parts)
     corpus = bench.load_corpus(bench.prepare_corpus(work), work, 5)
     if epochs:
         pass_tokens = PackedStream(corpus.train, corpus.tokenizer.eos_id, seed=0, shuffle=False).pass_tokens
@@ -72,6 +73,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=16384)
     ap.add_argument("--per-pair-negatives", action="store_true")
     ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--parts", type=int, default=1, help="model.sequential_parts")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(HERE.parent))
     sys.path.insert(0, str(HERE))
@@ -83,10 +85,10 @@ def main(argv=None) -> int:
     from ptm_jax.train.loop import compile_objective
 
     _, cfg, obj = bench_objective(args.objective, updates=args.updates, batch=args.batch,
-                                  per_pair_negatives=args.per_pair_negatives, steps=1000)
+                                  per_pair_negatives=args.per_pair_negatives, steps=1000, parts=args.parts)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     compiled = compile_objective(obj, cfg.train, mesh, None)
-    out = {"objective": args.objective, "updates": args.updates, "batch_words": args.batch}
+    out = {"objective": args.objective, "updates": args.updates, "parts": args.parts, "batch_words": args.batch}
     init = compiled.init_fn(jax.random.key(0))
     jax.block_until_ready(init)
     t = time.perf_counter()

@@ -10,8 +10,10 @@ the mean of the word's own row and its n-gram rows (gensim ``FastTextKeyedVector
 ``Family.subword_vectors``). words/s: running words x epochs / wall time of the weight initialisation and
 training (vocabulary, token cache and n-gram ids excluded on both sides; ptm_jax's includes its compilation and its
 end-of-run checkpoint, gensim's its ``prepare_weights``: the 2M-bucket table's initialisation on both sides;
-``train_words_per_sec`` stops at ptm_jax's last step, without the checkpoint, which gensim's side does not write,
-and leaves out gensim's initialisation).
+``train_words_per_sec`` stops at ptm_jax's last step, without the checkpoint, and leaves out gensim's
+initialisation). gensim's side then times ``model.save`` (``save_seconds``), and a ``ratio`` line compares the
+sides with the same work: both writing their trained model, neither (to ptm_jax's last step), and ptm_jax's whole
+run against gensim's without its save (``word2vec_vs_gensim.speed_ratios``).
 The sides run one after the other in one process, each side on both cores (gensim ``workers=2``, XLA:CPU's
 thread pool).
 
@@ -31,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from word2vec_vs_gensim import evaluate, gensim_timed, last_step_hook, load_corpus, prepare_corpus, steady_rate  # noqa: E402  (shared corpus, scores)
+from word2vec_vs_gensim import (evaluate, gensim_timed, last_step_hook, load_corpus, prepare_corpus,  # noqa: E402
+                                speed_ratios, steady_rate)
 
 
 def run_config(objective: str, vocab_size: int, args, steps: int):
@@ -41,7 +44,7 @@ def run_config(objective: str, vocab_size: int, args, steps: int):
     return RunConfig(objective=objective,
                      model=FastTextConfig(vocab_size=vocab_size, dim=args.dim, minn=args.minn, maxn=args.maxn,
                                           bucket=args.bucket, duplicate_cap=args.cap, kernel=args.kernel,
-                                          updates=args.updates),
+                                          updates=args.updates, sequential_parts=getattr(args, "parts", 1)),
                      data=FastTextDataConfig(window=args.window, sample=args.sample, negative=args.negative,
                                              ns_exponent=args.ns_exponent, seed=args.seed,
                                              shared_negatives=not (args.per_pair_negatives
@@ -189,6 +192,8 @@ def main(argv=None) -> int:
     ap.add_argument("--per-pair-negatives", action="store_true",
                     help="ptm_jax skip-gram: data.shared_negatives=false (a draw per pair, as fastText and gensim)")
     ap.add_argument("--steps-per-call", type=int, default=1, help="ptm_jax: train.steps_per_call")
+    ap.add_argument("--parts", type=int, default=1,
+                    help="ptm_jax: model.sequential_parts (the sequential updates in parts, side by side)")
     ap.add_argument("--workers", type=int, default=2, help="gensim worker threads")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", default="/tmp/fasttext_bench")
@@ -207,10 +212,14 @@ def main(argv=None) -> int:
         if args.profile:
             print(json.dumps(profile(objective, corpus, args)), flush=True)
             continue
-        if not args.skip_ours:
-            print(json.dumps(ours(objective, corpus, running_words, args, work)), flush=True)
+        rows = [] if args.skip_ours else [ours(objective, corpus, running_words, args, work)]
+        if rows:
+            print(json.dumps(rows[0]), flush=True)
         if not args.skip_gensim:
-            print(json.dumps(gensim_side(objective, path, running_words, args)), flush=True)
+            rows.append(gensim_side(objective, path, running_words, args))
+            print(json.dumps(rows[-1]), flush=True)
+        if len(rows) == 2:
+            print(json.dumps(speed_ratios(objective, *rows)), flush=True)
     return 0
 
 

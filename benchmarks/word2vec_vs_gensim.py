@@ -60,7 +60,8 @@ def run_config(objective: str, vocab_size: int, args, steps: int):
 
     return RunConfig(objective=objective, model=Word2VecConfig(vocab_size=vocab_size, dim=args.dim,
                                                            duplicate_cap=args.cap, kernel=args.kernel,
-                                                           updates=args.updates),
+                                                           updates=args.updates,
+                                                           sequential_parts=getattr(args, "parts", 1)),
                      data=Word2VecDataConfig(window=args.window, sample=args.sample, negative=args.negative,
                                              shared_negatives=not args.per_pair_negatives, seed=args.seed),
                      tokenizer=TokenizerConfig(),
@@ -157,7 +158,11 @@ def gensim_timed(model, path: Path, epochs: int, running_words: int) -> dict:
     run in its steps (gensim 4's ``Word2Vec.build_vocab``: scan, prepare the vocabulary, ``prepare_weights``) so
     that the initialisation of the tables (FastText's 2M-bucket n-gram table among them) is timed, as ptm_jax's
     ``fit`` initialises its tables on its own clock; the vocabulary scan is off the clock on both sides.
-    ``train_words_per_sec`` leaves the initialisation out."""
+    ``train_words_per_sec`` leaves the initialisation out. ``save_seconds``: then ``model.save`` into a fresh
+    folder beside the corpus (the trained model on disk, as ptm_jax's ``fit`` ends with its checkpoint written),
+    deleted after; ``saved_words_per_sec`` counts it in."""
+    import shutil
+
     total_words, corpus_count = model.scan_vocab(corpus_file=str(path))
     model.corpus_count, model.corpus_total_words = corpus_count, total_words
     model.prepare_vocab()
@@ -166,8 +171,28 @@ def gensim_timed(model, path: Path, epochs: int, running_words: int) -> dict:
     t1 = time.perf_counter()
     model.train(corpus_file=str(path), total_words=total_words, total_examples=corpus_count, epochs=epochs)
     t2 = time.perf_counter()
+    saved = path.parent / "gensim_model"
+    shutil.rmtree(saved, ignore_errors=True)
+    saved.mkdir()
+    t3 = time.perf_counter()
+    model.save(str(saved / "model"))
+    t4 = time.perf_counter()
+    shutil.rmtree(saved)
     return {"seconds": t2 - t0, "init_seconds": t1 - t0, "words_per_sec": running_words * epochs / (t2 - t0),
-            "train_words_per_sec": running_words * epochs / (t2 - t1)}
+            "train_words_per_sec": running_words * epochs / (t2 - t1), "save_seconds": t4 - t3,
+            "saved_words_per_sec": running_words * epochs / (t2 - t0 + t4 - t3)}
+
+
+def speed_ratios(objective: str, ours_row: dict, gensim_row: dict) -> dict:
+    """ptm_jax's speed over gensim's three ways, each with the same work on both sides: the whole run with the
+    trained model written (ptm_jax's end-of-run checkpoint, gensim's ``model.save``), to the last step with
+    nothing written (ptm_jax's ``train_seconds``), and ptm_jax's whole run against gensim without its save (the
+    ratio reported before session 17)."""
+    g = gensim_row
+    return {"side": "ratio", "objective": objective,
+            "both_saved": round((g["seconds"] + g["save_seconds"]) / ours_row["seconds"], 3),
+            "to_last_step": round(g["seconds"] / ours_row["train_seconds"], 3),
+            "ours_saved_gensim_not": round(g["seconds"] / ours_row["seconds"], 3)}
 
 
 def gensim_side(objective: str, path: Path, running_words: int, args) -> dict:
@@ -294,6 +319,8 @@ def main(argv=None) -> int:
     ap.add_argument("--per-pair-negatives", action="store_true",
                     help="ptm_jax: data.shared_negatives=false (a draw per skip-gram pair, as word2vec.c)")
     ap.add_argument("--steps-per-call", type=int, default=1, help="ptm_jax: train.steps_per_call")
+    ap.add_argument("--parts", type=int, default=1,
+                    help="ptm_jax: model.sequential_parts (the sequential updates in parts, side by side)")
     ap.add_argument("--workers", type=int, default=2, help="gensim worker threads")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", default="/tmp/word2vec_bench")
@@ -314,6 +341,7 @@ def main(argv=None) -> int:
         rows = [ours(objective, corpus, running_words, args, work)]
         if not args.skip_gensim:
             rows.append(gensim_side(objective, path, running_words, args))
+            rows.append(speed_ratios(objective, *rows))
         for r in rows:
             print(json.dumps(r), flush=True)
     return 0

@@ -99,3 +99,23 @@ def fasttext_sequential(batch: dict, tables: dict, lr: float, cbow: bool, block:
                 t["input"][un[q]] -= np.float32(lr * uw[q]) * err
             loss += part
     return t, loss
+
+
+def in_parts(reference, batch: dict, tables: dict, lr: float, cbow: bool, block: int,
+             parts: int) -> tuple[dict, float]:
+    """``model.sequential_parts`` (the kernel's ``sequential_parts.h``): ``reference`` over each of ``parts``
+    contiguous runs of the batch's blocks, every run from ``tables``; the result is part 0's tables plus each
+    later part's moves, and the summed loss."""
+    nb = len(batch["center"]) // block
+    base = {k: np.array(v, np.float32) for k, v in tables.items()}
+    out, loss = None, 0.0
+    for p in range(parts):
+        a, e = (p * nb // parts) * block, ((p + 1) * nb // parts) * block
+        t, part_loss = reference({k: v[a:e] for k, v in batch.items()}, tables, lr, cbow, block)
+        loss += part_loss
+        if out is None:
+            out = t
+        else:
+            for k in out:
+                out[k] += t[k] - base[k]
+    return out, loss

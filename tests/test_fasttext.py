@@ -350,3 +350,33 @@ def test_sequential_updates_apply_each_pair_in_stream_order_as_fasttext(shared_d
         for k in ("input", "output"):
             assert np.abs(after[k] - before[k]).max() > 1e-2, k
             np.testing.assert_allclose(after[k], want[k], rtol=0, atol=3e-5, err_msg=f"lr {lr} {k}")
+
+
+@pytest.mark.parametrize("objective, shared", [("fasttext_skipgram", False), ("fasttext_cbow", True)])
+def test_sequential_parts_run_fasttext_order_per_part_from_the_batch_start_and_sum_their_moves(
+        shared_data, tmp_path, objective, shared):
+    """``model.sequential_parts=3``: a kernel step on a real batch of four blocks (parts of 1, 1 and 2 blocks, run
+    side by side on the kernel's threads) equals fastText's loop in numpy over each part from the step's starting
+    tables, with the parts' moves summed, and differs from one part; a rerun is bit-equal."""
+    import jax
+
+    from sequential_reference import fasttext_sequential, in_parts
+
+    obj, _, _ = small_objective(shared_data, tmp_path, objective, shared, updates="sequential", sequential_parts=3)
+    one, _, _ = small_objective(shared_data, tmp_path, objective, shared, updates="sequential")
+    params = jax.tree.map(lambda x: getattr(x, "value", x) + 0.1, obj.init(jax.random.key(0), obj.example_batch(64)),
+                          is_leaf=lambda x: hasattr(x, "value"))
+    host = next(obj.train_batches(0, 64, 0, 1))
+    assert len(host["center"]) == 4 * 16
+    before = jax.device_get(params)["params"]["fasttext"]
+    batch = {k: jax.numpy.asarray(v) for k, v in host.items()}
+    got = [jax.device_get(jax.jit(lambda p, b, o=o: o.fused_rows(p, b, o.normalizers(b), 0.5))(params, batch))
+           for o in (obj, obj, one)]
+    want, want_loss = in_parts(fasttext_sequential, host, before, 0.5, obj.cbow, 16, 3)
+    assert bool(got[0][4]) and float(got[0][1]) == pytest.approx(want_loss, rel=1e-5)
+    for k in ("input", "output"):
+        after = got[0][0]["params"]["fasttext"][k]
+        assert np.abs(after - before[k]).max() > 1e-2, k
+        np.testing.assert_allclose(after, want[k], rtol=0, atol=3e-5, err_msg=k)
+        np.testing.assert_array_equal(after, got[1][0]["params"]["fasttext"][k])
+        assert np.abs(after - got[2][0]["params"]["fasttext"][k]).max() > 1e-3, k

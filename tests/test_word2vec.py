@@ -24,7 +24,7 @@ from ptm_jax.families.word2vec.data import (Tables, example_rows, kept_mask, pac
 from ptm_jax.families.word2vec.model import gather_rows, mean_with_sum_gradient
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.loop import fit
-from sequential_reference import word2vec_sequential
+from sequential_reference import in_parts, word2vec_sequential
 
 WINDOW, NEG = 5, 5
 
@@ -547,6 +547,38 @@ def test_sequential_updates_apply_each_pair_in_stream_order_as_word2vec_c(corpus
         np.testing.assert_array_equal(runs[0][k], runs[1][k])
 
 
+@pytest.mark.parametrize("objective", ["skipgram", "cbow"])
+def test_sequential_parts_run_word2vec_c_order_per_part_from_the_batch_start_and_sum_their_moves(corpus, objective):
+    """``model.sequential_parts=2`` (negatives and the Huffman path): a kernel step on a real batch of whole
+    blocks equals word2vec.c's loop in numpy over each half of the blocks from the step's starting tables, with the
+    second half's moves added to the first's result; the loss is the halves' sum; a rerun is bit-equal."""
+    import dataclasses
+
+    from ptm_jax.parallel.feed import to_global
+    from ptm_jax.train.loop import compile_objective
+
+    cfg = run_config(corpus.tokenizer, objective, steps=10, batch=256, hs=True, lr=0.5)
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, pack_rows=32),
+                              model=dataclasses.replace(cfg.model, updates="sequential", sequential_parts=2))
+    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    obj = FAMILY.objectives[objective](cfg, corpus)
+    compiled = compile_objective(obj, cfg.train, mesh)
+    host = next(obj.train_batches(0, 256, 0, 1))
+    assert len(host["center"]) // 32 >= 2
+    runs = []
+    for _ in range(2):
+        state = compiled.init_fn(jax.random.key(0))
+        before = jax.device_get(state.params)["params"]["word2vec"]
+        state, m = compiled.train_step(state, to_global(host, mesh, compiled.batch_keys), jax.random.key(0))
+        runs.append(jax.device_get(state.params)["params"]["word2vec"])
+    want, loss = in_parts(word2vec_sequential, host, before, float(m["learning_rate"]), objective == "cbow", 32, 2)
+    assert float(m["loss"]) == pytest.approx(loss, rel=1e-5)
+    for k in ("input", "output", "hs_output"):
+        assert np.abs(runs[0][k] - before[k]).max() > 1e-3, k
+        np.testing.assert_allclose(runs[0][k], want[k], rtol=0, atol=3e-5, err_msg=k)
+        np.testing.assert_array_equal(runs[0][k], runs[1][k])
+
+
 def test_sequential_updates_need_the_fused_kernel_and_say_so(corpus):
     """``model.updates='sequential'`` where its kernel cannot run is a ConfigError naming the field and the fix: with
     ``model.kernel='xla'``, a value it does not know, on an 8-device mesh, and off the sparse SGD step (clipping)."""
@@ -562,6 +594,11 @@ def test_sequential_updates_need_the_fused_kernel_and_say_so(corpus):
         load_config("word2vec_sg", ["model.updates=sequential", "model.kernel=xla"])
     with pytest.raises(ConfigError, match="model.updates='every' must be 'batch' or 'sequential'"):
         load_config("word2vec_sg", ["model.updates=every"])
+    with pytest.raises(ConfigError, match="model.sequential_parts=2 splits the sequential updates; set "
+                                          "model.updates='sequential' or model.sequential_parts=1"):
+        load_config("word2vec_sg", ["model.sequential_parts=2"])
+    with pytest.raises(ConfigError, match="model.sequential_parts=0 must be an integer from 1 to 64"):
+        load_config("fasttext_sg", ["model.updates=sequential", "model.sequential_parts=0"])
     with jax.sharding.use_abstract_mesh(make_mesh(MeshConfig(2, 2, 2)).abstract_mesh):
         obj = FAMILY.objectives["skipgram"](seq, corpus)
         with pytest.raises(ConfigError, match="model.updates='sequential' needs the CPU backend and a one-device "
@@ -573,13 +610,16 @@ def test_sequential_updates_need_the_fused_kernel_and_say_so(corpus):
         FAMILY.objectives["skipgram"](dense, corpus)
 
 
-def test_sequential_updates_stop_mid_epoch_and_resume_to_the_uninterrupted_vectors(corpus, tmp_path):
-    """``model.updates='sequential'`` through ``fit`` on one CPU device: a run stopped at step 3 of 6 and resumed
-    from its checkpoint ends bit-equal to the uninterrupted run, and differs from the batched updates' run."""
+@pytest.mark.parametrize("parts", [1, 2])
+def test_sequential_updates_stop_mid_epoch_and_resume_to_the_uninterrupted_vectors(corpus, tmp_path, parts):
+    """``model.updates='sequential'`` (in one part, and in two side by side) through ``fit`` on one CPU device: a
+    run stopped at step 3 of 6 and resumed from its checkpoint ends bit-equal to the uninterrupted run, and differs
+    from the batched updates' run."""
     import dataclasses
 
     cfg = run_config(corpus.tokenizer, "skipgram", steps=6, batch=256, hs=True, lr=0.05)
-    seq = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, updates="sequential"))
+    seq = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, updates="sequential",
+                                                             sequential_parts=parts))
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     ref = fit(FAMILY.objectives["skipgram"](seq, corpus), seq.train, mesh, tmp_path / "ref")
     first = fit(FAMILY.objectives["skipgram"](seq, corpus), seq.train, mesh, tmp_path / "run", stop_after=3)

@@ -47,6 +47,9 @@ class FastTextConfig:
     """As word2vec's ``model.updates``: 'batch' (every gradient at the tables before the batch, the duplicate cap;
     any mesh) or 'sequential' (fastText's own order: each pair's update applied in place before the next pair,
     ``families/word2vec/sequential.h``; the fused CPU kernel on one CPU device only)."""
+    sequential_parts: int = 1
+    """As word2vec's ``model.sequential_parts``: the sequential updates of a batch in this many parts of the
+    stream, side by side on the kernel's threads (``families/word2vec/sequential_parts.h``)."""
     sparse_update: bool = True
     """With plain SGD (no weight decay, clipping, parameter groups or accumulation) a step scatter-adds the
     gradient of the rows it read into the tables (``train/step.py`` ``SparseRows``), as fastText updates only
@@ -61,7 +64,7 @@ class FastTextConfig:
                 raise ConfigError(f"{where}.{name}={v!r} must be an integer >= {low}")
         if self.kernel not in ("auto", "xla", "cpu"):
             raise ConfigError(f"{where}.kernel={self.kernel!r} must be 'auto', 'xla' or 'cpu'")
-        check_updates(self.updates, self.kernel, where)
+        check_updates(self.updates, self.kernel, self.sequential_parts, where)
         if not isinstance(self.init_vectors, str):
             raise ConfigError(f"{where}.init_vectors={self.init_vectors!r} must be a path to a vector file or ''")
         check_range(self.minn, self.maxn, self.bucket, where)

@@ -39,10 +39,16 @@ class Word2VecConfig:
     same result on every device count). 'sequential': word2vec.c's order, one pair after another in stream order
     with each row updated in place before the next pair reads it (``sequential.h``; no duplicate cap); only the
     fused CPU kernel does this, so it needs the CPU backend and a one-device mesh (``model.kernel`` 'auto' or
-    'cpu') and plain sparse SGD, and runs on one thread. The batch size then sets only the rate's decay steps
+    'cpu') and plain sparse SGD, and runs on one thread (``sequential_parts``: on several). The batch size then sets only the rate's decay steps
     (16384 running words a step lose nothing, docs/benchmarks.md); ``grad_norm`` is the norm of the per-pair
     gradients as they were applied, and a pair with a non-finite score is skipped and its step counted in
     ``nonfinite_total``."""
+    sequential_parts: int = 1
+    """With ``updates='sequential'``: the batch split into this many contiguous parts of the stream, run side by
+    side on the kernel's threads (``sequential_parts.h``). Each part runs word2vec.c's order from the tables as
+    they were before the batch and sees the other parts' moves at the batch's end, as word2vec.c's threads see
+    each other's moves late (there, whenever a write lands). The result depends on this number, not on the thread
+    count: reruns and resumes stay bit-equal. 1: one thread, one order."""
     init_vectors: str = ""
     """A word2vec text/binary or GloVe text vector file (``export/vector_files.py``) whose vectors initialise the
     input table (word2vec.c ``syn0``) for the vocabulary's words it holds (the coverage is logged); the other
@@ -57,15 +63,21 @@ class Word2VecConfig:
                 raise ConfigError(f"{where}.{name}={v!r} must be an integer >= {low}")
         if self.kernel not in ("auto", "xla", "cpu"):
             raise ConfigError(f"{where}.kernel={self.kernel!r} must be 'auto', 'xla' or 'cpu'")
-        check_updates(self.updates, self.kernel, where)
+        check_updates(self.updates, self.kernel, self.sequential_parts, where)
         if not isinstance(self.init_vectors, str):
             raise ConfigError(f"{where}.init_vectors={self.init_vectors!r} must be a path to a vector file or ''")
 
 
-def check_updates(updates: str, kernel: str, where: str = "model") -> None:
-    """``model.updates`` (word2vec's and fastText's): 'batch', or 'sequential' where the kernel may run."""
+def check_updates(updates: str, kernel: str, parts: int = 1, where: str = "model") -> None:
+    """``model.updates`` (word2vec's and fastText's): 'batch', or 'sequential' where the kernel may run, in
+    ``model.sequential_parts`` parts."""
     if updates not in ("batch", "sequential"):
         raise ConfigError(f"{where}.updates={updates!r} must be 'batch' or 'sequential'")
+    if not isinstance(parts, int) or isinstance(parts, bool) or not 1 <= parts <= 64:
+        raise ConfigError(f"{where}.sequential_parts={parts!r} must be an integer from 1 to 64")
+    if parts > 1 and updates != "sequential":
+        raise ConfigError(f"{where}.sequential_parts={parts} splits the sequential updates; set "
+                          f"{where}.updates='sequential' or {where}.sequential_parts=1")
     if updates == "sequential" and kernel == "xla":
         raise ConfigError(f"{where}.updates='sequential' runs in the fused CPU kernel only; set {where}.kernel "
                           f"to 'auto' or 'cpu', or {where}.updates='batch' for the XLA path")

@@ -80,9 +80,11 @@ def _or_dummy(batch: dict, key: str, dtype, rows: int, ndim: int = 2) -> jax.Arr
 
 
 def fused_step(mode: str, tables: dict[str, jax.Array], batch: dict, step_size: jax.Array, *, block: int,
-               cap: float, sequential: bool = False) -> tuple[dict[str, jax.Array], jax.Array, dict, jax.Array]:
+               cap: float, sequential: bool = False,
+               parts: int = 1) -> tuple[dict[str, jax.Array], jax.Array, dict, jax.Array]:
     """One sparse SGD step by the kernel: (updated tables, the summed loss, {table: squared norm of its capped
-    gradient rows}, finite). ``tables``: 'input' and, where present, 'output' and 'hs_output'; ``batch``: the
+    gradient rows}, finite); ``sequential`` in ``parts`` parts (``model.sequential_parts``).
+    ``tables``: 'input' and, where present, 'output' and 'hs_output'; ``batch``: the
     packed features (word2vec ``data.py``; fastText's add ``units``, ``unit_row``, ``unit_weight``). The tables are
     updated in place when the caller donates them."""
     ok, why = _load()
@@ -105,7 +107,7 @@ def fused_step(mode: str, tables: dict[str, jax.Array], batch: dict, step_size: 
     call = jax.ffi.ffi_call(TARGET, out_types, input_output_aliases={0: 0, 1: 1, 2: 2}, has_side_effect=False)
     new_in, new_out, new_hs, stats = call(*args, mode=np.int64(MODES[mode]), block=np.int64(block),
                                           cap=np.float32(cap), has_out=has_out, has_hs=has_hs,
-                                          sequential=bool(sequential))
+                                          sequential=bool(sequential), parts=np.int64(parts))
     new = {"input": new_in}
     sq = {"input": stats[1]}
     if has_out:

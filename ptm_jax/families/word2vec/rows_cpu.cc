@@ -35,6 +35,7 @@
 
 #include "rows_math.h"
 #include "sequential.h"
+#include "sequential_parts.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -131,6 +132,7 @@ struct Scratch {
   std::vector<float> unit_updates;
   std::vector<int32_t> out_ids;
   std::vector<int64_t> order;
+  std::vector<PartScratch> parts;  // sequential updates in parts (sequential_parts.h)
 };
 
 template <class T>
@@ -226,7 +228,7 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
                     ffi::Buffer<ffi::S32> pair_row, ffi::Buffer<ffi::F32> pair_w, ffi::Buffer<ffi::S32> units,
                     ffi::Buffer<ffi::S32> unit_row, ffi::Buffer<ffi::F32> unit_w, ffi::Buffer<ffi::F32> lr_buf,
                     int64_t mode, int64_t block, float cap, bool has_out, bool has_hs, bool sequential,
-                    ffi::ResultBuffer<ffi::F32> in_res, ffi::ResultBuffer<ffi::F32> out_res,
+                    int64_t parts, ffi::ResultBuffer<ffi::F32> in_res, ffi::ResultBuffer<ffi::F32> out_res,
                     ffi::ResultBuffer<ffi::F32> hs_res, ffi::ResultBuffer<ffi::F32> stats) {
   // The results alias the tables (input_output_aliases): read and write them there.
   float* IN = in_res->typed_data();
@@ -266,7 +268,17 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
     sb.cen = cen, sb.ng = ng, sb.pt = pt, sb.pin = pin, sb.prow = prow;
     sb.cw = cw, sb.nw = nw, sb.cd = cd, sb.pw_path = pw_path, sb.pw = pw;
     sb.u = u, sb.un = un, sb.urow = urow, sb.uw = uw;
-    const SeqResult res = SequentialStep(sb, lr, IN, has_out ? OUT : nullptr, has_hs ? HS : nullptr);
+    float* out = has_out ? OUT : nullptr;
+    float* hs = has_hs ? HS : nullptr;
+    SeqResult res;
+    if (parts <= 1) {
+      res = SequentialStep(sb, lr, IN, out, hs);
+    } else {
+      ScratchLease lease;
+      res = SequentialPartsStep(sb, parts, lr, IN, out, hs, in_tab.dimensions()[0], out_tab.dimensions()[0],
+                                hs_tab.dimensions()[0], (*lease).parts,
+                                [&](int64_t n, const std::function<void(int64_t)>& f) { ParallelFor(pool, n, f); });
+    }
     float* st = stats->typed_data();
     st[0] = static_cast<float>(res.loss);
     st[1] = static_cast<float>(res.sq_in);
@@ -563,6 +575,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PtmEmbeddingRowsCpu, RowsImpl,
                                   .Attr<bool>("has_out")
                                   .Attr<bool>("has_hs")
                                   .Attr<bool>("sequential")
+                                  .Attr<int64_t>("parts")
                                   .Ret<ffi::Buffer<ffi::F32>>()  // in_tab
                                   .Ret<ffi::Buffer<ffi::F32>>()  // out_tab
                                   .Ret<ffi::Buffer<ffi::F32>>()  // hs_tab

@@ -40,7 +40,8 @@ class TableSteps:
         tables = params["params"][self.trunk]
         new, loss, sumsq, finite = cpu_kernel.fused_step(self.name, dict(tables), batch, step_size, block=self.block,
                                                          cap=float(self.cfg.model.duplicate_cap),
-                                                         sequential=sequential)
+                                                         sequential=sequential,
+                                                         parts=self.cfg.model.sequential_parts)
         _, terms = self.loss_terms(loss, batch, normalizers)
         return {**params, "params": {**params["params"], self.trunk: {**tables, **new}}}, loss, terms, sumsq, finite
 
