@@ -39,8 +39,8 @@ class Word2VecConfig:
     same result on every device count). 'sequential': word2vec.c's order, one pair after another in stream order
     with each row updated in place before the next pair reads it (``sequential.h``; no duplicate cap); only the
     fused CPU kernel does this, so it needs the CPU backend and a one-device mesh (``model.kernel`` 'auto' or
-    'cpu') and plain sparse SGD, and runs on one thread (``sequential_parts``: on several). The batch size then sets only the rate's decay steps
-    (16384 running words a step lose nothing, docs/benchmarks.md); ``grad_norm`` is the norm of the per-pair
+    'cpu') and plain sparse SGD, and runs on one thread (``sequential_parts``: on several). The batch size then
+    sets only the rate's decay steps (16384 running words a step lose nothing, docs/benchmarks.md); ``grad_norm`` is the norm of the per-pair
     gradients as they were applied, and a pair with a non-finite score is skipped and its step counted in
     ``nonfinite_total``."""
     sequential_parts: int = 1
