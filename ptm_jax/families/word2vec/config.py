@@ -40,9 +40,9 @@ class Word2VecConfig:
     with each row updated in place before the next pair reads it (``sequential.h``; no duplicate cap); only the
     fused CPU kernel does this, so it needs the CPU backend and a one-device mesh (``model.kernel`` 'auto' or
     'cpu') and plain sparse SGD, and runs on one thread (``sequential_parts``: on several). The batch size then
-    sets only the rate's decay steps (16384 running words a step lose nothing, docs/benchmarks.md); ``grad_norm`` is the norm of the per-pair
-    gradients as they were applied, and a pair with a non-finite score is skipped and its step counted in
-    ``nonfinite_total``."""
+    sets only the rate's decay steps (16384 running words a step lose nothing, docs/benchmarks.md); ``grad_norm``
+    is the norm of the per-pair gradients as they were applied, and a pair with a non-finite score is skipped and
+    its step counted in ``nonfinite_total``."""
     sequential_parts: int = 1
     """With ``updates='sequential'``: the batch split into this many contiguous parts of the stream, run side by
     side on the kernel's threads (``sequential_parts.h``). Each part runs word2vec.c's order from the tables as
