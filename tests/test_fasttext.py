@@ -352,17 +352,20 @@ def test_sequential_updates_apply_each_pair_in_stream_order_as_fasttext(shared_d
             np.testing.assert_allclose(after[k], want[k], rtol=0, atol=3e-5, err_msg=f"lr {lr} {k}")
 
 
-@pytest.mark.parametrize("objective, shared", [("fasttext_skipgram", False), ("fasttext_cbow", True)])
+@pytest.mark.parametrize("objective, shared, parts", [("fasttext_skipgram", False, 3), ("fasttext_cbow", True, 3),
+                                                      ("fasttext_cbow", True, 8)])
 def test_sequential_parts_run_fasttext_order_per_part_from_the_batch_start_and_sum_their_moves(
-        shared_data, tmp_path, objective, shared):
-    """``model.sequential_parts=3``: a kernel step on a real batch of four blocks (parts of 1, 1 and 2 blocks, run
-    side by side on the kernel's threads) equals fastText's loop in numpy over each part from the step's starting
-    tables, with the parts' moves summed, and differs from one part; a rerun is bit-equal."""
+        shared_data, tmp_path, objective, shared, parts):
+    """``model.sequential_parts``: a kernel step on a real batch of four blocks (3 parts: 1, 1 and 2 blocks; 8
+    parts: half of them empty), run side by side on the kernel's threads, equals fastText's loop in numpy over
+    each part from the step's starting tables, with the parts' moves summed, and differs from one part; a rerun
+    is bit-equal."""
     import jax
 
     from sequential_reference import fasttext_sequential, in_parts
 
-    obj, _, _ = small_objective(shared_data, tmp_path, objective, shared, updates="sequential", sequential_parts=3)
+    obj, _, _ = small_objective(shared_data, tmp_path, objective, shared, updates="sequential",
+                                sequential_parts=parts)
     one, _, _ = small_objective(shared_data, tmp_path, objective, shared, updates="sequential")
     params = jax.tree.map(lambda x: getattr(x, "value", x) + 0.1, obj.init(jax.random.key(0), obj.example_batch(64)),
                           is_leaf=lambda x: hasattr(x, "value"))
@@ -372,7 +375,7 @@ def test_sequential_parts_run_fasttext_order_per_part_from_the_batch_start_and_s
     batch = {k: jax.numpy.asarray(v) for k, v in host.items()}
     got = [jax.device_get(jax.jit(lambda p, b, o=o: o.fused_rows(p, b, o.normalizers(b), 0.5))(params, batch))
            for o in (obj, obj, one)]
-    want, want_loss = in_parts(fasttext_sequential, host, before, 0.5, obj.cbow, 16, 3)
+    want, want_loss = in_parts(fasttext_sequential, host, before, 0.5, obj.cbow, 16, parts)
     assert bool(got[0][4]) and float(got[0][1]) == pytest.approx(want_loss, rel=1e-5)
     for k in ("input", "output"):
         after = got[0][0]["params"]["fasttext"][k]
