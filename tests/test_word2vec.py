@@ -241,6 +241,35 @@ def test_examples_are_the_same_for_any_process_count_and_start_with_every_pair_p
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
+def test_the_builders_arrays_reach_tf_data_without_a_copy(corpus):
+    """The C++ builder's arrays are 64-byte aligned (``data.aligned_empty``), so ``tf.numpy_function`` hands them
+    to TensorFlow as they are: every feature of real batches read back from ``batch_dataset`` lies at the address
+    the builder wrote it to. A 16-byte-aligned array (numpy's own) is copied."""
+    from ptm_jax.families.word2vec.data import aligned_empty, batch_dataset, feature_dtype
+
+    vocab = corpus.tokenizer
+    stream = PackedStream(corpus.train, vocab.eos_id, seed=4, shuffle=True)
+    tables = Tables.build(vocab.counts, specials(vocab), sample=1e-3, negative=NEG, hs=True)
+    built = {}
+
+    def make(i):
+        out = packed_rows(stream, tables, 256 * i, 256, window=WINDOW, negative=NEG, cbow=False, seed=4, reach=40,
+                          pad_id=vocab.pad_id, shared=True, block=16, slots=pair_slots(tables, WINDOW))
+        out["unaligned"] = np.empty(1001, np.float32)[1:]                  # 4 bytes past numpy's alignment
+        built[i] = out
+        return out
+
+    shapes = {k: v.shape for k, v in make(0).items()}
+    seen = list(batch_dataset(make, shapes, feature_dtype, 0).take(3).as_numpy_iterator())
+    for i, batch in enumerate(seen):
+        for k in shapes:
+            np.testing.assert_array_equal(batch[k], built[i][k], err_msg=k)
+            shared = batch[k].ctypes.data == built[i][k].ctypes.data
+            assert shared == (k != "unaligned"), (i, k)
+            assert built[i][k].ctypes.data % (1 if k == "unaligned" else 64) == 0, k
+    assert [aligned_empty((3, 5), np.int32).ctypes.data % 64 for _ in range(4)] == [0] * 4
+
+
 def test_a_row_beyond_the_duplicate_cap_gets_its_summed_step_scaled_to_the_cap():
     table = jnp.asarray(np.arange(12.0).reshape(4, 3), jnp.float32)
     ids = jnp.asarray([[1, 1, 1], [2, 1, 3]])                       # row 1 four times, rows 2 and 3 once

@@ -40,7 +40,7 @@ from ptm_jax.errors import ConfigError
 from ptm_jax.families.fasttext.subwords import Subwords
 from ptm_jax.families.word2vec.data import (PAIR_MARGIN, Tables, batch_dataset, check_blocks, grouped_maker,
                                             packed_rows)
-from ptm_jax.families.word2vec.data import feature_dtype
+from ptm_jax.families.word2vec.data import aligned_empty, feature_dtype
 from ptm_jax.families.word2vec.data import feature_shapes as word2vec_shapes
 
 if TYPE_CHECKING:  # annotations only: tf.data is imported where a dataset is built
@@ -159,13 +159,14 @@ def _native_units(fn, out: dict[str, np.ndarray], subwords: Subwords, cbow: bool
                   ) -> dict[str, np.ndarray]:
     rows, slots = out["pair_input"].shape
     out = {k: np.ascontiguousarray(v) for k, v in out.items()}
-    for k in ("center_weight", "pair_weight", "negative_weight", "dropped"):
-        out[k] = out[k].astype(np.float32, copy=True)
+    for k in ("center_weight", "pair_weight", "negative_weight", "dropped"):  # the builder writes into these
+        a = aligned_empty(out[k].shape, np.float32)
+        a[...] = out[k]
+        out[k] = a
     ids = np.ascontiguousarray(subwords.ids, np.int32)
     lengths = np.ascontiguousarray(subwords.lengths, np.int32)
-    out["units"] = np.empty((rows, units), np.int32)
-    out["unit_row"] = np.empty((rows, units), np.int32)
-    out["unit_weight"] = np.empty((rows, units), np.float32)
+    for k in ("units", "unit_row", "unit_weight"):
+        out[k] = aligned_empty((rows, units), feature_dtype(k))
 
     def p(name):
         return out[name].ctypes.data
