@@ -299,7 +299,8 @@ def feature_shapes(rows: int, *, window: int, negative: int, cbow: bool, depth: 
 ALIGN = 64
 """Byte alignment of the example builders' arrays (``aligned_empty``). ``tf.numpy_function`` hands an array whose
 data is aligned to Eigen's 64 bytes to TensorFlow as it is, and copies any other (numpy's own allocations are
-16-byte aligned; tensorflow/python/lib/core/ndarray_tensor.cc): 12 MB a batch for fastText CBOW at 16,384 words."""
+16-byte aligned; tensorflow/python/lib/core/ndarray_tensor.cc): for fastText CBOW at 16,384 words a batch, the
+unit slots alone are 16 MB."""
 
 
 def aligned_empty(shape: tuple, dtype) -> np.ndarray:
