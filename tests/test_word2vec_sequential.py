@@ -77,7 +77,10 @@ def test_sequential_parts_run_word2vec_c_order_per_part_from_the_batch_start_and
         before = jax.device_get(state.params)["params"]["word2vec"]
         state, m = compiled.train_step(state, to_global(host, mesh, compiled.batch_keys), jax.random.key(0))
         runs.append(jax.device_get(state.params)["params"]["word2vec"])
-    want, loss = in_parts(word2vec_sequential, host, before, float(m["learning_rate"]), objective == "cbow", 32, 2)
+    lr, cbow = float(m["learning_rate"]), objective == "cbow"
+    want, loss = in_parts(word2vec_sequential, host, before, lr, cbow, 32, 2)
+    whole, _ = word2vec_sequential(host, before, lr, cbow, 32)
+    assert max(np.abs(want[k] - whole[k]).max() for k in want) > 1e-3     # two parts are not one order
     assert float(m["loss"]) == pytest.approx(loss, rel=1e-5)
     for k in ("input", "output", "hs_output"):
         assert np.abs(runs[0][k] - before[k]).max() > 1e-3, k

@@ -37,13 +37,13 @@ struct PartScratch {
 
 namespace parts_detail {
 
-// Remaps the ids with a nonzero weight (or all, where `w` is null) into the part's local rows; the others become
-// local row 0, which they never read (a dead slot's id is only prefetched).
+// Remaps the ids with a nonzero weight into the part's local rows; the others become local row 0, which they
+// never read (a dead slot's id is only prefetched).
 inline void Remap(const int32_t* ids, const float* w, int64_t n, std::vector<int32_t>& map, PartRows& rows,
                   std::vector<int32_t>& out) {
   out.resize(n);
   for (int64_t i = 0; i < n; ++i) {
-    if (w && w[i] == 0.f) {
+    if (w[i] == 0.f) {
       out[i] = 0;
       continue;
     }
