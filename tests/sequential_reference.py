@@ -73,17 +73,19 @@ def word2vec_sequential(batch: dict, tables: dict, lr: float, cbow: bool, block:
     return t, loss
 
 
-def fasttext_sequential(batch: dict, tables: dict, lr: float, cbow: bool, block: int) -> tuple[dict, float]:
-    """fastText (Model::update per pair): the mean of the center's unit rows against each pair's context word and
-    the negatives that differ from it (skip-gram; the center's shared draws or the pair's own), or the mean of the
-    context words' units against the center and its negatives (CBOW); every unit row then moves by -lr w grad."""
+def fasttext_sequential(batch: dict, tables: dict, lr: float, cbow: bool, block: int, subwords
+                        ) -> tuple[dict, float]:
+    """fastText (Model::update per pair): the mean of the center's units (``subwords``: its row of the n-gram
+    table, fastText's getSubwords) against each pair's context word and the negatives that differ from it
+    (skip-gram; the center's shared draws or the pair's own), or the mean of the context words' units, in pair
+    order, against the center and its negatives (CBOW); every unit row then moves by -lr grad."""
     t, cen, cw, pin, pw, K, ng, nw, per_pair = unpacked(batch, tables)
-    un, uw = batch["units"].reshape(-1), batch["unit_weight"].reshape(-1)
     loss = 0.0
     for r in range(len(cen)):
-        qs = live_slots(batch["unit_weight"], batch["unit_row"], r, block)
         ps = live_slots(batch["pair_weight"], batch["pair_row"], r, block)
-        if not qs:
+        words = [pin[p] for p in ps] if cbow else [cen[r]] * bool(ps)
+        un = [u for w in words for u in subwords.ids[w, :subwords.lengths[w]]]
+        if not un:
             continue
         steps = []
         if cbow and cw[r] != 0:
@@ -93,24 +95,30 @@ def fasttext_sequential(batch: dict, tables: dict, lr: float, cbow: bool, block:
             negs = ([ng[p, k] for k in range(K) if nw[p, k] != 0] if per_pair
                     else [ng[r, k] for k in range(K) if nw[r, k] != 0 and ng[r, k] != pin[p]])
             steps.append(([("output", pin[p], 1.0, 1.0)] + [("output", n, 0.0, 1.0) for n in negs], pw[p]))
+        qs, ones = list(range(len(un))), np.ones(len(un), np.float32)
         for targets, scale in steps:
-            err, part = score_and_move(t, mean_of(t["input"], un, uw, qs), targets, scale, lr)
-            for q in qs:
-                t["input"][un[q]] -= np.float32(lr * uw[q]) * err
+            err, part = score_and_move(t, mean_of(t["input"], np.asarray(un), ones, qs), targets, scale, lr)
+            for u in un:
+                t["input"][u] -= np.float32(lr) * err
             loss += part
     return t, loss
+
+
+def part_start(nb: int, parts: int, p: int) -> int:
+    """The first block of part ``p`` (``sequential_parts.h`` ``PartStart``)."""
+    return 0 if p == 0 else nb * (4 + 5 * (p - 1)) // (4 + 5 * (parts - 1))
 
 
 def in_parts(reference, batch: dict, tables: dict, lr: float, cbow: bool, block: int,
              parts: int) -> tuple[dict, float]:
     """``model.sequential_parts`` (the kernel's ``sequential_parts.h``): ``reference`` over each of ``parts``
-    contiguous runs of the batch's blocks, every run from ``tables``; the result is part 0's tables plus each
-    later part's moves, and the summed loss."""
+    contiguous runs of the batch's blocks (part 0 takes 4 blocks for each later part's 5, ``part_start``), every
+    run from ``tables``; the result is part 0's tables plus each later part's moves, and the summed loss."""
     nb = len(batch["center"]) // block
     base = {k: np.array(v, np.float32) for k, v in tables.items()}
     out, loss = None, 0.0
     for p in range(parts):
-        a, e = (p * nb // parts) * block, ((p + 1) * nb // parts) * block
+        a, e = part_start(nb, parts, p) * block, part_start(nb, parts, p + 1) * block
         t, part_loss = reference({k: v[a:e] for k, v in batch.items()}, tables, lr, cbow, block)
         loss += part_loss
         if out is None:

@@ -5,6 +5,7 @@ in-vocabulary relatives, whose word and OOV vectors equal gensim's ``FastTextKey
 same tables, and whose exported vector files load in gensim; bad settings and queries are clear errors.
 Stop mid-epoch + resume ending bit-equal (and one device = the (2,2,2) mesh) is tests/test_conformance.py's,
 through ``Family.tiny_preset``."""
+import functools
 import json
 
 import types
@@ -329,12 +330,19 @@ def test_sequential_updates_apply_each_pair_in_stream_order_as_fasttext(shared_d
     """``model.updates='sequential'``: two kernel steps on real batches (a large rate: both tables move) each equal
     fastText's per-pair loop over the same batch in numpy from the tables the step started with (units averaged
     into the hidden vector, each unit row moved by the whole error, a negative equal to the pair's target not
-    counted); the loss is the pairs' summed loss."""
+    counted); the loss is the pairs' summed loss. The kernel reads the units from the subword table: the training
+    batches carry none, and are otherwise the batched updates' batches bit for bit."""
     import jax
 
     from sequential_reference import fasttext_sequential
 
     obj, _, _ = small_objective(shared_data, tmp_path, objective, shared, updates="sequential")
+    batched, _, _ = small_objective(shared_data, tmp_path, objective, shared)
+    words, units = next(obj.train_batches(0, 64, 0, 1)), next(batched.train_batches(0, 64, 0, 1))
+    assert words["units"].shape == (64, 0) and units["units"].shape == (64, batched.units) and obj.units > 0
+    assert float(units["dropped"].sum()) == 0 and sorted(words) == sorted(units)
+    for k in set(words) - {"units", "unit_row", "unit_weight"}:
+        np.testing.assert_array_equal(words[k], units[k], err_msg=k)
     params = jax.tree.map(lambda x: getattr(x, "value", x), obj.init(jax.random.key(0), obj.example_batch(64)),
                           is_leaf=lambda x: hasattr(x, "value"))
     params = jax.tree.map(lambda x: x + 0.1, params)          # nonzero output rows: every gradient flows
@@ -345,7 +353,7 @@ def test_sequential_updates_apply_each_pair_in_stream_order_as_fasttext(shared_d
         before = jax.device_get(params)["params"]["fasttext"]
         params, loss, _, _, finite = step(params, {k: jax.numpy.asarray(v) for k, v in host.items()}, lr)
         after = jax.device_get(params)["params"]["fasttext"]
-        want, want_loss = fasttext_sequential(host, before, lr, obj.cbow, 16)
+        want, want_loss = fasttext_sequential(host, before, lr, obj.cbow, 16, obj.subwords)
         assert bool(finite) and float(loss) == pytest.approx(want_loss, rel=1e-5)
         for k in ("input", "output"):
             assert np.abs(after[k] - before[k]).max() > 1e-2, k
@@ -375,7 +383,8 @@ def test_sequential_parts_run_fasttext_order_per_part_from_the_batch_start_and_s
     batch = {k: jax.numpy.asarray(v) for k, v in host.items()}
     got = [jax.device_get(jax.jit(lambda p, b, o=o: o.fused_rows(p, b, o.normalizers(b), 0.5))(params, batch))
            for o in (obj, obj, one)]
-    want, want_loss = in_parts(fasttext_sequential, host, before, 0.5, obj.cbow, 16, parts)
+    want, want_loss = in_parts(functools.partial(fasttext_sequential, subwords=obj.subwords), host, before, 0.5,
+                               obj.cbow, 16, parts)
     assert bool(got[0][4]) and float(got[0][1]) == pytest.approx(want_loss, rel=1e-5)
     for k in ("input", "output"):
         after = got[0][0]["params"]["fasttext"][k]
@@ -383,3 +392,43 @@ def test_sequential_parts_run_fasttext_order_per_part_from_the_batch_start_and_s
         np.testing.assert_allclose(after, want[k], rtol=0, atol=3e-5, err_msg=k)
         np.testing.assert_array_equal(after, got[1][0]["params"]["fasttext"][k])
         assert np.abs(after - got[2][0]["params"]["fasttext"][k]).max() > 1e-3, k
+
+
+def test_sequential_fasttext_cbow_fit_evaluates_with_units_and_resumes_bit_equal(shared_data, tmp_path):
+    """fastText CBOW's sequential updates in two parts through ``fit`` on one CPU device, evaluating every 2 steps:
+    the training batches carry no units (the kernel reads them from the subword table), the evaluation batches
+    do (the model's forward pass), and a run stopped at step 2 of 4 and resumed ends bit-equal to the
+    uninterrupted run. A step naming a subword table the kernel does not hold fails with an error saying so."""
+    import dataclasses
+
+    import jax
+
+    from ptm_jax.config import MeshConfig
+    from ptm_jax.families.fasttext import FAMILY
+    from ptm_jax.families.word2vec import cpu_kernel
+    from ptm_jax.parallel.mesh import make_mesh
+    from ptm_jax.train.loop import fit
+
+    obj, cfg, corpus = small_objective(shared_data, tmp_path, "fasttext_cbow", True, updates="sequential",
+                                       sequential_parts=2)
+    corpus = types.SimpleNamespace(tokenizer=corpus.tokenizer, train=corpus.train, eval=corpus.train)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=4, eval_every=2, eval_batches=1,
+                                                             checkpoint_every=2, learning_rate=2.0,
+                                                             warmup_steps=0))
+    assert next(FAMILY.objectives["fasttext_cbow"](cfg, corpus).eval_batches(64, 0, 1))["units"].shape == (
+        64, obj.units)
+    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    ref = fit(FAMILY.objectives["fasttext_cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "ref")
+    first = fit(FAMILY.objectives["fasttext_cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "run", stop_after=2)
+    resumed = fit(FAMILY.objectives["fasttext_cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "run")
+    assert (first.step, resumed.step) == (2, 4)
+    # the evaluation's forward pass sees the trained tables: below 4 ln 2, the loss of zero output rows
+    assert 0 < ref.eval_metrics["ft_loss"] < 4 * np.log(2) - 1e-3
+    assert ref.eval_metrics["ft_loss"] == resumed.eval_metrics["ft_loss"]
+    for a, b in zip(jax.tree.leaves(resumed.state.params), jax.tree.leaves(ref.state.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    batch = {k: jax.numpy.asarray(v) for k, v in next(obj.train_batches(0, 64, 0, 1)).items()}
+    tables = {k: jax.numpy.asarray(v) for k, v in ref.state.params["params"]["fasttext"].items()}
+    with pytest.raises(Exception, match="none is registered under this step's key"):
+        jax.block_until_ready(cpu_kernel.fused_step("fasttext_cbow", tables, batch, 0.1, block=16, cap=0.0,
+                                                    sequential=True, subwords=12345))

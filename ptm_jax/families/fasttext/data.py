@@ -18,6 +18,12 @@ On Gutenberg (sample 1e-3) that is 14 slots for skip-gram, against at most 12.9 
 512, and 82 for CBOW against at most 77. A center whose units do not all fit its block trains nothing (its
 pairs are dropped, counted in ``dropped`` and logged as word2vec's are).
 
+With ``model.updates='sequential'`` the training batches carry no units (``units=0``: the three unit arrays are
+[R, 0]): the kernel's sequential loop reads each word's units from the subword table, as fastText's
+``getSubwords`` does (``families/word2vec/sequential.h``), so a batch is about 8x smaller for CBOW, nothing is
+dropped for want of unit slots, and the builder's unit pass is gone. Evaluation batches keep their units (the
+loss there is the model's forward pass).
+
 Negatives are drawn per center (``negatives`` [R, K]) and shared by its pairs, or, for skip-gram with
 ``data.shared_negatives=false``, per pair as fastText and gensim draw them (``negatives`` [R, c, K] aligned with
 the pair slots, word2vec's per-pair draw). A negative equal to a pair's target does not count for that pair
@@ -132,17 +138,23 @@ def add_units(out: dict[str, np.ndarray], subwords: Subwords, cbow: bool, block:
         pw[bad[block_of_pair * block + out["pair_row"].reshape(-1)]] = 0.0
         out["pair_weight"] = pw.reshape(rows, slots)
         out["center_weight"] = np.where(bad, 0.0, out["center_weight"]).astype(np.float32)
-    live = out["pair_weight"] > 0
+    return negative_weights(out, cbow, block)
+
+
+def negative_weights(out: dict[str, np.ndarray], cbow: bool, block: int) -> dict[str, np.ndarray]:
+    """fastText's weights of the negatives (module doc) on packed pairs, in numpy."""
+    rows, slots = out["pair_input"].shape
     if cbow:
         out["negative_weight"] = ((out["negatives"] != out["center"][:, None])
                                   & (out["center_weight"][:, None] > 0)).astype(np.float32)
     elif out["negatives"].ndim == 2:                 # per negative: the center's pairs whose target differs
         neg = out["negatives"]
-        centers = (block_of_pair * block + out["pair_row"].reshape(-1))[live.reshape(-1)]
-        differs = neg[centers] != out["pair_input"].reshape(-1)[live.reshape(-1)][:, None]
-        nw = np.zeros(neg.shape, np.float64)
-        np.add.at(nw, centers, differs)
-        out["negative_weight"] = nw.astype(np.float32)
+        live = (out["pair_weight"] > 0).reshape(-1)
+        centers = ((np.arange(rows * slots) // (block * slots)) * block + out["pair_row"].reshape(-1))[live]
+        differs = neg[centers] != out["pair_input"].reshape(-1)[live][:, None]
+        at = (centers[:, None] * neg.shape[1] + np.arange(neg.shape[1])).reshape(-1)
+        out["negative_weight"] = np.bincount(at, weights=differs.reshape(-1),
+                                             minlength=neg.size).reshape(neg.shape).astype(np.float32)
     return per_pair_negative_weights(out)
 
 
@@ -186,7 +198,8 @@ def fasttext_batches(source: DocumentSource, tables: Tables, subwords: Subwords,
                      global_batch: int, block: int, slots: int, units: int, process_index: int = 0,
                      process_count: int = 1, shared: bool = True):
     """(``make``, ``shapes``) as word2vec's ``word2vec_batches``: this process's rows of global batch ``i``
-    (``make(i)``) or of k successive ones stacked (``make(i, k)``), with their n-gram units."""
+    (``make(i)``) or of k successive ones stacked (``make(i, k)``), with their n-gram units in ``units`` unit slots
+    a row (0: none, for the sequential updates; module doc)."""
     if not isinstance(window, int) or window < 1:
         raise ConfigError(f"data.window={window!r} must be an integer >= 1")
     check_share(start_index, global_batch, process_index, process_count)
@@ -199,7 +212,11 @@ def fasttext_batches(source: DocumentSource, tables: Tables, subwords: Subwords,
     def build(first: int, n: int) -> dict[str, np.ndarray]:
         out = packed_rows(stream, tables, first, n, window=window, negative=negative, cbow=cbow, seed=seed,
                           reach=reach, pad_id=pad_id, shared=shared, block=block, slots=slots)
-        return add_units(out, subwords, cbow, block, units)
+        if units:
+            return add_units(out, subwords, cbow, block, units)
+        for k in ("units", "unit_row", "unit_weight"):              # sequential updates: no unit slots (module doc)
+            out[k] = np.zeros((len(out["center"]), 0), feature_dtype(k))
+        return negative_weights(out, cbow, block)
 
     return grouped_maker(build, global_batch=global_batch, process_index=process_index, process_count=process_count,
                          what="(context, center) pairs",

@@ -79,6 +79,10 @@ class FastTextObjective(TableSteps, MakerStreams):
         self.units = unit_slots(self.tables, subwords.lengths, sampling.word_counts(counts, special_ids), d.window,
                                 self.cbow, d.unit_slots)
         """Pair and unit slots per row of a packing block of ``block`` rows (``data.py``)."""
+        self.train_units = 0 if cfg.model.updates == "sequential" else self.units
+        """The training batches' unit slots: none for the sequential updates, whose kernel reads the units from
+        the subword table (``kernel_subwords``; evaluation batches keep ``units``)."""
+        self._subwords_key = 0
         self.model = FastText(cfg.model, cbow=self.cbow, block=self.block)
         self.train_source, self.eval_source = train_source, eval_source
         self.eos_id, self.pad_id = int(eos_id), int(pad_id)
@@ -87,7 +91,7 @@ class FastTextObjective(TableSteps, MakerStreams):
     def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
         d = self.cfg.data
         shapes = feature_shapes(batch_size, window=d.window, negative=d.negative, cbow=self.cbow, slots=self.slots,
-                                units=self.units, shared=bool(d.shared_negatives))
+                                units=self.train_units, shared=bool(d.shared_negatives))
         shapes.pop("example_id")
         return {k: np.zeros(s, feature_dtype(k)) for k, s in shapes.items()}  # 'center' first: words per step
 
@@ -145,15 +149,25 @@ class FastTextObjective(TableSteps, MakerStreams):
                                                  float(self.cfg.model.duplicate_cap),
                                                  updates={k: n for k, (_, n) in ids.items()})
 
+    def kernel_subwords(self) -> int:
+        """The subword table, registered with the fused kernel once (``cpu_kernel.register_subwords``)."""
+        if not self._subwords_key:
+            from ptm_jax.families.word2vec import cpu_kernel
+
+            self._subwords_key = cpu_kernel.register_subwords(self.subwords.ids, self.subwords.lengths)
+        return self._subwords_key
+
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
         return dict(metrics)
 
     def batch_maker(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
-        """(``make``, ``shapes``) of ``data.fasttext_batches``: ``make(i)`` builds batch ``i``'s numpy arrays."""
+        """(``make``, ``shapes``) of ``data.fasttext_batches``: ``make(i)`` builds batch ``i``'s numpy arrays
+        (training batches, ``repeat``, with ``train_units`` unit slots)."""
         d = self.cfg.data
         seed = int(d.seed) if repeat else int(d.seed) + EVAL_SEED_OFFSET
         return fasttext_batches(source, self.tables, self.subwords, eos_id=self.eos_id, pad_id=self.pad_id,
                                 window=d.window, negative=d.negative, cbow=self.cbow, reach=d.reach, seed=seed,
                                 start_index=start, global_batch=global_batch, block=self.block, slots=self.slots,
-                                units=self.units, process_index=pi, process_count=pc,
+                                units=self.train_units if repeat else self.units, process_index=pi,
+                                process_count=pc,
                                 shared=bool(d.shared_negatives))

@@ -44,8 +44,9 @@ class Word2VecConfig:
     is the norm of the per-pair gradients as they were applied, and a pair with a non-finite score is skipped and
     its step counted in ``nonfinite_total``."""
     sequential_parts: int = 1
-    """With ``updates='sequential'``: the batch split into this many contiguous parts of the stream, run side by
-    side on the kernel's threads (``sequential_parts.h``). Each part runs word2vec.c's order from the tables as
+    """With ``updates='sequential'``: the batch split into this many contiguous parts of the stream (the first,
+    which moves the tables in place, a little shorter), run side by side on the kernel's threads
+    (``sequential_parts.h``). Each part runs word2vec.c's order from the tables as
     they were before the batch and sees the other parts' moves at the batch's end, as word2vec.c's threads see
     each other's moves late (there, whenever a write lands). The result depends on this number, not on the thread
     count: reruns and resumes stay bit-equal. 1: one thread, one order."""

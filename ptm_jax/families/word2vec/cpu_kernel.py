@@ -73,6 +73,34 @@ def applies(kernel: str, needed_by: str = "model.kernel='cpu'", fix: str = "use 
     return where and available()
 
 
+def register_subwords(ids: np.ndarray, lengths: np.ndarray) -> int:
+    """Gives the kernel fastText's subword table (``families/fasttext/subwords.py``: ``ids`` [vocab, width],
+    ``lengths`` [vocab]), which its sequential updates read the units from, and returns the table's key for
+    ``fused_step(subwords=)``: a hash of the contents, so the same table has the same key in every process and
+    every trace (registering it again replaces it with the same arrays)."""
+    import ctypes
+    import hashlib
+
+    ok, why = _load()
+    if not ok:
+        raise ConfigError(f"the fused CPU kernel is not available: {why}; use model.kernel='xla'")
+    ids = np.ascontiguousarray(ids, np.int32)
+    lengths = np.ascontiguousarray(lengths, np.int32)
+    if ids.ndim != 2 or lengths.shape != ids.shape[:1] or not ids.size:
+        raise ValueError(f"a subword table is ids [vocab, width] and lengths [vocab]; got {ids.shape}, "
+                         f"{lengths.shape}")
+    digest = hashlib.blake2b(ids.tobytes(), digest_size=8, key=str(ids.shape).encode())
+    digest.update(lengths.tobytes())
+    key = int.from_bytes(digest.digest(), "little") & (2 ** 62 - 1) or 1
+    lib, _ = native.library(SOURCE.name)
+    fn = lib.ptm_register_subwords
+    fn.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    if fn(key, ids.ctypes.data, ids.shape[0], ids.shape[1], lengths.ctypes.data):
+        raise ValueError(f"the kernel refused a subword table of shape {ids.shape}")
+    return key
+
+
 def _or_dummy(batch: dict, key: str, dtype, rows: int, ndim: int = 2) -> jax.Array:
     if key in batch:
         return batch[key]
@@ -80,13 +108,14 @@ def _or_dummy(batch: dict, key: str, dtype, rows: int, ndim: int = 2) -> jax.Arr
 
 
 def fused_step(mode: str, tables: dict[str, jax.Array], batch: dict, step_size: jax.Array, *, block: int,
-               cap: float, sequential: bool = False,
-               parts: int = 1) -> tuple[dict[str, jax.Array], jax.Array, dict, jax.Array]:
+               cap: float, sequential: bool = False, parts: int = 1,
+               subwords: int = 0) -> tuple[dict[str, jax.Array], jax.Array, dict, jax.Array]:
     """One sparse SGD step by the kernel: (updated tables, the summed loss, {table: squared norm of its capped
     gradient rows}, finite); ``sequential`` in ``parts`` parts (``model.sequential_parts``).
     ``tables``: 'input' and, where present, 'output' and 'hs_output'; ``batch``: the
-    packed features (word2vec ``data.py``; fastText's add ``units``, ``unit_row``, ``unit_weight``). The tables are
-    updated in place when the caller donates them."""
+    packed features (word2vec ``data.py``; fastText's batched updates add ``units``, ``unit_row``,
+    ``unit_weight``, while its sequential ones read the units from the subword table of key ``subwords``,
+    ``register_subwords``). The tables are updated in place when the caller donates them."""
     ok, why = _load()
     if not ok:
         raise ConfigError(f"the fused CPU kernel is not available: {why}; use model.kernel='xla'")
@@ -107,7 +136,8 @@ def fused_step(mode: str, tables: dict[str, jax.Array], batch: dict, step_size: 
     call = jax.ffi.ffi_call(TARGET, out_types, input_output_aliases={0: 0, 1: 1, 2: 2}, has_side_effect=False)
     new_in, new_out, new_hs, stats = call(*args, mode=np.int64(MODES[mode]), block=np.int64(block),
                                           cap=np.float32(cap), has_out=has_out, has_hs=has_hs,
-                                          sequential=bool(sequential), parts=np.int64(parts))
+                                          sequential=bool(sequential), parts=np.int64(parts),
+                                          subwords=np.int64(subwords))
     new = {"input": new_in}
     sq = {"input": stats[1]}
     if has_out:

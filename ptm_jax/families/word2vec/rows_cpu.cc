@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -44,6 +45,30 @@ using namespace ptm_rows;  // NOLINT: the kernel's own arithmetic (rows_math.h)
 namespace {
 
 constexpr int kParts = 16;  // phase 2 partitions of the row ids (fixed: results do not depend on threads)
+
+// fastText's subword tables for the sequential updates (sequential.h reads a word's units from them), registered
+// once per table by cpu_kernel.register_subwords under a key derived from their contents; a step names its
+// table's key in the `subwords` attribute. Copies: the caller's arrays may go.
+struct SubwordTable {
+  std::vector<int32_t> ids, lengths;
+  int64_t width = 0;
+};
+
+std::mutex& TablesMu() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::map<int64_t, std::shared_ptr<const SubwordTable>>& Tables() {
+  static std::map<int64_t, std::shared_ptr<const SubwordTable>> tables;
+  return tables;
+}
+
+std::shared_ptr<const SubwordTable> FindTable(int64_t key) {
+  std::lock_guard<std::mutex> lock(TablesMu());
+  auto it = Tables().find(key);
+  return it == Tables().end() ? nullptr : it->second;
+}
 
 // f(i) for i in [0, n): the items are claimed from a shared counter by the caller and by pool threads; the
 // caller returns when every item is done (a pool thread that starts later finds none left).
@@ -228,8 +253,9 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
                     ffi::Buffer<ffi::S32> pair_row, ffi::Buffer<ffi::F32> pair_w, ffi::Buffer<ffi::S32> units,
                     ffi::Buffer<ffi::S32> unit_row, ffi::Buffer<ffi::F32> unit_w, ffi::Buffer<ffi::F32> lr_buf,
                     int64_t mode, int64_t block, float cap, bool has_out, bool has_hs, bool sequential,
-                    int64_t parts, ffi::ResultBuffer<ffi::F32> in_res, ffi::ResultBuffer<ffi::F32> out_res,
-                    ffi::ResultBuffer<ffi::F32> hs_res, ffi::ResultBuffer<ffi::F32> stats) {
+                    int64_t parts, int64_t subwords, ffi::ResultBuffer<ffi::F32> in_res,
+                    ffi::ResultBuffer<ffi::F32> out_res, ffi::ResultBuffer<ffi::F32> hs_res,
+                    ffi::ResultBuffer<ffi::F32> stats) {
   // The results alias the tables (input_output_aliases): read and write them there.
   float* IN = in_res->typed_data();
   float* OUT = out_res->typed_data();
@@ -267,7 +293,15 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
     sb.mode = mode, sb.R = R, sb.block = block, sb.c = c, sb.K = K, sb.D = D, sb.d = d, sb.pair_negs = pair_negs;
     sb.cen = cen, sb.ng = ng, sb.pt = pt, sb.pin = pin, sb.prow = prow;
     sb.cw = cw, sb.nw = nw, sb.cd = cd, sb.pw_path = pw_path, sb.pw = pw;
-    sb.u = u, sb.un = un, sb.urow = urow, sb.uw = uw;
+    std::shared_ptr<const SubwordTable> table;
+    if (units_in) {  // fastText: the units come from the vocabulary's subword table
+      table = FindTable(subwords);
+      if (!table)
+        return ffi::Error::InvalidArgument(
+            "fastText's sequential updates read the units from the vocabulary's subword table, and none is "
+            "registered under this step's key (cpu_kernel.register_subwords)");
+      sb.sub = table->ids.data(), sb.sub_len = table->lengths.data(), sb.sub_n = table->width;
+    }
     float* out = has_out ? OUT : nullptr;
     float* hs = has_hs ? HS : nullptr;
     SeqResult res;
@@ -276,7 +310,8 @@ ffi::Error RowsImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> in_tab, ffi::Buf
     } else {
       ScratchLease lease;
       res = SequentialPartsStep(sb, parts, lr, IN, out, hs, in_tab.dimensions()[0], out_tab.dimensions()[0],
-                                hs_tab.dimensions()[0], (*lease).parts,
+                                hs_tab.dimensions()[0], table ? static_cast<int64_t>(table->lengths.size()) : 0,
+                                (*lease).parts,
                                 [&](int64_t n, const std::function<void(int64_t)>& f) { ParallelFor(pool, n, f); });
     }
     float* st = stats->typed_data();
@@ -576,7 +611,22 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PtmEmbeddingRowsCpu, RowsImpl,
                                   .Attr<bool>("has_hs")
                                   .Attr<bool>("sequential")
                                   .Attr<int64_t>("parts")
+                                  .Attr<int64_t>("subwords")
                                   .Ret<ffi::Buffer<ffi::F32>>()  // in_tab
                                   .Ret<ffi::Buffer<ffi::F32>>()  // out_tab
                                   .Ret<ffi::Buffer<ffi::F32>>()  // hs_tab
                                   .Ret<ffi::Buffer<ffi::F32>>());  // stats: loss, sumsq in/out/hs, finite
+
+// Registers fastText's subword table (ids [vocab, width], lengths [vocab]; subwords.py) under `key` (0 is
+// reserved for none), replacing any table of that key. Returns 0.
+extern "C" int ptm_register_subwords(int64_t key, const int32_t* ids, int64_t vocab, int64_t width,
+                                     const int32_t* lengths) {
+  if (key == 0 || vocab <= 0 || width <= 0) return 1;
+  auto table = std::make_shared<SubwordTable>();
+  table->ids.assign(ids, ids + vocab * width);
+  table->lengths.assign(lengths, lengths + vocab);
+  table->width = width;
+  std::lock_guard<std::mutex> lock(TablesMu());
+  Tables()[key] = std::move(table);
+  return 0;
+}

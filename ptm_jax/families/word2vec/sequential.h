@@ -2,8 +2,10 @@
 // another in stream order with every row updated in place before the next pair reads it (word2vec.c
 // TrainModelThread and fastText's Model::update with one thread; gensim with one worker). Included by rows_cpu.cc.
 //
-// The batch layout is the batched kernel's (families/word2vec/data.py's packed pairs, families/fasttext/data.py's
-// units): a row's pairs and units are the live slots of its block that name it, the rows in stream order. Per row:
+// The batch layout is the batched kernel's packed pairs (families/word2vec/data.py): a row's pairs are the live
+// slots of its block that name it, the rows in stream order. fastText's units are read from the vocabulary's
+// subword table (SubwordTable: a word's own row, then its n-gram rows), as fastText's getSubwords does, so its
+// sequential batches carry no unit slots (families/fasttext/data.py). Per row:
 //   * mode 0, word2vec skip-gram: each pair's context row h = syn0[context] against the center's output row
 //     (label 1), its negatives (the center's shared draws, or the pair's own) and its Huffman path; the target
 //     rows move by -lr g h, then h by -lr neu1e (neu1e = sum_j g_j t_j);
@@ -12,7 +14,8 @@
 //   * mode 2, fastText skip-gram: the mean of the center's unit rows against each pair's context word and its
 //     negatives (one equal to that word does not count); every unit row moves by -lr w grad after each pair
 //     (summed over the center's pairs and applied once, with the mean kept in step: the same numbers);
-//   * mode 3, fastText CBOW: the mean of the context words' units against the center and its negatives.
+//   * mode 3, fastText CBOW: the mean of the units of the context words (in pair order) against the center and
+//     its negatives.
 // g = d loss / d score of one target (the weights of the pair and of the target included). The targets of one
 // pair are scored at their rows before that pair's moves (word2vec.c scores each after the previous one's move;
 // the two differ only where a pair draws the same row twice). A pair whose score is not finite moves nothing
@@ -34,10 +37,12 @@ namespace ptm_rows {
 struct SeqBatch {
   int64_t mode = 0, R = 0, block = 1, c = 0, K = 0, D = 0, d = 0;
   bool pair_negs = false;
-  int64_t u = 0;  // unit slots per row (fastText)
-  const int32_t *cen = nullptr, *ng = nullptr, *pt = nullptr, *pin = nullptr, *prow = nullptr, *un = nullptr,
-                *urow = nullptr;
-  const float *cw = nullptr, *nw = nullptr, *cd = nullptr, *pw_path = nullptr, *pw = nullptr, *uw = nullptr;
+  const int32_t *cen = nullptr, *ng = nullptr, *pt = nullptr, *pin = nullptr, *prow = nullptr;
+  const float *cw = nullptr, *nw = nullptr, *cd = nullptr, *pw_path = nullptr, *pw = nullptr;
+  // fastText (modes 2, 3): word w's input units are sub[w * sub_n + i] for i < sub_len[w]; the words are the
+  // centers (skip-gram) or the pairs' context words (CBOW)
+  const int32_t *sub = nullptr, *sub_len = nullptr;
+  int64_t sub_n = 0;
 };
 
 struct SeqResult {
@@ -92,7 +97,7 @@ inline bool ScoreAndMove(float* h, const Targets& t, float scale, float lr, int6
   return true;
 }
 
-// The live slots of each row of one block, in slot order (a CSR over the block's rows): pair or unit slots.
+// The live slots of each row of one block, in slot order (a CSR over the block's rows).
 struct RowSlots {
   std::vector<int64_t> start, slot;
   void Build(const int32_t* row_of, const float* w, int64_t lo, int64_t hi, int64_t block) {
@@ -109,6 +114,17 @@ struct RowSlots {
   const int64_t* Begin(int64_t r) const { return slot.data() + start[r]; }
 };
 
+// h += w row, 8 floats at a time. Axpy inlined into the loops over a hidden vector's rows let GCC vectorise across
+// the rows with gathers instead: fastText CBOW's step took 25% longer.
+inline void AddRow(float w, const float* row, float* h, int64_t d) {
+  int64_t k = 0;
+  for (; k + 8 <= d; k += 8) {
+    const V8 sum = Load8(h + k) + w * Load8(row + k);
+    std::memcpy(h + k, &sum, sizeof(sum));
+  }
+  for (; k < d; ++k) h[k] += w * row[k];
+}
+
 // h = the weighted mean of the rows `ids[q]` of IN over the slots q of one row (weights w[q]; divided by
 // max(sum w, 1), the batched kernel's mean).
 inline void MeanOf(const float* IN, const int32_t* ids, const float* w, const int64_t* q, int64_t n, int64_t d,
@@ -116,11 +132,37 @@ inline void MeanOf(const float* IN, const int32_t* ids, const float* w, const in
   std::fill(h, h + d, 0.f);
   float cnt = 0.f;
   for (int64_t i = 0; i < n; ++i) {
-    Axpy(w[q[i]], IN + static_cast<int64_t>(ids[q[i]]) * d, h, d);
+    AddRow(w[q[i]], IN + static_cast<int64_t>(ids[q[i]]) * d, h, d);
     cnt += w[q[i]];
   }
   const float inv = 1.f / std::max(cnt, 1.f);
   for (int64_t i = 0; i < d; ++i) h[i] *= inv;
+}
+
+// h = the mean of the rows ids[0..n) of IN (fastText's computeHidden over a list of units).
+inline void MeanOfUnits(const float* IN, const int32_t* ids, int64_t n, int64_t d, float* h) {
+  std::fill(h, h + d, 0.f);
+  for (int64_t i = 0; i < n; ++i) AddRow(1.f, IN + static_cast<int64_t>(ids[i]) * d, h, d);
+  const float inv = 1.f / std::max(static_cast<float>(n), 1.f);
+  for (int64_t i = 0; i < d; ++i) h[i] *= inv;
+}
+
+// The input units of row r of a fastText batch (module doc): the center's word's (mode 2; `live`: the center has
+// a live pair) or, in pair order, those of each live pair's context word (mode 3), gathered into `buf`.
+inline const int32_t* RowUnits(const SeqBatch& b, int64_t r, const int64_t* ps, int64_t np, std::vector<int32_t>& buf,
+                               int64_t* n) {
+  if (b.mode == 2) {
+    const int64_t w = b.cen[r];
+    *n = np ? b.sub_len[w] : 0;
+    return b.sub + w * b.sub_n;
+  }
+  buf.clear();
+  for (int64_t i = 0; i < np; ++i) {
+    const int64_t w = b.pin[ps[i]];
+    buf.insert(buf.end(), b.sub + w * b.sub_n, b.sub + w * b.sub_n + b.sub_len[w]);
+  }
+  *n = static_cast<int64_t>(buf.size());
+  return buf.data();
 }
 
 }  // namespace seq_detail
@@ -128,12 +170,14 @@ inline void MeanOf(const float* IN, const int32_t* ids, const float* w, const in
 // One batch of sequential SGD on the tables IN, OUT, HS (updated in place) at rate lr.
 inline SeqResult SequentialStep(const SeqBatch& b, float lr, float* IN, float* OUT, float* HS) {
   using seq_detail::MeanOf;
+  using seq_detail::RowUnits;
   SeqResult res;
   Loss loss;
-  const int64_t d = b.d, c = b.c, K = b.K, D = b.D, u = b.u;
+  const int64_t d = b.d, c = b.c, K = b.K, D = b.D;
   Targets t;
-  seq_detail::RowSlots pairs, units;
+  seq_detail::RowSlots pairs;
   std::vector<float> g, err(d), hid(d), acc(d);
+  std::vector<int32_t> unit_buf, next_buf;
   auto add_targets = [&](int64_t r, bool center) {  // [the center's output row,] shared negatives, path
     t.Clear();
     if (OUT) {
@@ -148,26 +192,22 @@ inline SeqResult SequentialStep(const SeqBatch& b, float lr, float* IN, float* O
         t.Add(HS + static_cast<int64_t>(b.pt[r * D + j]) * d, 1.f - b.cd[r * D + j], b.pw_path[r * D + j], nullptr,
               2);
   };
-  // moves the rows averaged into a hidden vector by -lr w err each (word2vec.c's neu1e, fastText's grad)
-  auto move_inputs = [&](const int32_t* ids, const float* w, const int64_t* q, int64_t n) {
-    const double ee = SumSq(err.data(), d);
-    for (int64_t i = 0; i < n; ++i) {
-      Axpy(-lr * w[q[i]], err.data(), IN + static_cast<int64_t>(ids[q[i]]) * d, d);
-      res.sq_in += ee * w[q[i]] * w[q[i]];
-    }
-  };
   const bool units_in = b.mode >= 2;
   for (int64_t r0 = 0; r0 < b.R; r0 += b.block) {
     pairs.Build(b.prow, b.pw, r0 * c, (r0 + b.block) * c, b.block);
-    if (units_in) units.Build(b.urow, b.uw, r0 * u, (r0 + b.block) * u, b.block);
     for (int64_t r = r0; r < r0 + b.block; ++r) {
       const int64_t np = pairs.Size(r - r0);
       const int64_t* ps = pairs.Begin(r - r0);
       if (r + 1 < r0 + b.block) {  // the next center's input rows, while this one's are scored
-        const int64_t nx = units_in ? units.Size(r + 1 - r0) : pairs.Size(r + 1 - r0);
-        const int64_t* qs = units_in ? units.Begin(r + 1 - r0) : pairs.Begin(r + 1 - r0);
-        for (int64_t i = 0; i < nx; ++i)
-          Prefetch(IN + static_cast<int64_t>((units_in ? b.un : b.pin)[qs[i]]) * d, d);
+        const int64_t nq = pairs.Size(r + 1 - r0);
+        const int64_t* qs = pairs.Begin(r + 1 - r0);
+        if (units_in) {
+          int64_t nx = 0;
+          const int32_t* ids = RowUnits(b, r + 1, qs, nq, next_buf, &nx);
+          for (int64_t i = 0; i < nx; ++i) Prefetch(IN + static_cast<int64_t>(ids[i]) * d, d);
+        } else {
+          for (int64_t i = 0; i < nq; ++i) Prefetch(IN + static_cast<int64_t>(b.pin[qs[i]]) * d, d);
+        }
         if (OUT && b.mode != 2) Prefetch(OUT + static_cast<int64_t>(b.cen[r + 1]) * d, d);
         for (int64_t k = 0; OUT && !b.pair_negs && k < K; ++k)
           if (b.nw[(r + 1) * K + k] != 0.f) Prefetch(OUT + static_cast<int64_t>(b.ng[(r + 1) * K + k]) * d, d);
@@ -189,26 +229,32 @@ inline SeqResult SequentialStep(const SeqBatch& b, float lr, float* IN, float* O
           }
           res.sq_in += SumSq(err.data(), d);
         }
+      } else if (b.mode == 1) {  // word2vec CBOW: the weighted mean of the context rows against the center
+        if (!np || b.cw[r] == 0.f) continue;
+        MeanOf(IN, b.pin, b.pw, ps, np, d, hid.data());
+        add_targets(r, true);
+        if (!seq_detail::ScoreAndMove(hid.data(), t, b.cw[r], lr, d, &loss, err.data(), 0.f, g, &res)) {
+          ++res.skipped;
+          continue;
+        }
+        const double ee = SumSq(err.data(), d);  // each context row moves by -lr w neu1e (word2vec.c)
+        for (int64_t i = 0; i < np; ++i) {
+          Axpy(-lr * b.pw[ps[i]], err.data(), IN + static_cast<int64_t>(b.pin[ps[i]]) * d, d);
+          res.sq_in += ee * b.pw[ps[i]] * b.pw[ps[i]];
+        }
       } else if (b.mode == 2) {  // fastText skip-gram: the center's units against each pair's context word
-        const int64_t nu = units.Size(r - r0);
-        const int64_t* qs = units.Begin(r - r0);
+        int64_t nu = 0;
+        const int32_t* un = RowUnits(b, r, ps, np, unit_buf, &nu);
         if (!np || !nu) continue;
         // The unit rows are read only through this center's hidden vector until its last pair, so their moves
         // are summed in `acc` and applied once at the end; the hidden vector moves with them by -lr kappa err,
-        // kappa = sum_q w_q (the weight of q's row over all its slots) / W: the same numbers as moving every unit
-        // row after every pair, to float rounding (tests/test_fasttext.py checks it against that loop).
-        MeanOf(IN, b.un, b.uw, qs, nu, d, hid.data());
-        float wsum = 0.f, kappa = 0.f;
-        for (int64_t a = 0; a < nu; ++a) {
-          float same = 0.f;
-          for (int64_t z = 0; z < nu; ++z)
-            if (b.un[qs[z]] == b.un[qs[a]]) same += b.uw[qs[z]];
-          kappa += b.uw[qs[a]] * same;
-          wsum += b.uw[qs[a]];
-        }
-        kappa /= std::max(wsum, 1.f);
-        double w2 = 0.0;
-        for (int64_t a = 0; a < nu; ++a) w2 += static_cast<double>(b.uw[qs[a]]) * b.uw[qs[a]];
+        // kappa = sum_a (the times unit a's row occurs in the list) / n: the same numbers as moving every unit row
+        // after every pair, to float rounding (tests/test_fasttext.py checks it against that loop).
+        seq_detail::MeanOfUnits(IN, un, nu, d, hid.data());
+        float kappa = 0.f;
+        for (int64_t a = 0; a < nu; ++a)
+          for (int64_t z = 0; z < nu; ++z) kappa += un[z] == un[a] ? 1.f : 0.f;
+        kappa /= std::max(static_cast<float>(nu), 1.f);
         std::fill(acc.begin(), acc.end(), 0.f);
         bool moved = false;
         for (int64_t i = 0; i < np; ++i) {
@@ -226,24 +272,23 @@ inline SeqResult SequentialStep(const SeqBatch& b, float lr, float* IN, float* O
           }
           Axpy(-lr * kappa, err.data(), hid.data(), d);
           Axpy(lr, err.data(), acc.data(), d);
-          res.sq_in += SumSq(err.data(), d) * w2;
+          res.sq_in += SumSq(err.data(), d) * static_cast<double>(nu);
           moved = true;
         }
-        for (int64_t a = 0; moved && a < nu; ++a)
-          Axpy(-b.uw[qs[a]], acc.data(), IN + static_cast<int64_t>(b.un[qs[a]]) * d, d);
-      } else {  // CBOW: the mean of the context rows (word2vec) or of their units (fastText) against the center
-        const int32_t* ids = units_in ? b.un : b.pin;
-        const float* w = units_in ? b.uw : b.pw;
-        const int64_t n = units_in ? units.Size(r - r0) : np;
-        const int64_t* qs = units_in ? units.Begin(r - r0) : ps;
-        if (!n || b.cw[r] == 0.f) continue;
-        MeanOf(IN, ids, w, qs, n, d, hid.data());
+        for (int64_t a = 0; moved && a < nu; ++a) Axpy(-1.f, acc.data(), IN + static_cast<int64_t>(un[a]) * d, d);
+      } else {  // fastText CBOW: the mean of the context words' units against the center
+        int64_t nu = 0;
+        const int32_t* un = RowUnits(b, r, ps, np, unit_buf, &nu);
+        if (!nu || b.cw[r] == 0.f) continue;
+        seq_detail::MeanOfUnits(IN, un, nu, d, hid.data());
         add_targets(r, true);
         if (!seq_detail::ScoreAndMove(hid.data(), t, b.cw[r], lr, d, &loss, err.data(), 0.f, g, &res)) {
           ++res.skipped;
           continue;
         }
-        move_inputs(ids, w, qs, n);
+        const double ee = SumSq(err.data(), d);  // every unit row moves by -lr grad (fastText's Model::update)
+        for (int64_t a = 0; a < nu; ++a) Axpy(-lr, err.data(), IN + static_cast<int64_t>(un[a]) * d, d);
+        res.sq_in += ee * static_cast<double>(nu);
       }
     }
   }

@@ -1,13 +1,15 @@
 // Sequential updates in parts (model.sequential_parts = P > 1; sequential.h gives the order within a part).
 // Included by rows_cpu.cc.
 //
-// The batch's packing blocks are split into P contiguous parts of the stream, and the parts run side by side on
-// the kernel's thread pool. Each part runs word2vec.c's / fastText's loop over its own centers from the tables as
+// The batch's packing blocks are split into P contiguous parts of the stream (part 0 a little shorter:
+// PartStart), and the parts run side by side on the kernel's thread pool. Each part runs word2vec.c's / fastText's loop over its own centers from the tables as
 // they were before the batch, seeing its own moves at once and the other parts' moves at the end of the batch:
 //   * part 0 moves the tables in place;
 //   * every later part first copies the rows it reads (`snap`, taken before any part moves a row), runs on a
 //     working copy of them (`work`, its ids remapped to the copy's rows), and at the end adds its moves
 //     (work - snap) to the tables, part after part.
+// fastText's units come from the subword table (sequential.h): a later part remaps each distinct word it reads
+// once, into a local table of its units' local rows, so the remapping costs the part's words, not its units.
 // word2vec.c's and fastText's threads share one table without locks (Hogwild: a thread sees another's move
 // whenever the write lands); here a part sees the others' moves always at the batch's end, so the result depends
 // on P and the batch, never on the thread count or the timing: reruns and resumes are bit-equal.
@@ -32,7 +34,10 @@ struct PartRows {
 struct PartScratch {
   PartRows in, out, hs;
   std::vector<int32_t> map_in, map_out, map_hs;  // table row -> local row, -1 between calls
-  std::vector<int32_t> cen, ng, pt, pin, un;      // the part's ids, remapped
+  std::vector<int32_t> cen, ng, pt, pin;          // the part's ids, remapped
+  // fastText: the words whose units the part reads, remapped to local words (map_word: word -> local word, -1
+  // between calls), and the local subword table (`sub`, stride SeqBatch::sub_n) of their units' local rows
+  std::vector<int32_t> map_word, word, sub, sub_len, live;
 };
 
 namespace parts_detail {
@@ -56,6 +61,64 @@ inline void Remap(const int32_t* ids, const float* w, int64_t n, std::vector<int
   }
 }
 
+// fastText's words (the pairs' context words for CBOW, the centers with a live pair for skip-gram) remapped to
+// local words; each new word's units are remapped to local input rows (`map_in`, `rows`) into the local table.
+inline void RemapWords(const SeqBatch& s, int64_t vocab, PartScratch& sc) {
+  const bool cbow = s.mode == 3;
+  const int64_t n = cbow ? s.R * s.c : s.R;
+  const int32_t* words = cbow ? s.pin : s.cen;
+  sc.live.assign(n, 0);
+  for (int64_t q = 0; q < s.R * s.c; ++q)
+    if (s.pw[q] != 0.f) sc.live[cbow ? q : (q / (s.block * s.c)) * s.block + s.prow[q]] = 1;
+  sc.map_word.resize(vocab, -1);
+  sc.word.resize(n);
+  sc.sub.clear();
+  sc.sub_len.clear();
+  std::vector<int32_t> seen;  // the part's words, in order of first use
+  for (int64_t i = 0; i < n; ++i) {
+    if (!sc.live[i]) {
+      sc.word[i] = 0;
+      continue;
+    }
+    int32_t& local = sc.map_word[words[i]];
+    if (local < 0) {
+      local = static_cast<int32_t>(seen.size());
+      seen.push_back(words[i]);
+    }
+    sc.word[i] = local;
+  }
+  // their units' local rows, word after word; the map of the input table's rows is large (4 bytes a row) and
+  // read at random, so its entries are prefetched a few units ahead
+  constexpr int64_t kAhead = 16;
+  const int64_t nw = static_cast<int64_t>(seen.size());
+  sc.sub.assign(nw * s.sub_n, 0);
+  sc.sub_len.resize(nw);
+  std::vector<int32_t> flat;  // the units of every word, in order
+  for (int64_t j = 0; j < nw; ++j) {
+    const int32_t* units = s.sub + static_cast<int64_t>(seen[j]) * s.sub_n;
+    sc.sub_len[j] = s.sub_len[seen[j]];
+    flat.insert(flat.end(), units, units + sc.sub_len[j]);
+  }
+  const int64_t nu = static_cast<int64_t>(flat.size());
+  for (int64_t j = 0, f = 0; j < nw; ++j) {
+    int32_t* out = sc.sub.data() + j * s.sub_n;
+    for (int32_t k = 0; k < sc.sub_len[j]; ++k, ++f) {
+      if (f + kAhead < nu) __builtin_prefetch(sc.map_in.data() + flat[f + kAhead], 1);
+      int32_t& slot = sc.map_in[flat[f]];
+      if (slot < 0) {
+        slot = static_cast<int32_t>(sc.in.ids.size());
+        sc.in.ids.push_back(flat[f]);
+      }
+      out[k] = slot;
+    }
+  }
+  for (int32_t w : seen) sc.map_word[w] = -1;
+  if (sc.sub_len.empty()) {  // dead slots name local word 0
+    sc.sub_len.push_back(0);
+    sc.sub.resize(s.sub_n, 0);
+  }
+}
+
 // The part's view of rows [a, b) of the batch: the same layouts, pointers offset to row a.
 inline SeqBatch Slice(const SeqBatch& b, int64_t a, int64_t e) {
   SeqBatch s = b;
@@ -65,17 +128,26 @@ inline SeqBatch Slice(const SeqBatch& b, int64_t a, int64_t e) {
   s.ng = b.ng + a * per_neg, s.nw = b.nw + a * per_neg;
   s.pt = b.pt + a * b.D, s.cd = b.cd + a * b.D, s.pw_path = b.pw_path + a * b.D;
   s.pin = b.pin + a * b.c, s.prow = b.prow + a * b.c, s.pw = b.pw + a * b.c;
-  s.un = b.un + a * b.u, s.urow = b.urow + a * b.u, s.uw = b.uw + a * b.u;
   return s;
 }
 
 }  // namespace parts_detail
 
-// One batch of sequential SGD in P parts (see above). `rows_in/out/hs`: the tables' row counts. `parallel_for(n,
+// The first block of part p of P over nb blocks (p = P: nb). Part 0 moves the tables in place and meets their
+// rows cold, where a later part's rows were just copied: its centers cost about 5/4 of theirs (fastText CBOW on
+// Gutenberg: 20 ms against 16.5 ms for equal halves), so it takes 4 blocks for each later part's 5.
+inline int64_t PartStart(int64_t nb, int64_t P, int64_t p) {
+  if (p == 0) return 0;
+  return nb * (4 + 5 * (p - 1)) / (4 + 5 * (P - 1));
+}
+
+// One batch of sequential SGD in P parts (see above). `rows_in/out/hs`: the tables' row counts; `vocab`: the
+// subword table's words (fastText). `parallel_for(n,
 // f)` calls f(0..n-1), possibly on several threads, and returns when all are done.
 template <class ParallelFor>
 SeqResult SequentialPartsStep(const SeqBatch& b, int64_t P, float lr, float* IN, float* OUT, float* HS,
-                              int64_t rows_in, int64_t rows_out, int64_t rows_hs, std::vector<PartScratch>& scratch,
+                              int64_t rows_in, int64_t rows_out, int64_t rows_hs, int64_t vocab,
+                              std::vector<PartScratch>& scratch,
                               ParallelFor&& parallel_for) {
   using parts_detail::Remap;
   const int64_t nb = b.R / b.block, d = b.d;
@@ -83,7 +155,7 @@ SeqResult SequentialPartsStep(const SeqBatch& b, int64_t P, float lr, float* IN,
   if (static_cast<int64_t>(scratch.size()) < P - 1) scratch.resize(P - 1);
   std::vector<SeqBatch> part(P);
   for (int64_t p = 0; p < P; ++p)
-    part[p] = parts_detail::Slice(b, (p * nb / P) * b.block, ((p + 1) * nb / P) * b.block);
+    part[p] = parts_detail::Slice(b, PartStart(nb, P, p) * b.block, PartStart(nb, P, p + 1) * b.block);
 
   // 1. Each later part's ids, remapped (one item per part and table, each with its own map), then the copies of
   // its rows (chunks of rows over the threads); read-only on the tables.
@@ -98,7 +170,7 @@ SeqResult SequentialPartsStep(const SeqBatch& b, int64_t P, float lr, float* IN,
     std::vector<int32_t>& map = t == 0 ? sc.map_in : t == 1 ? sc.map_out : sc.map_hs;
     map.resize(t == 0 ? rows_in : t == 1 ? rows_out : rows_hs, -1);
     rows.ids.clear();
-    if (t == 0 && units_in) Remap(s.un, s.uw, s.R * b.u, map, rows, sc.un);
+    if (t == 0 && units_in) parts_detail::RemapWords(s, vocab, sc);
     if (t == 0 && !units_in) Remap(s.pin, s.pw, s.R * b.c, map, rows, sc.pin);
     if (t == 1 && b.mode != 2) Remap(s.cen, s.cw, s.R, map, rows, sc.cen);
     if (t == 1) Remap(s.ng, s.nw, s.R * per_neg, map, rows, sc.ng);
@@ -109,7 +181,7 @@ SeqResult SequentialPartsStep(const SeqBatch& b, int64_t P, float lr, float* IN,
     rows.snap.resize(rows.ids.size() * d);
     rows.work.resize(rows.ids.size() * d);
   });
-  constexpr int64_t kChunk = 2048;
+  constexpr int64_t kChunk = 2048, kAhead = 16;
   struct Chunk {
     PartRows* rows;
     float* table;
@@ -129,6 +201,7 @@ SeqResult SequentialPartsStep(const SeqBatch& b, int64_t P, float lr, float* IN,
   parallel_for(static_cast<int64_t>(chunks.size()), [&](int64_t j) {
     const Chunk& ch = chunks[j];
     for (int64_t i = ch.lo; i < ch.hi; ++i) {
+      if (i + kAhead < ch.hi) Prefetch(ch.table + static_cast<int64_t>(ch.rows->ids[i + kAhead]) * d, d);
       const float* src = ch.table + static_cast<int64_t>(ch.rows->ids[i]) * d;
       std::memcpy(ch.rows->snap.data() + i * d, src, d * sizeof(float));
       std::memcpy(ch.rows->work.data() + i * d, src, d * sizeof(float));
@@ -144,7 +217,10 @@ SeqResult SequentialPartsStep(const SeqBatch& b, int64_t P, float lr, float* IN,
     }
     PartScratch& sc = scratch[p - 1];
     SeqBatch s = part[p];
-    if (b.mode >= 2) s.un = sc.un.data();
+    if (b.mode >= 2) {
+      (b.mode == 3 ? s.pin : s.cen) = sc.word.data();
+      s.sub = sc.sub.data(), s.sub_len = sc.sub_len.data();
+    }
     if (OUT) {
       if (b.mode != 2) s.cen = sc.cen.data();
       s.ng = sc.ng.data();
@@ -161,6 +237,7 @@ SeqResult SequentialPartsStep(const SeqBatch& b, int64_t P, float lr, float* IN,
     parallel_for(first_chunk[i + 1] - first_chunk[i], [&](int64_t j) {
       const Chunk& ch = chunks[first_chunk[i] + j];
       for (int64_t r = ch.lo; r < ch.hi; ++r) {
+        if (r + kAhead < ch.hi) Prefetch(ch.table + static_cast<int64_t>(ch.rows->ids[r + kAhead]) * d, d);
         float* row = ch.table + static_cast<int64_t>(ch.rows->ids[r]) * d;
         const float* w = ch.rows->work.data() + r * d;
         const float* s0 = ch.rows->snap.data() + r * d;

@@ -41,9 +41,15 @@ class TableSteps:
         new, loss, sumsq, finite = cpu_kernel.fused_step(self.name, dict(tables), batch, step_size, block=self.block,
                                                          cap=float(self.cfg.model.duplicate_cap),
                                                          sequential=sequential,
-                                                         parts=self.cfg.model.sequential_parts)
+                                                         parts=self.cfg.model.sequential_parts,
+                                                         subwords=self.kernel_subwords() if sequential else 0)
         _, terms = self.loss_terms(loss, batch, normalizers)
         return {**params, "params": {**params["params"], self.trunk: {**tables, **new}}}, loss, terms, sumsq, finite
+
+    def kernel_subwords(self) -> int:
+        """The key of the subword table the kernel's sequential updates read units from (fastText's;
+        ``cpu_kernel.register_subwords``), or 0: none."""
+        return 0
 
     def apply_rows(self, params, rows, step_size):
         """``params`` with ``-step_size x grads`` added to the rows of each table (duplicates add up)."""
