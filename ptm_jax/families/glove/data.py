@@ -9,11 +9,15 @@ the same examples and a resumed run (start index = step * G) continues exactly w
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import tensorflow as tf
 
 from ptm_jax.data.pretraining.source import check_share
 from ptm_jax.families.glove.cooccur import Cooccurrence
+
+if TYPE_CHECKING:  # annotations only: tf.data is imported where a dataset is built (the GPU hosts have none)
+    import tensorflow as tf
 
 FEATURE_DTYPES = {"x": np.float32, "row": np.int32, "col": np.int32}
 _NAMES = tuple(FEATURE_DTYPES)
@@ -57,6 +61,8 @@ class TripleOrder:
 def glove_dataset(order: TripleOrder, *, start_index: int, global_batch: int, process_index: int = 0,
                   process_count: int = 1) -> tf.data.Dataset:
     """This process's rows of global batches ``start_index / global_batch``, ... (endless: epochs follow)."""
+    import tensorflow as tf
+
     check_share(start_index, global_batch, process_index, process_count)
     rows = global_batch // process_count
 
