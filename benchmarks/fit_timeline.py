@@ -8,7 +8,7 @@ window 5, negative 5, sample 1e-3, seed 1, sequential updates; fastText: per-pai
 3-6; no checkpoint compression).
 
     python benchmarks/fit_timeline.py --objective cbow --batch 16384 --epochs 3
-    python benchmarks/fit_timeline.py --objective fasttext_cbow
+    python benchmarks/fit_timeline.py --objective fasttext_cbow --parts 2
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ def main(argv=None) -> int:
                     default="cbow")
     ap.add_argument("--batch", type=int, default=16384)
     ap.add_argument("--epochs", type=float, default=3)
+    ap.add_argument("--parts", type=int, default=1, help="model.sequential_parts")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(HERE.parent))
     sys.path.insert(0, str(HERE))
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
 
     fasttext = args.objective.startswith("fasttext")
     corpus, cfg, obj = bench_objective(args.objective, updates="sequential", batch=args.batch,
-                                       per_pair_negatives=fasttext, epochs=args.epochs)
+                                       per_pair_negatives=fasttext, epochs=args.epochs, parts=args.parts)
     pass_tokens = PackedStream(corpus.train, corpus.tokenizer.eos_id, seed=0, shuffle=False).pass_tokens
     steps = cfg.train.steps
     work = Path("/tmp/fasttext_bench" if fasttext else "/tmp/word2vec_bench")

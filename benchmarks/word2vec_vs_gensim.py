@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import re
 import sys
 import time
@@ -140,7 +141,8 @@ def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
 
     last = last_step_hook(steps)
     t0 = time.perf_counter()
-    result = fit(obj, cfg.train, mesh, work / f"ptm_{objective}_{time.time_ns()}", hooks=[last])
+    run_dir = work / f"ptm_{objective}_{time.time_ns()}"
+    result = fit(obj, cfg.train, mesh, run_dir, hooks=[last])
     secs = time.perf_counter() - t0
     matrix = FAMILY.word_vectors(jax.device_get(result.state.params), cfg.model)
     special = set(vocab.special_ids())
@@ -149,6 +151,7 @@ def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
            "words_per_sec": running_words * args.epochs / secs,
            "train_seconds": last.at - t0, "train_words_per_sec": running_words * args.epochs / (last.at - t0),
            "steady_words_per_sec": steady_rate(result.stage_dir, args.batch, running_words / pass_tokens)}
+    shutil.rmtree(run_dir, ignore_errors=True)  # as gensim's saved model: repeated runs do not fill the disk
     out.update(evaluate([vocab.id_to_token(i) for i in ids], matrix[ids], np.asarray(vocab.counts)[ids]))
     return out
 
