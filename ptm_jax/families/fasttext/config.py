@@ -88,7 +88,9 @@ class FastTextDataConfig(Word2VecDataConfig):
 
     unit_slots: int = 0
     """Input-unit slots per row of a packing block (``data.py``; 0: the expected units per running word x 1.3).
-    A center whose units do not fit its block trains nothing (counted in ``ft_dropped_pairs`` and logged)."""
+    A center whose units do not fit its block trains nothing (counted in ``ft_dropped_pairs`` and logged). With
+    ``model.updates='sequential'`` only the evaluation batches have unit slots: the kernel reads the training
+    batches' units from the subword table."""
 
     def validate_word2vec(self, where: str = "data") -> None:
         super().validate_word2vec(where)
