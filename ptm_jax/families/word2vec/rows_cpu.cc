@@ -29,7 +29,6 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -37,6 +36,7 @@
 #include "rows_math.h"
 #include "sequential.h"
 #include "sequential_parts.h"
+#include "subword_tables.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -45,30 +45,6 @@ using namespace ptm_rows;  // NOLINT: the kernel's own arithmetic (rows_math.h)
 namespace {
 
 constexpr int kParts = 16;  // phase 2 partitions of the row ids (fixed: results do not depend on threads)
-
-// fastText's subword tables for the sequential updates (sequential.h reads a word's units from them), registered
-// once per table by cpu_kernel.register_subwords under a key derived from their contents; a step names its
-// table's key in the `subwords` attribute. Copies: the caller's arrays may go.
-struct SubwordTable {
-  std::vector<int32_t> ids, lengths;
-  int64_t width = 0;
-};
-
-std::mutex& TablesMu() {
-  static std::mutex mu;
-  return mu;
-}
-
-std::map<int64_t, std::shared_ptr<const SubwordTable>>& Tables() {
-  static std::map<int64_t, std::shared_ptr<const SubwordTable>> tables;
-  return tables;
-}
-
-std::shared_ptr<const SubwordTable> FindTable(int64_t key) {
-  std::lock_guard<std::mutex> lock(TablesMu());
-  auto it = Tables().find(key);
-  return it == Tables().end() ? nullptr : it->second;
-}
 
 // f(i) for i in [0, n): the items are claimed from a shared counter by the caller and by pool threads; the
 // caller returns when every item is done (a pool thread that starts later finds none left).
@@ -617,16 +593,3 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PtmEmbeddingRowsCpu, RowsImpl,
                                   .Ret<ffi::Buffer<ffi::F32>>()  // hs_tab
                                   .Ret<ffi::Buffer<ffi::F32>>());  // stats: loss, sumsq in/out/hs, finite
 
-// Registers fastText's subword table (ids [vocab, width], lengths [vocab]; subwords.py) under `key` (0 is
-// reserved for none), replacing any table of that key. Returns 0.
-extern "C" int ptm_register_subwords(int64_t key, const int32_t* ids, int64_t vocab, int64_t width,
-                                     const int32_t* lengths) {
-  if (key == 0 || vocab <= 0 || width <= 0) return 1;
-  auto table = std::make_shared<SubwordTable>();
-  table->ids.assign(ids, ids + vocab * width);
-  table->lengths.assign(lengths, lengths + vocab);
-  table->width = width;
-  std::lock_guard<std::mutex> lock(TablesMu());
-  Tables()[key] = std::move(table);
-  return 0;
-}
