@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "rows_math.h"
@@ -177,7 +178,9 @@ inline SeqResult SequentialStep(const SeqBatch& b, float lr, float* IN, float* O
   Targets t;
   seq_detail::RowSlots pairs;
   std::vector<float> g, err(d), hid(d), acc(d);
-  std::vector<int32_t> unit_buf, next_buf;
+  std::vector<int32_t> unit_buf, next_buf;  // fastText CBOW: this row's units and the next row's
+  const int32_t* next_ids = nullptr;        // the next row's units, gathered while prefetching them
+  int64_t next_n = 0;
   auto add_targets = [&](int64_t r, bool center) {  // [the center's output row,] shared negatives, path
     t.Clear();
     if (OUT) {
@@ -198,13 +201,20 @@ inline SeqResult SequentialStep(const SeqBatch& b, float lr, float* IN, float* O
     for (int64_t r = r0; r < r0 + b.block; ++r) {
       const int64_t np = pairs.Size(r - r0);
       const int64_t* ps = pairs.Begin(r - r0);
+      const int32_t* un = nullptr;  // fastText: this row's units (gathered at the previous row, within a block)
+      int64_t nu = 0;
+      if (units_in && r > r0) {
+        std::swap(unit_buf, next_buf);  // the vectors' storage moves with them: next_ids stays valid
+        un = next_ids, nu = next_n;
+      } else if (units_in) {
+        un = RowUnits(b, r, ps, np, unit_buf, &nu);
+      }
       if (r + 1 < r0 + b.block) {  // the next center's input rows, while this one's are scored
         const int64_t nq = pairs.Size(r + 1 - r0);
         const int64_t* qs = pairs.Begin(r + 1 - r0);
         if (units_in) {
-          int64_t nx = 0;
-          const int32_t* ids = RowUnits(b, r + 1, qs, nq, next_buf, &nx);
-          for (int64_t i = 0; i < nx; ++i) Prefetch(IN + static_cast<int64_t>(ids[i]) * d, d);
+          next_ids = RowUnits(b, r + 1, qs, nq, next_buf, &next_n);
+          for (int64_t i = 0; i < next_n; ++i) Prefetch(IN + static_cast<int64_t>(next_ids[i]) * d, d);
         } else {
           for (int64_t i = 0; i < nq; ++i) Prefetch(IN + static_cast<int64_t>(b.pin[qs[i]]) * d, d);
         }
@@ -243,8 +253,6 @@ inline SeqResult SequentialStep(const SeqBatch& b, float lr, float* IN, float* O
           res.sq_in += ee * b.pw[ps[i]] * b.pw[ps[i]];
         }
       } else if (b.mode == 2) {  // fastText skip-gram: the center's units against each pair's context word
-        int64_t nu = 0;
-        const int32_t* un = RowUnits(b, r, ps, np, unit_buf, &nu);
         if (!np || !nu) continue;
         // The unit rows are read only through this center's hidden vector until its last pair, so their moves
         // are summed in `acc` and applied once at the end; the hidden vector moves with them by -lr kappa err,
@@ -277,8 +285,6 @@ inline SeqResult SequentialStep(const SeqBatch& b, float lr, float* IN, float* O
         }
         for (int64_t a = 0; moved && a < nu; ++a) Axpy(-1.f, acc.data(), IN + static_cast<int64_t>(un[a]) * d, d);
       } else {  // fastText CBOW: the mean of the context words' units against the center
-        int64_t nu = 0;
-        const int32_t* un = RowUnits(b, r, ps, np, unit_buf, &nu);
         if (!nu || b.cw[r] == 0.f) continue;
         seq_detail::MeanOfUnits(IN, un, nu, d, hid.data());
         add_targets(r, true);
