@@ -415,8 +415,9 @@ def test_sequential_fasttext_cbow_fit_evaluates_with_units_and_resumes_bit_equal
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=4, eval_every=2, eval_batches=1,
                                                              checkpoint_every=2, learning_rate=2.0,
                                                              warmup_steps=0))
-    assert next(FAMILY.objectives["fasttext_cbow"](cfg, corpus).eval_batches(64, 0, 1))["units"].shape == (
-        64, obj.units)
+    objective = FAMILY.objectives["fasttext_cbow"](cfg, corpus)
+    assert next(objective.train_batches(0, 64, 0, 1))["units"].shape == (64, 0)
+    assert next(objective.eval_batches(64, 0, 1))["units"].shape == (64, obj.units) and obj.units > 0
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     ref = fit(FAMILY.objectives["fasttext_cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "ref")
     first = fit(FAMILY.objectives["fasttext_cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "run", stop_after=2)
@@ -429,6 +430,6 @@ def test_sequential_fasttext_cbow_fit_evaluates_with_units_and_resumes_bit_equal
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     batch = {k: jax.numpy.asarray(v) for k, v in next(obj.train_batches(0, 64, 0, 1)).items()}
     tables = {k: jax.numpy.asarray(v) for k, v in ref.state.params["params"]["fasttext"].items()}
-    with pytest.raises(Exception, match="none is registered under this step's key"):
+    with pytest.raises(jax.errors.JaxRuntimeError, match="none is registered under this step's key"):
         jax.block_until_ready(cpu_kernel.fused_step("fasttext_cbow", tables, batch, 0.1, block=16, cap=0.0,
                                                     sequential=True, subwords=12345))
