@@ -142,11 +142,10 @@ def make_bench_mesh(cfg: RunConfig, mesh_shape: tuple[int, int, int] | None, dev
 
 def check_batch(cfg: RunConfig, mesh: Any) -> None:
     """The global batch is split over data x fsdp (and into grad_accum_steps microbatches of that split)."""
-    shards = int(mesh.shape["data"]) * int(mesh.shape["fsdp"])
-    per = cfg.train.batch_size // max(cfg.train.grad_accum_steps, 1)
-    if cfg.train.batch_size % shards or per % shards:
-        raise ConfigError(f"train.batch_size={cfg.train.batch_size} (microbatch {per}) must be a multiple of "
-                          f"mesh data*fsdp = {shards}; change the batch size or the --mesh")
+    from ptm_jax.parallel.batch_check import check_batch as check
+
+    sizes = MeshConfig(*(int(mesh.shape[axis]) for axis in ("data", "fsdp", "tensor")))
+    check("train.batch_size", cfg.train.batch_size, sizes, int(mesh.devices.size), accum=cfg.train.grad_accum_steps)
 
 
 def batch_specs(example: dict[str, np.ndarray], mesh: Any) -> dict[str, jax.ShapeDtypeStruct]:

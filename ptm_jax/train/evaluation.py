@@ -17,12 +17,14 @@ from ptm_jax.config import RunConfig
 from ptm_jax.export.params import load_params, load_tokenizer
 from ptm_jax.objectives.base import WritesPredictions
 from ptm_jax.parallel.distributed import barrier
+from ptm_jax.parallel.batch_check import check_stage_batches
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.finetune import build_task, finetune_train_config
 from ptm_jax.train.loop import compile_objective, evaluate
 
 
 def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str | None = None) -> dict[str, Any]:
+    check_stage_batches(cfg, ["finetune"])  # evaluation runs on finetune.batch_size rows
     params, model_cfg, info, tok_dir = load_params(model)
     tokenizer = load_tokenizer(info, tok_dir)
     # only the split that is scored is read; label lists come from the saved model's ptm.json (info)

@@ -25,6 +25,7 @@ from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import load_params, load_tokenizer, save_params
 from ptm_jax.objectives.finetune_registry import take_subset
 from ptm_jax.objectives.san_classification import SAN_HEAD, SanClassificationObjective
+from ptm_jax.parallel.batch_check import check_stage_batches
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.hooks import Hook, Run
 from ptm_jax.train.param_groups import (
@@ -208,6 +209,7 @@ class KeepBest(Hook):
 
 def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     f = cfg.finetune
+    check_stage_batches(cfg, ["finetune"])  # every job below trains and evaluates on finetune.batch_size
     if f.task.lower() == "mtdnn":  # several tasks in one job (train/multi_task.py)
         from ptm_jax.train.multi_task import mtdnn
 

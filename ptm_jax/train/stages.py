@@ -23,6 +23,7 @@ from ptm_jax.data.corpus import prepare_tfds, sample_sentences
 from ptm_jax.data.pretraining.source import SpecialIds, SubsetSource
 from ptm_jax.data.tokenizers import Tokenizer, load_tokenizer
 from ptm_jax.errors import ConfigError
+from ptm_jax.parallel.batch_check import check_stage_batches
 from ptm_jax.parallel.distributed import barrier
 from ptm_jax.parallel.mesh import make_mesh
 
@@ -123,6 +124,7 @@ def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | 
     from ptm_jax.objectives.registry import build_objective
     from ptm_jax.train.loop import fit
 
+    check_stage_batches(cfg, ["pretrain"])
     write_config(cfg)
     corpus = corpus or prepare_corpus(cfg)
     objective = build_objective(cfg, corpus)
@@ -145,6 +147,9 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     of stages (``Family.stages``) runs that instead when ``finetune.task`` is set."""
     from ptm_jax.families import registry
 
+    # every stage's batch, before any stage runs: a finetuning batch the mesh cannot divide must not wait for
+    # the end of pretraining to fail
+    check_stage_batches(cfg, ["pretrain", "finetune"] if cfg.finetune.task else ["pretrain"])
     own = registry.family_of_objective(cfg.objective).stages
     if cfg.finetune.task and own is not None:
         return own(cfg)
