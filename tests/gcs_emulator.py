@@ -83,6 +83,11 @@ class GcsEmulator:
             if not token:
                 return names
 
+    def read(self, bucket: str, name: str) -> bytes:
+        """The bytes of one object, read from the emulator's JSON API (not through the code under test)."""
+        quoted = urllib.request.quote(name, safe="")
+        return urllib.request.urlopen(f"{self.url}/storage/v1/b/{bucket}/o/{quoted}?alt=media", timeout=30).read()
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()

@@ -170,3 +170,66 @@ def test_local_copy_by_several_readers_of_one_host_at_once_never_shows_a_missing
         [t.join() for t in threads]
         assert not errors, errors
         assert reads[-12:] == [version] * 12
+
+
+def test_cache_chunks_on_gs_are_copied_to_scratch_several_at_once_byte_identical(gcs, shared_data, tmp_path,
+                                                                                   monkeypatch):
+    """A gs:// token cache of several chunks: ``build_or_load_cache`` copies them to the host's scratch disk with
+    PTM_CACHE_DOWNLOAD_THREADS downloads at once (the first two copies must be in flight together, or the barrier
+    in the wrapper below breaks), every copied file equals its object byte for byte, each copy carries the bucket's
+    COMPLETE token, and the corpus read from the copies equals the one built on local disk."""
+    import dataclasses
+    import threading
+
+    from ptm_jax import fs
+    from ptm_jax.config import DataConfig
+    from ptm_jax.data import cache as cache_mod
+    from ptm_jax.data.tokenizers import train_wordpiece
+    from ptm_jax.errors import ConfigError
+
+    text = (shared_data / "corpus/tinyshakespeare/input.txt").read_text(encoding="utf-8")[:60_000]
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus/play.txt").write_text(text, encoding="utf-8")
+    tok = train_wordpiece([ln for ln in text.splitlines() if ln.strip()], 500, tmp_path / "tok")
+    cfg = dataclasses.replace(DataConfig(corpus=str(tmp_path / "corpus"), doc_max_sentences=32),
+                              cache_chunk_bytes=12_000)
+    local = cache_mod.build_or_load_cache(cfg, tok, tmp_path / "local-cache")
+    n = len(local.meta["shards"])
+    assert n >= 4
+
+    monkeypatch.setenv("PTM_LOCAL_SCRATCH", str(tmp_path / "scratch"))
+    monkeypatch.setenv("PTM_CACHE_DOWNLOAD_THREADS", "2")
+    meet = threading.Barrier(2, timeout=60)
+    real_copy, threads, calls, lock = fs.local_copy, set(), [], threading.Lock()
+
+    def copy_in_pairs(target, *args, **kwargs):
+        if "/chunk-" in str(target):
+            with lock:
+                threads.add(threading.current_thread().name)
+                first_two = len(calls) < 2
+                calls.append(str(target))
+            if first_two:
+                meet.wait()  # the first two copies meet here: one at a time, the first would wait alone
+        return real_copy(target, *args, **kwargs)
+
+    monkeypatch.setattr(fs, "local_copy", copy_in_pairs)
+    root = f"{gcs.bucket}/parallel-copy/cache"
+    remote = cache_mod.build_or_load_cache(cfg, tok, root)
+    assert len(calls) == n and len(threads) == 2 and all(t.startswith("token-cache-copy") for t in threads), threads
+    assert [[s.tolist() for s in remote.document(d)] for d in range(remote.num_docs)] == \
+        [[s.tolist() for s in local.document(d)] for d in range(local.num_docs)]
+
+    objects = [o for o in gcs.objects(gcs.bucket[len("gs://"):], "parallel-copy/cache/") if "/chunk-" in o]
+    chunks = sorted({o.split("/")[3] for o in objects})
+    assert len(chunks) == n
+    copies = {p.name.rsplit("-", 1)[0]: p for p in (tmp_path / "scratch").iterdir() if p.name.startswith("chunk-")}
+    assert sorted(copies) == chunks
+    for name in objects:
+        chunk, file = name.split("/")[3], name.split("/", 4)[4]
+        copied = copies[chunk] / file
+        assert copied.read_bytes() == gcs.read(gcs.bucket[len("gs://"):], name), name
+    assert sum(len(list(p.iterdir())) for p in copies.values()) == len(objects)
+
+    monkeypatch.setenv("PTM_CACHE_DOWNLOAD_THREADS", "0")
+    with pytest.raises(ConfigError, match="PTM_CACHE_DOWNLOAD_THREADS='0'"):
+        cache_mod.build_or_load_cache(cfg, tok, root)
