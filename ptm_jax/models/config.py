@@ -31,10 +31,12 @@ class TransformerConfig:
     attention_dropout: float = 0.1
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    """Compute dtype; parameters and optimizer state stay float32."""
-    attention_impl: Literal["auto", "xla", "cudnn"] = "auto"
-    """Implementation passed to ``jax.nn.dot_product_attention`` when attention dropout is off."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Compute dtype; parameters and optimizer state stay float32. 'auto': bfloat16 when the model is traced
+    for a GPU or TPU, float32 on CPU (``models/layers.dtype_of``, logged once)."""
+    attention_impl: Literal["auto", "einsum", "xla", "cudnn", "splash"] = "auto"
+    """Attention path (``models/attention.py``): 'auto' picks cuDNN on GPU, splash on TPU for long sequences,
+    XLA else, and the einsum path under attention dropout."""
     remat: Literal["none", "full", "save_dots"] = "none"
     scan_layers: bool = False
 

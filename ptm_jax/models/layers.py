@@ -1,6 +1,8 @@
 """Shared building blocks with logical axis names on every parameter (BERT modeling.py conventions)."""
 from __future__ import annotations
 
+import functools
+import logging
 from typing import Any, Callable, Sequence
 
 import flax.linen as nn
@@ -17,7 +19,21 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 
 
 def dtype_of(name: str) -> Dtype:
+    """``model.dtype`` -> the compute dtype. 'auto': bfloat16 when the model is traced for a GPU or TPU (the
+    mesh in context, else JAX's default backend), float32 on CPU; parameters stay float32 either way."""
+    if name == "auto":
+        from ptm_jax.models.attention import backend_platform
+
+        return _auto_dtype(backend_platform())
     return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[name]
+
+
+@functools.lru_cache(maxsize=None)
+def _auto_dtype(platform: str) -> Dtype:
+    dtype = jnp.bfloat16 if platform in ("gpu", "tpu") else jnp.float32
+    logging.getLogger("ptm_jax").info("model.dtype=auto: %s compute on %s (parameters and optimizer state "
+                                      "float32)", jnp.dtype(dtype).name, platform)
+    return dtype
 
 
 def truncated_normal(stddev: float) -> Callable:

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.families.bert.config import BertConfig
-from ptm_jax.models.attention import SelfAttention, padding_mask
+from ptm_jax.models.attention import SelfAttention, as_mask, padding_mask
 from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.layers import (
     ACTIVATIONS,
@@ -126,7 +126,8 @@ class BertModel(nn.Module):
 
     def __call__(self, input_ids, input_mask, segment_ids, position_ids=None, *, deterministic: bool = True,
                  attention_mask=None, cls_positions=None, embedding_hook=None, **embedding_inputs):
-        """``attention_mask`` [B, 1, S, S] replaces the padding mask (packed rows: ``segment_mask``);
+        """``attention_mask`` (a ``models.attention.AttentionMask``, or a boolean array broadcastable to
+        [B, N, S, S]) replaces the padding mask (packed rows: ``segment_mask``, segment ids as such);
         ``cls_positions`` [B, K] pools K [CLS] states per row ([B, K, H]) instead of position 0 ([B, H]);
         ``embedding_hook``: a function [B, S, H] -> [B, S, H] applied to the embedding output (after its
         LayerNorm and dropout, before the first layer), where ConSERT perturbs a view (token/feature cutoff,
@@ -136,7 +137,7 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, segment_ids, position_ids, deterministic, **embedding_inputs)
         if embedding_hook is not None:
             x = embedding_hook(x)
-        mask = padding_mask(input_mask) if attention_mask is None else attention_mask
+        mask = padding_mask(input_mask) if attention_mask is None else as_mask(attention_mask)
         x = self.encoder(x, mask, deterministic)
         pooled = None
         if self.add_pooler:

@@ -7,7 +7,8 @@ block by 1/sqrt(2 * num_layers) and draws positions from N(0, 0.01) (2019 paper 
 The output layer is tied to the token embedding.
 
 Attention is causal within a segment: ``segment_ids`` (1..n = document index in a packed row, 0 = padding)
-restrict a token to earlier tokens of its own document. In decode mode every layer keeps a fixed-size key /
+restrict a token to earlier tokens of its own document (padding tokens see earlier padding). Training passes
+causality and segments as such to ``models/attention.py`` (``is_causal`` + segment ids), never a dense mask. In decode mode every layer keeps a fixed-size key /
 value cache (plus the keys' segment ids) in the Flax ``cache`` collection, so each new token attends over the
 same ``cache_length`` slots whatever the prompt length. Parameter layout (loop): gpt/{wte, wpe,
 decoder/layers_i/{ln_1, attn/{query,key,value,output}, ln_2, mlp/{fc,proj}}, ln_f}; scan layout:
@@ -22,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.families.gpt.config import GptConfig
-from ptm_jax.models.attention import dot_product_attention, sow_probs
+from ptm_jax.models.attention import AttentionMask, call_site_seed, dot_product_attention, sow_probs
 from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.layers import (
     ACTIVATIONS,
@@ -90,15 +91,16 @@ class CausalSelfAttention(_StackModule):
 
         q, k, v = proj("query"), proj("key"), proj("value")
         q = constrain(q, ("batch", "length", "act_heads", "act_kv"))
-        k_segments, offset = segment_ids, 0
-        if self.decode:
+        if self.decode:  # queries at a traced offset into the cache: a dense mask
             k, v, k_segments, offset = self._cached(k, v, segment_ids)
-        mask = causal_segment_mask(segment_ids, k_segments, offset)
+            mask = AttentionMask(dense=causal_segment_mask(segment_ids, k_segments, offset))
+        else:  # causality and packed documents as such (cuDNN and splash skip the upper triangle)
+            mask = AttentionMask(causal=True, segments=None if segment_ids is None else (segment_ids, segment_ids))
         sow_probs(self, q, k, mask)
         rng = self.make_rng("dropout") if c.attention_dropout > 0.0 and not self.deterministic else None
         out = dot_product_attention(q, k, v, mask, dropout_rate=c.attention_dropout,
                                     deterministic=self.deterministic, dropout_rng=rng,
-                                    implementation=c.attention_impl)
+                                    implementation=c.attention_impl, cudnn_seed=call_site_seed(self))
         return nn.DenseGeneral(x.shape[-1], axis=(-2, -1), dtype=dt, param_dtype=jnp.float32,
                                kernel_init=partitioned(normal(residual_std(c)), ("heads", "kv", "embed")),
                                bias_init=partitioned(nn.initializers.zeros, ("embed",)), name="output")(out)
@@ -215,12 +217,14 @@ class GPTModel(nn.Module):
                 start = self.variable("cache", "position_index", lambda: jnp.zeros((), jnp.int32))
                 position_ids = position_ids + start.value
                 start.value = start.value + input_ids.shape[1]
-        if segment_ids is None:
+        if segment_ids is None and decode:  # the cache keeps the keys' segments
             segment_ids = jnp.ones_like(input_ids, dtype=jnp.int32)
+        if segment_ids is not None:
+            segment_ids = segment_ids.astype(jnp.int32)
         x = wte(input_ids) + wpe(position_ids)
         x = Dropout(c.hidden_dropout)(x, deterministic=deterministic)
         x = constrain(x, ("batch", "length", "act_embed"))
-        x = GPTDecoder(c, self.cache_length, name="decoder")(x, segment_ids.astype(jnp.int32), deterministic, decode)
+        x = GPTDecoder(c, self.cache_length, name="decoder")(x, segment_ids, deterministic, decode)
         if c.layer_norm_position == "pre":
             x = LayerNorm(c.layer_norm_eps, dtype=dt, name="ln_f")(x)
         return x
