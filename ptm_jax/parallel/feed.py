@@ -61,7 +61,13 @@ def local_batches(open_share: Callable[[int, int], Iterator[dict[str, np.ndarray
     ``train_batches``/``eval_batches`` with that process index and count). One share (host-ordered meshes)
     is the objective's stream itself; several are read in step and concatenated along ``axis``, the rows' (1
     for stacked batches, ``train_groups``)."""
-    count, indices = row_shares(process_rows(mesh, global_rows), global_rows)
+    return rows_batches(open_share, process_rows(mesh, global_rows), global_rows, axis)
+
+
+def rows_batches(open_share: Callable[[int, int], Iterator[dict[str, np.ndarray]]], rows: np.ndarray,
+                 global_rows: int, axis: int = 0) -> Iterator[dict[str, np.ndarray]]:
+    """``local_batches`` for the global rows ``rows`` (ascending) of every batch."""
+    count, indices = row_shares(rows, global_rows)
     if len(indices) == 1:
         yield from open_share(indices[0], count)
         return

@@ -12,8 +12,9 @@ Follows ``create_instances_from_document`` of google-research/bert create_pretra
   ``>= target_seq_length - len(A)`` tokens (at least one sentence); the chunk's unused sentences are put back
   (the next chunk starts right after A). Otherwise B is the rest of the chunk.
 
-The reference draws from one ``random.Random`` for the whole corpus; here every (seed, pass, document) has its own
-counter-based stream (numpy Philox), so any document of any pass can be planned alone, in any order, on any host.
+``PLAN_PASSES`` distinct passes repeat in a cycle (the reference writes ``dupe_factor`` passes once and training
+reads them over and over). The reference draws from one ``random.Random`` for the whole corpus; here every
+(seed, pass, document) has its own counter-based stream (numpy Philox), so any document of any pass can be planned alone, in any order, on any host.
 A pass ("epoch" here, one of BERT's ``dupe_factor`` passes) visits documents in a permutation keyed on
 (seed, epoch). The reference finally shuffles all instances; we shuffle instances within consecutive blocks of
 ``SHUFFLE_BLOCK`` (keyed on (seed, epoch, block)), which keeps batches from holding runs of one document while
@@ -32,6 +33,10 @@ from ptm_jax.config import DataConfig
 from ptm_jax.data.pretraining.source import DocumentSource
 from ptm_jax.errors import ConfigError, DataError
 
+PLAN_PASSES = 10
+"""Distinct passes of the stream (the reference's ``dupe_factor``, 10 by default): pass e is planned as pass
+``e % PLAN_PASSES``, so the pairing plan is finite (``plan_store``) and any example is found without planning
+what comes before it; masking is keyed on the example's global index, so repeated pairs get fresh masks."""
 SHUFFLE_BLOCK = 1 << 14
 """Instances per shuffled block of a pass (the reference shuffles a whole pass; this bounds memory)."""
 
@@ -192,7 +197,8 @@ def plan_epoch(source: DocumentSource, cfg: DataConfig, seed: int, epoch: int, *
 
 def iter_plan(source: DocumentSource, cfg: DataConfig, seed: int, start_index: int = 0, *,
               epochs: int | None = None, shuffle_block: int = SHUFFLE_BLOCK) -> Iterator[np.ndarray]:
-    """The global example stream from ``start_index`` on, as ``PLAN_DTYPE`` record arrays (one per block).
+    """The global example stream from ``start_index`` on, as ``PLAN_DTYPE`` record arrays (one per block): the
+definition that ``plan_store.PairingPlan.records`` reads by example id without replaying it.
 
     Fast-forwarding plans the skipped passes on sentence lengths only (no tokens, no shuffles); cost is
     proportional to the number of chunks skipped. ``epochs=None`` streams forever; otherwise stops after
@@ -204,10 +210,12 @@ def iter_plan(source: DocumentSource, cfg: DataConfig, seed: int, start_index: i
     offset, epoch = 0, 0
     while epochs is None or epoch < epochs:
         last_block_end = offset
-        for block_id, rows in _epoch_blocks(source, cfg, seed, epoch, shuffle_block):
+        planned = epoch % PLAN_PASSES
+        for block_id, rows in _epoch_blocks(source, cfg, seed, planned, shuffle_block):
             first = offset + block_id * shuffle_block
             if first + len(rows) > start_index:
-                rec = _shuffled(rows, seed, epoch, block_id, first)
+                rec = _shuffled(rows, seed, planned, block_id, first)
+                rec["epoch"] = epoch
                 yield rec[max(0, start_index - first):]
             last_block_end = first + len(rows)
         offset = last_block_end

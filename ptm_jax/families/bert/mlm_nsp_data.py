@@ -2,10 +2,12 @@
 
 Pipeline (google-research/bert create_pretraining_data.py, made streaming):
 
-1. ``nsp.iter_plan`` walks the global example stream (pass 0, pass 1, ...) on sentence lengths only.
-2. A Python generator keeps this process's rows of every global batch (global batch ``b`` = examples
-   ``[b*G, (b+1)*G)``; process ``p`` of ``P`` takes rows ``[p*G/P, (p+1)*G/P)`` of each) and yields them as one
-   local batch: the untruncated A and B token runs, flat (numpy slices of the source, no per-token Python).
+1. The pairing plan (``plan_store``: the passes of ``nsp.iter_plan``, built once, memory-mapped) gives the
+   record of any global example id.
+2. A Python generator reads the records of this process's rows of every global batch (global batch ``b`` =
+   examples ``[b*G, (b+1)*G)``; process ``p`` of ``P`` takes rows ``[p*G/P, (p+1)*G/P)`` of each) and yields
+   them as one local batch: the untruncated A and B token runs, flat (numpy slices of the source, no per-token
+   Python). Its cost follows its own rows; starting at any example costs nothing more.
 3. ``build_features`` (TensorFlow, batched, parallel ``map``) truncates the pair, lays out
    ``[CLS] A [SEP] B [SEP]``, sets segment ids (0 through the first [SEP], 1 after), masks and pads.
 
@@ -15,14 +17,13 @@ single-process batch, and resuming at ``start_index`` gives exactly the tail of 
 """
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator
 
 import numpy as np
 import tensorflow as tf
 
 from ptm_jax.families.bert.config import BertDataConfig
-from ptm_jax.data.pretraining import masking, nsp
+from ptm_jax.data.pretraining import masking, nsp, plan_store
 from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds, check_share
 from ptm_jax.errors import ConfigError, DataError
 
@@ -42,70 +43,68 @@ def _generator_signature(rows: int) -> dict[str, tf.TensorSpec]:
     }
 
 
-def _pack(a: list[np.ndarray], b: list[np.ndarray], meta: list[tuple[int, int]],
+def _pack(a: list[np.ndarray], b: list[np.ndarray], index: np.ndarray, is_random_next: np.ndarray,
           vocab_size: int) -> dict[str, np.ndarray]:
     a_ids = np.concatenate(a).astype(np.int32, copy=False)
     b_ids = np.concatenate(b).astype(np.int32, copy=False)
-    meta_arr = np.asarray(meta, dtype=np.int64)
     for name, flat in (("A", a_ids), ("B", b_ids)):
         if flat.size and (flat.max() >= vocab_size or flat.min() < 0):
             bad = int(flat.max() if flat.max() >= vocab_size else flat.min())
-            raise DataError(f"token id {bad} in segment {name} of examples {meta_arr[0, 0]}..{meta_arr[-1, 0]} "
+            raise DataError(f"token id {bad} in segment {name} of examples {index[0]}..{index[-1]} "
                             f"is outside the vocabulary [0, {vocab_size}): the token cache was built with a "
                             "different vocabulary; rebuild it (delete data.cache_dir)")
     return {
         "a_ids": a_ids, "a_len": np.fromiter((x.size for x in a), np.int32, len(a)),
         "b_ids": b_ids, "b_len": np.fromiter((x.size for x in b), np.int32, len(b)),
-        "index": meta_arr[:, 0], "is_random_next": meta_arr[:, 1].astype(np.int32),
+        "index": np.asarray(index, np.int64), "is_random_next": np.asarray(is_random_next, np.int32),
     }
 
 
 def local_batches(source: DocumentSource, cfg: BertDataConfig, *, seed: int, start_index: int, global_batch: int,
                   process_index: int, process_count: int, vocab_size: int,
                   epochs: int | None, annotations: DocumentSource | None = None,
-                  annotation_name: str = "annotations") -> Iterator[dict[str, np.ndarray]]:
+                  annotation_name: str = "annotations",
+                  plan: plan_store.PairingPlan | None = None) -> Iterator[dict[str, np.ndarray]]:
     """This process's rows of every complete global batch, as flat untruncated A/B token runs.
+
+    ``plan``: the pairing plan of ``source`` (``plan_store``; stored beside the token cache for the training
+    documents); None plans ``source`` in memory first (held-out documents, tests). Each batch reads the plan
+    records of exactly this process's example ids and slices their tokens: O(rows) per batch, O(1) to start at
+    any ``start_index``.
 
     ``annotations``: a parallel per-token source shaped like ``source`` (same documents and lengths, e.g. unit
     codes); its runs at the same coordinates come along as ``a_<annotation_name>`` / ``b_<annotation_name>``
-    int32, from the same single pass over the plan.
+    int32.
 
-    A local batch is released only once its whole global batch exists in the plan, so with ``epochs`` set the
-    final partial global batch is dropped on every process alike.
+    With ``epochs`` set the stream ends with the last complete global batch of passes 0..epochs-1 (the final
+    partial global batch is dropped on every process alike).
     """
+    if plan is None:
+        plan = plan_store.memory_plan(source, cfg, seed, passes=min(epochs or nsp.PLAN_PASSES, nsp.PLAN_PASSES))
     rows = global_batch // process_count
-    lo, hi = process_index * rows, (process_index + 1) * rows
-    a: list[np.ndarray] = []
-    b: list[np.ndarray] = []
-    meta: list[tuple[int, int]] = []   # (global index, is_random_next)
-    a_ann: list[np.ndarray] = []
-    b_ann: list[np.ndarray] = []
-    ready: deque[tuple[int, dict[str, np.ndarray]]] = deque()   # (last global index needed, local batch)
-    for rec in nsp.iter_plan(source, cfg, seed, start_index, epochs=epochs):
-        if not len(rec):
-            continue
-        r = rec["index"] % global_batch
-        for (index, _epoch, doc, a_first, a_last, b_doc, b_first, b_last, is_random, *_) in \
-                rec[(r >= lo) & (r < hi)].tolist():
+    own = np.arange(process_index * rows, (process_index + 1) * rows, dtype=np.int64)
+    end = plan.length(epochs)
+    step = start_index // global_batch
+    while end is None or (step + 1) * global_batch <= end:
+        ids = step * global_batch + own
+        if ids[-1] >= masking.MAX_INDEX:
+            raise ConfigError(f"example {ids[-1]} is beyond the supported stream (index < 2^40)")
+        rec = plan.records(ids)
+        a, b, a_ann, b_ann = [], [], [], []
+        for doc, a_first, a_last, b_doc, b_first, b_last in zip(
+                rec["doc"].tolist(), rec["a_first"].tolist(), rec["a_last"].tolist(), rec["b_doc"].tolist(),
+                rec["b_first"].tolist(), rec["b_last"].tolist()):
             a.append(source.doc_tokens(doc, a_first, a_last))
             b.append(source.doc_tokens(b_doc, b_first, b_last))
-            meta.append((index, is_random))
             if annotations is not None:
                 a_ann.append(annotations.doc_tokens(doc, a_first, a_last))
                 b_ann.append(annotations.doc_tokens(b_doc, b_first, b_last))
-            if len(meta) == rows:
-                if index >= masking.MAX_INDEX:
-                    raise ConfigError(f"example {index} is beyond the supported stream (index < 2^40)")
-                last_needed = (index // global_batch + 1) * global_batch - 1
-                packed = _pack(a, b, meta, vocab_size)
-                if annotations is not None:
-                    packed[f"a_{annotation_name}"] = np.concatenate(a_ann).astype(np.int32, copy=False)
-                    packed[f"b_{annotation_name}"] = np.concatenate(b_ann).astype(np.int32, copy=False)
-                ready.append((last_needed, packed))
-                a, b, meta, a_ann, b_ann = [], [], [], [], []
-        seen = int(rec["index"][-1])
-        while ready and ready[0][0] <= seen:
-            yield ready.popleft()[1]
+        packed = _pack(a, b, rec["index"], rec["is_random_next"], vocab_size)
+        if annotations is not None:
+            packed[f"a_{annotation_name}"] = np.concatenate(a_ann).astype(np.int32, copy=False)
+            packed[f"b_{annotation_name}"] = np.concatenate(b_ann).astype(np.int32, copy=False)
+        yield packed
+        step += 1
 
 
 def build_features(batch: dict[str, tf.Tensor], special: SpecialIds, cfg: BertDataConfig, *,
@@ -181,7 +180,7 @@ def _check_args(source: DocumentSource, special: SpecialIds, cfg: BertDataConfig
 
 def mlm_nsp_dataset(source: DocumentSource, special: SpecialIds, cfg: BertDataConfig, *, seed: int, start_index: int,
                     global_batch: int, process_index: int = 0, process_count: int = 1,
-                    repeat: bool = True) -> tf.data.Dataset:
+                    repeat: bool = True, plan: plan_store.PairingPlan | None = None) -> tf.data.Dataset:
     """This process's batches of BERT MLM+NSP features, from global example ``start_index`` on.
 
     Features ([rows] leading dim, rows = global_batch / process_count): input_ids, input_mask, segment_ids
@@ -195,7 +194,7 @@ def mlm_nsp_dataset(source: DocumentSource, special: SpecialIds, cfg: BertDataCo
     def gen() -> Iterator[dict[str, np.ndarray]]:
         yield from local_batches(source, cfg, seed=seed, start_index=start_index, global_batch=global_batch,
                                  process_index=process_index, process_count=process_count,
-                                 vocab_size=special.vocab_size, epochs=None if repeat else 1)
+                                 vocab_size=special.vocab_size, epochs=None if repeat else 1, plan=plan)
 
     ds = tf.data.Dataset.from_generator(gen, output_signature=_generator_signature(rows))
     # Plain TF code (explicit while_loop), so autograph conversion is skipped: it only slows tracing.
