@@ -269,3 +269,15 @@ def build_or_open(source: DocumentSource, cfg: DataConfig, seed: int, directory,
     share = -(-num_chunks(source.num_docs, chunk_docs) // process_count)
     barrier("pairing_plan", timeout_s=timeout_for(share * chunk_docs * passes, DOC_PASSES_PER_S))
     return open_plan(root, source.num_docs, seed, key, passes=passes, chunk_docs=chunk_docs)
+
+
+def run_artifact(cfg, corpus, directory) -> PairingPlan:
+    """``Family.artifacts["pairing_plan"]`` of the families whose stream is BERT's (``train/stages.py``
+    ``prepare_corpus``, so ``ptm data`` and the first run build it): the plan of the training documents, under
+    ``<cache_dir>/artifacts/pairing_plan``, keyed by the token cache's key."""
+    import jax
+
+    from ptm_jax.parallel.distributed import barrier
+
+    return build_or_open(corpus.train, cfg.data, cfg.data.seed, directory, str(corpus.cache.meta["fingerprint"]),
+                         jax.process_index(), jax.process_count(), barrier)

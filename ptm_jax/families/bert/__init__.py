@@ -17,7 +17,20 @@ BENCH = "ptm_jax.families.bert.bench"
 def _mlm_nsp(cfg: Any, corpus: Any):
     from ptm_jax.families.bert.mlm_nsp import MlmNspObjective
 
-    return MlmNspObjective(cfg, corpus.train, corpus.eval, corpus.special)
+    return MlmNspObjective(cfg, corpus.train, corpus.eval, corpus.special,
+                           plan=getattr(corpus, "artifacts", {}).get("pairing_plan"))
+
+
+PLAN_OBJECTIVES = ("mlm_nsp", "mlm", "ernie_mlm", "ernie_mlm_nsp")
+"""The objectives whose stream is ``mlm_nsp_data.local_batches`` (they read the stored pairing plan)."""
+
+
+def _pairing_plan(cfg: Any, corpus: Any, directory: Any):
+    if cfg.objective not in PLAN_OBJECTIVES:
+        return None
+    from ptm_jax.data.pretraining.plan_store import run_artifact
+
+    return run_artifact(cfg, corpus, directory)
 
 
 def _infer_head(params: dict) -> str:
@@ -67,6 +80,7 @@ FAMILY = register(Family(
     data_config=BertDataConfig,
     objectives={"mlm_nsp": _mlm_nsp, "mlm": _mlm_nsp},
     specials=("pad", "cls", "sep", "mask"),
+    artifacts={"pairing_plan": _pairing_plan},
     trunk="bert",
     stack="encoder",
     heads=("encoder", "pretraining", "masked_lm", "sequence_classification", "token_classification",

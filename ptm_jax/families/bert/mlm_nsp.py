@@ -27,12 +27,13 @@ class MlmNspObjective(SourceStreams):
     primary_metric = "mlm_accuracy"
 
     def __init__(self, cfg: RunConfig, train_source: DocumentSource, eval_source: DocumentSource | None,
-                 special: SpecialIds):
+                 special: SpecialIds, plan: Any = None):
         self.cfg = cfg
         self.name = cfg.objective
         self.with_nsp = cfg.objective == "mlm_nsp"
         self.model = BertForPreTraining(cfg.model, with_nsp=self.with_nsp)
         self.train_source, self.eval_source, self.special = train_source, eval_source, special
+        self.plan = plan  # the training documents' stored pairing plan (data/pretraining/plan_store.py), or None
 
     # -- shapes and parameters -------------------------------------------------------------------------
     def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
@@ -75,7 +76,8 @@ class MlmNspObjective(SourceStreams):
         from ptm_jax.families.bert.mlm_nsp_data import mlm_nsp_dataset
 
         return mlm_nsp_dataset(source, self.special, self.cfg.data, seed=self.cfg.data.seed, start_index=start,
-                               global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat)
+                               global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat,
+                               plan=self.plan if source is self.train_source else None)
 
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
         return metrics

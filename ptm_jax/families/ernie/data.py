@@ -41,7 +41,7 @@ def _flags(codes: tf.Tensor, lengths: tf.Tensor, level: tf.Tensor) -> tf.Tensor:
 
 def ernie_dataset(source: DocumentSource, unit_source: DocumentSource, special: SpecialIds, cfg, *, seed: int,
                   start_index: int, global_batch: int, process_index: int = 0, process_count: int = 1,
-                  repeat: bool = True) -> tf.data.Dataset:
+                  repeat: bool = True, plan=None) -> tf.data.Dataset:
     """This process's batches of ERNIE features from global example ``start_index`` on: BERT's MLM+NSP
     features plus ``unit_continuation`` [rows, L] int32 (1 where a token continues the previous token's unit)
     and ``unit_kind`` [rows, L] int32 (the kind of unit each token is in at the example's level: 0 basic,
@@ -51,7 +51,7 @@ def ernie_dataset(source: DocumentSource, unit_source: DocumentSource, special: 
         raise ValueError(f"unit source has {unit_source.num_docs} documents, token source {source.num_docs}")
     rows = global_batch // process_count
     kw = dict(seed=seed, start_index=start_index, global_batch=global_batch, process_index=process_index,
-              process_count=process_count, epochs=None if repeat else 1)
+              process_count=process_count, epochs=None if repeat else 1, plan=plan)
 
     def gen() -> Iterator[dict[str, np.ndarray]]:
         yield from mlm_nsp_data.local_batches(source, cfg, vocab_size=special.vocab_size, annotations=unit_source,

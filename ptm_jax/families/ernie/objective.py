@@ -11,7 +11,8 @@ from ptm_jax.families.ernie.model import ErnieForPreTraining
 
 class ErnieObjective(MlmNspObjective):
     def __init__(self, cfg: Any, corpus: Any):
-        super().__init__(cfg, corpus.train, corpus.eval, corpus.special)
+        super().__init__(cfg, corpus.train, corpus.eval, corpus.special,
+                         plan=getattr(corpus, "artifacts", {}).get("pairing_plan"))
         from ptm_jax.data.pretraining.source import SubsetSource
 
         self.with_nsp = cfg.objective == "ernie_mlm_nsp"
@@ -31,4 +32,5 @@ class ErnieObjective(MlmNspObjective):
 
         return ernie_dataset(source, self.unit_sources[id(source)], self.special, self.cfg.data,
                              seed=self.cfg.data.seed, start_index=start, global_batch=global_batch,
-                             process_index=pi, process_count=pc, repeat=repeat)
+                             process_index=pi, process_count=pc, repeat=repeat,
+                             plan=self.plan if source is self.train_source else None)
