@@ -71,6 +71,8 @@ def test_defaults_are_bert_base_recipe():
 # Per-family [model] and [data] sections (issue 15 item 2)
 
 BEFORE = Path(__file__).with_name("presets_before_family_sections.json")
+PERF_PROFILE = {("model", "dtype"), ("model", "remat"), ("model", "scan_layers")}
+"""Compute settings the presets changed on purpose since (the pod profile, docs/scaling.md); not architecture."""
 """Every preset resolved by load_config at 2b3b70d, the last commit with one flat [model] and [data] dataclass."""
 
 
@@ -87,6 +89,8 @@ def test_every_preset_resolves_to_the_values_it_had_before_the_split():
                 assert values == old[section], (preset, section)
                 continue
             for key, value in values.items():  # a field added since (tokenizer.min_count, ...) has no old value
+                if (section, key) in PERF_PROFILE:
+                    continue
                 assert key not in old[section] or value == old[section][key], (preset, section, key, value)
             lost = set(old[section]) - set(values)
             if section in ("model", "data"):
