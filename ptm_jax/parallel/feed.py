@@ -55,21 +55,37 @@ def row_shares(rows: np.ndarray, global_rows: int) -> tuple[int, list[int]]:
 
 
 def local_batches(open_share: Callable[[int, int], Iterator[dict[str, np.ndarray]]], mesh: Mesh,
-                 global_rows: int, axis: int = 0) -> Iterator[dict[str, np.ndarray]]:
+                  global_rows: int, axis: int = 0, exact: bool = True) -> Iterator[dict[str, np.ndarray]]:
     """This process's rows of successive global batches, in the order ``to_global`` places them.
     ``open_share(index, count)``: the objective's stream of share ``index`` of ``count`` (its
     ``train_batches``/``eval_batches`` with that process index and count). One share (host-ordered meshes)
     is the objective's stream itself; several are read in step and concatenated along ``axis``, the rows' (1
-    for stacked batches, ``train_groups``)."""
-    return rows_batches(open_share, process_rows(mesh, global_rows), global_rows, axis)
+    for stacked batches, ``train_groups``).
+
+    ``exact=False`` (training: the loss is a sum over the rows, so which device holds which example does not
+    matter): a host whose rows are several blocks runs one stream, share r of H (H hosts, r its rank by first
+    row), and its devices hold those examples. Every global batch still holds exactly its examples, whatever
+    the number of hosts; only rows inside it move. ``exact=True`` (evaluation) keeps row r = example r."""
+    rows = process_rows(mesh, global_rows)
+    if exact:
+        return rows_batches(open_share, rows, global_rows, axis)
+    firsts = sorted(int(process_rows(mesh, global_rows, q)[0]) for q in range(jax.process_count()))
+    return rows_batches(open_share, rows, global_rows, axis, share=(firsts.index(int(rows[0])), len(firsts)))
 
 
 def rows_batches(open_share: Callable[[int, int], Iterator[dict[str, np.ndarray]]], rows: np.ndarray,
-                 global_rows: int, axis: int = 0) -> Iterator[dict[str, np.ndarray]]:
-    """``local_batches`` for the global rows ``rows`` (ascending) of every batch."""
+                 global_rows: int, axis: int = 0,
+                 share: tuple[int, int] | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """``local_batches`` for the global rows ``rows`` (ascending) of every batch; ``share=(r, H)``: one stream,
+    share r of H, for rows that may hold any examples of the batch (``exact=False``)."""
     count, indices = row_shares(rows, global_rows)
     if len(indices) == 1:
         yield from open_share(indices[0], count)
+        return
+    if share is not None:
+        if global_rows % share[1] or global_rows // share[1] != len(rows):
+            raise ValueError(f"{len(rows)} rows of {global_rows} are not one share of {share[1]} hosts")
+        yield from open_share(*share)
         return
     for parts in zip(*[open_share(i, count) for i in indices]):
         yield {k: np.concatenate([p[k] for p in parts], axis=axis) for k in parts[0]}
