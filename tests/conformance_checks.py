@@ -152,7 +152,7 @@ def test_hugging_face_round_trip_is_bit_equal(runs):
     back, _, _, _ = runs.family.hf.load(runs.root / "hf")
     # what the Hugging Face head class has no place for (a masked LM's pooler; ERNIE 2.0's task heads other than
     # the masked LM, whole top-level heads) is reported and left out
-    left_out = tuple(report.get("left_out") or ())
+    left_out = report.left_out
     assert all(x.endswith("/pooler") or x in plain for x in left_out), left_out
     ours = {k: v for k, v in _flat(plain).items()
             if not any(k.startswith("".join(f"['{p}']" for p in x.split("/"))) for x in left_out)}

@@ -292,7 +292,7 @@ def test_hugging_face_ernie_imports_with_equal_logits_and_exports_back_bit_equal
     np.testing.assert_allclose(np.asarray(nsp), want.seq_relationship_logits.numpy(), atol=2e-5)
     fam.hf.import_dir(tmp_path / "hf", tmp_path / "params")
     report = fam.hf.export_dir(tmp_path / "params", tmp_path / "back")
-    assert report["architecture"] == "ErnieForPreTraining"
+    assert report.architecture == "ErnieForPreTraining"
     back = transformers.ErnieForPreTraining.from_pretrained(tmp_path / "back").state_dict()
     for name, tensor in ref.state_dict().items():
         assert torch.equal(back[name], tensor), name

@@ -204,8 +204,8 @@ def test_hugging_face_export_gives_transformers_ernie_with_task_ids_equal_logits
     fam = registry.get("ernie2")
     pre = params_lib.save_params(tmp_path / "pre", params, cfg, "pretraining", tok, [vocab])
     report = fam.hf.export_dir(pre, tmp_path / "hf_mlm")
-    assert report["architecture"] == "ErnieForMaskedLM"
-    assert report["left_out"] == ["ernie2/pooler", "capitalisation", "token_document", "reorder", "distance"]
+    assert report.architecture == "ErnieForMaskedLM"
+    assert report.left_out == ("ernie2/pooler", "capitalisation", "token_document", "reorder", "distance")
     hf_cfg = json.loads((tmp_path / "hf_mlm" / "config.json").read_text())
     assert (hf_cfg["use_task_id"], hf_cfg["task_type_vocab_size"], hf_cfg["ptm_task_id"]) == (True, 8, 3)
     ref, load_info = transformers.ErnieForMaskedLM.from_pretrained(tmp_path / "hf_mlm", output_loading_info=True)
@@ -220,7 +220,7 @@ def test_hugging_face_export_gives_transformers_ernie_with_task_ids_equal_logits
     trunk = {"ernie2": params["ernie2"]}
     enc_cfg = dataclasses.replace(cfg, task_id=0)
     enc = params_lib.save_params(tmp_path / "enc", trunk, enc_cfg, "encoder", tok, [vocab])
-    assert fam.hf.export_dir(enc, tmp_path / "hf_enc")["architecture"] == "ErnieModel"
+    assert fam.hf.export_dir(enc, tmp_path / "hf_enc").architecture == "ErnieModel"
     ref = transformers.ErnieModel.from_pretrained(tmp_path / "hf_enc").eval()
     for task_ids, theirs in ((tasks, pt(np.repeat(tasks[:, None], S, 1))), (None, None)):
         with torch.no_grad():

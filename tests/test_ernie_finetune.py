@@ -162,7 +162,7 @@ def test_finetuned_ernie2_classifier_exports_to_transformers_with_its_task_id(ru
 
     params, model_cfg, info, tok_dir = run2["sst-2_best"]
     report = registry.get("ernie2").hf.export_dir(data / "run2" / "finetune-sst-2" / "best", tmp_path / "hf")
-    assert report["architecture"] == "ErnieForSequenceClassification" and "task_type_ids=2" in report["note"]
+    assert report.architecture == "ErnieForSequenceClassification" and "task_type_ids=2" in report.note
     ref = transformers.ErnieForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
     assert ref.config.use_task_id and ref.config.ptm_task_id == 2 and ref.config.task_type_vocab_size == 8
     texts = [line.split("\t")[0] for line in (data / "SST-2/dev.tsv").read_text().splitlines()[1:9]]

@@ -194,7 +194,7 @@ def test_import_and_export_match_transformers(tmp_path, case, cls_name, cfg_kwar
     params_dir = params_lib.save_params(tmp_path / "ptm", params, cfg, info.pop("head"), info,
                                         [tok_dir / "vocab.txt"])
     report = hf_bert.export_hf(params_dir, tmp_path / "out")
-    assert report["architecture"] == cls_name and report["left_out"] == []
+    assert report.architecture == cls_name and report.left_out == ()
     back, messages = load_in_transformers(cls_name, tmp_path / "out")
     assert weight_complaints(messages, logging.INFO) == []
     reloaded = torch_outputs(back, case, ids, mask, seg)

@@ -87,7 +87,7 @@ def test_export_loads_in_transformers_with_same_logits(hf_dir, tmp_path):
     params, cfg, _, _ = load_params(params_dir)
     out = tmp_path / "exported"
     report = export_hf_gpt2(params_dir, out)
-    assert report["architecture"] == "GPT2LMHeadModel" and report["tensors"] == 4 + 2 * 12
+    assert report.architecture == "GPT2LMHeadModel" and report.tensors == 4 + 2 * 12
     model, loading = transformers.GPT2LMHeadModel.from_pretrained(out, output_loading_info=True)
     assert loading["missing_keys"] == [] and loading["unexpected_keys"] == []
     ref = _hf_logits(out, IDS)

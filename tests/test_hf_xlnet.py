@@ -121,7 +121,7 @@ def test_export_reloads_in_transformers_with_same_logits_and_round_trips_bitwise
     model, params, cfg, info = lm
     out = tmp_path / "hf"
     report = hf_xlnet.write_hf_xlnet(params, cfg, "plm", out)
-    assert report["architecture"] == "XLNetLMHeadModel" and report["tokenizer"] is None
+    assert report.architecture == "XLNetLMHeadModel" and report.tokenizer == ()
     reloaded, loading = transformers.XLNetLMHeadModel.from_pretrained(out, output_loading_info=True)
     assert loading["missing_keys"] == [] and loading["unexpected_keys"] == []
     assert reloaded.config.untie_r == cfg.untie_r
@@ -245,7 +245,7 @@ def test_params_directory_round_trip_to_transformers(lm, tmp_path):
     model.save_pretrained(src)
     out = hf_xlnet.import_hf_xlnet_to_params_dir(src, tmp_path / "params")
     report = hf_xlnet.export_hf_xlnet(out, tmp_path / "hf")
-    assert report["head"] == "plm"
+    assert report.head == "plm"
     reloaded = transformers.XLNetLMHeadModel.from_pretrained(tmp_path / "hf").eval()
     batch = plm_batch(np.random.default_rng(3))
     assert max_abs(run_hf(reloaded, batch).logits, run_hf(model, batch).logits) == 0.0
@@ -265,7 +265,7 @@ def test_export_carries_the_sentencepiece_model_transformers_tokenizes_with(lm, 
     src = params_lib.save_params(tmp_path / "params", params, cfg, "plm", {"tokenizer": {"kind": "sentencepiece",
                                  "lower_case": False}}, [tmp_path / "spm.model"])
     report = hf_xlnet.export_hf_xlnet(src, tmp_path / "hf")
-    assert report["tokenizer"] == "spiece.model"
+    assert report.tokenizer == ("spiece.model",)
     tok = transformers.XLNetTokenizer.from_pretrained(tmp_path / "hf")
     sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "spm.model"))
     text = "bal mes tir gun fos"

@@ -10,10 +10,11 @@ last batch is padded with empty rows, so a whole file compiles at most ``len(BUC
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import sys
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -22,6 +23,9 @@ from ptm_jax.config import to_dict
 from ptm_jax.models.config import TransformerConfig
 from ptm_jax.data.tasks.features import encode_inputs
 from ptm_jax.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from ptm_jax.export.hf_files import HfExport
 
 BUCKETS = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 _COMPILED: dict[tuple, Callable] = {}  # jitted forwards by (kind, model config, options): compiled once
@@ -87,8 +91,6 @@ def run_batched(fn: Callable, params: Any, ids: list[np.ndarray], segs: list[np.
 
 
 def _inference_cfg(cfg: TransformerConfig) -> TransformerConfig:
-    import dataclasses
-
     return dataclasses.replace(cfg, remat="none", hidden_dropout=0.0, attention_dropout=0.0)
 
 
@@ -215,10 +217,7 @@ def _export(args: argparse.Namespace) -> int:
             raise ConfigError(f"{args.src}: a {src_info['head']} model (an MT-DNN SAN answer module on the encoder) "
                               "has no Hugging Face architecture; export it with --format params or npz")
         export_hf = registry.require(fam, "hf", "Hugging Face export (--format hf)").export_dir
-        report = _export_hf_to(export_hf, args.src, args.out, args.force)
-        print(f"exported {args.src} -> {args.out} ({report['architecture']}, {report['tensors']} tensors"
-              + (f"; left out {', '.join(report['left_out'])}" if report["left_out"] else "") + ")"
-              + (f"\n{report['note']}" if report.get("note") else ""))
+        print(_export_hf_to(export_hf, args.src, args.out, args.force).summary(args.src))
         return 0
     params, cfg, info, tok_dir = params_lib.load_params(args.src)
     head = info.pop("head")
@@ -231,7 +230,7 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _export_hf_to(export_hf: Callable, src: str, out: str, force: bool) -> dict[str, Any]:
+def _export_hf_to(export_hf: Callable, src: str, out: str, force: bool) -> HfExport:
     """An HF folder at ``out``. On gs:// (no directory rename there) it is built in ``fs.scratch_dir()`` and
     uploaded, the ``COMPLETE`` marker last; the old folder's marker goes first, so a reader never takes a
     half-replaced folder for a finished one."""
@@ -251,7 +250,7 @@ def _export_hf_to(export_hf: Callable, src: str, out: str, force: bool) -> dict[
         fs.upload_tree(local, out)
     finally:
         shutil.rmtree(local, ignore_errors=True)
-    return {**report, "out": out}
+    return dataclasses.replace(report, out=out)
 
 
 def _write_embeddings(vectors: np.ndarray, texts: list[str], out: str | None) -> None:

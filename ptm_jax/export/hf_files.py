@@ -22,6 +22,29 @@ from ptm_jax.export import params as params_lib
 ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 
+
+@dataclass(frozen=True)
+class HfExport:
+    """What every family's Hugging Face exporter returns (``HfConverter.export_dir``), one shape for all: the
+    folder, our head, the transformers class, the number of tensors written, the tokenizer files copied (none:
+    weights only), the parameter paths the class has no place for, and a note for the user (or '')."""
+
+    out: str
+    head: str
+    architecture: str
+    tensors: int
+    tokenizer: tuple[str, ...] = ()
+    left_out: tuple[str, ...] = ()
+    note: str = ""
+
+    def summary(self, src: str) -> str:
+        """The line(s) ``ptm export --format hf`` prints."""
+        parts = [self.architecture, f"{self.tensors} tensors",
+                 f"tokenizer {', '.join(self.tokenizer)}" if self.tokenizer else "no tokenizer (ids only)"]
+        if self.left_out:
+            parts.append(f"left out {', '.join(self.left_out)}")
+        return f"exported {src} -> {self.out} ({'; '.join(parts)})" + (f"\n{self.note}" if self.note else "")
+
 @dataclass(frozen=True)
 class Rule:
     """One tensor: its HF name and shape, its path and shape in our tree. ``in_axes`` = k means our leading

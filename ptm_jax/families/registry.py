@@ -26,7 +26,7 @@ class HfConverter:
     import_dir: Callable[..., Any]
     """(hf_dir, out, head=None, overwrite=False) -> params directory."""
     export_dir: Callable[..., Any]
-    """(src, out, overwrite=False) -> report dict."""
+    """(src, out, overwrite=False) -> ``ptm_jax.export.hf_files.HfExport`` (one report shape for every family)."""
     load: Callable[..., Any] | None = None
     """(hf_dir) -> (params, model_cfg, info, tokenizer_dir): read an HF folder in place (``load_params``)."""
     fallback: bool = False

@@ -31,6 +31,7 @@ from ptm_jax.export import params as params_lib
 from ptm_jax.export.hf_files import (
     ACT_FROM_HF,
     ACT_TO_HF,
+    HfExport,
     Rule,
     apply_rules,
     dense_rules,
@@ -383,7 +384,7 @@ def import_hf_to_params_dir(path: str | Path, out: str | Path, head: str | None 
                                   overwrite=overwrite)
 
 
-def export_hf(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
+def export_hf(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> HfExport:
     """A params directory or a training run -> an HF folder (config.json, model.safetensors, tokenizer)."""
     params, cfg, info, tok_dir = params_lib.load_params(src)
     head, tok = info["head"], info.get("tokenizer") or {}
@@ -400,5 +401,5 @@ def export_hf(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> 
     out = write_hf_dir(out_dir, tensors, hf_config(cfg, head, info), files={"vocab.txt": vocab},
                        json_files={"tokenizer_config.json": tokenizer_config,
                                    "special_tokens_map.json": SPECIAL_TOKENS}, overwrite=overwrite)
-    return {"out": str(out), "head": head, "architecture": ARCHITECTURES[head], "tensors": len(tensors),
-            "left_out": left_out}
+    return HfExport(out=str(out), head=head, architecture=ARCHITECTURES[head], tensors=len(tensors),
+                    tokenizer=("vocab.txt",), left_out=tuple(left_out))

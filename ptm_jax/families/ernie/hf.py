@@ -28,7 +28,7 @@ from typing import Any
 
 from ptm_jax.errors import CheckpointError, ConfigError
 from ptm_jax.export import params as params_lib
-from ptm_jax.export.hf_files import Rule, read_hf_dir, write_hf_dir
+from ptm_jax.export.hf_files import HfExport, Rule, read_hf_dir, write_hf_dir
 from ptm_jax.families.bert import hf as bert_hf
 from ptm_jax.families.ernie.config import ErnieConfig
 from ptm_jax.families.ernie.continual import Ernie2Config, check_task_id
@@ -120,7 +120,7 @@ def import_dir(path: str | Path, out: str | Path, head: str | None = None, overw
                                   overwrite=overwrite)
 
 
-def export_dir(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
+def export_dir(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> HfExport:
     """A params directory or training run of the ``ernie`` or ``ernie2`` family -> an HF ERNIE folder."""
     params, cfg, info, tok_dir = params_lib.load_params(src)
     head, tok = info["head"], info.get("tokenizer") or {}
@@ -155,5 +155,5 @@ def export_dir(src: str | Path, out_dir: str | Path, overwrite: bool = False) ->
     out = write_hf_dir(out_dir, _names(tensors, "bert.", "ernie."), config, files={"vocab.txt": vocab},
                        json_files={"tokenizer_config.json": tokenizer_config,
                                    "special_tokens_map.json": bert_hf.SPECIAL_TOKENS}, overwrite=overwrite)
-    return {"out": str(out), "head": head, "architecture": arch, "tensors": len(tensors), "left_out": left_out,
-            **({"note": note} if note else {})}
+    return HfExport(out=str(out), head=head, architecture=arch, tensors=len(tensors), tokenizer=("vocab.txt",),
+                    left_out=tuple(left_out), note=note)

@@ -25,7 +25,7 @@ import numpy as np
 from ptm_jax.families.gpt.config import GptConfig
 from ptm_jax.errors import CheckpointError
 from ptm_jax.export import params as params_lib
-from ptm_jax.export.hf_files import ACT_FROM_HF, ACT_TO_HF, fmt_names, read_hf_dir, write_hf_dir
+from ptm_jax.export.hf_files import ACT_FROM_HF, ACT_TO_HF, HfExport, fmt_names, read_hf_dir, write_hf_dir
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,7 @@ def import_hf_gpt2_to_params_dir(path: str | Path, out: str | Path, overwrite: b
     return params_lib.save_params(out, params, cfg, HEAD, info, files, overwrite=overwrite)
 
 
-def export_hf_gpt2(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
+def export_hf_gpt2(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> HfExport:
     """A GPT params directory, run or HF GPT-2 folder -> an HF GPT2LMHeadModel folder (config.json,
     model.safetensors, and vocab.json/merges.txt when the model has a byte-level BPE tokenizer)."""
     params, cfg, info, tok_dir = params_lib.load_params(src)
@@ -264,5 +264,5 @@ def export_hf_gpt2(src: str | Path, out_dir: str | Path, overwrite: bool = False
                                             "add_prefix_space": False}} if files else {}
     out = write_hf_dir(out_dir, tensors, hf_gpt2_config(cfg, info), files={f.name: f for f in files},
                        json_files=json_files, overwrite=overwrite)
-    return {"out": str(out), "head": HEAD, "architecture": "GPT2LMHeadModel", "tensors": len(tensors),
-            "tokenizer": [f.name for f in files]}
+    return HfExport(out=str(out), head=HEAD, architecture="GPT2LMHeadModel", tensors=len(tensors),
+                    tokenizer=tuple(f.name for f in files))

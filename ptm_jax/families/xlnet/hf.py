@@ -32,6 +32,7 @@ from ptm_jax.export import params as params_lib
 from ptm_jax.export.hf_files import (
     ACT_FROM_HF,
     ACT_TO_HF,
+    HfExport,
     Rule,
     apply_rules,
     dense_rules,
@@ -310,7 +311,7 @@ def import_hf_xlnet_to_params_dir(path: str | Path, out: str | Path, head: str |
 
 def write_hf_xlnet(params: dict, cfg: XlnetConfig, head: str, out_dir: str | Path, *,
                    info: dict[str, Any] | None = None, spm_model: str | Path | None = None,
-                   overwrite: bool = False) -> dict[str, Any]:
+                   overwrite: bool = False) -> HfExport:
     """Our params -> an HF folder (config.json, model.safetensors, and spiece.model + tokenizer config when
     ``spm_model`` is given), written atomically."""
     if head not in ARCHITECTURES:
@@ -329,11 +330,11 @@ def write_hf_xlnet(params: dict, cfg: XlnetConfig, head: str, out_dir: str | Pat
                       "special_tokens_map.json": SPECIAL_TOKENS}
     out = write_hf_dir(out_dir, tensors, hf_config(cfg, head, info), files=files, json_files=json_files,
                        overwrite=overwrite)
-    return {"out": str(out), "head": head, "architecture": ARCHITECTURES[head], "tensors": len(tensors),
-            "tokenizer": SPM_NAME if spm_model is not None else None}
+    return HfExport(out=str(out), head=head, architecture=ARCHITECTURES[head], tensors=len(tensors),
+                    tokenizer=tuple(files))
 
 
-def export_hf_xlnet(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
+def export_hf_xlnet(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> HfExport:
     """A params directory or a training run of an XLNet -> an HF folder transformers loads."""
     params, cfg, info, tok_dir = params_lib.load_params(src)
     if cfg.family != "xlnet":

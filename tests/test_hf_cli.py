@@ -1,0 +1,176 @@
+"""Every Hugging Face path through the `ptm` CLI as users run it, for each family with a transformers counterpart
+(BERT, ERNIE, GPT-2, XLNet): `ptm export RUN --format hf` of a trained tiny run, `ptm import-hf` of that folder, and
+`ptm embed` / `generate` / `perplexity` on the run, the exported folder and the imported params directory, with the
+exit status and the printed summary checked and the three answering alike.
+
+The CLI runs in this process (``ptm_jax.cli.main``, what the `ptm` script calls), so the jitted programs compile
+once for the three; one trained run per family serves the whole module.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import types
+
+import numpy as np
+import pytest
+
+from ptm_jax.cli import main
+from ptm_jax.export import params as params_lib
+
+PRESETS = {"bert": "bert_tiny", "ernie": "ernie_tiny", "gpt": "gpt_tiny", "xlnet": "xlnet_tiny"}
+EXPORT = {  # family -> (architecture, tensors written, tokenizer files, parameter paths left out)
+    "bert": ("BertForPreTraining", 46, "vocab.txt", ""),
+    "ernie": ("ErnieForPreTraining", 46, "vocab.txt", ""),
+    "gpt": ("GPT2LMHeadModel", 28, "vocab.json, merges.txt", ""),
+    "xlnet": ("XLNetLMHeadModel", 37, "spiece.model", ""),
+}
+STEPS = 2
+TEXTS = ["the quick brown fox jumps over the lazy dog", "a second, rather different line of text.", ""]
+
+
+def ptm(*args: str) -> types.SimpleNamespace:
+    """``ptm ARGS`` in this process: its exit status and what it printed on stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(list(args))
+        except SystemExit as e:  # argparse errors
+            rc = e.code
+    return types.SimpleNamespace(rc=rc, out=out.getvalue(), err=err.getvalue())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """family -> a tiny run of STEPS pretraining steps on the embedded corpus, trained on first use."""
+    root = tmp_path_factory.mktemp("hf_cli")
+    done: dict[str, object] = {}
+
+    def get(family: str):
+        if family not in done:
+            out = root / family
+            r = ptm("pretrain", "-c", PRESETS[family], f"output_dir={str(out)!r}", f"train.steps={STEPS}",
+                    f"train.checkpoint_every={STEPS}", "train.eval_every=0", "train.log_every=1")
+            assert r.rc == 0, r.err[-3000:]
+            assert f"pretrain: step {STEPS}" in r.out, r.out[-2000:]
+            done[family] = out
+        return done[family]
+
+    get.root = root
+    return get
+
+
+@pytest.fixture(scope="module")
+def exported(runs):
+    """family -> (run, exported HF folder, params directory imported back from it), each made through the CLI
+    once; the export and import summaries are checked by the tests below."""
+    done: dict[str, tuple] = {}
+
+    def get(family: str):
+        if family not in done:
+            run = runs(family)
+            hf, back = runs.root / f"{family}_hf", runs.root / f"{family}_imported"
+            done[family] = (run, hf, back, ptm("export", str(run), "--format", "hf", "--out", str(hf)),
+                            ptm("import-hf", str(hf), "--out", str(back)))
+        return done[family]
+
+    return get
+
+
+def _flat(tree) -> dict[str, np.ndarray]:
+    import jax
+
+    return {jax.tree_util.keystr(k): np.asarray(v) for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+@pytest.mark.parametrize("family", sorted(PRESETS))
+def test_export_of_a_trained_run_exits_0_and_prints_its_summary(exported, family):
+    run, hf, _, r, _ = exported(family)
+    arch, tensors, tok, _ = EXPORT[family]
+    assert r.rc == 0, r.err[-3000:]
+    assert r.out.splitlines()[0] == f"exported {run} -> {hf} ({arch}; {tensors} tensors; tokenizer {tok})", r.out
+    config = json.loads((hf / "config.json").read_text())
+    assert config["architectures"] == [arch] and config["vocab_size"] == 1000
+    assert all((hf / f).is_file() for f in ["model.safetensors", *tok.split(", ")])
+
+
+@pytest.mark.parametrize("family", sorted(PRESETS))
+def test_import_hf_of_the_export_exits_0_and_gives_back_the_run_bit_for_bit(exported, family):
+    run, hf, back, _, r = exported(family)
+    assert r.rc == 0, r.err[-3000:]
+    head = {"gpt": "causal_lm", "xlnet": "plm"}.get(family, "pretraining")
+    assert r.out.strip() == f"imported {hf} -> {back}: head {head}, 2 layers, hidden 32, vocab 1000", r.out
+    ours, cfg, info, _ = params_lib.load_params(run)
+    theirs, cfg2, info2, _ = params_lib.load_params(back)
+    assert cfg2.family == cfg.family and info2["head"] == info["head"] == head
+    assert info2["tokenizer"]["kind"] == info["tokenizer"]["kind"]
+    a, b = _flat(params_lib.plain_tree(ours)), _flat(params_lib.plain_tree(theirs))
+    assert sorted(a) == sorted(b)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def _embed(model, texts_file, out, *extra) -> np.ndarray:
+    r = ptm("embed", str(model), str(texts_file), "--out", str(out), *extra)
+    assert r.rc == 0, r.err[-3000:]
+    return r
+
+
+@pytest.mark.parametrize("family", ["bert", "ernie"])
+def test_embed_gives_the_same_sentence_vectors_from_the_run_the_export_and_the_import(exported, family, tmp_path):
+    run, hf, back, _, _ = exported(family)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n")
+    vectors = []
+    for name, model in (("run", run), ("hf", hf), ("imported", back)):
+        r = _embed(model, texts, tmp_path / f"{name}.npy")
+        assert r.err.strip().splitlines()[-1] == f"3 embeddings of size 32 -> {tmp_path / f'{name}.npy'}"
+        vectors.append(np.load(tmp_path / f"{name}.npy"))
+    assert vectors[0].shape == (3, 32) and np.all(np.isfinite(vectors[0])) and np.abs(vectors[0]).max() > 0.01
+    np.testing.assert_array_equal(vectors[1], vectors[0])
+    np.testing.assert_array_equal(vectors[2], vectors[0])
+
+
+@pytest.mark.parametrize("family", ["bert", "xlnet"])
+def test_embed_layers_gives_the_same_word_features_from_the_run_and_the_export(exported, family, tmp_path):
+    run, hf, _, _, _ = exported(family)
+    words = tmp_path / "words.txt"
+    words.write_text("the quick brown fox\njumps over the lazy dog\n")
+    feats = []
+    for name, model in (("run", run), ("hf", hf)):
+        _embed(model, words, tmp_path / f"{name}.npz", "--layers", "all")
+        with np.load(tmp_path / f"{name}.npz") as z:
+            feats.append({k: z[k] for k in z.files})
+    assert sorted(feats[0]) == sorted(feats[1]) and feats[0]
+    first = feats[0][sorted(feats[0])[0]]
+    assert first.shape[0] == 3 and first.shape[-1] == 32, first.shape  # token representation + 2 layers
+    for k in feats[0]:
+        np.testing.assert_array_equal(feats[1][k], feats[0][k], err_msg=k)
+
+
+def test_generate_and_perplexity_answer_alike_from_the_gpt_run_the_export_and_the_import(exported, tmp_path):
+    run, hf, back, _, _ = exported("gpt")
+    texts = []
+    for model in (run, hf, back):
+        r = ptm("generate", str(model), "--prompt", "Once upon a time", "--greedy", "--max-new-tokens", "8")
+        assert r.rc == 0, r.err[-3000:]
+        assert r.out.startswith("Once upon a time"), r.out
+        texts.append(r.out)
+    assert texts[1] == texts[0] and texts[2] == texts[0]
+    test = tmp_path / "test.txt"
+    test.write_text("\n".join(TEXTS[:2] * 4) + "\n")
+    scores = []
+    for model in (run, hf):
+        r = ptm("perplexity", str(model), str(test), "--seq-len", "32")
+        assert r.rc == 0, r.err[-3000:]
+        scores.append(json.loads(r.out[r.out.index("{"):]))
+    assert scores[0]["tokens"] > 20 and 1.0 < scores[0]["token_perplexity"] < 1e4, scores[0]
+    assert {**scores[1], "model": str(run)} == scores[0]
+
+
+def test_export_over_an_existing_folder_is_a_clear_error_with_status_2(exported):
+    run, hf, _, _, _ = exported("gpt")
+    r = ptm("export", str(run), "--format", "hf", "--out", str(hf))
+    assert r.rc == 2 and "Traceback" not in r.err and f"{hf} already exists" in r.err, r.err
