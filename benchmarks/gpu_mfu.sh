@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# Issue #8's GPU targets: train-step MFU in bf16 on in-memory batches (no TensorFlow needed; `ptm bench`
-# makes the batches on the device). Run on an H100 or H200 from the repository root with jax[cuda] installed:
-#   bash benchmarks/gpu_mfu.sh [OUT_DIR]
-# Writes one JSON per target and prints ptm bench's table (MFU against the device's dense bf16 peak).
+# The GPU targets in one run of at most ~5 minutes: train-step MFU in bf16 of BERT-base s128, BERT-large s512
+# and GPT-2 124M s1024, the training configuration (dropout on, the attention path it runs) beside the upper
+# bound (no dropout, cuDNN / XLA fused attention), one line each (benchmarks/gpu_mfu.py). No TensorFlow
+# needed: the batches are made in memory. From the repository root, on an H100 or H200 with jax[cuda]:
+#   bash benchmarks/gpu_mfu.sh [OUT_DIR]        # prints the table, writes OUT_DIR/gpu_mfu.json
+#   bash benchmarks/gpu_mfu.sh --smoke [OUT_DIR] # tiny models, two steps: checks the script on a CPU
 set -euo pipefail
+smoke=()
+if [[ "${1:-}" == "--smoke" ]]; then
+  smoke=(--smoke)
+  shift
+fi
 out="${1:-runs/gpu_mfu}"
 mkdir -p "$out"
-bench() { python -m ptm_jax.cli bench "$@"; }
-fast="model.dtype=bfloat16 model.attention_dropout=0.0 model.attention_impl=cudnn"
-# BERT-base, seq 128 (goal >= 45%)
-bench -c bert_base $fast train.batch_size=256 --mesh 1,1,1 --steps 20 --warmup 3 --json "$out/bert_base_s128.json"
-# BERT-large, seq 512 (goal >= 55%)
-bench -c bert_large $fast data.max_seq_length=512 data.max_predictions_per_seq=76 train.batch_size=32 \
-  --mesh 1,1,1 --steps 20 --warmup 3 --json "$out/bert_large_s512.json"
-# GPT-2 124M, seq 1024 (goal >= 45%)
-bench -c gpt2_124m $fast train.batch_size=16 --mesh 1,1,1 --steps 20 --warmup 3 --json "$out/gpt2_124m_s1024.json"
+# the launch scripts' performance flags (XLA's latency-hiding scheduler), unless the caller set XLA_FLAGS
+source "$(dirname "${BASH_SOURCE[0]}")/../launch/perf_env.sh"
+export XLA_PYTHON_CLIENT_PREALLOCATE="${XLA_PYTHON_CLIENT_PREALLOCATE:-true}"
+export PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+python "$(dirname "${BASH_SOURCE[0]}")/gpu_mfu.py" "${smoke[@]}" --budget-s "${PTM_MFU_BUDGET_S:-270}" \
+  --json "$out/gpu_mfu.json"
