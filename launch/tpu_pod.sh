@@ -3,10 +3,12 @@
 # (jax.distributed.initialize() with no arguments) and each host feeds its own rows of every batch.
 #
 #   launch/tpu_pod.sh create                      # TPU VM (or a queued resource with QUEUED=1)
-#   launch/tpu_pod.sh setup                       # copy this checkout to every worker, install, mount bucket
-#   launch/tpu_pod.sh run pretrain -c bert_base output_dir=/home/$USER/ptm-bucket/runs/b1 train.steps=100000
+#   launch/tpu_pod.sh setup                       # copy this checkout to every worker, Python >= 3.11 venv, mount
+#   launch/tpu_pod.sh run pretrain -c bert_base output_dir=gs://my-bucket/runs/b1 train.steps=100000
 #   launch/tpu_pod.sh logs                        # fetch every worker's log into ./tpu-logs/<name>/
-#   launch/tpu_pod.sh status | health | stop | ssh | delete
+#   launch/tpu_pod.sh status | health | ssh | delete
+#   launch/tpu_pod.sh stop                        # SIGTERM to python on every worker; wait; say how it ended
+#   launch/tpu_pod.sh kill                        # SIGKILL (a process stuck after the others ended)
 #   launch/tpu_pod.sh resume                      # after a maintenance event / reboot: remount, run the last command
 #   launch/tpu_pod.sh watch                       # resume by itself whenever the run stopped early or was killed
 #
@@ -14,13 +16,18 @@
 #   TPU_NAME (ptm-pod)  ZONE (us-central2-b)  PROJECT (gcloud default)  ACCELERATOR_TYPE (v4-32)
 #   RUNTIME_VERSION (tpu-ubuntu2204-base)  SPOT (0)  QUEUED (0)  QR_ID (${TPU_NAME}-qr)  AUTOCHECKPOINT (1)
 #   BUCKET (empty: no mount)  MOUNT (ptm-bucket, under the remote home)  JAX_SPEC (jax[tpu])
-#   REMOTE_DIR (ptm_jax)  VENV (ptm-venv)  LOG_DIR (./tpu-logs)  WATCH_INTERVAL (300)  MAX_RESUMES (50)
+#   PYTHON_VERSION (3.11)  REMOTE_DIR (ptm_jax)  VENV (ptm-venv)  LOG_DIR (./tpu-logs)
+#   PTM_ENV_FILE (empty)  STOP_WAIT (300)  WATCH_INTERVAL (300)  MAX_RESUMES (50)
 #
 # Checkpoints, the tokenizer and the token cache must live on storage every worker sees: give
 # output_dir=gs://BUCKET/... (ptm writes it through gcsfs; no mount needed). BUCKET mounts the bucket with
 # gcsfuse at ~/$MOUNT on each worker, for reading corpora as files only.
 # AUTOCHECKPOINT=1 creates the TPU with --autocheckpoint-enabled (gcloud alpha): before a maintenance event Cloud
 # TPU sends SIGTERM and waits up to 5 minutes; ptm saves a checkpoint at the next step and exits 0.
+# PTM_ENV_FILE: a shell file copied to every worker by setup, run and resume (when set) and sourced there
+# before python starts (TFDS_DATA_DIR, LIBTPU_INIT_ARGS, XLA_FLAGS, PTM_LOCAL_SCRATCH, ...). Local copies of
+# gs:// files go to PTM_LOCAL_SCRATCH, by default ~/ptm-scratch on each worker (kept across reboots).
+# The worker side of every command is launch/tpu_worker.sh.
 set -euo pipefail
 
 TPU_NAME="${TPU_NAME:-ptm-pod}"
@@ -34,8 +41,11 @@ QR_ID="${QR_ID:-${TPU_NAME}-qr}"
 BUCKET="${BUCKET:-}"
 MOUNT="${MOUNT:-ptm-bucket}"
 JAX_SPEC="${JAX_SPEC:-jax[tpu]}"
+PYTHON_VERSION="${PYTHON_VERSION:-3.11}"
 REMOTE_DIR="${REMOTE_DIR:-ptm_jax}"
 VENV="${VENV:-ptm-venv}"
+PTM_ENV_FILE="${PTM_ENV_FILE:-}"
+STOP_WAIT="${STOP_WAIT:-300}"
 LOG_DIR="${LOG_DIR:-./tpu-logs}"
 AUTOCHECKPOINT="${AUTOCHECKPOINT:-1}"
 WATCH_INTERVAL="${WATCH_INTERVAL:-300}"
@@ -49,9 +59,18 @@ fi
 
 die() { echo "tpu_pod.sh: $*" >&2; exit 2; }
 
-# Runs a shell command on every worker of the slice.
+# Runs a shell command on every worker of the slice (gcloud runs the workers' sessions in parallel).
 on_all() {
   gcloud compute tpus tpu-vm ssh "$TPU_NAME" "${GCLOUD_FLAGS[@]}" --worker=all --command="$1"
+}
+
+# Runs launch/tpu_worker.sh <args> on workers $1 (all, or a worker number), with this script's settings.
+worker() {
+  local which="$1"
+  shift
+  gcloud compute tpus tpu-vm ssh "$TPU_NAME" "${GCLOUD_FLAGS[@]}" --worker="$which" --command="$(printf '%q=%q ' \
+    REMOTE_DIR "$REMOTE_DIR" VENV "$VENV" PYTHON_VERSION "$PYTHON_VERSION" JAX_SPEC "$JAX_SPEC") bash \
+    ~/$(printf '%q' "$REMOTE_DIR")/launch/tpu_worker.sh $(printf '%q ' "$@")"
 }
 
 num_workers() {
@@ -60,6 +79,15 @@ num_workers() {
     --format='value(networkEndpoints[].ipAddress)')"
   [[ -n "$ips" ]] || die "no workers found for $TPU_NAME in $ZONE (is it created and READY?)"
   tr ';,' '\n' <<<"$ips" | grep -c .
+}
+
+# Copies PTM_ENV_FILE (when set) to ~/ptm-logs/ptm.env on every worker; tpu_worker.sh sources it before python.
+push_env_file() {
+  [[ -n "$PTM_ENV_FILE" ]] || return 0
+  [[ -f "$PTM_ENV_FILE" ]] || die "PTM_ENV_FILE=$PTM_ENV_FILE: no such file"
+  bash -n "$PTM_ENV_FILE" || die "PTM_ENV_FILE=$PTM_ENV_FILE: not a valid shell file (see bash's message above)"
+  on_all "mkdir -p ~/ptm-logs"
+  gcloud compute tpus tpu-vm scp "$PTM_ENV_FILE" "$TPU_NAME:ptm-logs/ptm.env" "${GCLOUD_FLAGS[@]}" --worker=all
 }
 
 cmd_create() {
@@ -94,6 +122,7 @@ cmd_create() {
 
 cmd_setup() {
   local tarball
+  refuse_if_running || exit 3  # setup replaces the checkout a run is using
   tarball="$(mktemp -t ptm_jax.XXXXXX.tgz)"
   # the working tree as it is (uncommitted edits included), without runs, caches and VCS data
   tar -C "$REPO" --exclude=./.git --exclude=./runs --exclude='*/__pycache__' --exclude=./.venv \
@@ -101,11 +130,10 @@ cmd_setup() {
   gcloud compute tpus tpu-vm scp "$tarball" "$TPU_NAME:ptm_jax.tgz" "${GCLOUD_FLAGS[@]}" --worker=all
   rm -f "$tarball"
   on_all "set -e
-    rm -rf ~/$REMOTE_DIR && mkdir -p ~/$REMOTE_DIR ~/ptm-logs && tar -xzf ~/ptm_jax.tgz -C ~/$REMOTE_DIR
-    python3 -m venv ~/$VENV
-    ~/$VENV/bin/pip install -q -U pip
-    ~/$VENV/bin/pip install -q -e ~/$REMOTE_DIR '$JAX_SPEC'
-    ~/$VENV/bin/python -c 'import jax; print(jax.process_index(), jax.device_count(), jax.devices()[0])'"
+    rm -rf ~/$REMOTE_DIR && mkdir -p ~/$REMOTE_DIR ~/ptm-logs && tar -xzf ~/ptm_jax.tgz -C ~/$REMOTE_DIR"
+  # a Python >= 3.11 environment whatever the image's python3 is (tpu-ubuntu2204-base ships 3.10)
+  worker all install
+  push_env_file
   cmd_remount
 }
 
@@ -123,55 +151,89 @@ cmd_remount() {
   fi
 }
 
+# "ptm-state: ..." lines, one per worker (see tpu_worker.sh state).
+worker_states() {
+  worker all state 2>/dev/null | grep '^ptm-state: ' || true
+}
+
+# The run as a whole: none | running | partial (some workers still run) | killed | failed:<status> |
+# stopped-early | done. An exit status >= 128 (a signal) or a missing one (a reboot) counts as killed.
+run_state() {
+  local lines n total running=0 killed=0 exited0=0 failed="" token
+  lines="$(worker_states)"
+  total="$(num_workers)"
+  n="$(grep -c . <<<"$lines" || true)"
+  while read -r _ token _; do
+    case "$token" in
+      running) running=$((running + 1)) ;;
+      killed) killed=$((killed + 1)) ;;
+      exited:0) exited0=$((exited0 + 1)) ;;
+      exited:*) local code="${token#exited:}"
+        if [[ "$code" =~ ^[0-9]+$ ]] && (( code >= 128 )); then killed=$((killed + 1)); else failed="$code"; fi ;;
+    esac
+  done <<<"$lines"
+  if (( running > 0 )); then
+    if (( running == total )); then echo running; else echo partial; fi
+  elif (( n < total )); then echo unknown  # a worker did not answer
+  elif (( killed > 0 )); then echo killed
+  elif [[ -n "$failed" ]]; then echo "failed:$failed"
+  elif (( exited0 == total )); then
+    if stopped_early_on_worker0 >/dev/null; then echo stopped-early; else echo done; fi
+  else echo none
+  fi
+}
+
+# Exit 0 (and the summary that says so) when the last start stopped early with a checkpoint, in any stage.
+stopped_early_on_worker0() {
+  gcloud compute tpus tpu-vm ssh "$TPU_NAME" "${GCLOUD_FLAGS[@]}" --worker=0 --command="
+    set -a; [[ -f ~/ptm-logs/ptm.env ]] && source ~/ptm-logs/ptm.env; set +a
+    cd ~/$REMOTE_DIR && PYTHONPATH=. $(venv_python) launch/stopped_early.py \"\$(cat ~/ptm-logs/ptm.started)\" \
+      --command-file ~/ptm-logs/ptm.cmd" 2>/dev/null
+}
+
+venv_python() {
+  if [[ "$VENV" == /* ]]; then printf '%q/bin/python' "$VENV"; else printf '~/%q/bin/python' "$VENV"; fi
+}
+
+# Refuses (exit 3) while a ptm run lives on any worker: a second copy would fight for the chips and the
+# coordinator port.
+refuse_if_running() {
+  local busy
+  busy="$(worker_states | grep '^ptm-state: running' || true)"
+  if [[ -n "$busy" ]]; then
+    echo "tpu_pod.sh: a ptm run is still running; stop it first (launch/tpu_pod.sh stop):" >&2
+    sed 's/^ptm-state: running /  /' <<<"$busy" >&2
+    return 3
+  fi
+}
+
 cmd_run() {
   [[ $# -gt 0 ]] || die "usage: tpu_pod.sh run <ptm subcommand> [args...], e.g. run pretrain -c bert_base"
+  refuse_if_running || exit 3
+  push_env_file
   local args
   args="$(printf '%q ' "$@")"
   # The command is kept on every worker (~/ptm-logs/ptm.cmd) for `resume`; its exit status goes to ptm.exit
   # (absent while it runs, or when the VM was rebooted under it).
   on_all "mkdir -p ~/ptm-logs && printf '%s\n' $(printf '%q' "$args") > ~/ptm-logs/ptm.cmd"
-  start_saved
-}
-
-# Starts the saved command on every worker, detached (a dropped ssh session does not stop training; the pid
-# file lets `stop` signal exactly it).
-start_saved() {
-  on_all "cd ~/$REMOTE_DIR && mkdir -p ~/ptm-logs
-    [[ -f ~/ptm-logs/ptm.cmd ]] || { echo 'no saved command: use run first' >&2; exit 1; }
-    if [[ -f ~/ptm-logs/ptm.pid ]] && kill -0 \"\$(cat ~/ptm-logs/ptm.pid)\" 2>/dev/null; then
-      echo 'a ptm process is already running on this worker; stop it first' >&2; exit 1
-    fi
-    rm -f ~/ptm-logs/ptm.exit ~/ptm-logs/ptm.started
-    date +%s > ~/ptm-logs/ptm.started
-    nohup bash -c \"~/$VENV/bin/python -m ptm_jax.cli \$(cat ~/ptm-logs/ptm.cmd); echo \\\$? > ~/ptm-logs/ptm.exit\" \\
-      >> ~/ptm-logs/ptm.log 2>&1 < /dev/null &
-    echo \$! > ~/ptm-logs/ptm.pid
-    echo \"started pid \$(cat ~/ptm-logs/ptm.pid) on \$(hostname): ptm \$(cat ~/ptm-logs/ptm.cmd)\""
+  worker all start
 }
 
 # After a maintenance event, a reboot or an early stop: remount and start the saved command again; ptm resumes
 # from the latest checkpoint in its output_dir (the tokenizer and token cache are reused).
 cmd_resume() {
+  refuse_if_running || return 3
   cmd_remount
-  start_saved
+  push_env_file
+  worker all start
 }
 
 cmd_health() {
   gcloud compute tpus tpu-vm describe "$TPU_NAME" "${GCLOUD_FLAGS[@]}" --format='value(state,health)'
 }
 
-# What worker 0 says about the last start: running | stopped-early | killed | done | failed:<status>
-run_state() {
-  gcloud compute tpus tpu-vm ssh "$TPU_NAME" "${GCLOUD_FLAGS[@]}" --worker=0 --command="
-    if [[ -f ~/ptm-logs/ptm.pid ]] && kill -0 \"\$(cat ~/ptm-logs/ptm.pid)\" 2>/dev/null; then echo running; exit; fi
-    if [[ ! -f ~/ptm-logs/ptm.exit ]]; then echo killed; exit; fi
-    code=\$(cat ~/ptm-logs/ptm.exit)
-    if [[ \$code != 0 ]]; then echo failed:\$code; exit; fi
-    if cd ~/$REMOTE_DIR && PYTHONPATH=. ~/$VENV/bin/python launch/stopped_early.py \"\$(cat ~/ptm-logs/ptm.started)\" \
-        --command-file ~/ptm-logs/ptm.cmd >/dev/null; then echo stopped-early; else echo done; fi" 2>/dev/null | tail -n 1
-}
-
-# Polls every WATCH_INTERVAL s; resumes when the TPU is READY and the run stopped early or was killed.
+# Polls every WATCH_INTERVAL s; resumes when the TPU is READY and the run stopped early or was killed. Workers
+# still running while others ended (a host that died mid-run leaves the rest stuck) are stopped first.
 cmd_watch() {
   local resumes=0 state health
   while true; do
@@ -181,13 +243,13 @@ cmd_watch() {
       echo "$(date +%T) tpu: $health  run: $state"
       case "$state" in
         done) echo "run finished"; return 0 ;;
+        none) die "nothing was started on $TPU_NAME: use run first" ;;
         failed:*) die "the run failed ($state); see: launch/tpu_pod.sh logs" ;;
+        partial) cmd_stop || cmd_kill ;;
         stopped-early|killed)
           resumes=$((resumes + 1))
           [[ $resumes -le $MAX_RESUMES ]] || die "MAX_RESUMES=$MAX_RESUMES reached"
-          cmd_stop >/dev/null 2>&1 || true  # a worker whose process outlived the others
-          sleep 30
-          cmd_resume ;;
+          cmd_resume || echo "$(date +%T) resume refused; trying again at the next poll" ;;
       esac
     else
       echo "$(date +%T) tpu: ${health:-unknown} (waiting for READY)"
@@ -210,14 +272,35 @@ cmd_logs() {
 }
 
 cmd_status() {
-  on_all "if [[ -f ~/ptm-logs/ptm.pid ]] && kill -0 \"\$(cat ~/ptm-logs/ptm.pid)\" 2>/dev/null; then
-      echo \"\$(hostname): running (pid \$(cat ~/ptm-logs/ptm.pid)): \$(tail -n 1 ~/ptm-logs/ptm.log)\"
-    else echo \"\$(hostname): not running\"; fi"
+  local lines
+  lines="$(worker_states)"
+  [[ -n "$lines" ]] || die "no worker answered"
+  sed 's/^ptm-state: //' <<<"$lines"
+  echo "run: $(run_state)"
 }
 
+# SIGTERM to python on every worker, as a preemption would: ptm checkpoints at the next step boundary, writes
+# "preempted": true and exits 0. Waits up to STOP_WAIT s for every worker, then says how the run ended.
 cmd_stop() {
-  # SIGTERM, as a preemption would: ptm checkpoints at the next step boundary and exits 0
-  on_all "if [[ -f ~/ptm-logs/ptm.pid ]]; then kill -TERM \"\$(cat ~/ptm-logs/ptm.pid)\" 2>/dev/null || true; fi"
+  local out rc=0 state
+  out="$(worker all stop "$STOP_WAIT" 2>&1)" || rc=$?
+  grep '^ptm-stop: ' <<<"$out" | sed 's/^ptm-stop: //' || true
+  if grep -q '^ptm-stop: .* still running' <<<"$out" || (( rc != 0 )); then
+    echo "tpu_pod.sh: not every worker ended within STOP_WAIT=$STOP_WAIT s; wait longer, or: launch/tpu_pod.sh kill" >&2
+    return 1
+  fi
+  state="$(run_state)"
+  case "$state" in
+    stopped-early) echo "stopped early with a checkpoint ($(stopped_early_on_worker0 | sed 's/^stopped early: //' | \
+      paste -sd, -)); launch/tpu_pod.sh resume continues it" ;;
+    done) echo "the run had finished: nothing to resume" ;;
+    killed) echo "killed: no checkpoint at the stop; resume starts from the last saved one" ;;
+    *) echo "run: $state" ;;
+  esac
+}
+
+cmd_kill() {
+  worker all kill
 }
 
 cmd_delete() {
@@ -242,9 +325,10 @@ main() {
     logs) cmd_logs ;;
     status) cmd_status ;;
     stop) cmd_stop ;;
+    kill) cmd_kill ;;
     ssh) gcloud compute tpus tpu-vm ssh "$TPU_NAME" "${GCLOUD_FLAGS[@]}" --worker="${1:-0}" ;;
     delete) cmd_delete ;;
-    *) sed -n '2,26p' "${BASH_SOURCE[0]}"; [[ "$sub" == "" || "$sub" == "-h" || "$sub" == "--help" ]] ;;
+    *) sed -n '2,32p' "${BASH_SOURCE[0]}"; [[ "$sub" == "" || "$sub" == "-h" || "$sub" == "--help" ]] ;;
   esac
 }
 
