@@ -11,13 +11,16 @@ and two row layouts it opens the stream that process ``p`` (default 0) runs and 
 
 Layouts: ``host`` (a GPU cluster: process p holds rows [p*B/P, (p+1)*B/P), one share of the objective's
 ``train_batches``) and ``interleaved`` (a TPU-like mesh: the host's 4 devices sit in two pairs half a batch
-apart, so its rows are two blocks; the stream is ``parallel/feed.py``'s ``rows_batches``, what the loop runs).
+apart, so its rows are two blocks; the streams are ``parallel/feed.py``'s ``rows_batches``: one per block, the
+exact row-to-example mapping) and ``interleaved-one`` (the same rows fed by one stream of the host's share,
+``feed.local_batches(exact=False)``).
 Run from the repository root:
 
     python benchmarks/input_at_scale.py --processes 1 8 64 256 --starts 0 1000000 400000000
 
-``--max-first-batch S``: a start whose first batch is predicted (from the replay rate measured at the smaller
-starts) to take longer than S seconds is not run; its extrapolated time is printed instead, marked "est".
+``--max-first-batch S``: a start whose first batch is predicted to take longer than S seconds (the time at
+example 0 plus the replay rate measured at a smaller start, where that grew by more than a second) is not run;
+its extrapolated time is printed instead, marked "est".
 """
 from __future__ import annotations
 
@@ -51,7 +54,8 @@ def open_stream(objective, layout: str, start: int, batch: int, p: int, count: i
     from ptm_jax.parallel import feed
 
     rows = interleaved_rows(p, count, batch)
-    return feed.rows_batches(lambda i, n: objective.train_batches(start, batch, i, n), rows, batch)
+    share = (p, count) if layout == "interleaved-one" else None
+    return feed.rows_batches(lambda i, n: objective.train_batches(start, batch, i, n), rows, batch, share=share)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -60,7 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="/tmp/ptm_input_at_scale", help="run folder (tokenizer and token cache)")
     ap.add_argument("--batch", type=int, default=1024, help="global batch")
     ap.add_argument("--processes", type=int, nargs="+", default=[1, 8, 64, 256])
-    ap.add_argument("--layouts", nargs="+", default=["host", "interleaved"], choices=["host", "interleaved"])
+    ap.add_argument("--layouts", nargs="+", default=["host", "interleaved", "interleaved-one"],
+                    choices=["host", "interleaved", "interleaved-one"])
     ap.add_argument("--process", type=int, default=0, help="which process p of P to run")
     ap.add_argument("--starts", type=int, nargs="+", default=[0, 1_000_000, 400_000_000])
     ap.add_argument("--seconds", type=float, default=8.0, help="timed stream per (P, layout)")
@@ -94,16 +99,15 @@ def main(argv: list[str] | None = None) -> None:
                 n += 1
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             getattr(it, "close", lambda: None)()
-            print(f"P={count:4d} {layout:11s} rows {rows:5d}: {n * rows / cpu:10,.0f} local examples per CPU-s, "
+            print(f"P={count:4d} {layout:15s} rows {rows:5d}: {n * rows / cpu:10,.0f} local examples per CPU-s, "
                   f"{n * rows / wall:10,.0f} per wall-s ({n} batches, {wall:.1f} s)")
-    rate = None  # replay rate (examples/s) measured from the first-batch times
     for count in args.processes:
         for layout in args.layouts:
             p = min(args.process, count - 1)
-            times = []
+            times, slope, t_zero = [], 0.0, 0.0  # slope: seconds per example replayed before the first batch
             for start in (s // args.batch * args.batch for s in args.starts):
-                if rate is not None and start / rate > args.max_first_batch:
-                    times.append(f"{start:,}: {start / rate:8.1f} s est")
+                if start and t_zero + slope * start > args.max_first_batch:
+                    times.append(f"{start:,}: {t_zero + slope * start:8.1f} s est")
                     continue
                 t0 = time.perf_counter()
                 it = open_stream(objective, layout, start, args.batch, p, count)
@@ -111,10 +115,12 @@ def main(argv: list[str] | None = None) -> None:
                 dt = time.perf_counter() - t0
                 assert int(b["example_id"].min()) >= start
                 getattr(it, "close", lambda: None)()
-                if start > 0 and dt > 1.0:
-                    rate = start / dt
+                if start == 0:
+                    t_zero = dt
+                elif dt - t_zero > 1.0:
+                    slope = (dt - t_zero) / start
                 times.append(f"{start:,}: {dt:8.2f} s")
-            print(f"first batch P={count:4d} {layout:11s} " + " | ".join(times))
+            print(f"first batch P={count:4d} {layout:15s} " + " | ".join(times))
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ create_pretraining_data.py, vectorised over a batch of examples:
 Randomness is counter-based Philox from TensorFlow's stateless RNG (``StatelessRandomUniformFullIntV2``, the
 kernel behind ``tf.random.stateless_uniform``) with key = seed. Example ``index`` (its position in the global stream,
 which also fixes its pass) owns a fixed range of Philox counters, ``[index * W/4, (index + 1) * W/4)`` for W words
-per example; since a local batch always holds consecutive indices, one call per batch yields exactly the words each
-example would get alone. An example therefore does not depend on which other examples share its batch or host.
+per example; since a local batch always holds consecutive indices, one call per batch (per run of consecutive
+indices) yields exactly the words each example would get alone. An example therefore does not depend on which other examples share its batch or host.
 Rare pairs needing more than 64 pops on one side draw their front counts with ``tf.random.stateless_binomial``
 seeded by ``[seed, index]``.
 """
@@ -40,18 +40,34 @@ _COIN_BITS = 64  # fair coins drawn per side for pair truncation; larger pop cou
 
 
 def philox_words(seed: int, index: tf.Tensor, words: int, stream: int) -> tf.Tensor:
-    """[B, words] uint32: the words owned by examples ``index`` (consecutive, ascending) in ``stream``."""
+    """[B, words] uint32: the words owned by examples ``index``: consecutive ascending runs of one length (a
+    local batch is one run; several consecutive local batches of a process built at once are several runs,
+    ``mlm_nsp_data.GROUP_ROWS``), one Philox call per run."""
     if words % 4:
         raise ValueError(f"words per example must be a multiple of 4 (one Philox block), got {words}")
     index = tf.cast(index, tf.int64)
-    rows = tf.shape(index)[0]
-    first = tf.cond(rows > 0, lambda: index[0], lambda: tf.constant(0, tf.int64))
-    tf.debugging.assert_equal(index, first + tf.range(tf.cast(rows, tf.int64)),
-                              message="example indices of a batch must be consecutive")
-    counter = tf.stack([tf.cast(first, tf.uint64) * (words // 4), tf.constant(stream, tf.uint64)])
-    return tf.raw_ops.StatelessRandomUniformFullIntV2(
-        shape=tf.stack([rows, words]), key=tf.constant([seed], tf.uint64), counter=counter, alg=1,
-        dtype=tf.uint32)
+    rows = tf.shape(index, out_type=tf.int64)[0]
+    breaks = tf.where(index[1:] != index[:-1] + 1)[:, 0]
+    run = tf.cond(tf.size(breaks) > 0, lambda: breaks[0] + 1, lambda: tf.maximum(rows, 1))
+    firsts = index[::run]
+    tf.debugging.assert_equal(tf.reshape(index, [-1, run]), firsts[:, None] + tf.range(run)[None, :],
+                              message="example indices of a batch must be consecutive runs of one length")
+    key = tf.constant([seed], tf.uint64)
+
+    def one_run(first: tf.Tensor, n: tf.Tensor) -> tf.Tensor:
+        counter = tf.stack([tf.cast(first, tf.uint64) * (words // 4), tf.constant(stream, tf.uint64)])
+        return tf.raw_ops.StatelessRandomUniformFullIntV2(
+            shape=tf.stack([n, words]), key=key, counter=counter, alg=1, dtype=tf.uint32)
+
+    def each_run() -> tf.Tensor:
+        out = tf.map_fn(lambda f: one_run(f, run), firsts,
+                        fn_output_signature=tf.TensorSpec([None, words], tf.uint32))
+        return tf.reshape(out, [-1, words])
+
+    def single() -> tf.Tensor:
+        return one_run(tf.cond(rows > 0, lambda: index[0], lambda: tf.constant(0, tf.int64)), rows)
+
+    return tf.cond(tf.size(breaks) > 0, each_run, single)
 
 
 def truncation_pops(len_a: tf.Tensor, len_b: tf.Tensor, max_num_tokens: int) -> tuple[tf.Tensor, tf.Tensor]:

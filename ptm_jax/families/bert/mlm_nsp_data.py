@@ -34,13 +34,29 @@ FEATURE_DTYPES = {
 }
 
 
+GROUP_ROWS = 512
+"""Rows built per feature call: a process with fewer rows per batch builds ``GROUP_ROWS // rows`` consecutive
+batches at once and splits them after (``steps_per_item``), so the fixed cost of a tf.data element and of the
+TensorFlow feature graph is spread over as many rows whatever the number of processes."""
+
+
+def steps_per_item(rows: int) -> int:
+    return max(1, GROUP_ROWS // rows)
+
+
 def _generator_signature(rows: int) -> dict[str, tf.TensorSpec]:
     return {
-        "a_ids": tf.TensorSpec([None], tf.int32), "a_len": tf.TensorSpec([rows], tf.int32),
-        "b_ids": tf.TensorSpec([None], tf.int32), "b_len": tf.TensorSpec([rows], tf.int32),
-        "index": tf.TensorSpec([rows], tf.int64),
-        "is_random_next": tf.TensorSpec([rows], tf.int32),
+        "a_ids": tf.TensorSpec([None], tf.int32), "a_len": tf.TensorSpec([None], tf.int32),
+        "b_ids": tf.TensorSpec([None], tf.int32), "b_len": tf.TensorSpec([None], tf.int32),
+        "index": tf.TensorSpec([None], tf.int64),
+        "is_random_next": tf.TensorSpec([None], tf.int32),
     }
+
+
+def split_steps(features: dict[str, tf.Tensor], rows: int) -> tf.data.Dataset:
+    """Features of several consecutive batches ([k * rows, ...]) as k elements of ``rows`` rows."""
+    return tf.data.Dataset.from_tensor_slices(
+        {k: tf.reshape(v, tf.concat([[-1, rows], tf.shape(v)[1:]], 0)) for k, v in features.items()})
 
 
 def _pack(a: list[np.ndarray], b: list[np.ndarray], index: np.ndarray, is_random_next: np.ndarray,
@@ -64,8 +80,10 @@ def local_batches(source: DocumentSource, cfg: BertDataConfig, *, seed: int, sta
                   process_index: int, process_count: int, vocab_size: int,
                   epochs: int | None, annotations: DocumentSource | None = None,
                   annotation_name: str = "annotations",
-                  plan: plan_store.PairingPlan | None = None) -> Iterator[dict[str, np.ndarray]]:
-    """This process's rows of every complete global batch, as flat untruncated A/B token runs.
+                  plan: plan_store.PairingPlan | None = None,
+                  steps: int = 1) -> Iterator[dict[str, np.ndarray]]:
+    """This process's rows of every complete global batch, as flat untruncated A/B token runs; ``steps``
+    consecutive batches per item (their rows one after the other; the last item may hold fewer).
 
     ``plan``: the pairing plan of ``source`` (``plan_store``; stored beside the token cache for the training
     documents); None plans ``source`` in memory first (held-out documents, tests). Each batch reads the plan
@@ -86,7 +104,9 @@ def local_batches(source: DocumentSource, cfg: BertDataConfig, *, seed: int, sta
     end = plan.length(epochs)
     step = start_index // global_batch
     while end is None or (step + 1) * global_batch <= end:
-        ids = step * global_batch + own
+        k = steps if end is None else min(steps, (end - step * global_batch) // global_batch)
+        ids = ((step + np.arange(k)) * global_batch)[:, None] + own
+        ids = ids.ravel()
         if ids[-1] >= masking.MAX_INDEX:
             raise ConfigError(f"example {ids[-1]} is beyond the supported stream (index < 2^40)")
         rec = plan.records(ids)
@@ -104,7 +124,7 @@ def local_batches(source: DocumentSource, cfg: BertDataConfig, *, seed: int, sta
             packed[f"a_{annotation_name}"] = np.concatenate(a_ann).astype(np.int32, copy=False)
             packed[f"b_{annotation_name}"] = np.concatenate(b_ann).astype(np.int32, copy=False)
         yield packed
-        step += 1
+        step += k
 
 
 def build_features(batch: dict[str, tf.Tensor], special: SpecialIds, cfg: BertDataConfig, *,
@@ -194,10 +214,13 @@ def mlm_nsp_dataset(source: DocumentSource, special: SpecialIds, cfg: BertDataCo
     def gen() -> Iterator[dict[str, np.ndarray]]:
         yield from local_batches(source, cfg, seed=seed, start_index=start_index, global_batch=global_batch,
                                  process_index=process_index, process_count=process_count,
-                                 vocab_size=special.vocab_size, epochs=None if repeat else 1, plan=plan)
+                                 vocab_size=special.vocab_size, epochs=None if repeat else 1, plan=plan,
+                                 steps=steps_per_item(rows))
 
     ds = tf.data.Dataset.from_generator(gen, output_signature=_generator_signature(rows))
     # Plain TF code (explicit while_loop), so autograph conversion is skipped: it only slows tracing.
     build = tf.autograph.experimental.do_not_convert(lambda batch: build_features(batch, special, cfg, seed=seed))
     ds = ds.map(build, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if steps_per_item(rows) > 1:
+        ds = ds.flat_map(lambda f: split_steps(f, rows))
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -51,7 +51,8 @@ def ernie_dataset(source: DocumentSource, unit_source: DocumentSource, special: 
         raise ValueError(f"unit source has {unit_source.num_docs} documents, token source {source.num_docs}")
     rows = global_batch // process_count
     kw = dict(seed=seed, start_index=start_index, global_batch=global_batch, process_index=process_index,
-              process_count=process_count, epochs=None if repeat else 1, plan=plan)
+              process_count=process_count, epochs=None if repeat else 1, plan=plan,
+              steps=mlm_nsp_data.steps_per_item(rows))
 
     def gen() -> Iterator[dict[str, np.ndarray]]:
         yield from mlm_nsp_data.local_batches(source, cfg, vocab_size=special.vocab_size, annotations=unit_source,
@@ -74,4 +75,6 @@ def ernie_dataset(source: DocumentSource, unit_source: DocumentSource, special: 
 
     ds = ds.map(tf.autograph.experimental.do_not_convert(build), num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=True)
+    if mlm_nsp_data.steps_per_item(rows) > 1:
+        ds = ds.flat_map(lambda f: mlm_nsp_data.split_steps(f, rows))
     return ds.prefetch(tf.data.AUTOTUNE)
