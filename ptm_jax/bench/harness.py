@@ -45,8 +45,9 @@ def _dummy_corpus(cfg: RunConfig) -> Any:
     docs = [[np.arange(5, 9) % v], [np.arange(9, 12) % v]]
     special = SpecialIds(pad=0, cls=1, sep=2, mask=3, vocab_size=v)
     tokenizer = types.SimpleNamespace(pad_id=0, sep_id=2, eos_id=2)  # what the causal-LM builder reads
+    cache = types.SimpleNamespace(meta={"fingerprint": "bench-synthetic"})  # keys the derived artifacts
     corpus = types.SimpleNamespace(train=ArraySource(docs), eval=None, special=special, tokenizer=tokenizer,
-                                   artifacts={})
+                                   artifacts={}, cache=cache)
     from ptm_jax.families import registry
     from ptm_jax.train.stages import build_artifacts
 
