@@ -50,8 +50,10 @@ def philox_words(seed: int, index: tf.Tensor, words: int, stream: int) -> tf.Ten
     breaks = tf.where(index[1:] != index[:-1] + 1)[:, 0]
     run = tf.cond(tf.size(breaks) > 0, lambda: breaks[0] + 1, lambda: tf.maximum(rows, 1))
     firsts = index[::run]
+    message = "example indices of a batch must be consecutive runs of one length"
+    tf.debugging.assert_equal(rows % run, tf.constant(0, tf.int64), message=message)
     tf.debugging.assert_equal(tf.reshape(index, [-1, run]), firsts[:, None] + tf.range(run)[None, :],
-                              message="example indices of a batch must be consecutive runs of one length")
+                              message=message)
     key = tf.constant([seed], tf.uint64)
 
     def one_run(first: tf.Tensor, n: tf.Tensor) -> tf.Tensor:
