@@ -174,3 +174,60 @@ def test_export_over_an_existing_folder_is_a_clear_error_with_status_2(exported)
     run, hf, _, _, _ = exported("gpt")
     r = ptm("export", str(run), "--format", "hf", "--out", str(hf))
     assert r.rc == 2 and "Traceback" not in r.err and f"{hf} already exists" in r.err, r.err
+
+
+CLASSIC_FILES = {"bert": ["vocab.txt"], "ernie": ["vocab.txt"], "gpt": ["vocab.json", "merges.txt"],
+                 "xlnet": ["spiece.model"]}
+
+
+def saved_like_transformers_5(hf, out):
+    """``hf`` re-saved the way transformers 5 saves a model folder: the weights and config as they are, the
+    tokenizer as ``tokenizer.json`` only (transformers' fast tokenizer's own serialisation, no vocab.txt,
+    vocab.json/merges.txt or spiece.model). Returns transformers' tokenizer of the folder."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    shutil.copytree(hf, out)
+    fast = AutoTokenizer.from_pretrained(str(hf), use_fast=True)
+    assert fast.is_fast
+    fast.save_pretrained(str(out))
+    for name in sum(CLASSIC_FILES.values(), []):
+        (out / name).unlink(missing_ok=True)
+    assert (out / "tokenizer.json").is_file()
+    return fast
+
+
+@pytest.mark.parametrize("family", sorted(PRESETS))
+def test_a_folder_with_only_tokenizer_json_imports_with_ids_equal_to_transformers(exported, family, shared_data,
+                                                                                  tmp_path):
+    run, hf, _, _, _ = exported(family)
+    v5 = tmp_path / "v5"
+    fast = saved_like_transformers_5(hf, v5)
+    r = ptm("import-hf", str(v5), "--out", str(tmp_path / "imported"))
+    assert r.rc == 0, r.err[-3000:]
+    assert r.out.startswith(f"imported {v5} -> {tmp_path / 'imported'}: head "), r.out
+    ours, _, info, tok_dir = params_lib.load_params(tmp_path / "imported")
+    _, _, run_info, _ = params_lib.load_params(run)
+    assert info["tokenizer"]["files"] == CLASSIC_FILES[family]
+    assert info["tokenizer"]["kind"].split("_")[0] == run_info["tokenizer"]["kind"].split("_")[0]
+    assert bool(info["tokenizer"].get("lower_case")) == bool(run_info["tokenizer"].get("lower_case"))
+    tok = params_lib.load_tokenizer(info, tok_dir)
+    lines = (shared_data / "corpus/tinyshakespeare/input.txt").read_text(encoding="utf-8").splitlines()[:400]
+    lines += TEXTS + ["Numbers 12,345.67 and punctuation: (a) [b] {c}!", "  leading and   inner spaces  "]
+    if family == "xlnet":  # transformers' tokenizers-backed XLNet keeps a '▁' for trailing spaces; SentencePiece
+        lines = [line.strip() for line in lines]  # (and transformers 4's XLNetTokenizer) drop it
+    want = fast(lines, add_special_tokens=False)["input_ids"]
+    got = tok.encode_batch(lines)
+    assert sum(map(len, got)) > 2000
+    assert got == want, next((line, g, w) for line, g, w in zip(lines, got, want) if g != w)
+    # the folder itself is a model for every command: the same answers as the run
+    if family in ("bert", "ernie"):
+        texts = tmp_path / "texts.txt"
+        texts.write_text("\n".join(TEXTS) + "\n")
+        np.testing.assert_array_equal(np.load(_embed(v5, texts, tmp_path / "v5.npy") and tmp_path / "v5.npy"),
+                                      np.load(_embed(run, texts, tmp_path / "run.npy") and tmp_path / "run.npy"))
+    if family == "gpt":
+        a = ptm("generate", str(v5), "--prompt", "Once upon a time", "--greedy", "--max-new-tokens", "8")
+        b = ptm("generate", str(run), "--prompt", "Once upon a time", "--greedy", "--max-new-tokens", "8")
+        assert a.rc == 0 and a.out == b.out, a.err[-2000:]

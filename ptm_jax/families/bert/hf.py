@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ptm_jax.data import tokenizer_json
 from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.errors import CheckpointError
 from ptm_jax.export import params as params_lib
@@ -346,10 +347,19 @@ def params_to_hf(params: dict, cfg: BertConfig, head: str, extra_rules: ExtraRul
 # Directory-level entry points
 
 
+def tokenizer_source(d: Path) -> tuple[dict[str, Any], Path]:
+    """The WordPiece tokenizer of an HF folder and the folder holding its files: ``vocab.txt`` there, else the
+    one derived from ``tokenizer.json`` (what transformers 5 writes; ``data/tokenizer_json.py``)."""
+    if not (d / "vocab.txt").is_file() and tokenizer_json.has_tokenizer_json(d):
+        return tokenizer_json.classic_files(d, "WordPiece")
+    return tokenizer_settings(d), d
+
+
 def tokenizer_settings(d: Path) -> dict[str, Any]:
     """vocab.txt and do_lower_case of an HF folder (tokenizer_config.json; BERT's default is uncased)."""
     if not (d / "vocab.txt").is_file():
-        raise CheckpointError(f"{d}: no vocab.txt; a BERT checkpoint needs its WordPiece vocabulary")
+        raise CheckpointError(f"{d}: no vocab.txt (nor tokenizer.json); a BERT checkpoint needs its WordPiece "
+                              "vocabulary")
     tc = read_json(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
     for key in ("do_lower_case", "strip_accents"):
         if not isinstance(tc.get(key), (bool, type(None))):
@@ -368,12 +378,12 @@ def import_hf(path: str | Path, head: str | None = None) -> tuple[dict, BertConf
     hf, tensors, d = read_hf_dir(root)
     cfg = model_config_from_hf(hf, d / "config.json")
     params, info = hf_to_params(tensors, cfg, hf, d, head)
-    info.update(source=str(root.resolve()), pad_token_id=int(hf.get("pad_token_id") or 0),
-                tokenizer=tokenizer_settings(d))
+    tok, tok_dir = tokenizer_source(d)
+    info.update(source=str(root.resolve()), pad_token_id=int(hf.get("pad_token_id") or 0), tokenizer=tok)
     st = sentence_transformers_info(root)
     if st:
         info["sentence_transformers"] = st
-    return params, cfg, info, d
+    return params, cfg, info, tok_dir
 
 
 def import_hf_to_params_dir(path: str | Path, out: str | Path, head: str | None = None,

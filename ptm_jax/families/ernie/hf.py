@@ -108,9 +108,9 @@ def load(path: str | Path, head: str | None = None) -> tuple[dict, Any, dict[str
         cfg, trunk, extra = ErnieConfig(**{f.name: getattr(bert_cfg, f.name) for f in dataclasses.fields(ErnieConfig)
                                            if f.name != "family"}), TRUNK, None
     params, info = bert_hf.hf_to_params(as_bert_tensors, cfg, as_bert, d, head, extra)
-    info.update(source=str(root.resolve()), pad_token_id=int(hf.get("pad_token_id") or 0),
-                tokenizer=bert_hf.tokenizer_settings(d))
-    return _swap(params, BERT_TRUNK, trunk), cfg, info, d
+    tok, tok_dir = bert_hf.tokenizer_source(d)
+    info.update(source=str(root.resolve()), pad_token_id=int(hf.get("pad_token_id") or 0), tokenizer=tok)
+    return _swap(params, BERT_TRUNK, trunk), cfg, info, tok_dir
 
 
 def import_dir(path: str | Path, out: str | Path, head: str | None = None, overwrite: bool = False) -> Path:

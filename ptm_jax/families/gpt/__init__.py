@@ -39,10 +39,12 @@ def _hf() -> HfConverter:
         return import_hf_gpt2_to_params_dir(hf_dir, out, overwrite=overwrite)
 
     def load(hf_dir):
+        from pathlib import Path
+
         from ptm_jax.families.gpt.hf import import_hf_gpt2
 
         params, cfg, info = import_hf_gpt2(hf_dir)
-        return params, cfg, info, hf_dir
+        return params, cfg, info, Path(info["tokenizer_dir"])  # tokenizer.json's files are in a scratch folder
 
     return HfConverter(model_types=("gpt2",), import_dir=import_dir,
                        export_dir=lazy("ptm_jax.families.gpt.hf", "export_hf_gpt2"), load=load)

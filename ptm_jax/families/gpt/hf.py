@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ptm_jax.data import tokenizer_json
 from ptm_jax.families.gpt.config import GptConfig
 from ptm_jax.errors import CheckpointError
 from ptm_jax.export import params as params_lib
@@ -215,11 +216,16 @@ def params_to_hf_gpt2(params: dict, cfg: GptConfig) -> dict[str, np.ndarray]:
 # Directory-level entry points
 
 
-def _tokenizer_info(d: Path) -> dict[str, Any]:
+def tokenizer_source(d: Path) -> tuple[dict[str, Any], Path]:
+    """The byte-level BPE of an HF folder and the folder holding its files: ``vocab.json`` + ``merges.txt`` there,
+    else the ones derived from ``tokenizer.json`` (what transformers 5 writes; ``data/tokenizer_json.py``)."""
     if all((d / f).is_file() for f in TOKENIZER_FILES):
-        return {"kind": "byte_bpe", "lower_case": False, "files": list(TOKENIZER_FILES)}
-    log.warning("%s: no vocab.json + merges.txt; the imported model has no tokenizer (ids only)", d)
-    return {}
+        return {"kind": "byte_bpe", "lower_case": False, "files": list(TOKENIZER_FILES)}, d
+    if tokenizer_json.has_tokenizer_json(d):
+        return tokenizer_json.classic_files(d, "BPE")
+    log.warning("%s: no vocab.json + merges.txt (nor tokenizer.json); the imported model has no tokenizer "
+                "(ids only)", d)
+    return {}, d
 
 
 def import_hf_gpt2(path: str | Path) -> tuple[dict, GptConfig, dict[str, Any]]:
@@ -231,8 +237,9 @@ def import_hf_gpt2(path: str | Path) -> tuple[dict, GptConfig, dict[str, Any]]:
         raise CheckpointError(f"{d / 'config.json'}: not a JSON object")
     cfg = model_config_from_hf_gpt2(hf, d / "config.json")
     params = hf_gpt2_to_params(tensors, cfg, d)
-    info: dict[str, Any] = {"head": HEAD, "source": str(root.resolve()), "tokenizer": _tokenizer_info(d),
-                            "tokenizer_dir": str(d)}
+    tok, tok_dir = tokenizer_source(d)
+    info: dict[str, Any] = {"head": HEAD, "source": str(root.resolve()), "tokenizer": tok,
+                            "tokenizer_dir": str(tok_dir)}
     for key in ("bos_token_id", "eos_token_id"):
         if isinstance(hf.get(key), int):
             info[key] = hf[key]

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ptm_jax.data import tokenizer_json
 from ptm_jax.families.xlnet.config import XlnetConfig
 from ptm_jax.errors import CheckpointError
 from ptm_jax.export import params as params_lib
@@ -272,6 +273,14 @@ def params_to_hf(params: dict, cfg: XlnetConfig, head: str) -> dict[str, np.ndar
 # Directory-level entry points
 
 
+def tokenizer_source(d: Path) -> tuple[dict[str, Any], Path]:
+    """The SentencePiece tokenizer of an HF folder and the folder holding it: ``spiece.model`` there, else one
+    built from ``tokenizer.json`` (what transformers 5 writes; ``data/tokenizer_json.py``)."""
+    if not (d / SPM_NAME).is_file() and tokenizer_json.has_tokenizer_json(d):
+        return tokenizer_json.classic_files(d, "Unigram")
+    return tokenizer_settings(d), d
+
+
 def tokenizer_settings(d: Path) -> dict[str, Any]:
     """spiece.model of an HF XLNet folder (XLNet's SentencePiece unigram; cased unless do_lower_case)."""
     tc_file, tc = d / "tokenizer_config.json", {}
@@ -282,7 +291,7 @@ def tokenizer_settings(d: Path) -> dict[str, Any]:
             raise CheckpointError(f"{tc_file}: not valid JSON ({e}); fix or remove the file") from None
     lower = isinstance(tc, dict) and tc.get("do_lower_case") is True
     if not (d / SPM_NAME).is_file():
-        log.warning("%s: no %s; the imported model has no tokenizer", d, SPM_NAME)
+        log.warning("%s: no %s (nor tokenizer.json); the imported model has no tokenizer", d, SPM_NAME)
     return {"kind": "sentencepiece", "lower_case": lower, "files": [SPM_NAME] if (d / SPM_NAME).is_file() else []}
 
 
@@ -296,9 +305,10 @@ def import_hf_xlnet(path: str | Path, head: str | None = None) -> tuple[dict, Xl
         labels = label_names(hf, info["num_labels"])
         if labels:
             info["label_names"] = labels
+    tok, tok_dir = tokenizer_source(d)
     info.update(source=str(root.resolve()), pad_token_id=_field(hf, "pad_token_id", int, d / "config.json", 5),
-                tokenizer=tokenizer_settings(d))
-    return params, cfg, info, d
+                tokenizer=tok)
+    return params, cfg, info, tok_dir
 
 
 def import_hf_xlnet_to_params_dir(path: str | Path, out: str | Path, head: str | None = None,
