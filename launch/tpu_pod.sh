@@ -284,6 +284,7 @@ cmd_status() {
 cmd_stop() {
   local out rc=0 state
   out="$(worker all stop "$STOP_WAIT" 2>&1)" || rc=$?
+  grep -q '^ptm-stop: ' <<<"$out" || die "no worker answered: $out"
   grep '^ptm-stop: ' <<<"$out" | sed 's/^ptm-stop: //' || true
   if grep -q '^ptm-stop: .* still running' <<<"$out" || (( rc != 0 )); then
     echo "tpu_pod.sh: not every worker ended within STOP_WAIT=$STOP_WAIT s; wait longer, or: launch/tpu_pod.sh kill" >&2

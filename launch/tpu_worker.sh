@@ -19,7 +19,7 @@ PY="$VENV/bin/python"
 PYTHON_VERSION="${PYTHON_VERSION:-3.11}"
 JAX_SPEC="${JAX_SPEC:-jax[tpu]}"
 MIN_PYTHON="3.11"  # tomllib, and the JAX releases ptm_jax is tested with
-HOST="$(hostname)"
+HOST="${HOSTNAME:-$(uname -n)}"
 
 fail() { echo "$HOST: $2" >&2; exit "$1"; }
 

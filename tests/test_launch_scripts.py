@@ -171,6 +171,8 @@ def test_tpu_pod_run_status_stop_and_watch_resume_a_real_pretrain_on_one_worker(
     assert log.count("=== ") == 4 and log.count(" start: ptm pretrain") == 2  # two starts, two exit lines
     assert train_steps(out / "pretrain") == list(range(1, STEPS + 1)), "the restart resumed after the checkpoint"
     assert json.loads((out / "pretrain/summary.json").read_text())["preempted"] is False
+    fetched = pod({**env, "LOG_DIR": str(tmp_path / "logs")}, "logs")
+    assert fetched.returncode == 0 and (tmp_path / "logs/t/worker-0.log").read_text() == log, fetched.stderr
 
 
 def test_tpu_pod_with_one_worker_of_two_running_is_partial_and_watch_stops_it_without_a_second_copy(tmp_path):
@@ -249,5 +251,6 @@ def test_slurm_sigterm_checkpoints_and_the_job_requeues_itself(data, tmp_path):
     assert "srun stand-in: SIGTERM to task 0" in job.stderr
     summary = json.loads((out / "pretrain/summary.json").read_text())
     assert summary["preempted"] is True and 1 <= summary["step"] < STEPS
+    assert f"stopping at step {summary['step']} (SIGTERM); checkpoint saved" in job.stdout + job.stderr
     assert "stopped early with a checkpoint; requeueing job 77" in job.stdout
     assert (tmp_path / "scontrol").read_text() == "requeue 77\n"
