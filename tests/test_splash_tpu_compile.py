@@ -21,7 +21,8 @@ def test_splash_attention_compiles_for_a_tpu_slice_as_mosaic_kernels():
     if not (SITE / "libtpu").is_dir():
         pytest.skip(f"no libtpu at {SITE} (pip install --target {SITE} libtpu; or set PTM_LIBTPU_SITE)")
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
-    env.update(PYTHONPATH=f"{SITE}{os.pathsep}{REPO}", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_ACCELERATOR_TYPE="v5litepod-4")
+    env.update(PYTHONPATH=f"{SITE}{os.pathsep}{REPO}", ALLOW_MULTIPLE_LIBTPU_LOAD="1",
+               TPU_ACCELERATOR_TYPE="v5litepod-4")
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "splash_tpu_worker.py")], capture_output=True,
                           text=True, env=env, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
