@@ -45,6 +45,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from ptm_jax.errors import ConfigError
 from ptm_jax.models.layers import partitioned
 
 GATES = ("i", "f", "g", "o")
@@ -104,6 +105,59 @@ def lstm_scan(weights: dict, inputs: jax.Array, mask: jax.Array | None = None, c
     return jnp.swapaxes(outputs, 0, 1).astype(dtype), final
 
 
+IMPLEMENTATIONS = ("auto", "scan", "cudnn")
+
+
+def cudnn_applies(weights: dict, cell_clip: float | None, proj_clip: float | None) -> bool:
+    """cuDNN's LSTM has the plain cell only: no projection (LSTMP), no clipping."""
+    return weights.get("projection") is None and cell_clip is None and proj_clip is None
+
+
+def lstm_cudnn(weights: dict, inputs: jax.Array, mask: jax.Array | None = None, carry: LstmCarry | None = None,
+               *, reverse: bool = False, core: str = "cudnn") -> tuple[jax.Array, LstmCarry]:
+    """:func:`lstm_scan`'s contract (plain cell) through ``jax.experimental.rnn``: cuDNN's fused LSTM on GPU
+    (``core='cudnn'``), or the same packing and flipping around jax's pure reference ``lstm_ref``
+    (``core='reference'``, which runs on CPU: what the tests compare with the scan).
+
+    Weights go into cuDNN's flat layout (W_ih = kernel.T, W_hh = recurrent_kernel.T, b_ih = bias, b_hh = 0;
+    gate order i, f, g, o as here). ``mask`` must mark a prefix of each row (real steps first: every pipeline
+    here pads on the right) and becomes ``seq_lengths``; ``reverse`` runs cuDNN forward over each row's real
+    steps flipped in place (padding stays at the end), then flips the outputs back, so the backward pass starts
+    at the last real step from the initial carry, as the scan does. A row with no real step keeps its carry.
+    Computes in float32 (cuDNN's LSTM here is float32)."""
+    from jax.experimental import rnn
+
+    kernel, recurrent, bias = weights["kernel"], weights["recurrent_kernel"], weights["bias"]
+    b, t, d = inputs.shape
+    hidden = kernel.shape[-1] // 4
+    f32 = jnp.float32
+    if carry is None:
+        carry = zero_carry(b, hidden)
+    if mask is None:
+        mask = jnp.ones((b, t), bool)
+    mask = mask.astype(bool)
+    lengths = jnp.sum(mask.astype(jnp.int32), axis=1)
+    run_lengths = jnp.maximum(lengths, 1)
+    x = inputs.astype(f32)
+    flip = jax.vmap(lambda seq, n: jnp.roll(seq, t - n, axis=0)[::-1])  # real steps reversed, padding after
+    if reverse:
+        x = flip(x, run_lengths)
+    flat = jnp.concatenate([kernel.T.astype(f32).ravel(), recurrent.T.astype(f32).ravel(), bias.astype(f32),
+                            jnp.zeros((4 * hidden,), f32)])
+    h0, c0 = carry.h.astype(f32)[None], carry.c.astype(f32)[None]
+    if core == "cudnn":
+        y, h_n, c_n = rnn.lstm(x, h0, c0, flat, run_lengths, input_size=d, hidden_size=hidden, num_layers=1,
+                               dropout=0.0, bidirectional=False)
+    else:
+        w_ih, w_hh, b_ih, b_hh = rnn.unpack_lstm_weights(flat, d, hidden, 1, False)
+        y, h_n, c_n = rnn.lstm_ref(x, h0, c0, w_ih, w_hh, b_ih, b_hh, run_lengths, d, hidden, 1, 0.0, False)
+    if reverse:
+        y = flip(y, run_lengths)
+    empty = (lengths == 0)[:, None]
+    final = LstmCarry(jnp.where(empty, carry.c.astype(f32), c_n[0]), jnp.where(empty, carry.h.astype(f32), h_n[0]))
+    return jnp.where(mask[..., None], y, 0.0).astype(inputs.dtype), final
+
+
 def uniform_init(scale: float) -> Callable:
     """U(-scale, scale), PyTorch's ``nn.LSTM`` default with scale = 1/sqrt(H)."""
 
@@ -154,7 +208,10 @@ class LSTMWeights(nn.Module):
 
 class LSTM(LSTMWeights):
     """One LSTM(P) layer (one direction): ``(inputs [B, T, D], mask [B, T], carry) -> (outputs [B, T, P], carry)``
-    (fields: :class:`LSTMWeights`)."""
+    (fields: :class:`LSTMWeights`). ``implementation``: 'scan' (``lstm_scan``), 'cudnn' (``lstm_cudnn``: GPU,
+    plain cell, right-padded masks) or 'auto' (cuDNN on GPU where the cell is plain, the scan otherwise)."""
+
+    implementation: str = "scan"
 
     @nn.compact
     def __call__(self, inputs: jax.Array, mask: jax.Array | None = None, carry: LstmCarry | None = None,
@@ -162,5 +219,15 @@ class LSTM(LSTMWeights):
         weights = self.make_weights(inputs.shape[-1])
         if recurrent_fn is not None:
             weights["recurrent_kernel"] = recurrent_fn(weights["recurrent_kernel"])
+        impl = self.implementation
+        if impl == "auto":
+            from ptm_jax.models.attention import backend_platform
+
+            plain = cudnn_applies(weights, self.cell_clip, self.proj_clip)
+            impl = "cudnn" if plain and backend_platform() == "gpu" else "scan"
+        if impl == "cudnn":
+            if not cudnn_applies(weights, self.cell_clip, self.proj_clip):
+                raise ConfigError("the cuDNN LSTM has no projection or clipping: use the scan implementation")
+            return lstm_cudnn(weights, inputs, mask, carry, reverse=self.reverse)
         return lstm_scan(weights, inputs, mask, carry, cell_clip=self.cell_clip, proj_clip=self.proj_clip,
                          reverse=self.reverse, dtype=self.dtype)

@@ -18,7 +18,7 @@ class UlmfitConfig:
     """AWD-LSTM sizes, its five dropouts, AR/TAR and the classifier head of ULMFiT."""
 
     run_settings = ("output_p", "hidden_p", "input_p", "embed_p", "weight_p", "head_hidden", "head_p",
-                    "discriminative_factor", "discriminative_lrs", "gradual_unfreezing", "unfreeze_every")
+                    "discriminative_factor", "discriminative_lrs", "gradual_unfreezing", "unfreeze_every", "lstm_impl")
     """Fields the classifier stage takes from its own run's config, not from the pretrained checkpoint
     (``train/finetune.py``)."""
 
@@ -51,6 +51,9 @@ class UlmfitConfig:
     """Dropout before the head's last linear layer (fastai: 0.1; the first gets output_p)."""
     init_range: float = 0.1
     dtype: str = "float32"
+    lstm_impl: str = "auto"
+    """'scan' (``lax.scan``), 'cudnn' (cuDNN's fused LSTM through ``jax.experimental.rnn``; GPU only) or 'auto'
+    (cuDNN on GPU, the scan elsewhere): ``models/lstm.py``."""
     discriminative_factor: float = 2.6
     """Classifier stage: the lr of each lower layer group is the one above divided by this (1.0: off)."""
     discriminative_lrs: list = field(default_factory=list)
@@ -75,6 +78,8 @@ class UlmfitConfig:
                 raise ConfigError(f"{where}.{name}={v!r} is a dropout probability: it must be in [0, 1)")
         if self.dtype not in ("float32", "bfloat16"):
             raise ConfigError(f"{where}.dtype={self.dtype!r} must be 'float32' or 'bfloat16'")
+        if self.lstm_impl not in ("auto", "scan", "cudnn"):
+            raise ConfigError(f"{where}.lstm_impl={self.lstm_impl!r} must be 'auto', 'scan' or 'cudnn'")
         if not self.discriminative_factor > 0:
             raise ConfigError(f"{where}.discriminative_factor={self.discriminative_factor!r} must be > 0 "
                               "(1.0 switches discriminative rates off)")

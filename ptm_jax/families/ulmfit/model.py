@@ -83,7 +83,8 @@ class AwdLstm(nn.Module):
                     keep = jax.random.bernoulli(rng, 1.0 - cfg.weight_p, w.shape)
                     return w * keep.astype(w.dtype) / (1.0 - cfg.weight_p)
 
-            x, c = LSTM(hid, dtype=dtype, name=f"layers_{i}")(x, mask, carry[i], recurrent_fn=drop)
+            x, c = LSTM(hid, dtype=dtype, implementation=cfg.lstm_impl, name=f"layers_{i}")(
+                x, mask, carry[i], recurrent_fn=drop)
             new_carry.append(c)
             if i != cfg.num_layers - 1:
                 x = locked_dropout(self, x, cfg.hidden_p, deterministic)
