@@ -77,7 +77,20 @@ class MlmNspObjective(SourceStreams):
 
         return mlm_nsp_dataset(source, self.special, self.cfg.data, seed=self.cfg.data.seed, start_index=start,
                                global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat,
-                               plan=self.plan if source is self.train_source else None)
+                               plan=self.plan if source is self.train_source else None, grouped=True)
+
+    def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int):
+        from ptm_jax.families.bert.mlm_nsp_data import numpy_steps
+
+        # a process with few rows gets several local batches per tf.data element (``grouped``), split here
+        return numpy_steps(super().train_batches(start_example, global_batch, process_index, process_count),
+                           global_batch // process_count)
+
+    def eval_batches(self, global_batch: int, process_index: int, process_count: int):
+        from ptm_jax.families.bert.mlm_nsp_data import numpy_steps
+
+        return numpy_steps(super().eval_batches(global_batch, process_index, process_count),
+                           global_batch // process_count)
 
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
         return metrics

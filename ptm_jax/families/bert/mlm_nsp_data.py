@@ -53,6 +53,24 @@ def _generator_signature(rows: int) -> dict[str, tf.TensorSpec]:
     }
 
 
+def numpy_steps(batches: Iterator[dict[str, np.ndarray]], rows: int) -> Iterator[dict[str, np.ndarray]]:
+    """Numpy items of one or several consecutive local batches (``grouped=True``) as local batches of ``rows``
+    rows (views, no copies): splitting in Python costs microseconds where a tf.data element costs about a
+    millisecond."""
+    try:
+        for item in batches:
+            n = len(next(iter(item.values())))
+            if n == rows:
+                yield item
+                continue
+            for lo in range(0, n, rows):
+                yield {k: v[lo:lo + rows] for k, v in item.items()}
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()  # the tf.data iterator is torn down in the closing thread (data/numpy_streams.py)
+
+
 def split_steps(features: dict[str, tf.Tensor], rows: int) -> tf.data.Dataset:
     """Features of several consecutive batches ([k * rows, ...]) as k elements of ``rows`` rows."""
     return tf.data.Dataset.from_tensor_slices(
@@ -200,13 +218,15 @@ def _check_args(source: DocumentSource, special: SpecialIds, cfg: BertDataConfig
 
 def mlm_nsp_dataset(source: DocumentSource, special: SpecialIds, cfg: BertDataConfig, *, seed: int, start_index: int,
                     global_batch: int, process_index: int = 0, process_count: int = 1,
-                    repeat: bool = True, plan: plan_store.PairingPlan | None = None) -> tf.data.Dataset:
+                    repeat: bool = True, plan: plan_store.PairingPlan | None = None,
+                    grouped: bool = False) -> tf.data.Dataset:
     """This process's batches of BERT MLM+NSP features, from global example ``start_index`` on.
 
     Features ([rows] leading dim, rows = global_batch / process_count): input_ids, input_mask, segment_ids
     [rows, L] int32; masked_lm_positions, masked_lm_ids [rows, P] int32; masked_lm_weights [rows, P] float32;
     next_sentence_labels [rows] int32 (1 = random next); example_id [rows] int64. ``repeat=False`` stops after
-    pass 0 (evaluation), dropping its final partial global batch.
+    pass 0 (evaluation), dropping its final partial global batch. ``grouped=True``: an element may hold
+    several consecutive local batches (``steps_per_item``), for ``numpy_steps`` to split.
     """
     _check_args(source, special, cfg, seed, start_index, global_batch, process_index, process_count)
     rows = global_batch // process_count
@@ -221,6 +241,6 @@ def mlm_nsp_dataset(source: DocumentSource, special: SpecialIds, cfg: BertDataCo
     # Plain TF code (explicit while_loop), so autograph conversion is skipped: it only slows tracing.
     build = tf.autograph.experimental.do_not_convert(lambda batch: build_features(batch, special, cfg, seed=seed))
     ds = ds.map(build, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    if steps_per_item(rows) > 1:
+    if steps_per_item(rows) > 1 and not grouped:
         ds = ds.flat_map(lambda f: split_steps(f, rows))
     return ds.prefetch(tf.data.AUTOTUNE)

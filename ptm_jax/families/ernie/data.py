@@ -41,7 +41,7 @@ def _flags(codes: tf.Tensor, lengths: tf.Tensor, level: tf.Tensor) -> tf.Tensor:
 
 def ernie_dataset(source: DocumentSource, unit_source: DocumentSource, special: SpecialIds, cfg, *, seed: int,
                   start_index: int, global_batch: int, process_index: int = 0, process_count: int = 1,
-                  repeat: bool = True, plan=None) -> tf.data.Dataset:
+                  repeat: bool = True, plan=None, grouped: bool = False) -> tf.data.Dataset:
     """This process's batches of ERNIE features from global example ``start_index`` on: BERT's MLM+NSP
     features plus ``unit_continuation`` [rows, L] int32 (1 where a token continues the previous token's unit)
     and ``unit_kind`` [rows, L] int32 (the kind of unit each token is in at the example's level: 0 basic,
@@ -75,6 +75,6 @@ def ernie_dataset(source: DocumentSource, unit_source: DocumentSource, special: 
 
     ds = ds.map(tf.autograph.experimental.do_not_convert(build), num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=True)
-    if mlm_nsp_data.steps_per_item(rows) > 1:
+    if mlm_nsp_data.steps_per_item(rows) > 1 and not grouped:
         ds = ds.flat_map(lambda f: mlm_nsp_data.split_steps(f, rows))
     return ds.prefetch(tf.data.AUTOTUNE)

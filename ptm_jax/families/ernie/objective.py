@@ -33,4 +33,4 @@ class ErnieObjective(MlmNspObjective):
         return ernie_dataset(source, self.unit_sources[id(source)], self.special, self.cfg.data,
                              seed=self.cfg.data.seed, start_index=start, global_batch=global_batch,
                              process_index=pi, process_count=pc, repeat=repeat,
-                             plan=self.plan if source is self.train_source else None)
+                             plan=self.plan if source is self.train_source else None, grouped=True)
