@@ -50,7 +50,10 @@ class DataConfig:
     held-out documents. A family that needs more subclasses it (``Family.data_config``)."""
 
     corpus: str = "embedded"
-    """'embedded' (Python's own docs), comma-separated paths/globs, or 'tfds:NAME[:SPLIT]'."""
+    """'embedded' (Python's own docs), comma-separated paths/globs, 'tfds:NAME[:SPLIT]', or a Hugging Face
+    dataset 'hf:NAME[:CONFIG][:SPLIT]' (a local save_to_disk / Parquet / JSON-lines folder or file, or a hub name)."""
+    text_field: str = ""
+    """tfds: and hf: corpora: the field holding each record's text (empty: 'text', or the only string field)."""
     format: Literal["auto", "lines", "paragraphs"] = "auto"
     """lines: one sentence per line, blank line between documents. paragraphs: prose, split into sentences."""
     doc_max_sentences: int = 256

@@ -371,6 +371,10 @@ def corpus_sources(cfg: DataConfig) -> list[dict]:
         return [{"embedded": sys.version, "stdlib": str(Path(os.__file__).parent)}]
     if spec.startswith("tfds:"):
         return [{"tfds": spec}]
+    if spec.startswith("hf:"):
+        from ptm_jax.data import hf_datasets
+
+        return hf_datasets.sources(spec, cfg.text_field)
     out = []
     for p in resolve_files(spec):
         check_file(p)

@@ -1,7 +1,8 @@
 """The corpus as fixed chunks that do not depend on the number of processes: the unit in which the token cache
 is built, split between hosts and reused (``data/cache.py``), and the windows the tokenizer's sample is read
 from (``corpus.sample_sentences``). The rules are in the ``ChunkLayout`` docstring: files are cut by bytes at
-document boundaries; 'embedded' is one chunk; TFDS is ``TFDS_CHUNKS`` even sub-splits (``tfds.even_splits``).
+document boundaries; 'embedded' is one chunk; TFDS is ``TFDS_CHUNKS`` even sub-splits (``tfds.even_splits``);
+a Hugging Face dataset (``hf:``) is ``hf_datasets.HF_CHUNKS`` even row ranges.
 """
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ptm_jax.config import DataConfig
+from ptm_jax.data import hf_datasets
 from ptm_jax.data.corpus import (Document, _keyed_tfds_documents, _sniff, parse_tfds_spec, read_documents,
-                                 resolve_files)
+                                 record_to_document, resolve_files)
 from ptm_jax.errors import ConfigError
 
 
@@ -72,10 +74,16 @@ class ChunkLayout:
         if self.chunk_bytes < 1:
             raise ConfigError(f"data.cache_chunk_bytes={self.chunk_bytes} must be positive")
         spec = cfg.corpus.strip()
-        self.kind = "embedded" if spec == "embedded" else "tfds" if spec.startswith("tfds:") else "files"
+        self.kind = ("embedded" if spec == "embedded" else "tfds" if spec.startswith("tfds:") else
+                     "hf" if spec.startswith(hf_datasets.PREFIX) else "files")
         self.files: list[Path] = []
         self.sizes: list[int] = []
-        if self.kind == "files":
+        if self.kind == "hf":  # rows in file order, cut into even row ranges
+            self.hf_files = hf_datasets.resolve(hf_datasets.parse_spec(spec))
+            self.hf_starts = list(itertools.accumulate((hf_datasets.count_rows(f) for f in self.hf_files), initial=0))
+            self.total_bytes = 0
+            self.num_chunks = max(1, min(hf_datasets.HF_CHUNKS, self.hf_starts[-1]))
+        elif self.kind == "files":
             self.files = resolve_files(spec)
             self.sizes = [p.stat().st_size for p in self.files]
             self.total_bytes = sum(self.sizes)
@@ -132,12 +140,28 @@ class ChunkLayout:
             docs: Iterable[Document] = embedded_documents()
         elif self.kind == "tfds":
             name, split = parse_tfds_spec(cfg.corpus.strip())
-            docs = (d for _, d in _keyed_tfds_documents(name, tfds_chunk_split(split, c), None, 0, 1))
+            docs = (d for _, d in _keyed_tfds_documents(name, tfds_chunk_split(split, c), cfg.text_field or None,
+                                                         0, 1))
+        elif self.kind == "hf":
+            docs = (d for d in map(record_to_document, self.hf_texts(c)) if d)
         else:
             docs = (doc for piece in self.pieces(c) for doc in read_documents(
                 self.files[piece.file], cfg.format, cfg.doc_max_sentences, cfg.max_line_bytes, piece.start,
                 piece.end))
         return (((c << 32) + k, doc) for k, doc in enumerate(docs))
+
+
+    def hf_texts(self, c: int) -> Iterator[str]:
+        """The texts of the rows of chunk ``c`` of an hf: corpus (rows [c n / K, (c + 1) n / K), nulls skipped)."""
+        n, k = self.hf_starts[-1], self.num_chunks
+        lo, hi = c * n // k, (c + 1) * n // k
+        for f, path in enumerate(self.hf_files):
+            a, b = max(lo, self.hf_starts[f]), min(hi, self.hf_starts[f + 1])
+            if a < b:
+                for text in hf_datasets.iter_texts(path, self.cfg.text_field, a - self.hf_starts[f],
+                                                   b - self.hf_starts[f]):
+                    if text:
+                        yield text
 
 
 TFDS_CHUNKS = 64

@@ -1,4 +1,5 @@
-"""Pretraining corpora as streams of documents (lists of sentences), from files, TFDS or the embedded text.
+"""Pretraining corpora as streams of documents (lists of sentences), from files, TFDS, Hugging Face datasets
+(``hf:``, ``data/hf_datasets.py``) or the embedded text.
 
 File formats (google-research/bert create_pretraining_data.py reads the first):
   lines       one sentence per line, a blank line between documents; empty documents are dropped.
@@ -308,7 +309,7 @@ def sample_sentences(cfg: DataConfig, budget_bytes: int | None = None,
         for s in doc:
             yield s
             seen += len(s.encode("utf-8"))
-        if budget and seen >= budget and layout.kind == "tfds":
+        if budget and seen >= budget and layout.kind in ("tfds", "hf"):
             return
 
 
@@ -388,8 +389,14 @@ TFDS_PREPARE_TIMEOUT_S = float(os.environ.get("PTM_TFDS_PREPARE_TIMEOUT_S", 6 * 
 def prepare_tfds(cfg: DataConfig, process_index: int, barrier: Callable[..., None]) -> None:
     """For a ``tfds:`` corpus: process 0 downloads and prepares it (``download_and_prepare``) while the others
     wait at ``barrier``; then they call it too, which is a no-op where the TFDS data dir is shared (e.g.
-    TFDS_DATA_DIR=gs://bucket/tfds) and prepares a local copy where it is not. Reading never downloads."""
+    TFDS_DATA_DIR=gs://bucket/tfds) and prepares a local copy where it is not. Reading never downloads.
+    A Hugging Face hub dataset (``hf:NAME``) is prepared the same way (``hf_datasets.prepare``)."""
     spec = cfg.corpus.strip()
+    if spec.startswith("hf:"):
+        from ptm_jax.data import hf_datasets
+
+        hf_datasets.prepare(spec, process_index, barrier, TFDS_PREPARE_TIMEOUT_S)
+        return
     if not spec.startswith("tfds:"):
         return
     name, _ = parse_tfds_spec(spec)
