@@ -47,12 +47,14 @@ cmd_install() {
       python3 -m pip install -q --user uv || fail 2 "cannot install uv with the image's pip (python3 -m pip)"
       uv="$HOME/.local/bin/uv"
     fi
-    "$uv" venv --seed --python "$PYTHON_VERSION" "$VENV" || fail 2 "uv could not create a Python $PYTHON_VERSION environment"
+    "$uv" venv --seed --python "$PYTHON_VERSION" "$VENV" ||
+      fail 2 "uv could not create a Python $PYTHON_VERSION environment"
   fi
   python_ok "$PY" || fail 2 "set PYTHON_VERSION to $MIN_PYTHON or later and run setup again"
   "$PY" -m pip install -q -U pip || exit 1
   "$PY" -m pip install -q -e "$HOME/$REMOTE_DIR" "$JAX_SPEC" || exit 1
-  "$PY" -c 'import sys, jax; print(sys.version.split()[0], jax.__version__, jax.process_index(), jax.device_count(), jax.devices()[0])'
+  "$PY" -c 'import sys, jax
+print(sys.version.split()[0], jax.__version__, jax.process_index(), jax.device_count(), jax.devices()[0])'
 }
 
 boot_id() { cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo unknown; }
