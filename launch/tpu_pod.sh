@@ -215,6 +215,7 @@ cmd_run() {
   args="$(printf '%q ' "$@")"
   # The command is kept on every worker (~/ptm-logs/ptm.cmd) for `resume`; its exit status goes to ptm.exit
   # (absent while it runs, or when the VM was rebooted under it).
+  worker all check  # every worker can start, or none starts
   on_all "mkdir -p ~/ptm-logs && printf '%s\n' $(printf '%q' "$args") > ~/ptm-logs/ptm.cmd"
   worker all start
 }
@@ -223,6 +224,7 @@ cmd_run() {
 # from the latest checkpoint in its output_dir (the tokenizer and token cache are reused).
 cmd_resume() {
   refuse_if_running || return 3
+  worker all check || return 2
   cmd_remount
   push_env_file
   worker all start

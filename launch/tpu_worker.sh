@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The worker side of launch/tpu_pod.sh: tpu_pod.sh copies this checkout to every TPU VM worker (host) and runs
-#   bash ~/$REMOTE_DIR/launch/tpu_worker.sh <install|start|state|stop|kill>
+#   bash ~/$REMOTE_DIR/launch/tpu_worker.sh <install|check|start|state|stop|kill>
 # there through `gcloud compute tpus tpu-vm ssh --worker=...`. Everything lives under ~/ptm-logs:
 #   ptm.cmd      the ptm command line (shell-quoted), saved by `tpu_pod.sh run`, started again by `resume`
 #   ptm.env      the env file (tpu_pod.sh's PTM_ENV_FILE), sourced before python starts
@@ -89,12 +89,17 @@ cmd_state() {
   fi
 }
 
+# Exit 2 (with the reason) when this worker cannot start ptm: no Python >= 3.11 environment or no checkout.
+cmd_check() {
+  python_ok "$PY" || fail 2 "no Python >= $MIN_PYTHON environment at $VENV: run launch/tpu_pod.sh setup"
+  [[ -d "$HOME/$REMOTE_DIR" ]] || fail 2 "no checkout at ~/$REMOTE_DIR: run launch/tpu_pod.sh setup"
+}
+
 # Starts the saved command detached (a dropped ssh session does not stop it). Refuses while one runs here.
 cmd_start() {
   mkdir -p "$LOGS"
   [[ -f "$LOGS/ptm.cmd" ]] || fail 1 "no saved command: use run first"
-  python_ok "$PY" || fail 2 "no Python >= $MIN_PYTHON environment at $VENV: run launch/tpu_pod.sh setup"
-  [[ -d "$HOME/$REMOTE_DIR" ]] || fail 2 "no checkout at ~/$REMOTE_DIR: run launch/tpu_pod.sh setup"
+  cmd_check
   exec 9>>"$LOGS/ptm.lock"
   flock -n 9 || fail 3 "a ptm run is already running here (pid $(live_pid || echo '?')); stop it first"
   rm -f "$LOGS/ptm.exit" "$LOGS/ptm.pid"
@@ -176,6 +181,7 @@ cmd_kill() {
 
 case "${1:-}" in
   install) cmd_install ;;
+  check) cmd_check ;;
   start) cmd_start ;;
   supervise) cmd_supervise ;;
   state) cmd_state ;;

@@ -225,13 +225,18 @@ def old_python(tmp_path: Path) -> Path:
 
 
 def test_launchers_refuse_a_python_older_than_3_11_and_a_missing_env_file(tmp_path):
+    """Worker 0's environment is Python 3.11, worker 1's is 3.10: `run` starts nothing on either."""
     python = old_python(tmp_path)
-    env = {**slice_of(tmp_path, 1), "VENV": str(python.parent.parent)}
+    env = {**slice_of(tmp_path, 2), "VENV": "ptm-venv"}
+    for i, interpreter in ((0, Path(sys.executable)), (1, python)):
+        (tmp_path / f"slice/worker-{i}/ptm-venv/bin").mkdir(parents=True)
+        (tmp_path / f"slice/worker-{i}/ptm-venv/bin/python").symlink_to(interpreter)
     done = pod(env, "run", "pretrain", "-c", "bert_tiny")
     assert done.returncode == 2, done.stdout + done.stderr
-    assert f"{python} is Python 3.10; ptm_jax needs Python >= 3.11" in done.stderr
-    assert "run launch/tpu_pod.sh setup" in done.stderr
-    assert not (tmp_path / "slice/worker-0/ptm-logs/ptm.started").exists()
+    old = tmp_path / "slice/worker-1/ptm-venv/bin/python"
+    assert f"{old} is Python 3.10; ptm_jax needs Python >= 3.11" in done.stderr
+    assert "run launch/tpu_pod.sh setup" in done.stderr and "worker-0" not in done.stderr
+    assert not list((tmp_path / "slice").glob("worker-*/ptm-logs/ptm.started")), "nothing started"
     missing = pod({**env, "PTM_ENV_FILE": str(tmp_path / "absent.env")}, "run", "pretrain")
     assert missing.returncode == 2 and f"PTM_ENV_FILE={tmp_path / 'absent.env'}: no such file" in missing.stderr
 
