@@ -31,19 +31,24 @@ def test_two_processes_build_the_chunks_and_one_process_reuses_them(shared_data,
     two = subprocess.run([*LAUNCH, "ptm", *args], cwd=REPO, env=_env(tmp_path), capture_output=True, text=True,
                          timeout=600)
     assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
-    (root,) = (tmp_path / "run/cache").iterdir()
+    (root,) = (p for p in (tmp_path / "run/cache").iterdir() if p.name != "artifacts")
     chunks = sorted(root.iterdir())
     n = ChunkLayout(DataConfig(corpus=str(corpus), cache_chunk_bytes=200000)).num_chunks
     assert [c.name for c in chunks] == [f"chunk-{c:06d}-of-{n:06d}" for c in range(n)] and n == 6
     built_by = [json.loads((c / "meta.json").read_text())["built_by_process"] for c in chunks]
     assert built_by == [0, 1, 0, 1, 0, 1]
     stamps = {c.name: (c / "tokens.int32.bin").stat().st_mtime_ns for c in chunks}
+    # the NSP pairing plan of the training documents, chunks of 1,024 documents split between the two processes
+    plan = sorted((tmp_path / "run/cache/artifacts/pairing_plan").glob("*/chunk-*"))
+    assert len(plan) >= 7 and all((c / "COMPLETE").is_file() for c in plan)
+    stamps |= {str(c): (c / "records.bin").stat().st_mtime_ns for c in plan}
     one = subprocess.run([sys.executable, "-m", "ptm_jax.cli", *args], cwd=REPO, env=_env(tmp_path),
                          capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr[-3000:]
     figures = json.loads(one.stdout[one.stdout.index("{"):])
     assert figures["documents"] > 7000 and figures["vocab_size"] == 1000
-    assert {c.name: (c / "tokens.int32.bin").stat().st_mtime_ns for c in sorted(root.iterdir())} == stamps
+    assert {c.name: (c / "tokens.int32.bin").stat().st_mtime_ns for c in sorted(root.iterdir())} | {
+        str(c): (c / "records.bin").stat().st_mtime_ns for c in plan} == stamps
     # the sample: 300 KB of the 1.1 MB file; the tokenizer's settings record it
     settings = json.loads((tmp_path / "run/tokenizer/settings.json").read_text())
     assert settings["train_sample_bytes"] == 300000
