@@ -53,18 +53,29 @@ class StepFlops:
     forward: dict[str, float]
     """Forward FLOPs per component (2 x MACs)."""
     recompute: float
-    """Extra forward FLOPs re-run by rematerialisation in the backward pass (hardware FLOPs only)."""
+    """Hardware FLOPs that are not model FLOPs: forward matmuls re-run by rematerialisation in the backward
+    pass, and work a scanned layer stack cannot drop although its result is unused (XLNet's last content
+    stream)."""
     tokens: int
     """Token positions per step (batch x length)."""
+    one_gradient: tuple[str, ...] = ()
+    """Components of ``forward`` whose matmuls have one operand that takes no gradient (a constant, or data
+    such as XLNet's ``target_mapping``): their backward pass is one matmul, not two (2 x forward)."""
 
     @property
     def forward_total(self) -> float:
         return float(sum(self.forward.values()))
 
     @property
+    def train_breakdown(self) -> dict[str, float]:
+        """Train FLOPs per component: 3 x forward (forward, and the gradients of both matmul operands);
+        2 x for the components in ``one_gradient``."""
+        return {k: (2.0 if k in self.one_gradient else 3.0) * v for k, v in self.forward.items()}
+
+    @property
     def train(self) -> float:
-        """Model FLOPs of a train step: 3 x forward (forward, and the two gradient matmuls of each)."""
-        return 3.0 * self.forward_total
+        """Model FLOPs of a train step (``train_breakdown`` summed)."""
+        return float(sum(self.train_breakdown.values()))
 
     @property
     def hardware(self) -> float:

@@ -1,7 +1,7 @@
 """XLNet (Yang et al. 2019) as one family package: the Transformer-XL encoder with two-stream relative
 attention (``model.py``, ``two_stream.py``), the permutation-LM objective (``plm.py``) and its tf.data builder
 (``plm_data.py``, ``permutation.py``), sequence classification (``classification.py``) and Hugging Face interop
-(``hf.py``). No analytic FLOPs formula: ``ptm bench`` reports XLA's matmul count. Importing this package
+(``hf.py``) and FLOPs (``flops.py``). Importing this package
 registers it (``ptm_jax/families/registry.py``)."""
 from __future__ import annotations
 
@@ -64,6 +64,7 @@ FAMILY = register(Family(
     qa_layout="document_first",
     hf=HfConverter(model_types=("xlnet",), import_dir=lazy(HF, "import_hf_xlnet_to_params_dir"),
                    export_dir=lazy(HF, "export_hf_xlnet"), load=lazy(HF, "import_hf_xlnet")),
+    flops=lazy("ptm_jax.families.xlnet.flops", "step_flops"),
     synthetic_batch=lazy("ptm_jax.bench.harness", "packed_lm_batch"),
     capabilities=frozenset({"word_features", "attention_maps"}),
     word_features=lazy("ptm_jax.families.xlnet.features", "word_features"),
