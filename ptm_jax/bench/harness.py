@@ -40,29 +40,20 @@ from ptm_jax.errors import ConfigError
 
 def _dummy_corpus(cfg: RunConfig) -> Any:
     from ptm_jax.data.pretraining.source import ArraySource, SpecialIds
-    from ptm_jax.data.tokenizers import WordPieceTokenizer
-    from ptm_jax.families import registry
-    from ptm_jax.train.stages import build_artifacts
 
     v = cfg.model.vocab_size
     docs = [[np.arange(5, 9) % v], [np.arange(9, 12) % v]]
     special = SpecialIds(pad=0, cls=1, sep=2, mask=3, vocab_size=v)
+    tokenizer = types.SimpleNamespace(pad_id=0, sep_id=2, eos_id=2)  # what the causal-LM builder reads
+    cache = types.SimpleNamespace(meta={"fingerprint": "bench-synthetic"})  # keys the derived artifacts
+    corpus = types.SimpleNamespace(train=ArraySource(docs), eval=None, special=special, tokenizer=tokenizer,
+                                   artifacts={}, cache=cache)
+    from ptm_jax.families import registry
+    from ptm_jax.train.stages import build_artifacts
+
     family = registry.family_of_objective(cfg.objective)
-    scratch = fs.path(tempfile.mkdtemp(prefix="ptm-bench-"))
-    if family.artifacts and "wordpiece" in registry.tokenizer_kinds(family):
-        # the artifacts (BERT's pairing plan, ERNIE's knowledge units) read a real tokenizer: a WordPiece
-        # vocabulary of v made-up words, the specials at the ids above
-        vocab = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"] + [f"w{i}" for i in range(5, v)]
-        (scratch / "vocab.txt").write_text("\n".join(vocab) + "\n")
-        tokenizer: Any = WordPieceTokenizer(scratch / "vocab.txt")
-    else:
-        tokenizer = types.SimpleNamespace(pad_id=0, sep_id=2, eos_id=2)  # what the causal-LM builder reads
-    source = ArraySource(docs)
-    source.meta = {"fingerprint": "bench-synthetic"}  # the documents stand for the token cache
-    corpus = types.SimpleNamespace(train=source, eval=None, special=special, tokenizer=tokenizer, artifacts={},
-                                   cache=source)
     if family.artifacts:  # the family's derived data, over these documents, in a scratch folder
-        corpus.artifacts = build_artifacts(cfg, corpus, family, scratch)
+        corpus.artifacts = build_artifacts(cfg, corpus, family, fs.path(tempfile.mkdtemp(prefix="ptm-bench-")))
     return corpus
 
 
