@@ -15,8 +15,9 @@ any global example id is found without planning anything before it:
   token cache publishes its chunks (a sibling temporary directory renamed into place, or ``fs.upload_tree``
   for gs://). A chunk's bytes depend only on the inputs, so any process count builds the same files.
 * **Open** (``PairingPlan``): every process reads the counts (4 bytes per document and pass), and keeps per pass
-  the document permutation and the start of each document's instances in the unshuffled pass: O(documents x
-  passes) memory and time, nothing that grows with the step or the host count. The records stay memory-mapped.
+  the document permutation, the start of each document's instances in the unshuffled pass and their offset in
+  the chunk: 16 bytes per document and pass, O(documents x passes) time, nothing that grows with the step or
+  the host count. The records stay memory-mapped.
 * **Read** (``PairingPlan.records``): example id -> (cycle, pass, position) by the pass lengths, position ->
   unshuffled position through the block's permutation (drawn once per block and kept: the recent 64), ->
   document by ``searchsorted`` over the pass's document starts, -> the record's offset in its chunk. Cost:
@@ -89,7 +90,8 @@ class PairingPlan:
         self.passes, self.num_docs = counts.shape
         self.seed, self.chunk_docs, self.block = seed, chunk_docs, shuffle_block
         self.chunks = chunks
-        self._perm = np.stack([nsp.doc_permutation(self.num_docs, seed, e) for e in range(self.passes)])
+        self._perm = np.stack([nsp.doc_permutation(self.num_docs, seed, e) for e in range(self.passes)]).astype(
+            np.int32)
         in_order = np.take_along_axis(counts, self._perm, 1)
         self._doc_start = np.concatenate([np.zeros((self.passes, 1), np.int64), np.cumsum(in_order, 1)], 1)
         self.pass_lengths = self._doc_start[:, -1].copy()
@@ -98,7 +100,7 @@ class PairingPlan:
         self.pass_starts = np.concatenate([[0], np.cumsum(self.pass_lengths)])
         self.cycle = int(self.pass_starts[-1])
         # offset of (pass, document)'s first record in its chunk: chunk pass bases + cumsum within the chunk
-        self._offset = np.zeros((self.passes, self.num_docs), np.int64)
+        self._offset = np.zeros((self.passes, self.num_docs), np.int32)  # 16 bytes per document and pass in all
         for c in range(len(chunks)):
             lo, hi = c * chunk_docs, min((c + 1) * chunk_docs, self.num_docs)
             block = counts[:, lo:hi]
@@ -141,7 +143,7 @@ class PairingPlan:
             m = e == k
             j[m] = np.searchsorted(self._doc_start[k], u[m], side="right") - 1
         docs = self._perm[e, j]
-        offset = self._offset[e, docs] + (u - self._doc_start[e, j])
+        offset = self._offset[e, docs].astype(np.int64) + (u - self._doc_start[e, j])
         chunk = docs // self.chunk_docs
         out = np.zeros(ids.size, RECORD_DTYPE)
         out["index"], out["epoch"] = ids, cycle * self.passes + e
