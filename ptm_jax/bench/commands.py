@@ -125,7 +125,7 @@ def print_compile(r: dict[str, Any]) -> None:
             ("temporaries per device", _gib(mem.get("temp_bytes"))),
             ("total per device (arg+out+temp)", _gib(mem.get("total_bytes"))),
             ("peak per device (minus aliased)", _gib(mem.get("peak_bytes"))),
-            ("model FLOPs/step (analytic)", f"{r['model_flops_per_step']:.6g}"),
+            ("model FLOPs/step (analytic)", _num(r["model_flops_per_step"], ".6g")),
             ("XLA FLOPs/step: matmul, all ops", f"{_num(_per_step(r, 'xla_matmul_flops_per_device'), '.6g')}, "
                                                 f"{_num(_per_step(r, 'xla_flops_per_device'), '.6g')} "
                                                 "(per device x devices; all ops count a scan body once)"),

@@ -45,9 +45,10 @@ def _dummy_corpus(cfg: RunConfig) -> Any:
     docs = [[np.arange(5, 9) % v], [np.arange(9, 12) % v]]
     special = SpecialIds(pad=0, cls=1, sep=2, mask=3, vocab_size=v)
     tokenizer = types.SimpleNamespace(pad_id=0, sep_id=2, eos_id=2)  # what the causal-LM builder reads
-    cache = types.SimpleNamespace(meta={"fingerprint": "bench-synthetic"})  # keys the derived artifacts
-    corpus = types.SimpleNamespace(train=ArraySource(docs), eval=None, special=special, tokenizer=tokenizer,
-                                   artifacts={}, cache=cache)
+    source = ArraySource(docs)
+    source.meta = {"fingerprint": "bench-synthetic"}  # the documents stand for the token cache (artifact keys)
+    corpus = types.SimpleNamespace(train=source, eval=None, special=special, tokenizer=tokenizer, artifacts={},
+                                   cache=source)
     from ptm_jax.families import registry
     from ptm_jax.train.stages import build_artifacts
 
@@ -61,7 +62,13 @@ def build_bench_objective(cfg: RunConfig, mlm_head: str = "sparse") -> Any:
     from ptm_jax.families import registry
     from ptm_jax.objectives.registry import build_objective
 
-    objective = build_objective(cfg, _dummy_corpus(cfg))
+    if registry.family_of_objective(cfg.objective).bench_corpus == "configured":
+        from ptm_jax.train.stages import prepare_corpus
+
+        corpus = prepare_corpus(cfg)  # as `ptm data` does: into the run's cache, which the run then reuses
+    else:
+        corpus = _dummy_corpus(cfg)
+    objective = build_objective(cfg, corpus)
     if mlm_head == "sparse":
         return objective
     variants = registry.get(cfg.model.family).bench_variants

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from ptm_jax.errors import ConfigError
 
@@ -112,6 +112,10 @@ class Family:
     reads the task through its own input transformation (GPT's one row per option)."""
     bench_variants: dict[str, Callable[[Any], Any]] = dataclasses.field(default_factory=dict)
     """``ptm bench --mlm-head NAME`` -> wrap(objective): benchmark-only variants of the family's objective."""
+    bench_corpus: Literal["synthetic", "configured"] = "synthetic"
+    """What ``ptm bench``/``ptm compile`` build the objective over: a few synthetic documents, or (for examples
+    that need artifacts of real text: ERNIE's knowledge units, capitalisation and sentence tasks) the configured
+    corpus, prepared as ``ptm data`` prepares it (into the run's cache, reused by the run)."""
     generate: Callable[..., Any] | None = None
     """(params, model_cfg, prompts, ...) -> token ids: autoregressive decoding (``ptm generate``)."""
     perplexity: Callable[..., Any] | None = None

@@ -117,6 +117,7 @@ FAMILY = register(Family(
     attention_maps=_bert.FAMILY.attention_maps,
     hf=_hf(("ernie",)),
     tiny_preset="ernie_tiny",
+    bench_corpus="configured",  # knowledge units and dialogues come from real text
 ))
 
 
@@ -159,6 +160,7 @@ FAMILY_2 = register(Family(
     capabilities=frozenset({"embed", "classify"}),
     hf=_hf(()),
     tiny_preset="ernie2_tiny",
+    bench_corpus="configured",  # capitalisation and sentence tasks read the real text
 ))
 """ERNIE 2.0 (``continual*.py``, ``case.py``) is a family of its own: its encoder adds the task embedding to
 ERNIE 1.0's (``continual_model.Ernie2Model``) and its pretraining carries five task heads. Finetuning uses BERT's
