@@ -181,6 +181,12 @@ class TrainConfig:
     spike_window: int = 20
     max_rollbacks: int = 3
     """Rollbacks allowed in one run before a spike becomes a NumericalError."""
+    peak_tflops: float = 0.0
+    """Per-device peak TFLOP/s the train records' ``mfu`` is measured against; 0: the dense bf16 peak of the
+    device kind (``bench/flops.py``), and no ``mfu`` where it is unknown (CPU)."""
+    profile_steps: str = ""
+    """'START:COUNT': a jax.profiler trace of COUNT steps from step START (1 = the first step, compilation
+    included) into ``<stage dir>/profile``, for XProf / TensorBoard's profile plugin. Empty: none."""
 
 
 @dataclass

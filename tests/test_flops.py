@@ -92,6 +92,10 @@ def test_remat_adds_recomputed_matmuls_only():
 def test_peak_table_and_unknown_family():
     assert flops.peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
     assert flops.peak_tflops("NVIDIA H200") == 989.0
+    assert flops.peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert flops.device_peak_flops(0.0, "cpu", 8) is None
+    assert flops.device_peak_flops(2.0, "cpu", 8) == 16e12
+    assert flops.device_peak_flops(0.0, "TPU v4", 4) == 4 * 275e12
     assert flops.peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0
     assert flops.peak_tflops("TPU v4") == 275.0
     assert flops.peak_tflops("TPU v5 lite") == 197.0

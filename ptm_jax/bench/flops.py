@@ -24,7 +24,8 @@ from ptm_jax.errors import ConfigError
 # lower-cased substring of ``jax.Device.device_kind``; more specific names first.
 DEVICE_PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
     ("h200", 989.0),
-    ("h100", 989.0),  # SXM; PCIe parts are lower (756): pass --peak-tflops for them
+    ("h100 pcie", 756.0),  # device_kind "NVIDIA H100 PCIe"
+    ("h100", 989.0),  # SXM
     ("a100", 312.0),
     ("tpu v6 lite", 918.0),  # v6e
     ("tpu v5 lite", 197.0),  # v5e
@@ -97,6 +98,23 @@ def train_step_flops(cfg: RunConfig) -> StepFlops:
         raise ConfigError(f"no FLOPs formula for model.family={cfg.model.family!r}; families with one: "
                           f"{', '.join(n for n, f in registry.families().items() if f.flops)}")
     return formula(cfg)
+
+
+def loop_step_flops(objective: Any, tcfg: Any) -> float | None:
+    """Model FLOPs of one train step of ``objective`` as ``fit`` runs it with ``tcfg``: the family's formula for
+    a pretraining objective (one that holds its ``RunConfig`` as ``cfg``); None for task objectives and
+    families without a formula."""
+    cfg = getattr(objective, "cfg", None)
+    if not isinstance(cfg, RunConfig) or not has_formula(cfg.model.family):
+        return None
+    return train_step_flops(dataclasses.replace(cfg, train=tcfg)).train
+
+
+def device_peak_flops(override_tflops: float, device_kind: str | None, devices: int) -> float | None:
+    """Peak FLOP/s of ``devices`` devices: ``override_tflops`` per device when > 0, else the table's peak of
+    ``device_kind``; None when neither is known (CPU, an unlisted device)."""
+    per_device = override_tflops if override_tflops > 0 else peak_tflops(device_kind)
+    return None if per_device is None else per_device * 1e12 * devices
 
 
 def has_formula(family: str) -> bool:

@@ -1,5 +1,5 @@
 """The side work of the training loop, as hooks: non-finite streak check, loss-spike rollback, metrics and log
-lines, periodic evaluation, checkpointing with the preemption stop.
+lines, periodic evaluation, checkpointing with the preemption stop, a profiler trace of chosen steps.
 
 ``loop.fit`` runs one jitted call at a time (one step, or ``train.steps_per_call`` of them) and hands it to its
 hooks, in order; each hook is one concern and keeps its own state. The design follows levanter's
@@ -28,7 +28,7 @@ import numpy as np
 
 from ptm_jax.checkpoint import Checkpointer
 from ptm_jax.config import TrainConfig
-from ptm_jax.errors import NumericalError
+from ptm_jax.errors import ConfigError, NumericalError
 from ptm_jax.parallel.feed import host_value
 from ptm_jax.train.metrics import MetricsWriter, reduce_terms
 
@@ -63,6 +63,8 @@ class Run:
     """Why this call stops before ``train.steps``: "SIGTERM" or "stop_after"."""
     advanced: int = 1
     """Steps the last call ran (``train.steps_per_call``; 1 a call by default)."""
+    input_wait_s: float = 0.0
+    """Seconds the loop has spent blocked on the feed for its next batch (``MetricsLog``'s input-wait share)."""
 
     def reached(self, every: int) -> bool:
         """Whether the last call reached a multiple of ``every`` (> 0): with one step a call, ``step % every == 0``;
@@ -191,17 +193,23 @@ class SpikeRollback(Hook):
 
 
 class MetricsLog(Hook):
-    """Train records every ``train.log_every`` steps and at the last step: the objective's reduced terms plus
-    tokens/s and examples/s since the previous record. With ``train.metrics_one_step_late`` a record's device
-    values are fetched after the next step was dispatched, so logging never stalls the device. Pending values
-    are stored before a checkpoint, so a resume loses no record."""
+    """Train records every ``train.log_every`` steps and at the last step: the objective's reduced terms plus,
+    over the interval since the previous record, tokens/s, examples/s, ``input_wait_share`` (seconds blocked on
+    the feed / wall seconds) and, where the family has a FLOPs formula (``flops_per_step``), model FLOP/s and
+    ``mfu`` against ``peak_flops`` (all devices; None: no ``mfu``, as on CPU). With
+    ``train.metrics_one_step_late`` a record's device values are fetched after the next step was dispatched, so
+    logging never stalls the device: the timings are host clocks only. Pending values are stored before a
+    checkpoint, so a resume loses no record."""
 
-    def __init__(self, tcfg: TrainConfig, tokens_per_step: int, start: int):
+    def __init__(self, tcfg: TrainConfig, tokens_per_step: int, start: int, flops_per_step: float | None = None,
+                 peak_flops: float | None = None):
         self.tcfg = tcfg
         self.late = bool(tcfg.metrics_one_step_late)
         self.tokens_per_step = tokens_per_step
+        self.flops_per_step, self.peak_flops = flops_per_step, peak_flops
         self.pending: tuple[int, Any] | None = None
-        self.t_last, self.step_last = time.time(), start  # the first record's rate includes compilation
+        self.t_last, self.step_last = time.perf_counter(), start  # the first record's rate includes compilation
+        self.wait_last = 0.0
 
     def after_step(self, run: Run, metrics: dict[str, Any]) -> None:
         self._flush(run)  # the previous logged step's metrics: fetched one step late
@@ -224,13 +232,82 @@ class MetricsLog(Hook):
             return
         (step, metrics), self.pending = self.pending, None
         scalars = reduce_terms(host_value(metrics))
-        now = time.time()
+        now = time.perf_counter()
         elapsed = max(now - self.t_last, 1e-9)
-        scalars["tokens_per_sec"] = self.tokens_per_step * (step - self.step_last) / elapsed
-        scalars["examples_per_sec"] = self.tcfg.batch_size * (step - self.step_last) / elapsed
-        self.t_last, self.step_last = now, step
+        steps = step - self.step_last
+        scalars["tokens_per_sec"] = self.tokens_per_step * steps / elapsed
+        scalars["examples_per_sec"] = self.tcfg.batch_size * steps / elapsed
+        scalars["input_wait_share"] = min(max((run.input_wait_s - self.wait_last) / elapsed, 0.0), 1.0)
+        if self.flops_per_step is not None:
+            scalars["model_flops_per_sec"] = self.flops_per_step * steps / elapsed
+            if self.peak_flops:
+                scalars["mfu"] = scalars["model_flops_per_sec"] / self.peak_flops
+        self.t_last, self.step_last, self.wait_last = now, step, run.input_wait_s
         run.last_train = scalars
         run.writer.write(step, "train", scalars)
+
+
+def parse_profile_steps(text: str) -> tuple[int, int] | None:
+    """``train.profile_steps`` 'START:COUNT' -> (START, COUNT); '' -> None; anything else a ConfigError."""
+    if not text.strip():
+        return None
+    start, sep, count = text.strip().partition(":")
+    try:
+        first, n = int(start), int(count)
+    except ValueError:
+        first = n = 0
+    if not sep or first < 1 or n < 1:
+        raise ConfigError(f"train.profile_steps={text!r}: expected 'START:COUNT' with START >= 1 and COUNT >= 1, "
+                          "e.g. '10:5' (a trace of steps 10 to 14; START 1 includes compilation)")
+    return first, n
+
+
+class Profile(Hook):
+    """``train.profile_steps`` 'START:COUNT': a ``jax.profiler`` trace of the calls that run steps START ..
+    START + COUNT - 1, written to ``<stage dir>/profile`` (``plugins/profile/<run>/<host>.xplane.pb``, what XProf
+    and TensorBoard's profile plugin open: ``tensorboard --logdir <stage dir>/profile``). The trace starts after
+    the call that reached step START - 1 (at once for START 1 or a resumed run past it) and stops after the call
+    that reaches the last step, once the device has finished it (the one host sync of this hook)."""
+
+    def __init__(self, tcfg: TrainConfig, stage_dir: Path, start: int):
+        self.window = parse_profile_steps(tcfg.profile_steps)
+        self.directory = stage_dir / "profile"
+        self.active = False
+        self.done = self.window is None
+        if not self.done and start >= self.window[0] + self.window[1] - 1:
+            self.done = True  # a resumed run already past the window
+        elif not self.done and start >= self.window[0] - 1:
+            self._start()
+
+    def _start(self) -> None:
+        import jax
+
+        from ptm_jax import fs
+
+        fs.makedirs(self.directory)
+        jax.profiler.start_trace(fs.to_str(self.directory))
+        self.active = True
+
+    def _stop(self, run: Run) -> None:
+        import jax
+
+        jax.block_until_ready(run.state)
+        jax.profiler.stop_trace()
+        self.active, self.done = False, True
+        run.writer.log(f"profile of steps {self.window[0]}..{run.step} written to {self.directory}")
+
+    def after_step(self, run: Run, metrics: dict[str, Any]) -> None:
+        if self.done:
+            return
+        first, n = self.window
+        if self.active and run.step >= first + n - 1:
+            self._stop(run)
+        elif not self.active and first - 1 <= run.step < first + n - 1:
+            self._start()
+
+    def on_stop(self, run: Run) -> None:
+        if self.active:
+            self._stop(run)
 
 
 class Evaluation(Hook):

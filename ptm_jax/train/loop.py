@@ -3,7 +3,8 @@
 fit(): build shardings from the model's logical axes -> restore the latest checkpoint or initialise ->
 jit the pure train step with in/out shardings and a donated state -> stream this process's rows of each
 global batch from the data cursor -> after each step, the hooks (train/hooks.py) in order: the non-finite
-streak check, loss-spike rollback, metrics one step late (train.metrics_one_step_late), periodic evaluation,
+streak check, loss-spike rollback, metrics one step late (train.metrics_one_step_late; with model FLOP/s, MFU
+and the share of time blocked on the feed), the profiler window (train.profile_steps), periodic evaluation,
 the caller's hooks, checkpointing (on SIGTERM: a checkpoint at the next step boundary, then return; the caller
 exits 0).
 """
@@ -14,6 +15,7 @@ import gc
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -23,6 +25,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from ptm_jax import fs
+from ptm_jax.bench import flops as flops_lib
 from ptm_jax.checkpoint import Checkpointer, abstract_with_shardings
 from ptm_jax.config import TrainConfig
 from ptm_jax.objectives.base import BuildsGroups, CarriesState, Objective, TaskObjective, check_grad_accum
@@ -47,7 +50,9 @@ from ptm_jax.train.hooks import (
     Hook,
     MetricsLog,
     NonFiniteStreak,
+    Profile,
     Run,
+    parse_profile_steps,
     SpikeRollback,
 )
 from ptm_jax.train.metrics import MetricsWriter
@@ -260,6 +265,7 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
     ``KeepBest.on_eval`` keeps the best model.
     """
     stage_dir = fs.path(stage_dir)  # local or gs:// (a pathlib.Path would turn gs://b/x into gs:/b/x)
+    parse_profile_steps(tcfg.profile_steps)  # a bad value fails before any compilation
     compiled = compile_objective(objective, tcfg, mesh, param_groups)
     ckpt = Checkpointer(stage_dir / "checkpoints", keep=tcfg.keep_checkpoints, async_save=tcfg.async_checkpoints,
                         compression=tcfg.checkpoint_compression)
@@ -305,8 +311,11 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
               {"objective": objective.name, **(meta or {})},
               skipped=cursor - start * global_batch, rollbacks=rollbacks)  # skipped: by loss-spike rollbacks
     tokens_per_step = int(np.prod(example[compiled.batch_keys[0]].shape))
+    flops_per_step = flops_lib.loop_step_flops(objective, tcfg)
+    peak = flops_lib.device_peak_flops(tcfg.peak_tflops, mesh.devices.flat[0].device_kind, int(mesh.devices.size))
     with _Preemption() as preemption:
-        run.hooks = [NonFiniteStreak(tcfg), SpikeRollback(tcfg), MetricsLog(tcfg, tokens_per_step, start),
+        run.hooks = [NonFiniteStreak(tcfg), SpikeRollback(tcfg),
+                     MetricsLog(tcfg, tokens_per_step, start, flops_per_step, peak), Profile(tcfg, stage_dir, start),
                      Evaluation(tcfg, lambda params: evaluate(objective, compiled, params, mesh, global_batch,
                                                               tcfg.eval_batches)),
                      *hooks, Checkpointing(tcfg, preemption, stop_after)]
@@ -316,9 +325,12 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
         try:
             masks: dict = {}
             while run.step < tcfg.steps and run.stop is None:
+                waiting = time.perf_counter()
                 _, batch = next(feed)
-                run.state, metrics, run.advanced = train_call(compiled, run.state, batch, rng, k,
-                                                              tcfg.steps - run.step, mesh, masks)
+                run.input_wait_s += time.perf_counter() - waiting
+                with jax.profiler.StepTraceAnnotation("train", step_num=run.step + 1):  # XProf's steps
+                    run.state, metrics, run.advanced = train_call(compiled, run.state, batch, rng, k,
+                                                                  tcfg.steps - run.step, mesh, masks)
                 run.skipped += (k - run.advanced) * global_batch  # a last, shorter call: its unused batches
                 run.step += run.advanced
                 for hook in run.hooks:

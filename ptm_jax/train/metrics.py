@@ -3,7 +3,7 @@
 Only process 0 writes. On the console: a tqdm progress bar when ``train.progress_bar`` is on and stderr is
 a terminal; otherwise (``progress_bar=false``, or output to a file / pipe: batch jobs, SLURM logs, TPU pod
 workers) one plain line per logged train record (every ``train.log_every`` steps): step, loss, the
-objective's metrics, learning rate, examples/s and an ETA, never carriage-return redraws
+objective's metrics, model TFLOP/s, MFU, the share of time waiting for input, learning rate, examples/s and an ETA, never carriage-return redraws
 (``format_line``). Scalars arrive as host floats (the loop fetches them one step late by default, so logging
 never stalls the device: train.metrics_one_step_late).
 
@@ -35,7 +35,8 @@ import jax
 from ptm_jax import fs
 
 REMOTE_FLUSH_SECS = 10.0
-LINE_SKIP = ("tokens_per_sec", "examples_per_sec", "learning_rate", "grad_norm")
+LINE_SKIP = ("tokens_per_sec", "examples_per_sec", "learning_rate", "grad_norm", "model_flops_per_sec", "mfu",
+             "input_wait_share")
 """Train scalars that ``format_line`` shows in its own way or leaves to metrics.jsonl (so do per-layer grad
 norms and the non-finite step counters)."""
 
@@ -56,12 +57,20 @@ def format_eta(seconds: float) -> str:
 
 
 def format_line(step: int, total: int, scalars: dict[str, float], eta_seconds: float) -> str:
-    """``step 20/100 | loss 0.6931 | accuracy 0.5 | lr 1.00e-04 | 812.3 examples/s | ETA 0:01:05``."""
+    """``step 20/100 | loss 0.6931 | accuracy 0.5 | 0.31 TFLOP/s | MFU 41.2% | input wait 2% | lr 1.00e-04 |
+    812.3 examples/s | ETA 0:01:05`` (TFLOP/s and MFU where the family has a FLOPs formula and the device a
+    known peak)."""
     parts = [f"step {step}/{total}"]
     for k, v in scalars.items():
         if k in LINE_SKIP or k.startswith(("grad_norm/", "nonfinite")) or not isinstance(v, (int, float)):
             continue
         parts.append(f"{k} {v:.4g}" if k != "loss" else f"loss {v:.4f}")
+    if "model_flops_per_sec" in scalars:
+        parts.append(f"{scalars['model_flops_per_sec'] / 1e12:.3g} TFLOP/s")
+    if "mfu" in scalars:
+        parts.append(f"MFU {100 * scalars['mfu']:.1f}%")
+    if "input_wait_share" in scalars:
+        parts.append(f"input wait {100 * scalars['input_wait_share']:.0f}%")
     if "learning_rate" in scalars:
         parts.append(f"lr {scalars['learning_rate']:.3g}")
     if "examples_per_sec" in scalars:
