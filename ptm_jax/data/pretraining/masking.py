@@ -23,7 +23,8 @@ Randomness is counter-based Philox from TensorFlow's stateless RNG (``StatelessR
 kernel behind ``tf.random.stateless_uniform``) with key = seed. Example ``index`` (its position in the global stream,
 which also fixes its pass) owns a fixed range of Philox counters, ``[index * W/4, (index + 1) * W/4)`` for W words
 per example; since a local batch always holds consecutive indices, one call per batch (per run of consecutive
-indices) yields exactly the words each example would get alone. An example therefore does not depend on which other examples share its batch or host.
+indices) yields exactly the words each example would get alone. An example therefore does not depend on which other
+examples share its batch or host.
 Rare pairs needing more than 64 pops on one side draw their front counts with ``tf.random.stateless_binomial``
 seeded by ``[seed, index]``.
 """

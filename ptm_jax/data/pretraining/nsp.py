@@ -14,7 +14,8 @@ Follows ``create_instances_from_document`` of google-research/bert create_pretra
 
 ``PLAN_PASSES`` distinct passes repeat in a cycle (the reference writes ``dupe_factor`` passes once and training
 reads them over and over). The reference draws from one ``random.Random`` for the whole corpus; here every
-(seed, pass, document) has its own counter-based stream (numpy Philox), so any document of any pass can be planned alone, in any order, on any host.
+(seed, pass, document) has its own counter-based stream (numpy Philox), so any document of any pass can be planned
+alone, in any order, on any host (``nsp_arrays`` plans many at once, vectorised, with the same draws).
 A pass ("epoch" here, one of BERT's ``dupe_factor`` passes) visits documents in a permutation keyed on
 (seed, epoch). The reference finally shuffles all instances; we shuffle instances within consecutive blocks of
 ``SHUFFLE_BLOCK`` (keyed on (seed, epoch, block)), which keeps batches from holding runs of one document while
