@@ -130,3 +130,23 @@ def test_bench_runs_where_tensorflow_is_not_installed(preset, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert math.isfinite(result["final_loss"]) and result["tokens_per_s"] > 0
+
+
+def test_bench_training_configuration_beside_synthetic_upper_bound(tmp_path, capsys):
+    """--training: dropout as configured on batches of the real feed (gpt_tiny's embedded corpus, tokenized into
+    output_dir) beside dropout 0 on synthetic batches, both timed and labelled."""
+    out = tmp_path / "training.json"
+    args = _parse(["bench", "-c", "gpt_tiny", f"output_dir='{tmp_path / 'run'}'", "train.batch_size=4",
+                   "--training", "--steps", "1", "--warmup", "0", "--rounds", "1", "--mesh", "1,1,1",
+                   "--peak-tflops", "1", "--json", str(out)])
+    assert args.handler(args) == 0
+    printed = capsys.readouterr().out
+    assert "training = the training configuration" in printed and "upper_bound = synthetic upper bound" in printed
+    r = json.loads(out.read_text())
+    assert set(r) == {"training", "upper_bound"}
+    assert r["training"]["batches"] == "feed" and r["upper_bound"]["batches"] == "synthetic"
+    assert r["training"]["model"]["dropout"] == [0.1, 0.1] and r["upper_bound"]["model"]["dropout"] == [0.0, 0.0]
+    assert (tmp_path / "run" / "tokenizer").exists()  # the real feed's tokenizer and cache were built
+    for v in r.values():
+        assert math.isfinite(v["final_loss"]) and v["step_s_median"] > 0 and 0 < v["mfu"] < 1
+        assert v["model_flops_per_step"] == r["training"]["model_flops_per_step"]

@@ -8,6 +8,7 @@ raises ``PtmError`` subclasses for user errors.
     ptm bench -c bert_base model.dtype='bfloat16' --peak-tflops 989
     ptm bench -c bert_small --mode data data.corpus='../shared/data/corpus/gutenberg/*.txt'
     ptm bench -c bert_small --variant bf16:model.dtype=bfloat16 --variant rbg:prng=rbg --rounds 3
+    ptm bench -c bert_base model.dtype='bfloat16' --training   # training configuration vs synthetic upper bound
     ptm compile -c bert_large --mesh 2,2,2 --device-type cpu
 """
 from __future__ import annotations
@@ -140,15 +141,21 @@ def print_variants(results: dict[str, dict[str, Any]]) -> None:
           f"{m['family']} L={m['layers']} H={m['hidden']} V={m['vocab']} | batch {m['batch']} x seq {m['seq_len']} | "
           f"mesh {base['mesh']} on {base['devices']} x {base['device_kind']}")
     head = (f"  {'variant':<26} {'median ms':>10} {'p10-p90 ms':>13} {'min ms':>7} {'CPU ms':>7} {'ex/s':>8} "
-            f"{'vs first':>8} {'TFLOP/s':>8} {'mem GiB':>8} {'compile s':>9}")
+            f"{'vs first':>8} {'TFLOP/s':>8} {'MFU':>6} {'mem GiB':>8} {'compile s':>9}")
     print(head)
     for name, r in results.items():
         print(f"  {name:<26} {r['step_s_median'] * 1e3:>10.1f} "
               f"{r['step_s_p10'] * 1e3:>6.0f}-{r['step_s_p90'] * 1e3:<6.0f} {r['step_s_min'] * 1e3:>7.0f} "
               f"{r['step_cpu_s_median'] * 1e3:>7.0f} {r['examples_per_s']:>8.2f} "
               f"{base['step_s_median'] / r['step_s_median']:>7.2f}x {r['model_tflops_per_s']:>8.4f} "
+              f"{'-' if r['mfu'] is None else format(100 * r['mfu'], '.1f') + '%':>6} "
               f"{r['memory_per_device'].get('total_bytes', 0) / 2**30:>8.3f} {r['compile_s']:>9.1f}")
     print(f"  load average {' '.join(str(x) for x in base['env']['load_average'])}")
+
+
+TRAINING_LEGEND = ("training = the training configuration (dropout as configured, the configured attention "
+                   "path, batches from the real feed held in memory); upper_bound = synthetic upper bound "
+                   "(dropout 0, synthetic batches)")
 
 
 def parse_variant(text: str, args: argparse.Namespace):
@@ -188,6 +195,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         result = bench_data(cfg, args.steps, warmup=args.warmup, fresh=not args.reuse_cache)
         print_data(result)
+    elif args.training:
+        from ptm_jax.bench.aot import parse_mesh
+        from ptm_jax.bench.harness import bench_variants, training_and_upper_bound
+
+        result = bench_variants(training_and_upper_bound(cfg, args.mlm_head, args.prng), steps=args.steps,
+                                warmup=args.warmup, rounds=args.rounds,
+                                mesh_shape=parse_mesh(args.mesh) if args.mesh else None,
+                                peak_tflops=args.peak_tflops, device_kind=args.device_kind,
+                                log=lambda msg: print(msg, file=sys.stderr, flush=True))
+        print_variants(result)
+        print(f"  {TRAINING_LEGEND}")
     elif args.variant:
         from ptm_jax.bench.aot import parse_mesh
         from ptm_jax.bench.harness import Variant, bench_variants
@@ -247,6 +265,10 @@ def register(subparsers) -> None:
     p.add_argument("--variant", action="append", default=[], metavar="NAME:key=value[,key=value]",
                    help="A/B mode (repeatable): also time the config with these overrides, interleaved with the "
                    "baseline in --rounds rounds; keys mlm_head and prng set the switches above")
+    p.add_argument("--training", action="store_true",
+                   help="time the training configuration (dropout as configured, batches from the real feed over "
+                   "data.corpus held in memory) beside the synthetic upper bound (dropout 0, synthetic batches), "
+                   "interleaved in --rounds rounds")
     p.add_argument("--rounds", type=int, default=3, help="A/B mode: interleaved timing rounds")
     p.add_argument("--reuse-cache", action="store_true",
                    help="data mode: use output_dir's tokenizer/cache as is instead of building fresh ones")

@@ -9,6 +9,10 @@ weight 1 on real predictions), places them on the mesh once, compiles the step t
 tokens/s and examples/s, model FLOPs (``flops.py``), XLA's FLOPs, MFU against the device's bf16 peak, per-device
 memory from ``memory_analysis()`` and the parameter count.
 
+``ptm bench --training`` times two variants interleaved (``training_and_upper_bound``): the training
+configuration (dropout as configured, the configured attention path, the first batches of the real feed over
+the configured corpus held in memory) and the synthetic upper bound (every dropout 0, synthetic batches).
+
 Data mode times what feeds the step: raw text -> tokenizer -> token cache (``stages.prepare_corpus``), then the
 MLM+NSP tf.data stream from the cache, in examples/s and per CPU core.
 """
@@ -213,10 +217,45 @@ class Variant:
     mlm_head: str = "sparse"
     prng: str | None = None
     """Key implementation of the dropout RNG (threefry2x32 | rbg | unsafe_rbg); None: JAX's default."""
+    feed: bool = False
+    """Batches from the real feed (the objective's tf.data stream over the configured corpus, as ``fit`` reads
+    it), built once and held in memory; False: synthetic batches of the same shapes."""
+
+
+def no_dropout(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with every dropout rate of its ``[model]`` section at 0 (the synthetic upper bound)."""
+    rates = {f.name: 0.0 for f in dataclasses.fields(cfg.model) if "dropout" in f.name
+             and isinstance(getattr(cfg.model, f.name), float)}
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **rates))
+
+
+def training_and_upper_bound(cfg: RunConfig, mlm_head: str = "sparse", prng: str | None = None
+                             ) -> dict[str, Variant]:
+    """``ptm bench --training``: the training configuration (dropout as configured, the configured attention path,
+    batches from the real feed held in memory) and the synthetic upper bound (every dropout 0, synthetic
+    batches), as named variants."""
+    return {"training": Variant(cfg, mlm_head, prng, feed=True),
+            "upper_bound": Variant(no_dropout(cfg), mlm_head, prng, feed=False)}
+
+
+def feed_batches(cfg: RunConfig, n: int) -> list[dict[str, np.ndarray]]:
+    """The first ``n`` global batches of the configured corpus's training stream (``prepare_corpus`` builds or
+    reopens the tokenizer and token cache under ``cfg.output_dir``, as ``ptm pretrain`` does)."""
+    from ptm_jax.objectives.registry import build_objective
+    from ptm_jax.train.stages import prepare_corpus
+
+    objective = build_objective(cfg, prepare_corpus(cfg))
+    stream = objective.train_batches(0, cfg.train.batch_size, 0, 1)
+    try:
+        return [next(stream) for _ in range(n)]
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
 
 
 class _Run:
-    """A compiled train step with its state and synthetic batches, ready to step."""
+    """A compiled train step with its state and its batches (synthetic, or the real feed's), ready to step."""
 
     def __init__(self, v: Variant, mesh_shape: tuple[int, int, int] | None, num_batches: int):
         from ptm_jax.parallel.feed import to_global
@@ -235,8 +274,9 @@ class _Run:
         self.executable = lowered.compile()
         self.lower_s, self.compile_s = t1 - t0, time.perf_counter() - t0
         gen = np.random.default_rng(cfg.train.seed)
-        self.batches = [to_global(synthetic_batch(example, cfg, gen), self.mesh, self.compiled.batch_keys)
-                        for _ in range(max(1, num_batches))]
+        host = (feed_batches(cfg, max(1, num_batches)) if v.feed
+                else [synthetic_batch(example, cfg, gen) for _ in range(max(1, num_batches))])
+        self.batches = [to_global(b, self.mesh, self.compiled.batch_keys) for b in host]
         self.rng = jax.device_put(jax.random.key(cfg.train.seed, impl=v.prng), rng_spec(self.mesh, v.prng).sharding)
         self.state = self.compiled.init_fn(jax.random.key(cfg.train.seed + 1))
         jax.block_until_ready(self.state)
@@ -280,6 +320,7 @@ class _Run:
         achieved = fl.train / med
         return {
             "mode": "train", "model": model_summary(cfg), "mlm_head": self.v.mlm_head,
+            "batches": "feed" if self.v.feed else "synthetic",
             "mesh": dict(zip(mesh.axis_names, (int(x) for x in mesh.devices.shape))), "devices": n_dev,
             "env": env, "device_kind": kind, "params": param_count(self.compiled.abstract_state.params),
             "lower_s": self.lower_s, "compile_s": self.compile_s, "steps": len(times), "warmup": warmup,
