@@ -1,28 +1,23 @@
 """Splash attention compiled by the real TPU compiler (libtpu) for a v5e 2x2 slice on this CPU machine.
 
 libtpu is kept out of the test environment; the worker (tests/splash_tpu_worker.py) runs in its own process
-with the directory named by ``PTM_LIBTPU_SITE`` (default ``../libtpu-site``, a ``pip install --target`` of
-libtpu) on PYTHONPATH. Without it the test skips and says so."""
+with libtpu on PYTHONPATH (tests/libtpu_env.py). Without it the test skips and says so."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-SITE = Path(os.environ.get("PTM_LIBTPU_SITE", REPO.parent / "libtpu-site"))
+from libtpu_env import MISSING, REPO, compile_env, libtpu_dir
+
 
 
 def test_splash_attention_compiles_for_a_tpu_slice_as_mosaic_kernels():
-    if not (SITE / "libtpu").is_dir():
-        pytest.skip(f"no libtpu at {SITE} (pip install --target {SITE} libtpu; or set PTM_LIBTPU_SITE)")
-    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
-    env.update(PYTHONPATH=f"{SITE}{os.pathsep}{REPO}", ALLOW_MULTIPLE_LIBTPU_LOAD="1",
-               TPU_ACCELERATOR_TYPE="v5litepod-4")
+    if libtpu_dir() is None:
+        pytest.skip(MISSING)
+    env = compile_env()
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "splash_tpu_worker.py")], capture_output=True,
                           text=True, env=env, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
