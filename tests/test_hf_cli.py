@@ -295,8 +295,8 @@ def test_exports_load_in_transformers_5_with_ptm_logits_and_its_saved_folders_im
     python = os.environ.get(TRANSFORMERS5)
     if not python:
         pytest.skip(f"{TRANSFORMERS5} is not set: point it to the python of an environment with transformers>=5 and "
-                    "torch (python3 -m venv V && V/bin/pip install torch 'transformers>=5' sentencepiece) to run "
-                    "the transformers 5 round trip")
+                    "torch (python3 -m venv V && V/bin/pip install torch 'transformers>=5' sentencepiece protobuf) "
+                    "to run the transformers 5 round trip")
     cases, expected = [], {}
     texts = TEXTS[:2] + ["Numbers 12,345.67 and punctuation: (a) [b] {c}!"]
     for family in sorted(PRESETS):

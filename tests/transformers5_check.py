@@ -1,5 +1,5 @@
-"""Run by tests/test_hf_cli.py with the python of an environment holding transformers 5 and torch (the variable
-PTM_TRANSFORMERS5_PYTHON): loads each exported folder with transformers' PyTorch class, writes its logits on the
+"""Run by tests/test_hf_cli.py with the python of an environment holding transformers 5, torch, sentencepiece and
+protobuf (XLNet's spiece.model is converted with them; the variable PTM_TRANSFORMERS5_PYTHON names it): loads each exported folder with transformers' PyTorch class, writes its logits on the
 inputs the test gives, and re-saves model and tokenizer with ``save_pretrained`` (the layout version 5 writes), with
 the ids its tokenizer gives for the test's texts.
 
