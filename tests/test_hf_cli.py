@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import re
 import types
 
 import numpy as np
@@ -335,3 +334,18 @@ def test_exports_load_in_transformers_5_with_ptm_logits_and_its_saved_folders_im
             np.testing.assert_array_equal(a[k], b[k], err_msg=f"{family} {k}")
         tok = params_lib.load_tokenizer(info, tok_dir)
         assert tok.encode_batch(texts) == rep["ids"], family
+
+
+def test_a_tokenizer_json_of_another_kind_or_with_bad_ids_is_a_clear_error(tmp_path):
+    from ptm_jax.errors import CheckpointError
+    from ptm_jax.families.bert import hf as bert_hf
+
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": {}, "merges": []}}))
+    with pytest.raises(CheckpointError, match=r"tokenizer.json: model.type='BPE'; this model needs a WordPiece"):
+        bert_hf.tokenizer_source(tmp_path)
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "WordPiece", "vocab": {"a": 0, "b": 5}}}))
+    with pytest.raises(CheckpointError, match=r"model.vocab\['b'\] = 5: ids must be the integers 0..1, each once"):
+        bert_hf.tokenizer_source(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match=r"tokenizer.json: holds a JSON list, expected an object"):
+        bert_hf.tokenizer_source(tmp_path)

@@ -228,8 +228,8 @@ def iter_texts(path: Path, field: str, start: int = 0, stop: int | None = None) 
                         raise DataError(f"{path}:{lineno}: not a JSON object ({e})") from None
                     if not isinstance(rec, dict):
                         raise DataError(f"{path}:{lineno}: a JSON {type(rec).__name__}, expected an object per line")
-                    key = _column(f"{path}:{lineno}", list(rec), {k: "string" if isinstance(v, str) else type(v).__name__
-                                                    for k, v in rec.items()}, field)
+                    kinds = {k: "string" if isinstance(v, str) else type(v).__name__ for k, v in rec.items()}
+                    key = _column(f"{path}:{lineno}", list(rec), kinds, field)
                     value = rec[key]
                     if value is not None and not isinstance(value, str):
                         raise DataError(f"{path}:{lineno}: field {key!r} holds a {type(value).__name__}, not text")

@@ -64,8 +64,8 @@ def _ordered(vocab: Any, path: Path, field: str) -> list[str]:
     tokens: list[str | None] = [None] * len(vocab)
     for tok, i in vocab.items():
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(vocab) or tokens[i] is not None:
-            raise CheckpointError(f"{path}: {field}[{tok!r:.40}] = {i!r:.20}: ids must be the integers 0..{len(vocab) - 1}, "
-                                  "each once; fix the file or re-save the tokenizer")
+            raise CheckpointError(f"{path}: {field}[{tok!r:.40}] = {i!r:.20}: ids must be the integers "
+                                  f"0..{len(vocab) - 1}, each once; fix the file or re-save the tokenizer")
         tokens[i] = tok
     return tokens  # type: ignore[return-value]
 
