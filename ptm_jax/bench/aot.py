@@ -28,7 +28,7 @@ from ptm_jax.bench import flops as flops_lib
 from ptm_jax.bench.harness import (batch_specs, build_bench_objective, check_batch, memory_figures, model_summary,
                                    param_count, rng_spec)
 from ptm_jax.config import MeshConfig, RunConfig
-from ptm_jax.errors import ConfigError
+from ptm_jax.errors import ConfigError, PtmError
 
 _TPU_NAME = re.compile(r"^(?:tpu:)?(v\d+[a-z]*):(\d+(?:x\d+)*)$", re.IGNORECASE)
 
@@ -152,7 +152,15 @@ def compile_report(cfg: RunConfig, mesh_shape: tuple[int, int, int] | None = Non
     example = objective.example_batch(cfg.train.batch_size)
     t0 = time.perf_counter()
     lowered = compiled.train_step.lower(compiled.abstract_state, batch_specs(example, mesh), rng_spec(mesh))
-    executable = lowered.compile()
+    try:
+        executable = lowered.compile()
+    except jax.errors.JaxRuntimeError as e:  # the compiler's refusal, as one line (exit 2), not a traceback
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        where = f"{len(devices)} x {devices[0].device_kind} ({device_type or 'local'})"
+        if "RESOURCE_EXHAUSTED" in first or "Ran out of memory" in first:
+            raise ConfigError(f"the train step does not fit on {where}: {first}. Lower train.batch_size, set "
+                              "model.remat (e.g. full), or shard the state with mesh.fsdp") from None
+        raise PtmError(f"XLA could not compile the train step for {where}: {first}") from None
     compile_s = time.perf_counter() - t0
     # memory is what a compile is for: a family without a FLOPs formula compiles too (no model FLOPs then)
     fl = flops_lib.train_step_flops(cfg) if flops_lib.has_formula(cfg.model.family) else None
