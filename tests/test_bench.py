@@ -84,7 +84,7 @@ def test_compile_errors_name_the_fix():
         aot.resolve_devices("v5e:4x4", 16)
     with pytest.raises(ConfigError, match="no GPU topology API"):
         aot.resolve_devices("h100", 8)
-    with pytest.raises(ConfigError, match="multiple of mesh data\\*fsdp = 8"):
+    with pytest.raises(ConfigError, match="train.batch_size=12 does not divide over the mesh.*multiple of 8"):
         aot.compile_report(load_config("bert_tiny", ["train.batch_size=12"]), (8, 1, 1))
 
 

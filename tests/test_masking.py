@@ -72,7 +72,7 @@ def test_mask_uniforms_are_uniform_and_keyed_by_index():
     np.testing.assert_array_equal(masking.mask_uniforms(3, tf.range(200, 210, dtype=tf.int64), 128).numpy(),
                                   u[100:110])
     with pytest.raises(tf.errors.InvalidArgumentError, match="consecutive"):
-        masking.mask_uniforms(3, tf.constant([5, 7], tf.int64), 128)
+        masking.mask_uniforms(3, tf.constant([5, 6, 8, 10], tf.int64), 128)  # runs of 2, the second broken
 
 
 def test_num_to_predict_uses_python3_round_half_even_and_cap():

@@ -106,9 +106,12 @@ def test_tokenizer_and_cache_on_gs_are_built_once_and_read_through_local_copies(
         two = subprocess.run([*LAUNCH, "ptm", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
         objects = emu.objects("ptm-startup", "run/")
-        chunks = sorted({o.split("/")[3] for o in objects if "/cache/" in o})
+        tokens = [o for o in objects if "/cache/" in o and "/cache/artifacts/" not in o]
+        chunks = sorted({o.split("/")[3] for o in tokens})
         assert chunks == [f"chunk-{c:06d}-of-000004" for c in range(4)]
-        key_dir = next(o.split("/")[2] for o in objects if "/cache/" in o)
+        key_dir = next(o.split("/")[2] for o in tokens)
+        plan = {o.rsplit("/", 1)[0] for o in objects if "/cache/artifacts/pairing_plan/" in o}
+        assert plan and all(f"{p}/COMPLETE" in objects for p in plan)  # the NSP pairing plan, uploaded too
         assert all(f"run/cache/{key_dir}/{c}/COMPLETE" in objects for c in chunks)
         assert {"run/tokenizer/COMPLETE", "run/tokenizer/vocab.txt", "run/tokenizer/settings.json"} <= set(objects)
         fresh = {**env, "PTM_LOCAL_SCRATCH": str(tmp_path / "other-host")}

@@ -36,6 +36,7 @@ FAMILY = register(Family(
     layer_of=hooks.layer_of,
     synthetic_batch=hooks.synthetic_batch,
     tiny_preset="elmo_tiny",
+    bench_corpus="configured",  # the character table spells the words of a real vocabulary
     word_features=lazy("ptm_jax.families.elmo.features", "word_features"),
     importers={"bilm-tf": Importer(
         files=("options.json", "weights.hdf5"), run=lazy("ptm_jax.families.elmo.weights", "import_bilm"),
