@@ -230,6 +230,9 @@ class FinetuneConfig:
     """As train.optimizer, for the finetuning stage."""
     param_groups: list[ParamGroupConfig] = field(default_factory=list)
     """As train.param_groups, for the finetuning stage (train.param_groups do not apply to it)."""
+    adapter: str = ""
+    """A parameter-efficient adapter (``ptm_jax/adapters``): 'lora' (low-rank updates of frozen weights, Hu et al.
+    2021; its settings in the [lora] section). Empty: the whole model trains."""
     classifier_dropout: float = 0.1
     head: Literal["", "textcnn", "textrnn", "textrcnn", "bilstm"] = ""
     """A classic head on word features instead of the family's own (objectives/feature_tasks.py): 'textcnn',
@@ -340,6 +343,10 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    plugins: dict[str, Any] = field(default_factory=dict)
+    """Sections owned by plug-ins, by section name: an adapter's (``[lora]``: ``ptm_jax/adapters/registry.py``),
+    read into the plug-in's dataclass. Written back as top-level sections (:func:`to_dict`); read them with
+    :func:`section`, which gives the plug-in's defaults for a section the run does not set."""
 
     def __post_init__(self) -> None:
         if self.model is None or self.data is None:
@@ -469,11 +476,17 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", family: str | N
     if cls is RunConfig:
         family, sections = _run_sections(data)
         hints = {**hints, **sections}
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
+    fields = {f.name: f for f in dataclasses.fields(cls) if not (cls is RunConfig and f.name == "plugins")}
+    plugins = _plugin_sections() if cls is RunConfig else {}
+    kwargs: dict[str, Any] = {"plugins": {}} if cls is RunConfig else {}
     for key, value in data.items():
+        if key in plugins:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{prefix}{key}: expected a table of {plugins[key].__name__} fields, got {value!r}")
+            kwargs["plugins"][key] = from_dict(plugins[key], value, prefix=f"{prefix}{key}.")
+            continue
         if key not in fields:
-            raise _unknown_key(key, list(fields), prefix, family)
+            raise _unknown_key(key, list(fields) + sorted(plugins), prefix, family)
         tp = hints[key]
         where = f"{prefix}{key}"
         if dataclasses.is_dataclass(tp):
@@ -491,7 +504,27 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", family: str | N
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+    out = dataclasses.asdict(cfg)
+    if isinstance(cfg, RunConfig):
+        out.update(out.pop("plugins"))  # a plug-in's section is a top-level section, as in the TOML
+    return out
+
+
+def _plugin_sections() -> dict[str, type]:
+    """Top-level sections owned by plug-ins (adapters) -> their dataclasses."""
+    from ptm_jax.adapters import registry as adapters
+
+    return adapters.sections()
+
+
+def section(cfg: RunConfig, name: str) -> Any:
+    """A plug-in's section of ``cfg`` (``RunConfig.plugins``), or its dataclass's defaults when the run sets none."""
+    if name in cfg.plugins:
+        return cfg.plugins[name]
+    table = _plugin_sections()
+    if name not in table:
+        raise ConfigError(f"[{name}] is not a registered plug-in section (registered: {', '.join(sorted(table))})")
+    return table[name]()
 
 
 def _parse_literal(text: str) -> Any:
@@ -579,6 +612,17 @@ def validate(cfg: RunConfig) -> None:
     for ok, msg in checks:
         if not ok:
             raise ConfigError(msg)
+    if cfg.finetune.adapter:
+        from ptm_jax.adapters import registry as adapters
+
+        adapters.get(cfg.finetune.adapter)  # a registered adapter, or a ConfigError listing them
+        if cfg.finetune.head or cfg.finetune.task.lower() == "mtdnn":
+            raise ConfigError(f"finetune.adapter={cfg.finetune.adapter!r} wraps the single-task finetuning job; it is "
+                              f"not implemented for {'finetune.head' if cfg.finetune.head else 'finetune.task=mtdnn'}: "
+                              "set finetune.adapter=''")
+    for name, value in cfg.plugins.items():
+        if hasattr(value, "validate"):
+            value.validate(name)
     family = registry.family_of_objective(cfg.objective).name
     if m.family != family:
         raise ConfigError(f"objective={cfg.objective!r} trains model.family={family!r}, but model.family="

@@ -20,6 +20,7 @@ import numpy as np
 
 from ptm_jax import config as config_lib
 from ptm_jax import fs
+from ptm_jax.adapters import registry as adapter_registry
 from ptm_jax.config import RunConfig, TrainConfig
 from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import load_params, load_tokenizer, save_params
@@ -176,7 +177,9 @@ class KeepBest(Hook):
     """After each evaluation: when the task's primary metric is the best so far, the parameters go to
     ``<stage>/best`` (a params directory with the tokenizer files) and the step and metrics to ``best.json``.
     A resumed run starts from the best it stored, if ``best/`` was written in full. ``select``: the part of the
-    parameters to save (MT-DNN: the encoder and one task's head, ``objectives/multi_task.single_task_params``)."""
+    parameters to save (MT-DNN: the encoder and one task's head, ``objectives/multi_task.single_task_params``; an
+    adapter: the merged weights). An objective with ``save_beside_best(stage, params, model_cfg, head, extra,
+    tokenizer_files)`` writes more beside ``best/`` at the same moment (an adapter's weights alone)."""
 
     def __init__(self, stage: Path, objective: Any, model_cfg: Any, task: str, tok_info: dict,
                  tok_files: list[Path], select: Callable[[Any], Any] | None = None):
@@ -197,12 +200,15 @@ class KeepBest(Hook):
         # inside save_params synchronises all processes
         self.best.update(step=run.step, value=value, metrics=metrics)
         params = run.state.params if self.select is None else self.select(run.state.params)
-        save_params(self.stage / "best", params, self.model_cfg, self.objective.head, overwrite=True,
-                    extra={"task": self.task, "step": run.step, "metrics": metrics, "tokenizer": self.tok_info,
-                           "label_names": getattr(getattr(self.objective, "spec", None), "labels", None),
-                           "num_labels": getattr(self.objective, "num_labels", None),
-                           **getattr(self.objective, "extra_info", {})},
+        extra = {"task": self.task, "step": run.step, "metrics": metrics, "tokenizer": self.tok_info,
+                 "label_names": getattr(getattr(self.objective, "spec", None), "labels", None),
+                 "num_labels": getattr(self.objective, "num_labels", None),
+                 **getattr(self.objective, "extra_info", {})}
+        save_params(self.stage / "best", params, self.model_cfg, self.objective.head, overwrite=True, extra=extra,
                     tokenizer_files=self.tok_files)
+        beside = getattr(self.objective, "save_beside_best", None)
+        if beside is not None:  # more than best/: an adapter's own weights (ptm_jax/adapters)
+            beside(self.stage, run.state.params, self.model_cfg, self.objective.head, extra, self.tok_files)
         if jax.process_index() == 0:
             fs.write_text_atomic(self.file, json.dumps(self.best, indent=2))
 
@@ -248,6 +254,10 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
                     *rules_from_config(f.param_groups, "finetune.param_groups")]
     if f.layerwise_lr_decay != 1.0:
         param_groups[1:1] = layerwise_decay_rules(f.layerwise_lr_decay, model_cfg.num_layers)
+    if f.adapter:  # a parameter-efficient adapter (ptm_jax/adapters) wraps the objective and its groups
+        objective, param_groups = adapter_registry.get(f.adapter).wrap(
+            config_lib.section(cfg, f.adapter), objective, param_groups, model_cfg=model_cfg,
+            trunk=registry.get(model_cfg.family).trunk)
     tok_info = dict(info.get("tokenizer") or {})
     tok_files = [tok_dir / name for name in tok_info.get("files", [])] if tok_dir else []
     # an objective with a training-only head (ConSERT's NLI classifier) says what the kept model holds
