@@ -33,9 +33,10 @@ class Adapter:
     config: type
     """Dataclass of the ``[name]`` section (with an optional ``validate(where)``)."""
     wrap: Callable[..., tuple[Any, list]]
-    """(adapter_cfg, objective, param_groups, *, model_cfg, trunk) -> (objective, param_groups): the objective
-    the loop trains (its parameters, loss and predictions adapted) and the parameter-group rules to train it
-    with (``train/param_groups.py``: e.g. the pretrained trunk frozen)."""
+    """(adapter_cfg, objective, param_groups, *, model_cfg, trunk, pretrained) -> (objective, param_groups): the
+    objective the loop trains (its parameters, loss and predictions adapted) and the parameter-group rules to
+    train it with (``train/param_groups.py``: e.g. the pretrained trunk frozen). ``trunk``: the family's trunk
+    key; ``pretrained``: the checkpoint's parameter tree the stage starts from."""
     description: str = ""
 
 

@@ -257,7 +257,7 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
     if f.adapter:  # a parameter-efficient adapter (ptm_jax/adapters) wraps the objective and its groups
         objective, param_groups = adapter_registry.get(f.adapter).wrap(
             config_lib.section(cfg, f.adapter), objective, param_groups, model_cfg=model_cfg,
-            trunk=registry.get(model_cfg.family).trunk)
+            trunk=registry.get(model_cfg.family).trunk, pretrained=pretrained)
     tok_info = dict(info.get("tokenizer") or {})
     tok_files = [tok_dir / name for name in tok_info.get("files", [])] if tok_dir else []
     # an objective with a training-only head (ConSERT's NLI classifier) says what the kept model holds
