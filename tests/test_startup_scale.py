@@ -126,7 +126,9 @@ def test_tokenizer_and_cache_on_gs_are_built_once_and_read_through_local_copies(
         two_figures = json.loads("\n".join(p1[start: p1.index("}", start) + 1]))
         assert figures == two_figures and figures["documents"] == 7222
         copies = list((tmp_path / "other-host").iterdir())
-        assert len([c for c in copies if c.name.startswith("chunk-")]) == 4
+        # the 4 token-cache chunks, and the pairing plan's chunks beside them
+        assert len([c for c in copies if c.name.startswith("chunk-") and "-of-000004" in c.name]) == 4
+        assert len([c for c in copies if c.name.startswith("chunk-")]) == 4 + len(plan)
     finally:
         emu.stop()
 
