@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -72,19 +71,20 @@ def test_cache_round_trip_equals_direct_encoding(corpus, tok, tmp_path):
 
 
 def test_reopen_does_not_retokenize(corpus, tok, tmp_path):
+    """Reopening tokenizes nothing and writes nothing: every file of the cache keeps its mtime and no file or
+    directory is added (how fast a reopen is, is measured by benchmarks/bench_tokenizers.py, not here)."""
     first = build_or_load_cache(corpus, tok, tmp_path / "cache")
     (root,) = (tmp_path / "cache").iterdir()
-    bin_file = root / "chunk-000000-of-000001" / "tokens.int32.bin"
-    mtime = bin_file.stat().st_mtime_ns
+    files = lambda: {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").rglob("*")}  # noqa: E731
+    before = files()
+    assert root / "chunk-000000-of-000001" / "tokens.int32.bin" in before and len(before) >= 4
     calls = []
     tok.encode_batch_flat = lambda texts: calls.append(len(texts))  # any retokenization would record a call
     try:
-        start = time.perf_counter()
         again = build_or_load_cache(corpus, tok, tmp_path / "cache")
-        seconds = time.perf_counter() - start
     finally:
         del tok.encode_batch_flat
-    assert calls == [] and seconds < 0.5 and bin_file.stat().st_mtime_ns == mtime
+    assert calls == [] and files() == before
     assert _docs_as_tuples(again) == _docs_as_tuples(first)
     # a changed input file changes the key: a new cache directory is built
     book = Path(corpus.corpus) / "book0.txt"
