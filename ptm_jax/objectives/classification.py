@@ -20,8 +20,8 @@ from ptm_jax.data.tasks.glue import Example, TaskSpec
 from ptm_jax.errors import DataError
 from ptm_jax.evaluate.glue_metrics import accuracy, task_metrics
 from ptm_jax.objectives.task_data import ArrayTaskData, task_head
+from ptm_jax.data.tasks.registry import PRIMARY  # the metric that keeps a task's best model
 
-PRIMARY = {"cola": "mcc", "stsb": "spearman", "mrpc": "f1", "qqp": "f1"}
 
 
 def featurize(examples: Sequence[Example], tokenizer, max_len: int, regression: bool) -> dict[str, np.ndarray]:

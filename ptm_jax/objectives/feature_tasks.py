@@ -46,7 +46,9 @@ import numpy as np
 from ptm_jax import config as config_lib
 from ptm_jax import fs
 from ptm_jax.config import FinetuneConfig, RunConfig
+from ptm_jax.data.tasks import registry as tasks
 from ptm_jax.data.tasks.conll import IGNORE_INDEX, ConllSentence, label_list
+from ptm_jax.data.tasks.registry import take_subset
 from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.models.text_heads import (
     HEADS,
@@ -389,26 +391,21 @@ class KeepBestFeatures(Hook):
 
 def _sentence_task(cfg: RunConfig):
     """(spec, train examples, dev examples, description) of a GLUE task or the embedded task."""
-    from ptm_jax.objectives.finetune_registry import take_subset
-    from ptm_jax.train.finetune import GLUE_DIRS
-
     f = cfg.finetune
-    task = f.task.lower().replace("-", "")
+    task = tasks.key(f.task)
     if task == "embedded":
         from ptm_jax.data.tasks.embedded_task import DESCRIPTION, embedded_task
 
         spec, train, dev = embedded_task()
         return spec, take_subset(train, f.train_subset, f.subset_seed), dev, DESCRIPTION
-    if task not in GLUE_DIRS:
+    decl = tasks.TASKS.get(task)
+    if decl is None or not decl.glue or task == "ax":
         raise ConfigError(f"finetune.head={f.head!r} classifies sentences or pairs: finetune.task must be a GLUE "
-                          f"task ({', '.join(GLUE_DIRS)}) or 'embedded', got {f.task!r}")
-    from ptm_jax.data.tasks.glue import get_task, glue_from_tfds, read_glue
+                          f"task ({', '.join(n for n in tasks.FINETUNE_TASKS if tasks.TASKS[n].glue)}) or "
+                          f"'embedded', got {f.task!r}")
+    from ptm_jax.data.tasks.glue import get_task
 
-    if not f.data_dir:
-        raise ConfigError(f"finetune.task={f.task}: set finetune.data_dir to the GLUE folder or 'tfds'")
-    read = (lambda split: glue_from_tfds(task, split)) if f.data_dir == "tfds" else (
-        lambda split: read_glue(f.data_dir, task, split)[0])
-    train, dev = read("train"), read("dev_matched" if task == "mnli" else "dev")
+    train, dev = tasks.glue_rows(f.data_dir, task, "train"), tasks.glue_rows(f.data_dir, task, "dev")
     kept = take_subset(train, f.train_subset, f.subset_seed)
     desc = (f"GLUE {task}: {len(kept)} train (of {len(train)}) / {len(dev)} dev examples from {f.data_dir}")
     return get_task(task), kept, dev, desc
@@ -424,7 +421,7 @@ def build_feature_task(cfg: RunConfig) -> tuple[Any, FeatureInputs, str]:
             raise ConfigError(f"finetune.head={f.head!r} tags words: set finetune.task=conll2003 (sentence heads: "
                               f"{', '.join(HEADS)})")
         from ptm_jax.data.tasks.conll import conll_from_tfds, read_conll
-        from ptm_jax.objectives.finetune_registry import conll_files, take_subset
+        from ptm_jax.objectives.finetune_registry import conll_files
 
         if not f.data_dir:
             raise ConfigError("finetune.task=conll2003: set finetune.data_dir to the CoNLL-2003 folder or 'tfds'")

@@ -1,4 +1,4 @@
-"""finetune.task -> builder for the tasks beyond sentence classification (span QA, tagging, choice).
+"""The spine's objective builders of the tasks beyond sentence classification (span QA, tagging, choice).
 
 Each builder takes (cfg, model_cfg, tokenizer, eval_split, *, train=True, model_info=None) and returns
 (objective, description). ``train=False`` (``ptm eval``): only the evaluation split is read and featurised;
@@ -16,9 +16,6 @@ saved model's ptm.json (``label_names``).
   train.txt / valid.txt / test.txt (also under iob2/), or 'tfds'. Evaluation split 'dev' = testa,
   'test' = testb.
 - ``swag``: a folder with train.csv / val.csv / test.csv of the SWAG release; 'test' is unlabelled.
-- ``consert``: a sentences file (one per line), a GLUE TSV (its sentence columns) or a GLUE folder
-  (STS-B/train.tsv); evaluation on STS-B/dev.tsv of finetune.eval_data_dir or of that GLUE folder
-  (``objectives/contrastive.py``).
 
 Evaluation (``train=False``) needs only the split it reads: dev-v1.1.json / dev-v2.0.json, eng.testa
 (valid.txt) or eng.testb (test.txt), val.csv or test.csv.
@@ -28,25 +25,16 @@ Evaluation (``train=False``) needs only the split it reads: dev-v1.1.json / dev-
 """
 from __future__ import annotations
 
-import random
 import re
 from pathlib import Path
 from typing import Any, Callable
 
+from ptm_jax.data.tasks.registry import take_subset
 from ptm_jax.errors import ConfigError
 
 _FOLD = re.compile(r"^fold=(\d+)/(\d+)$")
 CONLL_LAYOUTS = (("eng.train", "eng.testa", "eng.testb"), ("train.txt", "valid.txt", "test.txt"),
                  ("iob2/train.txt", "iob2/valid.txt", "iob2/test.txt"))
-
-
-def take_subset(examples: list, n: int, seed: int) -> list:
-    """The first ``n`` examples after ``random.Random(seed).shuffle`` of the file order (0: all)."""
-    if n <= 0 or n >= len(examples):
-        return list(examples)
-    rows = list(examples)
-    random.Random(seed).shuffle(rows)
-    return rows[:n]
 
 
 def parse_fold(data_dir: str) -> tuple[str, int, int] | None:
@@ -225,14 +213,18 @@ def build_swag(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: boo
     return obj, f"SWAG: {counts}{len(held)} {eval_split} examples, 4 options, from {folder if want_train else held_file}"
 
 
+def build_squad_v2(cfg, model_cfg, tokenizer, eval_split: str = "dev", **kw) -> tuple[Any, str]:
+    return build_squad(cfg, model_cfg, tokenizer, eval_split, version_2=True, **kw)
+
+
 TASK_BUILDERS: dict[str, Callable[..., tuple[Any, str]]] = {
     "squad": build_squad,
-    "squad_v2": lambda cfg, model_cfg, tokenizer, eval_split="dev", **kw: build_squad(
-        cfg, model_cfg, tokenizer, eval_split, version_2=True, **kw),
+    "squad_v2": build_squad_v2,
     "conll2003": build_conll,
     "swag": build_swag,
     "consert": lambda *a, **kw: _consert(*a, **kw),
 }
+"""The spine's builders (``data/tasks/registry.TaskDecl.builder`` names them), for ``Family.tasks``."""
 
 
 def _consert(*args, **kw) -> tuple[Any, str]:

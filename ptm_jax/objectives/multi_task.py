@@ -47,15 +47,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ptm_jax.data.tasks import registry as tasks
+from ptm_jax.data.tasks.registry import PRIMARY, RANK_SUFFIX, take_subset
 from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.evaluate.glue_metrics import task_metrics
 from ptm_jax.objectives.san_classification import SAN_HEAD
 from ptm_jax.objectives.task_data import padded_batches, shuffled_stream, task_head
-
-RANK_SUFFIX = "_rank"
-PRIMARY = {"cola": "mcc", "stsb": "spearman", "mrpc": "f1", "qqp": "f1"}
-"""The metric that picks a task's best model (as ``objectives/classification.py``); accuracy otherwise."""
-
 
 # ---------------------------------------------------------------------------------------------- the task list
 
@@ -192,21 +189,15 @@ def read_task(cfg: Any, name: str, tokenizer, *, train: bool = True) -> TaskData
     """Task ``name`` of ``finetune.tasks`` from ``finetune.data_dir`` (a GLUE folder or 'tfds'): train (after
     ``finetune.train_subset``: examples, or groups of a ranking task) and dev, featurised as the single-task
     classifier does (``objectives/classification.featurize``)."""
-    from ptm_jax.data.tasks.glue import Example, get_task, glue_from_tfds, read_glue
+    from ptm_jax.data.tasks.glue import Example, get_task
     from ptm_jax.objectives.classification import featurize
-    from ptm_jax.objectives.finetune_registry import take_subset
 
     f = cfg.finetune
     ranking = name.endswith(RANK_SUFFIX)
     base = name[: -len(RANK_SUFFIX)] if ranking else name
     spec = get_task(base)
-    if not f.data_dir:
-        raise ConfigError("finetune.task=mtdnn: set finetune.data_dir (--glue-dir) to the GLUE folder or 'tfds'")
-    dev_split = "dev_matched" if base == "mnli" else "dev"
-    read = (lambda split: glue_from_tfds(base, split)) if f.data_dir == "tfds" else (
-        lambda split: read_glue(f.data_dir, base, split)[0])
-    train_rows = read("train") if train else None
-    dev_rows = read(dev_split)
+    train_rows = tasks.glue_rows(f.data_dir, base, "train") if train else None
+    dev_rows = tasks.glue_rows(f.data_dir, base, "dev")
     max_len = f.max_seq_length
     if not ranking:
         if train:
@@ -238,7 +229,7 @@ def read_task(cfg: Any, name: str, tokenizer, *, train: bool = True) -> TaskData
         groups = _ranking_groups(train_rows, positive, c, f.subset_seed, f"{f.data_dir} {spec.dirname} train")
         groups = take_subset(groups, f.train_subset, f.subset_seed)
         tr, _ = rows_of(groups)
-    dev_groups = _ranking_groups(dev_rows, positive, c, f.subset_seed, f"{f.data_dir} {spec.dirname} {dev_split}")
+    dev_groups = _ranking_groups(dev_rows, positive, c, f.subset_seed, f"{f.data_dir} {spec.dirname} {tasks.glue_split(base, 'dev')}")
     dev, true = rows_of(dev_groups)
     return TaskData(name, "ranking", 1, c, tr, dev, true, None, "accuracy",
                     f"{spec.name} ranking of {c} candidates: {0 if tr is None else len(tr['weights']) // c} train / "

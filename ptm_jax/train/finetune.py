@@ -22,9 +22,11 @@ from ptm_jax import config as config_lib
 from ptm_jax import fs
 from ptm_jax.adapters import registry as adapter_registry
 from ptm_jax.config import RunConfig, TrainConfig
+from ptm_jax.data.tasks import registry as tasks
+from ptm_jax.data.tasks.glue import GLUE_TASKS
+from ptm_jax.data.tasks.registry import take_subset
 from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import load_params, load_tokenizer, save_params
-from ptm_jax.objectives.finetune_registry import take_subset
 from ptm_jax.objectives.san_classification import SAN_HEAD, SanClassificationObjective
 from ptm_jax.parallel.batch_check import check_stage_batches
 from ptm_jax.parallel.mesh import make_mesh
@@ -35,8 +37,8 @@ from ptm_jax.train.param_groups import (
     rules_from_config,
 )
 
-GLUE_DIRS = {"sst2": "SST-2", "cola": "CoLA", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
-             "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
+GLUE_DIRS = {name: spec.dirname for name, spec in GLUE_TASKS.items() if name != "ax"}
+"""The GLUE tasks ``finetune.task`` names -> their folders (``data/tasks/glue.GLUE_TASKS``)."""
 
 
 def _classifier_objective(model_cfg, fcfg):
@@ -66,7 +68,7 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev", *,
     would derive from the training split comes from ``model_info`` (the saved model's ptm.json:
     ``label_names``, ``num_labels``) or the task's spec."""
     f = cfg.finetune
-    task = f.task.lower().replace("-", "")
+    task = tasks.key(f.task)
     if task == "embedded":
         from ptm_jax.data.tasks.embedded_task import DESCRIPTION, embedded_task
 
@@ -74,20 +76,14 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev", *,
         _check_num_labels(model_info, spec, task)
         train_rows = take_subset(train_rows, f.train_subset, f.subset_seed) if train else None
         return _classifier_objective(model_cfg, f)(model_cfg, spec, train_rows, dev, tokenizer, f), DESCRIPTION
-    if task in GLUE_DIRS:
-        from ptm_jax.data.tasks.glue import get_task, glue_from_tfds, read_glue
+    decl = tasks.get(task, among=tasks.FINETUNE_TASKS + ("consert",))
+    if decl.glue:
+        from ptm_jax.data.tasks.glue import get_task
 
         spec = get_task(task)
         _check_num_labels(model_info, spec, task)
-        dev_split = ("dev_matched" if task == "mnli" else "dev") if eval_split == "dev" else (
-            "test_matched" if task == "mnli" else "test")
-        if not f.data_dir:
-            raise ConfigError(f"finetune.task={f.task}: set finetune.data_dir to the GLUE folder "
-                              f"(holding {GLUE_DIRS[task]}/) or to 'tfds'")
-        read = (lambda split: glue_from_tfds(task, split)) if f.data_dir == "tfds" else (
-            lambda split: read_glue(f.data_dir, task, split)[0])
-        train_rows = read("train") if train else None
-        dev = read(dev_split)
+        train_rows = tasks.glue_rows(f.data_dir, task, "train") if train else None
+        dev = tasks.glue_rows(f.data_dir, task, eval_split)
         counts = f"{len(train_rows)} train / " if train else ""
         desc = f"GLUE {spec.name}: {counts}{len(dev)} {eval_split} examples from {f.data_dir}"
         if train:
@@ -95,22 +91,15 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev", *,
         if (model_info or {}).get("head") == SAN_HEAD:  # an MT-DNN pair task's best model (mtdnn_answer=san)
             return SanClassificationObjective(model_cfg, spec, train_rows, dev, tokenizer, f, model_info), desc
         return _classifier_objective(model_cfg, f)(model_cfg, spec, train_rows, dev, tokenizer, f), desc
-    from ptm_jax.objectives.finetune_registry import (
-        TASK_BUILDERS,  # span QA, tagging, multiple choice
-    )
+    from ptm_jax.families import registry
 
-    if task in TASK_BUILDERS:
-        from ptm_jax.families import registry
-
-        fam = registry.get(model_cfg.family)
-        if task not in fam.tasks:
-            who = {n: sorted(f.tasks) for n, f in registry.families().items() if task in f.tasks}
-            raise ConfigError(f"finetune.task={f.task!r} is not implemented for model.family={model_cfg.family!r} "
-                              f"(it supports GLUE and {', '.join(sorted(fam.tasks)) or 'nothing more'}); families "
-                              f"that finetune on it: {', '.join(who) or 'none'}")
-        return fam.tasks[task](cfg, model_cfg, tokenizer, eval_split, train=train, model_info=model_info)
-    raise ConfigError(f"finetune.task={f.task!r} is not one of: embedded, {', '.join(GLUE_DIRS)}, "
-                      f"{', '.join(TASK_BUILDERS)}")
+    fam = registry.get(model_cfg.family)
+    if task not in fam.tasks:
+        who = {n: sorted(f.tasks) for n, f in registry.families().items() if task in f.tasks}
+        raise ConfigError(f"finetune.task={f.task!r} is not implemented for model.family={model_cfg.family!r} "
+                          f"(it supports GLUE and {', '.join(sorted(fam.tasks)) or 'nothing more'}); families "
+                          f"that finetune on it: {', '.join(who) or 'none'}")
+    return fam.tasks[task](cfg, model_cfg, tokenizer, eval_split, train=train, model_info=model_info)
 
 
 def finetune_train_config(cfg: RunConfig, num_train: int) -> TrainConfig:
