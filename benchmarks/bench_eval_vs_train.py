@@ -1,4 +1,4 @@
-"""Evaluation vs training throughput at the same shapes (issue 16 item 3).
+"""Evaluation vs training throughput at the same shapes.
 
 One BERT sequence-classification objective (default: the all-MiniLM-L6-v2 shape, 6 layers x 384, 12 heads,
 intermediate 1536; random weights, the same FLOPs) on sentence pairs of the real RTE files, padded to

@@ -1,6 +1,6 @@
 """ELMo's biLM (ptm_jax/families/elmo) next to a plain LSTM language model of the same size, on the same CPU
-budget, on WikiText-2 (issue 18 "Show": "Perplexity of the biLM ... on WikiText-2 for a CPU budget you state,
-next to a plain LSTM of the same size and budget"), then ELMo's contextual nearest neighbours of "play".
+budget, on WikiText-2,
+then ELMo's contextual nearest neighbours of "play".
 
 Data: ../shared/data/corpus/wikitext-2-tokenized holds only the valid and test splits, so both models train on
 valid.txt (217,646 tokens) and are scored on test.txt (245,569 tokens); the word vocabulary is valid.txt's

@@ -1,4 +1,4 @@
-"""Where a word2vec/fastText training step's time goes in the loop (issue 17): the table initialisation, the
+"""Where a word2vec/fastText training step's time goes in the loop: the table initialisation, the
 feed alone (tf.data + the prefetch thread + the device transfer), the compiled step alone on batches already on
 the device, and the two together as ``fit`` runs them (the step dispatched, the previous step's counter read).
 

@@ -1,4 +1,4 @@
-"""ERNIE's dialogue LM and ERNIE 2.0 trained through the loop on real text (issue 19, "Show": losses and task
+"""ERNIE's dialogue LM and ERNIE 2.0 trained through the loop on real text (losses and task
 accuracies over steps).
 
 Text: tiny-shakespeare (../shared/data/corpus/tinyshakespeare/input.txt), whose speakers alternate.

@@ -1,4 +1,4 @@
-"""ERNIE 1.0 knowledge-masking statistics on real text (issue 19, "Show": masking statistics).
+"""ERNIE 1.0 knowledge-masking statistics on real text.
 
 Corpus: a Project Gutenberg book from ../shared/data/corpus/gutenberg (default Pride and Prejudice, 1342-0.txt),
 tokenized with a WordPiece vocabulary trained on it. Units:

@@ -1,4 +1,4 @@
-"""One vs two planning passes of ERNIE's stream (issue 19 item 2): BERT's ``local_batches`` run once with the unit
+"""One vs two planning passes of ERNIE's stream: BERT's ``local_batches`` run once with the unit
 codes as ``annotations`` against the former way (once for the tokens, once more for the codes), interleaved for
 3 rounds of 400 local batches of 32 rows; prints the seconds of each round and the ratio of the best rounds.
 

@@ -1,4 +1,4 @@
-"""ERNIE 1.0 knowledge masking against BERT masking: same corpus, model, budget and seed (issue 19, Show).
+"""ERNIE 1.0 knowledge masking against BERT masking: same corpus, model, budget and seed.
 
 Two arms pretrain the same network (``configs/bert_small.toml``: 2 layers, 128 hidden, 2 heads, FFN 512) on the
 same Project Gutenberg books (``../shared/data/corpus/gutenberg``), with the same cased WordPiece vocabulary, token

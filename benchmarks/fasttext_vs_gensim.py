@@ -1,6 +1,6 @@
 """fastText (ptm_jax/families/fasttext) side by side with gensim ``FastText`` in one run, on the same corpus,
 dimensions, window, negatives, subsampling, negative-sampling exponent, min_count, n-gram range, buckets and
-epochs (issue 17 "Show").
+epochs.
 
 The corpus and the evaluation are word2vec's benchmark's (``benchmarks/word2vec_vs_gensim.py``: the cleaned
 Gutenberg paragraphs, gensim through ``corpus_file``, ptm_jax through its token cache; analogy accuracy with

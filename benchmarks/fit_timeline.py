@@ -1,4 +1,4 @@
-"""Where the seconds of one whole word2vec or fastText ``fit`` go (issue 17): the start (compiling the
+"""Where the seconds of one whole word2vec or fastText ``fit`` go: the start (compiling the
 objective, the checkpointer, initialising the state, the first steps with the train step's compilation), the
 steps, and the end (the last checkpoint's save and wait, the feed's teardown, the curves). Timestamps are taken
 around ``fit``'s own calls, and after steps 1, 2, 3 and the last, when each step's parameters are ready.

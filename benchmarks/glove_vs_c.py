@@ -1,6 +1,6 @@
 """GloVe (ptm_jax/families/glove) side by side with the GloVe C tool (stanfordnlp/GloVe: vocab_count, cooccur,
-shuffle, glove) in one run, on the same corpus, vocabulary, window, dimensions, x_max and iterations (issue 17
-"Show").
+shuffle, glove) in one run, on the same corpus, vocabulary, window, dimensions, x_max and
+iterations.
 
 The corpus: every Gutenberg book of ../shared/data/corpus/gutenberg, cleaned as benchmarks/word2vec_vs_gensim.py
 cleans it (header and footer cut, lower-cased, words = runs of letters and digits, one paragraph per line). The

@@ -1,5 +1,5 @@
 """Our lax.scan LSTM (ptm_jax/models/lstm.py) against torch.nn.LSTM at the same shapes, forward + backward, in
-one run with the two sides interleaved (issue 18 item 4, "The LSTM speed ratio against PyTorch").
+one run with the two sides interleaved (the LSTM speed ratio against PyTorch).
 
 Each side computes d(sum of outputs)/d(inputs, weights) of one LSTM layer over [batch, time, input] float32
 inputs from a zero state; ptm_jax under ``jax.jit`` (compiled before timing), PyTorch eager (its CPU LSTM

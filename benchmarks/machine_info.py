@@ -1,5 +1,5 @@
 """The machine a CPU figure was measured on: CPU model, cores, the ISA flags that XLA:CPU and PyTorch dispatch on,
-and the library versions. Every peer benchmark prints this beside its figures (issue 16 item 5: CPU ratios
+and the library versions. Every peer benchmark prints this beside its figures (CPU ratios
 against PyTorch move between machines, so a figure without its machine is not comparable).
 
 What each side dispatches on (checked on jax/jaxlib 0.10.2 and torch 2.13 CPU):

@@ -1,4 +1,4 @@
-"""MT-DNN against single-task finetuning from all-MiniLM-L6-v2 on the six local GLUE tasks (issue 19, Show).
+"""MT-DNN against single-task finetuning from all-MiniLM-L6-v2 on the six local GLUE tasks.
 
 Both arms start from the real all-MiniLM-L6-v2 checkpoint (its Hugging Face folder, imported on the fly) with
 fresh task heads on the pooled [CLS], and read the same data: the first ``--train-subset`` training examples of

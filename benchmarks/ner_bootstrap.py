@@ -1,7 +1,7 @@
 """Paired bootstrap over sentences of the entity-F1 difference between two NER systems (conlleval's rules, through
 ``evaluate/ner_metrics.ner_report``), from the prediction files ``ptm eval --predictions`` writes (one
 ``token gold pred`` line per token, a blank line between sentences). Used for ERNIE against BERT masking on
-CoNLL-2003 (docs/benchmarks.md, issue 19)::
+CoNLL-2003 (docs/benchmarks.md)::
 
     python benchmarks/ner_bootstrap.py /tmp/evb/pred_bert/conll2003-test.txt /tmp/evb/pred_ernie/conll2003-test.txt
 

@@ -1,5 +1,5 @@
 """Layer-wise linear probes (POS, chunk, NER on CoNLL-2003) for several models, one plot per model and one
-JSON of all figures: the "Show" row of issue 20.
+JSON of all figures.
 
 Each ``--model NAME=PATH`` (``minilm`` = the real all-MiniLM-L6-v2 checkpoint) goes through ``ptm probe``'s
 ``evaluate/probing.probe`` with the same sentences, probe budget and seed; the plots go to

@@ -1,4 +1,4 @@
-"""Embedding objectives' throughput on one accelerator (issue 17: "On the GPU machine: words/s for skip-gram"):
+"""Embedding objectives' throughput on one accelerator (words/s for skip-gram on the GPU machine):
 word2vec (skip-gram, CBOW), fastText (skip-gram, CBOW) and GloVe on the real Gutenberg batches, with no
 TensorFlow on the host (the lent GPU machines have none).
 

@@ -1,4 +1,4 @@
-"""The word2vec train step alone on real batches, many rounds, for A/B timings of the fused CPU kernel (issue 17).
+"""The word2vec train step alone on real batches, many rounds, for A/B timings of the fused CPU kernel.
 
 The batches are the benchmark's (``word2vec_vs_gensim.py``: the Gutenberg corpus, dim 100, window 5, negative 5,
 sample 1e-3, 4096 running words a batch, seed 1), built once; then ``--rounds`` rounds each run the compiled step

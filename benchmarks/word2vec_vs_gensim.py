@@ -1,5 +1,5 @@
 """word2vec (ptm_jax/families/word2vec) side by side with gensim ``Word2Vec`` in one run, on the same corpus,
-dimensions, window, negatives, subsampling, min_count and epochs (issue 17 "Show").
+dimensions, window, negatives, subsampling, min_count and epochs.
 
 The corpus: every Gutenberg book of ../shared/data/corpus/gutenberg without its Project Gutenberg header and
 footer, lower-cased, words = runs of letters and digits (an inner apostrophe kept), one paragraph per document.
@@ -190,7 +190,7 @@ def speed_ratios(objective: str, ours_row: dict, gensim_row: dict) -> dict:
     """ptm_jax's speed over gensim's three ways, each with the same work on both sides: the whole run with the
     trained model written (ptm_jax's end-of-run checkpoint, gensim's ``model.save``), to the last step with
     nothing written (ptm_jax's ``train_seconds``), and ptm_jax's whole run against gensim without its save (the
-    ratio reported before session 17)."""
+    ratio this script reported first)."""
     g = gensim_row
     return {"side": "ratio", "objective": objective,
             "both_saved": round((g["seconds"] + g["save_seconds"]) / ours_row["seconds"], 3),

@@ -5,7 +5,7 @@ may start from another with ``extends = "bert_base"``. Any field can be overridd
 ``section.field=value``; values are parsed as Python literals (``ast.literal_eval``, never ``eval``) and
 checked against the field's annotated type. A misspelt key is an error that names the closest valid keys.
 
-The ``[model]`` and ``[data]`` sections are per family (issue 15 item 2): ``model.family`` when given, else the
+The ``[model]`` and ``[data]`` sections are per family: ``model.family`` when given, else the
 family registering ``objective``, picks their dataclasses (``Family.model_config``, ``Family.data_config``;
 :func:`section_types`), which hold only that family's fields; each section checks itself (``validate(where)``).
 """

@@ -117,7 +117,7 @@ sys.exit(main(sys.argv[1:]))
 
 @pytest.mark.parametrize("preset", ["bert_tiny", "gpt_tiny", "xlnet_tiny"])
 def test_bench_runs_where_tensorflow_is_not_installed(preset, tmp_path):
-    """The GPU hosts of issue #8 have no TensorFlow: `ptm bench` (in-memory batches) must not import it."""
+    """GPU hosts without TensorFlow exist: `ptm bench` (in-memory batches) must not import it."""
     import os
     import subprocess
     import sys

@@ -69,7 +69,7 @@ def test_defaults_are_bert_base_recipe():
     assert cfg.data.masked_lm_prob == 0.15 and cfg.data.short_seq_prob == 0.1 and cfg.data.seed == 12345
 
 
-# Per-family [model] and [data] sections (issue 15 item 2)
+# Per-family [model] and [data] sections
 
 BEFORE = Path(__file__).with_name("presets_before_family_sections.json")
 PERF_PROFILE = {("model", "dtype"), ("model", "remat"), ("model", "scan_layers")}

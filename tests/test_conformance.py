@@ -1,5 +1,5 @@
-"""Every registered pretraining objective passes the same checks (issue 15 item 8; DESIGN.md "Conformance
-comes from the registry"). The objectives come from ``ptm_jax.families.registry``; each family's
+"""Every registered pretraining objective passes the same checks (docs/conformance.md:
+conformance comes from the registry). The objectives come from ``ptm_jax.families.registry``; each family's
 ``Family.tiny_preset`` gives the config, so registering a family puts it under test.
 
 For each objective, on its family's tiny preset (vocabulary 256, batch 8, 32 tokens, 2 steps) over a real text

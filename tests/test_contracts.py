@@ -1,4 +1,4 @@
-"""The objective contracts of ``ptm_jax/objectives/base.py`` (issue 15 item 5): runtime-checkable protocols
+"""The objective contracts of ``ptm_jax/objectives/base.py``: runtime-checkable protocols
 instead of attribute probing, and the flag by which an objective refuses gradient accumulation.
 
 - every registered pretraining objective (built through the registry on its family's tiny preset) is an

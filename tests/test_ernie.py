@@ -1,4 +1,4 @@
-"""ERNIE 1.0 knowledge masking (issue 19 item 1; ptm_jax/families/ernie): whole units only, 80/10/10 within units,
+"""ERNIE 1.0 knowledge masking (ptm_jax/families/ernie): whole units only, 80/10/10 within units,
 the unit and token rates, lexicon longest match, word2phrase PMI phrases on real text, span/lexicon file errors,
 the staged basic -> phrase -> entity schedule, Chinese at character level and the Hugging Face round trip. Training
 through the loop (finite losses, exact resume, 1 device = (2,2,2)) is tests/test_conformance.py's ernie rows.

@@ -1,4 +1,4 @@
-"""ERNIE 2.0's continual multi-task pretraining (issue 19 item 3; ptm_jax/families/ernie/continual*.py, case.py):
+"""ERNIE 2.0's continual multi-task pretraining (ptm_jax/families/ernie/continual*.py, case.py):
 each task's labels on real text, the class balance of the structure tasks, the continual schedule, the stream's
 exact resume and the task-weight errors. Training through the loop (finite losses, exact resume, 1 device =
 (2,2,2)) is tests/test_conformance.py's ernie2 row.

@@ -1,4 +1,4 @@
-"""ERNIE's dialogue LM (issue 19 item 2; ptm_jax/families/ernie/dialogue*.py): the dialogue readers (roles,
+"""ERNIE's dialogue LM (ptm_jax/families/ernie/dialogue*.py): the dialogue readers (roles,
 turns, the missing-role errors naming file and line), the tokenized dialogues, the examples (turns, roles, the
 fake-response rate and where fakes come from, masking never on [CLS]/[SEP]) and the role embedding's effect on
 the network's output. Training through the loop (finite losses, exact resume, 1 device = (2,2,2)) is

@@ -1,4 +1,4 @@
-"""ERNIE finetuning (issue 19; ptm_jax/families/ernie/task_heads.py): BERT's heads on the "ernie" trunk (ERNIE 1.0)
+"""ERNIE finetuning (ptm_jax/families/ernie/task_heads.py): BERT's heads on the "ernie" trunk (ERNIE 1.0)
 and on the "ernie2" trunk with its task embedding (ERNIE 2.0), so `ptm finetune` runs CoNLL-2003 NER and a GLUE
 task from an ``ernie_mlm`` or an ``ernie2`` pretraining run.
 

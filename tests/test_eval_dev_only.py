@@ -1,4 +1,4 @@
-"""`ptm eval` needs only the split it scores (issue 16 item 1), for every task family.
+"""`ptm eval` needs only the split it scores, for every task family.
 
 For each task a tiny BERT with the task's head is initialised from the objective that finetuning builds (which
 reads the training split: CoNLL's label list comes from it) and saved as `ptm finetune` saves its best model

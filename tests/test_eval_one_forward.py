@@ -1,4 +1,4 @@
-"""Evaluation runs one forward pass per batch (issue 16 item 3): the loop's jitted eval-and-predict step returns
+"""Evaluation runs one forward pass per batch: the loop's jitted eval-and-predict step returns
 the loss terms and the predictions of a batch, and XLA computes their shared forward pass once: the compiled
 program holds no more matrix products than the loss alone."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""No file outside a family's package names the family (issue 15 item 1; DESIGN.md "Families as plug-ins").
+"""No file outside a family's package names the family (docs/architecture.md, "How a family plugs in").
 
 For every family in the registry (``ptm_jax.families.registry.families()``: bert, gpt, nnlm, xlnet, ...), every
 ``.py`` file under ``ptm_jax/`` outside the family packages ``ptm_jax/families/*/`` (a family may import another:

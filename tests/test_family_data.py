@@ -1,4 +1,4 @@
-"""Objectives declare their data (issue 15 item 4): ``train/stages.py:prepare_corpus`` checks the tokenizer kind
+"""Objectives declare their data: ``train/stages.py:prepare_corpus`` checks the tokenizer kind
 a family reads (``Family.tokenizer_kinds``), puts only the specials it declares into ``Corpus.special``
 (``Family.specials``), and builds each of its ``Family.artifacts`` once beside the token cache, handing the values
 to the objective builder in ``Corpus.artifacts``. ``tokenizer.min_count`` cuts a trained word vocabulary.

@@ -1,4 +1,4 @@
-"""fastText as a family package (ptm_jax/families/fasttext, issue 17 item 4): the character n-grams and their
+"""fastText as a family package (ptm_jax/families/fasttext): the character n-grams and their
 hashes equal gensim's on real words (non-ASCII included); one real `ptm pretrain` of skip-gram on
 tiny-shakespeare whose known neighbours come out, whose out-of-vocabulary words land beside their
 in-vocabulary relatives, whose word and OOV vectors equal gensim's ``FastTextKeyedVectors`` composition of the

@@ -5,7 +5,7 @@ The targets and input strategies live in benchmarks/fuzz_readers.py (which runs 
 target gets 150 derandomized Hypothesis inputs, so the suite is deterministic and fast. A target listed in
 KNOWN_CRASHES is marked xfail(strict=True): the reason names the crash, and ``strict`` turns the mark into a
 failure once the crash is fixed, so the mark cannot outlive the bug. The tests after the fuzz targets pin the
-crashes the fuzzer found (issue #7): each bad input is refused with its file, line and what to do.
+crashes the fuzzer found: each bad input is refused with its file, line and what to do.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _load_harness():
 
 fuzz = _load_harness()
 
-KNOWN_CRASHES: dict[str, str] = {}  # target name -> where it crashes; none open since issue #7's fixes
+KNOWN_CRASHES: dict[str, str] = {}  # target name -> where it crashes; none open since their fixes
 
 
 def _param(name: str):
@@ -98,7 +98,7 @@ def test_the_deadline_turns_a_hang_into_a_reported_outcome():
 
 
 # ----------------------------------------------------------------------------------------------------
-# The crashes the fuzzer found (issue #7), pinned: each input is refused with its file, line and a fix
+# The crashes the fuzzer found, pinned: each input is refused with its file, line and a fix
 
 
 def test_invalid_utf8_in_glue_squad_and_conll_is_refused_with_its_line(tmp_path):

@@ -1,6 +1,6 @@
 """The whole `ptm run` on 2 processes with ``output_dir=gs://...`` against a local GCS emulator (fake-gcs-server,
 tests/gcs_emulator.py), SIGKILLed mid-pretraining and resumed by running the same command again; then `ptm eval`
-and `ptm export` read and write the bucket (issue 14, "Show").
+and `ptm export` read and write the bucket.
 
 R = the uninterrupted 2-process run into gs://ptm-show/ref. K = the same command into gs://ptm-show/run, killed
 (SIGKILL of the launcher and both processes at once: no handler runs) as soon as pretraining's step-4

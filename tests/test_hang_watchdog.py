@@ -1,4 +1,4 @@
-"""A multi-process hang is caught by a timeout that names the process that did not arrive (issue #7).
+"""A multi-process hang is caught by a timeout that names the process that did not arrive.
 
 Two real processes join ``jax.distributed`` on 127.0.0.1. Both pass one barrier; then process 1 stalls
 (it sleeps instead of reaching the second barrier). Process 0 must fail with ``DistributedError`` within the

@@ -1,4 +1,4 @@
-"""What an operator sees (issue 16 items 2 and 4): a `ptm` run whose output is not a terminal prints plain log
+"""What an operator sees: a `ptm` run whose output is not a terminal prints plain log
 lines every train.log_every steps (step, loss, the objective's metrics, learning rate, examples/s, ETA) and no
 progress-bar redraws, and a default run prints no TensorFlow/absl start-up lines."""
 from __future__ import annotations

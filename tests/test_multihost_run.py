@@ -1,6 +1,6 @@
 """The whole `ptm run` on 2 and 4 processes (jax.distributed over 127.0.0.1, 8 CPU devices in all) equals the
 1-process run: pretraining, finetuning with an evaluation and a best-model save every 2 steps, then `ptm eval`
-and `ptm export` on the same process count (issue 14, "Show").
+and `ptm export` on the same process count.
 
 - 2 processes x 4 devices: JAX's device order, each process holds a contiguous block of every batch (GPU
   clusters).

@@ -1,7 +1,7 @@
 """Multi-process training: 2 processes x 4 CPU devices (jax.distributed over 127.0.0.1, gloo collectives,
 the JAX 0.10 default on CPU) give the losses of 1 process x 8 devices, and checkpoints move between process
-counts (2 -> 1 -> 2) without repeating or skipping an example (DESIGN.md "Multi-host", "Deterministic,
-resumable data").
+counts (2 -> 1 -> 2) without repeating or skipping an example (docs/reliability.md,
+"Multi-process saves and evaluation rows").
 
 Runs are real subprocesses: ``launch/local_multiprocess.py -n 2 --devices-per-process 4 -- ptm pretrain ...``
 and plain ``python -m ptm_jax.cli pretrain``; they share one tokenizer, token cache and JAX persistent

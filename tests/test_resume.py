@@ -1,6 +1,6 @@
 """Resuming is exact: a pretrain run SIGKILLed mid-way and restarted with the same command ends with the
 parameters of an uninterrupted run, and a checkpoint written on mesh (8,1,1) continues on (2,2,2) and
-(1,4,2) with the uninterrupted run's losses (DESIGN.md "Checkpoints"; orbax writes each step atomically).
+(1,4,2) with the uninterrupted run's losses (docs/reliability.md; orbax writes each step atomically).
 
 The uninterrupted reference and the killed/restarted run are real ``python -m ptm_jax.cli pretrain``
 subprocesses sharing one tokenizer, token cache and JAX persistent compilation cache (compiled executables

@@ -1,4 +1,4 @@
-"""Loss-spike rollback (issue #7, PaLM Sec. 5.1): a loss above spike_factor x the recent median restores the
+"""Loss-spike rollback (PaLM Sec. 5.1): a loss above spike_factor x the recent median restores the
 latest checkpoint and skips the batches since then; the data cursor in later checkpoints accounts for them.
 
 The spike is real training on a real stream: the batches with the given data index have their MLM loss scaled

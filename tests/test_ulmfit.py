@@ -1,4 +1,4 @@
-"""ULMFiT / AWD-LSTM (issue 18, item 2): fastai parity, weight-import errors, variable-BPTT batches, the LM
+"""ULMFiT / AWD-LSTM: fastai parity, weight-import errors, variable-BPTT batches, the LM
 trained through the loop with its carried state, the classifier stage's parameter groups and slanted
 triangular rates, and the pipeline's refusal to build a classifier without a finished LM.
 

@@ -1,4 +1,4 @@
-"""word2vec as a family package (ptm_jax/families/word2vec, issue 17): word2vec.c's sampling rules on real counts
+"""word2vec as a family package (ptm_jax/families/word2vec): word2vec.c's sampling rules on real counts
 (subsampling keep rates, the dynamic window, unigram^0.75 negatives, the Huffman tree), CBOW's gradient, a
 small skip-gram on tiny-shakespeare whose known neighbours come out, the examples independent of the process
 count, and a stop mid-epoch + resume ending bit-equal to the uninterrupted run.

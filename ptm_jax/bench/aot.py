@@ -1,6 +1,5 @@
 """`ptm compile`: lower and compile the sharded train step ahead of time, without running it, and report the
-per-device memory XLA assigns (DESIGN.md: "an ahead-of-time lower().compile() path reports memory before a pod
-is reserved").
+per-device memory XLA assigns, so that memory is known before a pod is reserved (docs/scaling.md, "Before reserving a slice").
 
 Devices to compile for (``device_type``):
 

@@ -1,5 +1,5 @@
-"""The offline default corpus: English prose that ships with every Python install (DESIGN.md, "Embedded
-default").
+"""The offline default corpus: English prose that ships with every Python install (docs/architecture.md,
+"One run").
 
 1. ``pydoc_data.topics.topics``: the language reference topics behind ``help()``, one document per topic
    (sorted by topic name). ``pydoc_data.topics`` is a pure data module, so importing it is safe.

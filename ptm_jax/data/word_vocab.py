@@ -10,7 +10,7 @@ from the words' counts over a corpus and saved as ``vocab.tsv``, one ``word<TAB>
   two count 0 (``<eos>`` is added by the example streams at document ends, not by the text).
 * then every word with ``count >= min_count``, by count descending, ties by the word's UTF-8 bytes ascending,
   cut to ``max_vocab`` entries in all (specials included). So the same corpus and settings always give a
-  byte-identical file, in any process and run (issue 15, item 6).
+  byte-identical file, in any process and run.
 
 word2vec.c (``SortVocab``: count descending, ``min_count``; ``</s>`` as id 0) and torchtext's ``vocab``
 (``min_freq``, ``max_tokens``, specials first) are the models; unlike word2vec.c, ties have a defined order.

@@ -1,5 +1,5 @@
 """Contextual word features of any model with per-layer features, written to a file: ``ptm embed MODEL FILE
---layers ... [--mix ...]`` (issue 18, item 1). AllenNLP's ``allennlp elmo`` command is the model (``--all``,
+--layers ... [--mix ...]``. AllenNLP's ``allennlp elmo`` command is the model (``--all``,
 ``--top``, ``--average``; one hdf5 dataset per sentence).
 
 - Input: one sentence per line, words separated by whitespace (as CoNLL-2003 and bilm-tf's ``Batcher`` read

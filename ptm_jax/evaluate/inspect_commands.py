@@ -1,4 +1,4 @@
-"""`ptm attention | probe | context-neighbors | vector-map`: looking inside models (issue 20). The lead registers
+"""`ptm attention | probe | context-neighbors | vector-map`: looking inside models. The lead registers
 them in ``ptm_jax/cli.py`` with ``register(subparsers)``; each command lives in the module of its concept."""
 from __future__ import annotations
 

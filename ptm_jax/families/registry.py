@@ -2,7 +2,7 @@
 
 A family is one package under ``ptm_jax/families/`` whose ``__init__`` builds a :class:`Family` and calls
 :func:`register`. The loop, the stages, the CLI, export and bench ask this module; none of them names a family
-(DESIGN.md "Families as plug-ins"; levanter's ``LmConfig.register_subclass`` is the model). Families are found by
+(docs/architecture.md, "How a family plugs in"; levanter's ``LmConfig.register_subclass`` is the model). Families are found by
 importing every package under ``ptm_jax/families`` (``load_all``), so adding a family is adding a package.
 
 Every hook but the identity fields is optional: a family that has no Hugging Face counterpart leaves ``hf`` None,

@@ -2,7 +2,7 @@
 attention implementation, rematerialisation, scanned layers.
 
 Each family's ``config.py`` subclasses :class:`TransformerConfig`, sets its own ``family`` default and adds
-only its own fields (issue 15 item 2); ``ptm_jax/config.py`` picks the subclass by family
+only its own fields; ``ptm_jax/config.py`` picks the subclass by family
 (``Family.model_config``). Defaults are BERT-base (Devlin et al. 2019, Sec. 3; google-research/bert
 modeling.py ``BertConfig``), which every family starts from in its presets.
 """

@@ -3,7 +3,7 @@ lines, periodic evaluation, checkpointing with the preemption stop, a profiler t
 
 ``loop.fit`` runs one jitted call at a time (one step, or ``train.steps_per_call`` of them) and hands it to its
 hooks, in order; each hook is one concern and keeps its own state. The design follows levanter's
-``trainer.add_hook(fn, every=N)`` (DESIGN.md: "The loop stays short; side work is hooks"). The protocol (every
+``trainer.add_hook(fn, every=N)``: the loop stays short; side work is hooks. The protocol (every
 method optional, the base class does nothing):
 
 - ``after_step(run, metrics)``: after each call, in hook order; ``metrics`` are its (last) step's device values.

@@ -1,4 +1,4 @@
-"""BERT's config sections (issue 15 item 2): ``[model]`` adds the token-type embedding to the shared Transformer
+"""BERT's config sections: ``[model]`` adds the token-type embedding to the shared Transformer
 fields; ``[data]`` adds the masking and sentence-pair fields of google-research/bert create_pretraining_data.py
 (``masked_lm_prob``, ``short_seq_prob``, ``do_whole_word_mask``) to the shared masking base."""
 from __future__ import annotations

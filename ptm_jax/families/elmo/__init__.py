@@ -1,4 +1,4 @@
-"""ELMo (Peters et al. 2018; allenai/bilm-tf) as one family package (issue 18, item 1).
+"""ELMo (Peters et al. 2018; allenai/bilm-tf) as one family package.
 
 ``config.py`` the ``[model]`` section, ``chars.py`` the character ids of a word, ``model.py`` the char-CNN and
 biLM modules, ``softmax.py`` the sampled and full softmax, ``data.py`` the tf.data lanes (state carried across

@@ -18,7 +18,7 @@ REFERENCE_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7
 class ElmoConfig:
     """Character CNN -> highway -> projection (the token representation), then a 2-layer LSTMP per direction.
 
-    Defaults are the original ELMo (REFERENCE.md): 4096 cells projected to 512, cell and projection clip 3,
+    Defaults are the original ELMo (allenai/bilm-tf): 4096 cells projected to 512, cell and projection clip 3,
     a residual connection on every layer but the first, 8192 sampled classes."""
 
     family: str = "elmo"

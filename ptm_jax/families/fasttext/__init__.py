@@ -1,5 +1,5 @@
 """fastText's subword word vectors (Bojanowski et al. 2017, "Enriching Word Vectors with Subword Information";
-facebookresearch/fastText) as one family package (issue 17, item 4): skip-gram and CBOW with negative sampling
+facebookresearch/fastText) as one family package: skip-gram and CBOW with negative sampling
 in which a word's input vector is the mean of its own row and its hashed character n-gram rows.
 
 ``ngrams.py`` the character n-grams and their FNV-1a buckets, ``subwords.py`` the n-gram ids of every

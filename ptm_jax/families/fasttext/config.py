@@ -34,7 +34,7 @@ class FastTextConfig:
     128: skip-gram on Gutenberg (2.0M words, dim 100, 2M buckets, batch 4096, alpha 0.025, the presets' rate)
     trains 3 epochs at 64 and 128 and diverges at 256 (and at 64 when reads, not pairs, were counted). What
     bounds it is cap x learning rate: at fastText's lr 0.05 cap 128 diverges and 64 and 32 train, so halve the
-    cap when doubling the rate (docs/benchmarks.md, issue 17 session 9)."""
+    cap when doubling the rate (docs/benchmarks.md)."""
     init_vectors: str = ""
     """A fastText ``.vec``, word2vec text/binary or GloVe text vector file (``export/vector_files.py``) whose
     vectors initialise the vocabulary words' own rows of the input table, as fastText's ``-pretrainedVectors``

@@ -1,4 +1,4 @@
-"""GloVe (Pennington, Socher and Manning 2014) as one family package (issue 17, item 3).
+"""GloVe (Pennington, Socher and Manning 2014) as one family package.
 
 ``config.py`` the ``[model]`` and ``[data]`` sections, ``cooccur.py`` the co-occurrence pass (an artifact
 cached beside the token cache, sharded over hosts), ``data.py`` the shuffled entries in tf.data,

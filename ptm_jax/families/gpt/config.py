@@ -1,4 +1,4 @@
-"""GPT's ``[model]`` section (issue 15 item 2): the shared Transformer fields plus the LayerNorm position that
+"""GPT's ``[model]`` section: the shared Transformer fields plus the LayerNorm position that
 tells GPT-1 from GPT-2. Its ``[data]`` section is the shared ``DataConfig`` (a causal LM packs the stream)."""
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Token + learned position embeddings -> dropout -> N causal Transformer blocks; GPT-1 blocks are post-LN
 (``x = LN(x + attn(x))``), GPT-2 blocks are pre-LN (``x = x + attn(LN(x))``) with a final LayerNorm.
 Weights are drawn from N(0, initializer_range); GPT-2 scales the two residual output projections of each
-block by 1/sqrt(2 * num_layers) and draws positions from N(0, 0.01) (2019 paper Sec. 2.3, REFERENCE.md).
+block by 1/sqrt(2 * num_layers) and draws positions from N(0, 0.01) (2019 paper Sec. 2.3; openai/gpt-2 model.py).
 The output layer is tied to the token embedding.
 
 Attention is causal within a segment: ``segment_ids`` (1..n = document index in a packed row, 0 = padding)

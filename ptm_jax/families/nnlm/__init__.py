@@ -1,4 +1,4 @@
-"""Bengio et al. 2003's neural probabilistic language model as one family package (issue 15, item 7).
+"""Bengio et al. 2003's neural probabilistic language model as one family package.
 
 ``config.py`` the ``[model]`` section, ``model.py`` the Flax module, ``data.py`` the tf.data rows,
 ``objective.py`` the loss and streams, ``hooks.py`` parameter groups, FLOPs and the bench batch. Its tokenizer
@@ -19,7 +19,7 @@ def build_nnlm(cfg: Any, corpus: Any):
 
     tok = corpus.tokenizer
     initial = None
-    if cfg.model.init_vectors:  # word2vec/GloVe vectors as the initial C (issue 17 item 6)
+    if cfg.model.init_vectors:  # word2vec/GloVe vectors as the initial C
         from ptm_jax.export.vector_files import vectors_for_vocab
 
         initial = vectors_for_vocab(cfg.model.init_vectors, tok, cfg.model.vocab_size, cfg.model.embed_dim,

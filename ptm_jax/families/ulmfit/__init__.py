@@ -1,4 +1,4 @@
-"""ULMFiT (Howard & Ruder 2018) on the AWD-LSTM (Merity et al. 2018) as one family package (issue 18, item 2).
+"""ULMFiT (Howard & Ruder 2018) on the AWD-LSTM (Merity et al. 2018) as one family package.
 
 ``config.py`` the ``[model]``/``[data]`` sections, ``model.py`` the AWD-LSTM, its LM and its classifier,
 ``lm_data.py`` the variable-BPTT, state-carrying LM batches, ``objective.py`` the LM loss with AR/TAR,

@@ -1,4 +1,4 @@
-"""word2vec (Mikolov et al. 2013; word2vec.c) as one family package (issue 17): skip-gram and CBOW with negative
+"""word2vec (Mikolov et al. 2013; word2vec.c) as one family package: skip-gram and CBOW with negative
 sampling and/or the hierarchical softmax, trained through the one loop.
 
 ``config.py`` the ``[model]`` and ``[data]`` sections, ``sampling.py`` subsampling, unigram^0.75 negatives and

@@ -1,4 +1,4 @@
-"""XLNet's config sections (issue 15 item 2): ``[model]`` adds the Transformer-XL memory and relative-position
+"""XLNet's config sections: ``[model]`` adds the Transformer-XL memory and relative-position
 fields; ``[data]`` adds the permutation-LM sampling of zihangdai/xlnet data_utils.py to the shared masking base
 (``num_predict`` is ``max_predictions_per_seq``)."""
 from __future__ import annotations
