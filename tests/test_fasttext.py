@@ -273,6 +273,12 @@ def test_sparse_row_update_and_the_fused_cpu_kernel_equal_the_dense_sgd_step(sha
     used = batch["unit_weight"].sum(axis=1)
     assert float(used.sum()) > 64 and float(batch["dropped"].sum()) == 0
     # the C++ unit builder the dataset uses gives numpy's arrays bit for bit, a block overflowing included
+    from ptm_jax.families.word2vec import native
+
+    lib, why = native.library("examples_cpu.cc")   # without it, native=True falls back to numpy: numpy vs numpy
+    if lib is None:
+        pytest.fail(f"the C++ example builder (examples_cpu.cc) did not load: {why}; this check compares it with "
+                    "numpy, so it needs a C++ compiler (g++, or $CXX)")
     from ptm_jax.data.pretraining.causal_lm import PackedStream
     from ptm_jax.families.fasttext.data import add_units
     from ptm_jax.families.word2vec.data import packed_rows

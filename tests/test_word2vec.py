@@ -230,6 +230,12 @@ def test_examples_are_the_same_for_any_process_count_and_start_with_every_pair_p
     assert f"batch 7: {int(small['dropped'].sum())} (context, center) pairs did not fit" in caplog.text
     assert "raise data.pair_slots (now 2)" in caplog.text
     # the C++ builder the dataset uses gives numpy's arrays bit for bit: hs, per-pair negatives, overflow
+    from ptm_jax.families.word2vec import native
+
+    lib, why = native.library("examples_cpu.cc")   # without it, native=True falls back to numpy: numpy vs numpy
+    if lib is None:
+        pytest.fail(f"the C++ example builder (examples_cpu.cc) did not load: {why}; this check compares it with "
+                    "numpy, so it needs a C++ compiler (g++, or $CXX)")
     for negative, cbow, shared, n in ((NEG, True, True, slots), (NEG, False, False, 2), (0, False, True, slots)):
         t = Tables.build(vocab.counts, specials(vocab), sample=1e-3, negative=negative, hs=True)
         kw = dict(window=WINDOW, negative=negative, cbow=cbow, seed=4, reach=40, pad_id=vocab.pad_id, shared=shared,
