@@ -28,7 +28,10 @@ def _losses(cfg, objective, mesh, accum=1):
 def test_losses_equal_on_one_device_and_meshes_8_1_1__2_2_2__1_4_2(objective):
     cfg, obj = objective
     ref, ref_state = _losses(cfg, obj, make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1]))
-    assert np.all(np.isfinite(ref)) and ref[0, 0] > ref[-1, 0] - 5.0
+    # untrained (init std 0.02), the model is near uniform: mean MLM cross-entropy ln 512 + NSP ln 2 = 6.9315
+    # (measured: 6.9302); then each of the 3 steps lowers the loss (6.9302, 6.9293, 6.9242) with a nonzero gradient
+    assert ref[0, 0] == pytest.approx(np.log(512) + np.log(2), abs=0.01)
+    assert np.all(np.diff(ref[:, 0]) < 0) and np.all(ref[:, 1] > 0.1)
     for shape in [(8, 1, 1), (2, 2, 2), (1, 4, 2)]:
         got, state = _losses(cfg, obj, make_mesh(MeshConfig(*shape)))
         np.testing.assert_allclose(got, ref, rtol=1e-5, err_msg=f"mesh {shape}")
