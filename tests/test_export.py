@@ -272,7 +272,9 @@ def test_embeddings_do_not_depend_on_batching_or_padding(tmp_path, vocab_file):
 
 
 def test_cli_import_export_embed_predict(tmp_path, vocab_file, capsys, monkeypatch):
-    params = classifier_params()
+    # weights 10x the usual 0.05: attention is far from uniform, so the texts' class probabilities differ by
+    # tenths (at 0.05 they differ in the fifth decimal and any text's output would pass for another's)
+    params = jax.tree.map(lambda a: 10 * a, classifier_params())
     params_lib.save_params(tmp_path / "clf", params, TINY, "sequence_classification",
                            {"num_labels": 3, "label_names": ["neg", "neu", "pos"]}, [vocab_file])
     parser = argparse.ArgumentParser()
@@ -292,17 +294,34 @@ def test_cli_import_export_embed_predict(tmp_path, vocab_file, capsys, monkeypat
     printed = capsys.readouterr().out.splitlines()
     from ptm_jax.data.tokenizers import WordPieceTokenizer
 
-    logits = commands.classify_texts(params, TINY, 3, WordPieceTokenizer(vocab_file), TEXTS)
+    # independently of the batched, padded, bucketed inference path: the model's apply on each text alone,
+    # [CLS] text [SEP] unpadded, the softmax in numpy, the mean of the trunk's last layer
+    tok = WordPieceTokenizer(vocab_file)
+    logits, means, cls = [], [], []
+    for text in TEXTS:
+        x = jnp.asarray([[2] + tok.encode(text) + [3]])
+        logits.append(np.asarray(BertForSequenceClassification(TINY, 3).apply(
+            {"params": params}, x, jnp.ones_like(x), jnp.zeros_like(x)))[0])
+        h, _ = BertModel(TINY).apply({"params": params["bert"]}, x, jnp.ones_like(x), jnp.zeros_like(x))
+        means.append(np.asarray(h[0]).mean(0))
+        cls.append(np.asarray(h[0, 0]))
+    logits = np.asarray(logits, np.float64)
+    probs = np.exp(logits - logits.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
     assert printed == [["neg", "neu", "pos"][i] for i in logits.argmax(1)]
     assert run("predict", tmp_path / "back", tmp_path / "in.txt", "--out", tmp_path / "p.tsv") == 0
-    rows = (tmp_path / "p.tsv").read_text().splitlines()
-    assert rows[0] == "index\tprediction\tp_neg\tp_neu\tp_pos" and len(rows) == 6
+    rows = [r.split("\t") for r in (tmp_path / "p.tsv").read_text().splitlines()]
+    assert rows[0] == ["index", "prediction", "p_neg", "p_neu", "p_pos"] and len(rows) == 6
+    assert [r[:2] for r in rows[1:]] == [[str(i), label] for i, label in enumerate(printed)]
+    assert np.ptp(probs[:, 2]) > 0.1                                     # the texts' outputs differ
+    np.testing.assert_allclose(np.array([r[2:] for r in rows[1:]], float), probs, atol=1e-5)
     assert run("embed", tmp_path / "back", tmp_path / "in.txt", "--out", tmp_path / "e.npy") == 0
-    assert np.load(tmp_path / "e.npy").shape == (5, 32)
+    np.testing.assert_allclose(np.load(tmp_path / "e.npy"), np.asarray(means), atol=1e-5)
     monkeypatch.setattr("sys.stdin", open(tmp_path / "in.txt"))
     assert run("embed", tmp_path / "back", "-", "--pooling", "cls") == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
-    assert [x["text"] for x in lines] == TEXTS and len(lines[0]["embedding"]) == 32
+    assert [x["text"] for x in lines] == TEXTS
+    np.testing.assert_allclose([x["embedding"] for x in lines], np.asarray(cls), atol=1e-5)
     (tmp_path / "bad.txt").write_bytes(b"fine\n\xff\xfe broken\n")
     with pytest.raises(DataError, match=r"bad\.txt:2: not UTF-8"):
         run("embed", tmp_path / "back", tmp_path / "bad.txt")
