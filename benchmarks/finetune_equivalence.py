@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the ptm_jax of this checkout (also for the `ptm` processes, run from ROOT)
 SHARED = Path(os.environ.get("PTM_SHARED_DATA", "/work/shared/data"))
 CLOCK_KEYS = ("time", "sec", "wait", "flops", "mfu", "elapsed", "duration", "compile")
 """metrics.jsonl fields measured by host clocks (not compared)."""
@@ -49,7 +51,7 @@ def new_keys() -> bool:
 
 def overrides(job: str, out: Path, data: Path) -> list[str]:
     """The config overrides of ``job`` in the key names of the installed configuration."""
-    pre = out / "run"
+    pre = out / "run" / "pretrain"
     common = ["train.progress_bar=false", "finetune.seed=0"]
     new = new_keys()
     if job == "mtdnn":
@@ -78,7 +80,7 @@ def overrides(job: str, out: Path, data: Path) -> list[str]:
 def ptm(*args: str) -> None:
     cmd = [sys.executable, "-m", "ptm_jax.cli", *args]
     print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
 
 
 def make_data(data: Path) -> None:
@@ -116,9 +118,25 @@ def collect(stage: Path, dest: Path) -> None:
             shutil.copytree(p, dest / p.name, dirs_exist_ok=True)
 
 
-def run_all(out: Path) -> None:
+def run_all(out: Path, resume: bool = False) -> None:
+    """The four jobs into ``out``; ``resume``: a job whose ``results/<job>`` exists is not run again."""
     data = out / "data"
     make_data(data)
+    if not (resume and (out / "results" / "run").is_dir()):
+        run_job(out)
+    if not (resume and (out / "results" / "mtdnn").is_dir()):
+        mtdnn_job(out, data)
+    if not (resume and (out / "results" / "consert").is_dir()):
+        ptm("finetune", "-c", "bert_tiny", *overrides("consert", out, data))
+        collect(out / "consert" / "finetune-consert", out / "results" / "consert")
+    if not (resume and (out / "results" / "textcnn").is_dir()):
+        ptm("finetune", "-c", "bert_tiny", *overrides("textcnn", out, data))
+        stage = out / "textcnn" / "finetune-embedded"
+        collect(stage, out / "results" / "textcnn")
+        shutil.copy(stage / "best" / "feature_model.json", out / "results" / "textcnn" / "feature_model.json")
+
+
+def run_job(out: Path) -> None:
     ptm("run", "-c", "bert_tiny", f"output_dir={out / 'run'}", "train.steps=10", "train.seed=0",
         "train.progress_bar=false", "finetune.task=embedded", "finetune.seed=0")
     stage = out / "run" / "finetune-embedded"
@@ -126,6 +144,8 @@ def run_all(out: Path) -> None:
     collect(stage, out / "results" / "run")
     shutil.copy(out / "run" / "summary.json", out / "results" / "run" / "run_summary.json")
 
+
+def mtdnn_job(out: Path, data: Path) -> None:
     ptm("finetune", "-c", "bert_tiny", *overrides("mtdnn", out, data))
     root = out / "mtdnn" / "mtdnn"
     for task in ("rte", "stsb"):
@@ -136,14 +156,6 @@ def run_all(out: Path) -> None:
         collect_best(root / task, out / "results" / "mtdnn" / f"{task}_best")
     collect(root / "multitask", out / "results" / "mtdnn" / "multitask")
     shutil.copy(root / "summary.json", out / "results" / "mtdnn" / "summary.json")
-
-    ptm("finetune", "-c", "bert_tiny", *overrides("consert", out, data))
-    collect(out / "consert" / "finetune-consert", out / "results" / "consert")
-
-    ptm("finetune", "-c", "bert_tiny", *overrides("textcnn", out, data))
-    stage = out / "textcnn" / "finetune-embedded"
-    collect(stage, out / "results" / "textcnn")
-    shutil.copy(stage / "best" / "feature_model.json", out / "results" / "textcnn" / "feature_model.json")
 
 
 def collect_best(task_dir: Path, dest: Path) -> None:
@@ -242,13 +254,14 @@ def main() -> int:
     p.add_argument("--compare", default=None, help="an earlier --out folder to compare results/ with")
     p.add_argument("--tol", type=float, default=1e-6)
     p.add_argument("--skip-run", action="store_true", help="only compare an existing --out")
+    p.add_argument("--resume", action="store_true", help="keep --out; run only the jobs without results/<job>")
     a = p.parse_args()
     out = Path(a.out).absolute()
     if not a.skip_run:
-        if out.exists():
+        if out.exists() and not a.resume:
             shutil.rmtree(out)
-        out.mkdir(parents=True)
-        run_all(out)
+        out.mkdir(parents=True, exist_ok=True)
+        run_all(out, resume=a.resume)
     return compare(out, Path(a.compare).absolute(), a.tol) if a.compare else 0
 
 

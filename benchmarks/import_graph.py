@@ -17,8 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-FINETUNING = ("ptm_jax.train.finetune", "ptm_jax.train.multi_task", "ptm_jax.train.evaluation",
-              "ptm_jax.objectives", "ptm_jax.jobs", "ptm_jax.data.tasks", "ptm_jax.adapters",
+FINETUNING = ("ptm_jax.train.finetune", "ptm_jax.train.multi_task", "ptm_jax.train.pretrained",
+              "ptm_jax.train.evaluation", "ptm_jax.objectives", "ptm_jax.jobs", "ptm_jax.data.tasks", "ptm_jax.adapters",
               "ptm_jax.models.san", "ptm_jax.models.text_heads")
 """The finetuning modules: these prefixes (a package prefix covers its modules)."""
 

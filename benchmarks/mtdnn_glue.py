@@ -8,10 +8,10 @@ shared 2-core machine does not allow the full dev sets of SST-2, CoLA and STS-B 
 
 - single: ``ptm finetune --task T`` per task, ``--epochs + --ft-epochs`` epochs (the same passes over each
   task's data as the MT-DNN arm makes), the spine's single-task classifier (train/finetune.py).
-- mtdnn: ``ptm finetune --task mtdnn finetune.tasks=[...]``: ``--epochs`` epochs of the multi-task plan (every
+- mtdnn: ``ptm finetune --job mtdnn mtdnn.tasks=[...]``: ``--epochs`` epochs of the multi-task plan (every
   step one task's mini-batch, tasks in proportion to their size: equal here, the subsets are equal), then
   ``--ft-epochs`` epochs of per-task finetuning from the multi-task encoder (train/multi_task.py).
-  ``--answer san`` (``finetune.mtdnn_answer=san``) gives its sentence-pair classification tasks (MRPC, RTE,
+  ``--answer san`` (``mtdnn.answer=san``) gives its sentence-pair classification tasks (MRPC, RTE,
   WNLI here) the SAN answer module (models/san.py) instead of the linear head; the single-task arm keeps the
   linear head.
 
@@ -62,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--which", choices=["both", "single", "mtdnn"], default="both")
     ap.add_argument("--answer", choices=["linear", "san"], default="linear",
-                    help="MT-DNN arm: output layer of the pair classification tasks (finetune.mtdnn_answer)")
+                    help="MT-DNN arm: output layer of the pair classification tasks (mtdnn.answer)")
     ap.add_argument("--out", default="/tmp/mtdnn_glue")
     ap.add_argument("--merge", nargs="+", default=None, metavar="RESULTS_JSON",
                     help="only print the table of results.json files of runs of parts (arms, task subsets)")
@@ -124,10 +124,10 @@ def main(argv=None) -> int:
         results["seconds"]["single"] = time.time() - t0
     if args.which in ("both", "mtdnn"):
         t0 = time.time()
-        cfg = load_config("bert_small", common + ["finetune.task=mtdnn", f"finetune.tasks={tasks!r}",
+        cfg = load_config("bert_small", common + ["finetune.job=mtdnn", f"mtdnn.tasks={tasks!r}",
                                                   f"finetune.epochs={args.epochs}",
-                                                  f"finetune.mtdnn_finetune_epochs={args.ft_epochs}",
-                                                  f"finetune.mtdnn_answer={args.answer}",
+                                                  f"mtdnn.finetune_epochs={args.ft_epochs}",
+                                                  f"mtdnn.answer={args.answer}",
                                                   f"output_dir='{out / 'mtdnn'}'"])
         s = finetune(cfg)
         mt = s["multitask"]["final_eval"]

@@ -23,8 +23,8 @@
   ptm pretrain -c word2vec_sg       word2vec skip-gram (also word2vec_cbow, glove, fasttext_sg, nnlm_small)
   ptm pretrain -c elmo_small        ELMo biLM (char-CNN + LSTMP); ulmfit_tiny: AWD-LSTM, `ptm run` does all 3 stages
   ptm neighbors MODEL king queen   static word vectors: also analogy, eval-vectors, vector-map
-  ptm finetune --task sst2 finetune.head=textcnn finetune.init=MODEL    a TextCNN/TextRNN/TextRCNN head on features
-  ptm finetune --task mtdnn finetune.tasks=[rte,mrpc,stsb] --init MODEL   MT-DNN multi-task, best model per task
+  ptm finetune --job features --task sst2 finetune.init=MODEL    a TextCNN (features.head) on word features
+  ptm finetune --job mtdnn mtdnn.tasks=[rte,mrpc,stsb] --init MODEL   MT-DNN multi-task, best model per task
   ptm probe MODEL --task pos,chunk,ner     linear probes on every layer (also attention, context-neighbors)
   ptm compare -c compare_tiny && ptm report runs/compare_tiny    the families side by side, one HTML page
 
@@ -139,6 +139,8 @@ def _report_finetune(summary: dict[str, Any]) -> None:
 
 def _task_overrides(args) -> list[str]:
     extra = []
+    if getattr(args, "job", None):
+        extra.append(f"finetune.job={args.job!r}")
     if getattr(args, "task", None):
         extra.append(f"finetune.task={args.task!r}")
     if getattr(args, "glue_dir", None):
@@ -212,8 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="stop (with a checkpoint) after this many steps of this invocation")
         if name in ("run", "finetune", "eval"):
             p.add_argument("--task", default=None, help="finetune.task: embedded | sst2 | cola | mrpc | stsb | "
-                           "qqp | mnli | qnli | rte | wnli | squad | squad_v2 | conll2003 | swag | consert | "
-                           "mtdnn (the tasks of finetune.tasks=[...] in one job)")
+                           "qqp | mnli | qnli | rte | wnli | squad | squad_v2 | conll2003 | swag")
+            p.add_argument("--job", default=None, help="finetune.job: task (default: one task) | mtdnn (the tasks "
+                           "of mtdnn.tasks=[...]) | consert | features (a head over word features)")
             p.add_argument("--glue-dir", default=None, help="finetune.data_dir for GLUE tasks")
             p.add_argument("--data-dir", default=None, help="finetune.data_dir (SQuAD/CoNLL folder, or 'tfds')")
         if name in ("finetune", "eval"):

@@ -206,11 +206,15 @@ class MeshConfig:
 class FinetuneConfig:
     """Task finetuning (google-research/bert run_classifier.py / run_squad.py defaults)."""
 
+    job: str = "task"
+    """The finetuning job (``ptm_jax/jobs``): 'task' (one task, finetune.task, with the family's task head),
+    'mtdnn' (multi-task learning over mtdnn.tasks, then per-task finetuning), 'consert' (contrastive sentence
+    embeddings) or 'features' (a classic head over word features, features.head). A job's own settings are in
+    the config section of its name ([mtdnn], [consert], [features])."""
     task: str = "embedded"
     """'embedded' (derived from the embedded corpus), a GLUE task (sst2, cola, mrpc, stsb, qqp, mnli, qnli,
-    rte, wnli), 'squad', 'squad_v2', 'conll2003', 'swag', 'consert' (contrastive sentence embeddings,
-    objectives/contrastive.py) or 'mtdnn' (the tasks of finetune.tasks in one multi-task job,
-    train/multi_task.py); empty: no finetuning stage in `ptm run`."""
+    rte, wnli), 'squad', 'squad_v2', 'conll2003' or 'swag' (``data/tasks/registry.py``); the task of the 'task'
+    and 'features' jobs. Empty: no finetuning stage in `ptm run`."""
     data_dir: str = ""
     """GLUE directory (holding SST-2/, CoLA/, ...), SQuAD JSON folder, CoNLL-2003 folder, SWAG CSV folder, or
     'tfds'. SQuAD with no train file: 'PATH/dev-v1.1.json#fold=K/N' trains on the articles a % N != K of
@@ -234,36 +238,7 @@ class FinetuneConfig:
     """A parameter-efficient adapter (``ptm_jax/adapters``): 'lora' (low-rank updates of frozen weights, Hu et al.
     2021; its settings in the [lora] section). Empty: the whole model trains."""
     classifier_dropout: float = 0.1
-    head: Literal["", "textcnn", "textrnn", "textrcnn", "bilstm"] = ""
-    """A classic head on word features instead of the family's own (objectives/feature_tasks.py): 'textcnn',
-    'textrnn', 'textrcnn' for a single-sentence task (GLUE, embedded), 'bilstm' for conll2003. finetune.init
-    then names the words' features: 'random' (trained embeddings), a word-vector file (text or binary), a model
-    with static word vectors, or a model with per-layer features (frozen, computed once and cached, mixed by a
-    learned scalar mix). Kim 2014 used classifier_dropout=0.5. Empty: the family's own head."""
-    head_hidden: int = 100
-    """textrnn, textrcnn, bilstm: LSTM state size per direction (textrcnn: also its tanh projection)."""
-    head_pool: Literal["last", "max"] = "last"
-    """textrnn: the BiLSTM's final states ('last') or its outputs max-pooled over the words ('max')."""
-    freeze_embeddings: bool = True
-    """finetune.head with static vectors: keep them fixed (Kim's CNN-static); false trains them (CNN-non-static)."""
-    freeze_features: bool = True
-    """finetune.head with a model of per-layer features: keep the model frozen (its features computed once and
-    cached); false finetunes it end to end under the head (a family with ``Family.word_encoder``: BERT, GPT,
-    XLNet, ERNIE), its layers recomputed at every step and mixed by the scalar mix."""
-    feature_cache: str = ""
-    """finetune.head with per-layer features: their cache folder, keyed by model and data (empty:
-    <output_dir>/feature_cache)."""
-    word_init: str = ""
-    """finetune.head over a model's frozen per-layer features (finetune.init): also a word table, 'random[:DIM]'
-    or static vectors as finetune.init takes them, concatenated with the mixed features, [x_k; ELMo_k] (Peters
-    et al. 2018 Sec. 3.3: the task model's own word vectors next to ELMo). Empty: the features alone."""
-    feature_norm: Literal["none", "layer", "dimension"] = "none"
-    """finetune.head with per-layer features: how each layer is normalised before the scalar mix. 'layer': one
-    mean and variance per layer over the batch's real words (Peters et al. 2018 Sec. 3.2; AllenNLP's ScalarMix
-    do_layer_norm). 'dimension' (frozen features only): each dimension of each layer standardised by its mean and
-    standard deviation over the training set's words, computed once and kept frozen with the model: for features
-    whose words share a large common offset, such as a briefly trained biLM's (docs/benchmarks.md, "ELMo features
-    on CoNLL-2003")."""
+    """Dropout before the task head (Kim 2014's TextCNN: 0.5, ``features`` job)."""
     train_subset: int = 0
     """Keep the first N training examples after random.Random(subset_seed).shuffle (0 = all)."""
     subset_seed: int = 0
@@ -288,44 +263,6 @@ class FinetuneConfig:
     each example (data/tasks/packing.py); batch_size then counts rows. Evaluation stays one example per row."""
     max_examples_per_row: int = 8
     """With pack_examples: at most this many examples share a row."""
-    eval_data_dir: str = ""
-    """The evaluation data when it is not beside finetune.data_dir (consert: the GLUE folder holding
-    STS-B/dev.tsv)."""
-    consert_views: str = "feature_cutoff:0.2,shuffle"
-    """consert: the augmentation of each of the two views, 'name[:strength]' with name none, shuffle,
-    token_cutoff, feature_cutoff, dropout (rates in (0, 1)) or adversarial (perturbation norm)
-    (objectives/augmentations.py; the default is ConSERT's best unsupervised pair)."""
-    consert_temperature: float = 0.1
-    """consert: NT-Xent temperature (Yan et al. 2021: 0.1)."""
-    consert_supervised: Literal["none", "positive_pairs", "nli", "joint", True, False] = "none"
-    """consert: 'none' (unsupervised: each sentence twice); 'positive_pairs' (the positive pairs of a GLUE pair TSV,
-    STS-B score >= 4, MRPC paraphrases, entailment, as the two views of NT-Xent); 'nli' (SBERT's softmax
-    classification over (u, v, |u - v|) of a labelled GLUE pair TSV, e.g. MNLI/train.tsv); 'joint' (that loss +
-    consert_alpha x NT-Xent on the same batch) (objectives/consert_nli.py). true/false (older configs) mean
-    'positive_pairs'/'none'."""
-    consert_alpha: float = 0.15
-    """consert joint: weight of the contrastive loss, L = L_ce + alpha * L_con (Yan et al. 2021 Sec. 4.4: 0.15,
-    with L_con at the reference implementation's scale, objectives/consert_nli.py)."""
-    tasks: list[str] = field(default_factory=list)
-    """mtdnn: the tasks trained together (objectives/multi_task.py): GLUE names, and '<pair task>_rank' for a
-    pairwise-ranking task built from a GLUE pair task (mrpc_rank, rte_rank). On the command line
-    finetune.tasks=[rte,mrpc,stsb]."""
-    task_weights: list[float] = field(default_factory=list)
-    """mtdnn: one weight per task of finetune.tasks (empty: all 1); a task's steps per epoch = weight x its
-    mini-batches. None negative, not all zero."""
-    mtdnn_finetune_epochs: float = 1.0
-    """mtdnn: epochs of per-task finetuning from the multi-task model, after the multi-task stage (0: none)."""
-    ranking_candidates: int = 4
-    """mtdnn ranking tasks: candidates per group (the true one and C - 1 others); batch_size must be a multiple."""
-    mtdnn_answer: Literal["linear", "san"] = "linear"
-    """mtdnn: the output layer of the sentence-pair classification tasks (MRPC, QQP, MNLI, QNLI, RTE, WNLI):
-    'linear' (a linear head on the pooled [CLS], mt-dnn's answer_opt 0) or 'san' (the stochastic answer network
-    over the last layer, models/san.py; Liu et al. 2019 Sec. 3.1). Other tasks keep their heads."""
-    san_steps: int = 5
-    """mtdnn_answer=san: reasoning steps K (Liu et al. 2018: 5)."""
-    san_step_dropout: float = 0.1
-    """mtdnn_answer=san: stochastic prediction dropout, the probability of dropping a step's prediction from the
-    training average (one step of every example is always kept); inference averages all K (0.1 in the paper)."""
 
 
 @dataclass
@@ -419,6 +356,13 @@ def _unknown_key(key: str, valid: list[str], where: str, family: str | None = No
     hint = (f" Did you mean: {', '.join(where + c for c in close)}?" if close
             else f" Valid keys under '{where or '(top level)'}': {', '.join(valid)}.")
     section = where.rstrip(".")
+    if section == "finetune":
+        from ptm_jax.jobs import registry as jobs
+
+        moved = jobs.moved_key(key)
+        if moved:
+            return ConfigError(f"unknown config key 'finetune.{key}': it moved to the finetuning job's own section, "
+                               f"{moved}.")
     owners = _owners(section, key) if section in ("model", "data") else []
     if owners and family:
         hint = (f" It belongs to the [{section}] section of family {', '.join(map(repr, owners))}, not to that "
@@ -511,10 +455,11 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
 
 def _plugin_sections() -> dict[str, type]:
-    """Top-level sections owned by plug-ins (adapters) -> their dataclasses."""
+    """Top-level sections owned by plug-ins (adapters, finetuning jobs) -> their dataclasses."""
     from ptm_jax.adapters import registry as adapters
+    from ptm_jax.jobs import registry as jobs
 
-    return adapters.sections()
+    return {**adapters.sections(), **jobs.sections()}
 
 
 def section(cfg: RunConfig, name: str) -> Any:
@@ -612,14 +557,21 @@ def validate(cfg: RunConfig) -> None:
     for ok, msg in checks:
         if not ok:
             raise ConfigError(msg)
+    from ptm_jax.jobs import registry as jobs
+
+    job = jobs.get(cfg.finetune.job)  # a registered job, or a ConfigError listing them
+    was = jobs.job_of_task_value(cfg.finetune.task.lower())
+    if was is not None:
+        raise ConfigError(f"finetune.task={cfg.finetune.task!r} is not a task: {was.name} is a finetuning job; set "
+                          f"finetune.job={was.name} (its settings in [{was.name}])")
     if cfg.finetune.adapter:
         from ptm_jax.adapters import registry as adapters
 
         adapters.get(cfg.finetune.adapter)  # a registered adapter, or a ConfigError listing them
-        if cfg.finetune.head or cfg.finetune.task.lower() == "mtdnn":
-            raise ConfigError(f"finetune.adapter={cfg.finetune.adapter!r} wraps the single-task finetuning job; it is "
-                              f"not implemented for {'finetune.head' if cfg.finetune.head else 'finetune.task=mtdnn'}: "
-                              "set finetune.adapter=''")
+        if not job.adapters:
+            raise ConfigError(f"finetune.adapter={cfg.finetune.adapter!r} is not implemented for finetune.job="
+                              f"{job.name!r} (jobs an adapter wraps: "
+                              f"{', '.join(n for n, j in jobs.jobs().items() if j.adapters)}): set finetune.adapter=''")
     for name, value in cfg.plugins.items():
         if hasattr(value, "validate"):
             value.validate(name)

@@ -45,7 +45,7 @@ steps = 20
 data_dir = "{tmp_path / 'glue'}"
 tasks = ["mrpc"]
 train_subset = 24
-feature = ["finetune.head=textcnn", "finetune.epochs=1", "finetune.batch_size=8", "finetune.max_seq_length=32",
+feature = ["features.head=textcnn", "finetune.epochs=1", "finetune.batch_size=8", "finetune.max_seq_length=32",
            "train.log_every=1"]
 finetune = ["finetune.epochs=1", "finetune.batch_size=8", "finetune.max_seq_length=64", "train.log_every=1"]
 [conll]

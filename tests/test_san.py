@@ -1,6 +1,6 @@
 """The SAN answer module (models/san.py; Liu et al. 2018 Sec. 2, mt-dnn module/san.py): its K-step recurrence
 against a numpy re-derivation from the parameters, stochastic prediction dropout (train only, seeded, one step
-always kept), and the option's bad values (finetune.mtdnn_answer, san_steps, san_step_dropout)."""
+always kept), and the option's bad values (mtdnn.answer, san_steps, san_step_dropout)."""
 from __future__ import annotations
 
 import flax.linen as nn
@@ -9,8 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ptm_jax.config import FinetuneConfig, load_config
+from ptm_jax.config import load_config
 from ptm_jax.errors import ConfigError
+from ptm_jax.jobs.mtdnn.config import MtdnnConfig
 from ptm_jax.models.san import SANAnswer
 from ptm_jax.objectives.multi_task import TaskData, answer_of, san_settings
 
@@ -117,23 +118,23 @@ def test_stochastic_prediction_dropout_changes_training_output_only_seeded_and_k
 
 
 def test_bad_answer_options_are_config_errors_and_san_goes_to_pair_classification_tasks_only(tmp_path):
-    with pytest.raises(ConfigError, match=r"finetune.mtdnn_answer: 'bilinear' is not allowed"):
-        load_config("bert_tiny", ["finetune.mtdnn_answer=bilinear"])
-    assert load_config("bert_tiny", ["finetune.mtdnn_answer=san"]).finetune.mtdnn_answer == "san"
-    for fields, msg in (({"san_steps": 0}, r"finetune.san_steps=0: .* at least 1"),
-                        ({"san_step_dropout": 1.0}, r"finetune.san_step_dropout=1.0 must be in \[0, 1\)")):
+    with pytest.raises(ConfigError, match=r"mtdnn.answer: 'bilinear' is not allowed"):
+        load_config("bert_tiny", ["mtdnn.answer=bilinear"])
+    assert load_config("bert_tiny", ["mtdnn.answer=san"]).plugins["mtdnn"].answer == "san"
+    for fields, msg in (({"san_steps": 0}, r"mtdnn.san_steps=0: .* at least 1"),
+                        ({"san_step_dropout": 1.0}, r"mtdnn.san_step_dropout=1.0 must be in \[0, 1\)")):
         with pytest.raises(ConfigError, match=msg):
-            san_settings(FinetuneConfig(**fields))
-    # through `ptm finetune --task mtdnn`: refused before any model or data is read
+            san_settings(MtdnnConfig(**fields))
+    # through `ptm finetune --job mtdnn`: refused before any model or data is read
     from ptm_jax.train.finetune import finetune
 
-    cfg = load_config("bert_tiny", ["finetune.task=mtdnn", "finetune.tasks=[rte]", "finetune.san_steps=0",
+    cfg = load_config("bert_tiny", ["finetune.job=mtdnn", "mtdnn.tasks=[rte]", "mtdnn.san_steps=0",
                                     f"finetune.init='{tmp_path / 'missing'}'", f"output_dir='{tmp_path}'"])
-    with pytest.raises(ConfigError, match="finetune.san_steps=0"):
+    with pytest.raises(ConfigError, match="mtdnn.san_steps=0"):
         finetune(cfg)
-    san = FinetuneConfig(mtdnn_answer="san")
+    san = MtdnnConfig(answer="san")
     task = lambda kind, pair: TaskData("t", kind, 2, 1, None, {}, np.zeros(1), None, "accuracy", "", pair)  # noqa
     assert [answer_of(task(k, p), san) for k, p in (("classification", True), ("classification", False),
                                                     ("regression", True), ("ranking", True))] == [
         "san", "linear", "linear", "linear"]
-    assert answer_of(task("classification", True), FinetuneConfig()) == "linear"
+    assert answer_of(task("classification", True), MtdnnConfig()) == "linear"

@@ -11,7 +11,7 @@ a classifier, finetuned (``evaluate/compare_stages.py``):
   without depending on the machine's speed). FLOPs per step come from the family's formula or XLA's count.
 * probes: linear probes per layer on CoNLL-2003 POS and NER (frozen features, best layer);
 * ``[glue]``: each of ``tasks`` (SST-2, MRPC, STS-B, RTE ...) on frozen features under a classic head
-  (``feature`` overrides, e.g. ``finetune.head=textcnn``), and each of ``finetune_tasks`` finetuned with the
+  (``feature`` overrides, e.g. ``features.head=textcnn``), and each of ``finetune_tasks`` finetuned with the
   family's own classifier (``finetune`` overrides), on ``train_subset`` training examples and the full dev set.
 * ``[conll]``: CoNLL-2003 NER (``data_dir`` with eng.train and eng.testa) on frozen features under a BiLSTM
   tagger (``feature`` overrides) and, where the family has a tagger, finetuned (``finetune`` overrides), on

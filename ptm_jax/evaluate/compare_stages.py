@@ -233,9 +233,9 @@ def task_config(cmp: dict, entry: dict, task: str, mode: str):
               f"finetune.init={str(d / 'pretrain')!r}", f"finetune.train_subset={int(g.get('train_subset', 0))}",
               f"finetune.subset_seed={int(g.get('subset_seed', 0))}", f"output_dir={str(d / f'{section}-{mode}')!r}"]
     if mode == "feature":
-        common.append(f"finetune.feature_cache={str(d / 'feature_cache')!r}")
+        common += ["finetune.job=features", f"features.feature_cache={str(d / 'feature_cache')!r}"]
         if section == "conll":
-            common.append("finetune.head=bilstm")  # the word tagger over frozen features (config may override)
+            common.append("features.head=bilstm")  # the word tagger over frozen features (config may override)
     return entry_config(cmp, entry, [*common, *g.get(mode, []), *entry.get(f"{section}_{mode}", [])])
 
 
@@ -251,14 +251,9 @@ def task_entry(cmp: dict, entry: dict, task: str, mode: str) -> dict:
         return done
     cfg = task_config(cmp, entry, task, mode)
     t0 = time.perf_counter()
-    if mode == "feature":
-        from ptm_jax.objectives.feature_tasks import finetune_features
+    from ptm_jax.train.finetune import finetune
 
-        summary = finetune_features(cfg)
-    else:
-        from ptm_jax.train.finetune import finetune
-
-        summary = finetune(cfg)
+    summary = finetune(cfg)  # feature mode: finetune.job=features
     stage = Path(cfg.output_dir) / f"finetune-{task}"
     wall = read_json(stage / "wall.json") or {"wall_s": 0.0, "calls": 0}
     (stage / "wall.json").write_text(json.dumps({"wall_s": round(wall["wall_s"] + time.perf_counter() - t0, 3),

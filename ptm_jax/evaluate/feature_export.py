@@ -11,8 +11,8 @@
   negative indices count from the top).
 - ``--mix`` combines the picked layers with ELMo's scalar mix (Peters et al. 2018 eq. 1, ``models/scalar_mix.py``):
   ``average`` (w = 0: equal weights), ``w0,w1,...`` (raw weights, softmaxed), or a feature head's
-  ``feature_model.json`` (``ptm finetune ... finetune.head=...``: the mix a task learned, over all layers, with
-  the normalisation it was learned over: ``finetune.feature_norm`` 'dimension' standardises each layer by the
+  ``feature_model.json`` (``ptm finetune ... finetune.job=features``: the mix a task learned, over all layers, with
+  the normalisation it was learned over: ``features.feature_norm`` 'dimension' standardises each layer by the
   stored training statistics, 'layer' turns ``--layer-norm`` on), times ``--gamma``; ``--layer-norm``
   normalises each layer first, over the words of its sentence (the module normalises over a batch's real
   positions; per sentence here, so a sentence's features do not depend on which others are in the file).
@@ -65,7 +65,7 @@ def mix_weights(spec: str, num_layers: int) -> tuple[np.ndarray, float | None, s
         f = path / "feature_model.json" if path.is_dir() else path
         if not f.is_file():
             raise ConfigError(f"--mix {spec}: no such file (a feature head's feature_model.json, written beside "
-                              "its best parameters by `ptm finetune ... finetune.head=...`)")
+                              "its best parameters by `ptm finetune ... finetune.job=features`)")
         meta = json.loads(f.read_text())
         mix = meta.get("scalar_mix")
         if not mix:

@@ -261,7 +261,7 @@ def run_layers(key: tuple, build: Callable[[], Callable], params: Any, rows: lis
 class WordEncoder:
     """A family's trunk as a differentiable function of its parameters (``Family.word_encoder``): what
     ``word_features`` runs frozen, and what a task model trains end to end under a word-level head
-    (``objectives/feature_tasks.py`` with ``finetune.freeze_features=false``).
+    (``objectives/feature_tasks.py`` with ``features.freeze_features=false``).
 
     ``hidden_states(trunk params, ids [B,S], mask [B,S]) -> [L+1, B, S, H]`` float32 (layer 0 the embedding
     output); ``init(rng, ids, mask) -> trunk params`` (boxed with their logical axes, for the loop's shardings);

@@ -145,7 +145,7 @@ class Family:
     word_encoder: Callable[..., Any] | None = None
     """(model_cfg, tokenizer) -> ``evaluate.features.WordEncoder``: the trunk as a differentiable function of its
     parameters giving every layer's states (with its init and input layout). ``word_features`` runs it frozen;
-    a word-level task head trains it end to end with ``finetune.freeze_features=false``
+    a word-level task head trains it end to end with ``features.freeze_features=false``
     (``objectives/feature_tasks.py``)."""
     subword_vectors: Callable[..., Any] | None = None
     """(params tree, model_cfg, tokenizer, words: list[str]) -> float32 [len(words), dim]: the static vectors of

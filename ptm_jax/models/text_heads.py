@@ -37,9 +37,9 @@ from ptm_jax.models.layers import partitioned
 from ptm_jax.models.lstm import LSTM
 
 HEADS = ("textcnn", "textrnn", "textrcnn")
-"""Sentence-classification heads (``finetune.head``)."""
+"""Sentence-classification heads (``features.head``)."""
 TAGGERS = ("bilstm",)
-"""Token-tagging heads (``finetune.head`` for CoNLL-2003)."""
+"""Token-tagging heads (``features.head`` for CoNLL-2003)."""
 
 
 def _masked_max(x: jax.Array, valid: jax.Array) -> jax.Array:
@@ -130,10 +130,10 @@ class WordInputs(nn.Module):
     (U(-0.25, 0.25) as Kim's random vectors; static vectors replace it in ``fit``'s ``init_params``); else
     ``batch['features']`` [B, L, T, D]: L > 1 layers go through the scalar mix, one layer is used as it is.
 
-    With both (``finetune.word_init``), the table's vector and the mixed features are concatenated, ``[x_k;
+    With both (``features.word_init``), the table's vector and the mixed features are concatenated, ``[x_k;
     ELMo_k]`` (Peters et al. 2018 Sec. 3.3).
 
-    ``feature_norm`` (``finetune.feature_norm``): 'layer' turns on the scalar mix's layer normalisation;
+    ``feature_norm`` (``features.feature_norm``): 'layer' turns on the scalar mix's layer normalisation;
     'dimension' standardises each layer's dimensions first, ``(h - feature_mean) * feature_scale`` with the
     parameters ``feature_mean`` / ``feature_scale`` [L, D] (zeros and ones at init; the training set's mean and
     1 / standard deviation are put there by ``fit``'s ``init_params`` and a frozen parameter-group rule keeps

@@ -43,7 +43,7 @@ class View:
         return self.name if self.strength is None else f"{self.name}:{self.strength:g}"
 
 
-def parse_views(spec: str, field: str = "finetune.consert_views") -> tuple[View, View]:
+def parse_views(spec: str, field: str = "consert.views") -> tuple[View, View]:
     """'feature_cutoff:0.2,shuffle' -> the augmentation of each of the two views; a ConfigError naming
     ``field`` for an unknown name, a missing or out-of-range strength, or other than two views."""
     parts = [p.strip() for p in spec.split(",") if p.strip()]

@@ -1,13 +1,13 @@
 """ConSERT's supervised objectives with an NLI classification loss (Yan et al. 2021, Sec. 3.5 and 4.4).
 
-``finetune.consert_supervised``:
+``consert.supervised``:
 
 - ``nli``: SBERT's classification objective (Reimers & Gurevych 2019, Sec. 3): the two sentences of a labelled
   pair are encoded separately (mean pooling), and a linear classifier reads the concatenation
   (u, v, |u - v|) [B, 3H] -> num_labels, trained with softmax cross-entropy. Rows are independent, so
   gradient accumulation is allowed.
-- ``joint``: L = L_ce + alpha * L_con on the same batch (``finetune.consert_alpha``, the paper's 0.15). L_ce
-  reads the un-augmented encodings (u, v). L_con is NT-Xent over the two views (``finetune.consert_views``) of
+- ``joint``: L = L_ce + alpha * L_con on the same batch (``consert.alpha``, the paper's 0.15). L_ce
+  reads the un-augmented encodings (u, v). L_con is NT-Xent over the two views (``consert.views``) of
   each side separately: the premises' views against each other, the hypotheses' against each other, the
   other rows of the batch the negatives. Its scale is the reference's (yym6472/ConSERT,
   ``losses/AdvCLSoftmaxLoss.py``): per side, the mean over the B rows of each direction's loss, summed over
@@ -17,7 +17,7 @@
 
 The reference's joint scripts (``scripts/sup-consert-joint-*.sh``) train 1 epoch of AllNLI (SNLI + MNLI, 3
 classes), batch 96, lr 2e-5, max length 64, with view 1 = the clean encoding and view 2 = token cutoff 0.1
-(here ``consert_views='none,token_cutoff:0.1'``), with the encoder's dropout on, and their classifier also
+(here ``consert.views='none,token_cutoff:0.1'``), with the encoder's dropout on, and their classifier also
 reads a fourth block, max(u, v)^2 (``--concatenation_sent_max_square``), which the paper does not describe;
 this module follows the paper's (u, v, |u - v|). Dropout: both variants train with the model's own dropout
 rates, as the reference and SBERT do (the unsupervised variant turns it off). Adversarial views are not
@@ -34,15 +34,12 @@ same (``docs/benchmarks.md`` gives the commands).
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ptm_jax.errors import ConfigError, DataError
+from ptm_jax.errors import ConfigError
 from ptm_jax.objectives.augmentations import View, augment
 from ptm_jax.objectives.contrastive import ContrastiveObjective, SentenceEncoder, nt_xent
 
@@ -77,17 +74,17 @@ class PairClassifier(nn.Module):
 
 
 class NliObjective(ContrastiveObjective):
-    """``consert_supervised='nli'``. ``train``: (first, second) sentences with ``labels`` (class indices);
+    """``consert.supervised='nli'``. ``train``: (first, second) sentences with ``labels`` (class indices);
     ``dev``: STS-B (sentence1, sentence2, score), scored as in every ConSERT variant."""
 
     mode = "nli"
     grad_accum = True  # the classification loss is a mean over independent rows
 
-    def __init__(self, model_cfg, fcfg, train, labels, num_labels: int, dev, tokenizer, name: str = "consert"):
-        super().__init__(model_cfg, fcfg, train, dev, tokenizer, name)
+    def __init__(self, model_cfg, fcfg, ccfg, train, labels, num_labels: int, dev, tokenizer, name: str = "consert"):
+        super().__init__(model_cfg, fcfg, ccfg, train, dev, tokenizer, name)
         if any(v.name == "adversarial" for v in self.views) and self.mode == "joint":
-            raise ConfigError(f"finetune.consert_views={fcfg.consert_views!r}: the adversarial view is not built for "
-                              f"finetune.consert_supervised='joint'; use none, shuffle, token_cutoff, feature_cutoff "
+            raise ConfigError(f"consert.views={ccfg.views!r}: the adversarial view is not built for "
+                              f"consert.supervised='joint'; use none, shuffle, token_cutoff, feature_cutoff "
                               "or dropout (the reference's joint runs: 'none,token_cutoff:0.1')")
         self.num_classes = int(num_labels)
         self.classifier = PairClassifier(self.num_classes)
@@ -152,55 +149,15 @@ class NliObjective(ContrastiveObjective):
 
 
 class JointObjective(NliObjective):
-    """``consert_supervised='joint'``: L_ce + alpha * L_con (module docstring)."""
+    """``consert.supervised='joint'``: L_ce + alpha * L_con (module docstring)."""
 
     mode = "joint"
     grad_accum = False  # in-batch negatives
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
-        alpha = self.fcfg.consert_alpha
+        alpha = self.ccfg.alpha
         if not alpha > 0:
-            raise ConfigError(f"finetune.consert_alpha={alpha} must be > 0 for finetune.consert_supervised='joint' "
+            raise ConfigError(f"consert.alpha={alpha} must be > 0 for consert.supervised='joint' "
                               "(the paper uses 0.15; 'nli' is the classification loss alone)")
         self.alpha = float(alpha)
-
-
-def labelled_pairs(path: Path, mode: str) -> tuple[list[tuple[str, str]], list[int], Any, str]:
-    """(pairs, class indices, task spec, description) of a labelled GLUE pair TSV; ConfigErrors for a folder, a
-    file outside the GLUE layout, a single-sentence task, a regression task or a split without labels."""
-    from ptm_jax.data.tasks.glue import read_glue
-    from ptm_jax.objectives.contrastive import glue_pair_file
-
-    where = f"finetune.consert_supervised={mode!r}"
-    task, split, spec = glue_pair_file(path, where, "MNLI, RTE, WNLI, QNLI, MRPC, QQP")
-    if spec.is_regression:
-        raise ConfigError(f"{where}: {path} ({spec.name}) is a regression task (similarity scores), not classes; "
-                          "the NLI loss needs class labels: use MNLI, RTE, WNLI, QNLI, MRPC or QQP (for STS-B "
-                          "pairs use finetune.consert_supervised='positive_pairs')")
-    if spec.splits[split][1].label is None:
-        raise ConfigError(f"{where}: {path} ({spec.name} {split}) has no labels (a GLUE test split); use the "
-                          "task's train.tsv")
-    rows, report = read_glue(path.parent.parent, task, split)
-    if not rows:
-        raise DataError(f"{path}: no labelled pairs")
-    pairs = [(e.text_a, e.text_b) for e in rows]
-    labels = [int(e.label) for e in rows]
-    counts = ", ".join(f"{k} {v}" for k, v in report.label_counts.items())
-    return pairs, labels, spec, f"{len(rows)} labelled pairs ({spec.name}, {spec.num_labels} classes: {counts}) " \
-                                f"from {path}"
-
-
-def build_nli(mode: str, fcfg, model_cfg, source: Path, dev, tokenizer) -> tuple[NliObjective, str]:
-    """The ``nli`` or ``joint`` objective over the labelled pairs of ``source`` (train_subset applied)."""
-    from ptm_jax.objectives.finetune_registry import take_subset
-
-    pairs, labels, spec, what = labelled_pairs(source, mode)
-    rows = take_subset(list(zip(pairs, labels)), fcfg.train_subset, fcfg.subset_seed)
-    if len(rows) < len(pairs):
-        what += f", {len(rows)} kept (train_subset)"
-    cls = JointObjective if mode == "joint" else NliObjective
-    obj = cls(model_cfg, fcfg, [p for p, _ in rows], [y for _, y in rows], spec.num_labels, dev, tokenizer)
-    extra = f"; joint: L_ce + {obj.alpha:g} * L_con" if mode == "joint" else "; loss: softmax CE over (u, v, |u-v|)"
-    return obj, what + extra
-

@@ -1,10 +1,10 @@
 """ConSERT: contrastive sentence embeddings over any encoder family (Yan et al. 2021, ACL, Sec. 3).
 
-``finetune.task=consert``. Each training row holds two token sequences whose mean-pooled encodings must
-match: the same sentence twice (unsupervised, ``finetune.consert_supervised='none'``: unlabelled sentences, one
+``finetune.job=consert`` (``ptm_jax/jobs/consert``; settings in ``[consert]``). Each training row holds two
+token sequences whose mean-pooled encodings must match: the same sentence twice (unsupervised, ``consert.supervised='none'``: unlabelled sentences, one
 per line, or the sentence columns of a GLUE TSV, labels unused) or two sentences of a positive pair
 (``'positive_pairs'``). Each side is encoded with its view's augmentation on the embedding output
-(``objectives/augmentations.py``; ``finetune.consert_views``, default the paper's best unsupervised pair, feature
+(``objectives/augmentations.py``; ``consert.views``, default the paper's best unsupervised pair, feature
 cutoff 0.2 + token shuffle).
 
 ``'positive_pairs'`` takes a task's labels as positives of the same NT-Xent loss (a pair the task marks similar
@@ -16,7 +16,7 @@ any labelled GLUE pair TSV) and ``'joint'`` (that loss + alpha x NT-Xent on the 
 
 Loss: NT-Xent (Chen et al. 2020, SimCLR; ConSERT Eq. 1) over the 2B L2-normalised views of a global batch of
 B rows: each view's positive is the other view of its row, the 2B - 2 views of the other rows are its
-negatives, temperature ``finetune.consert_temperature`` (0.1). It is the mean over the 2B anchors (the
+negatives, temperature ``consert.temperature`` (0.1). It is the mean over the 2B anchors (the
 reference, ``losses/AdvCLSoftmaxLoss.py``, sums the two halves' means: twice this, a learning-rate factor).
 The loss couples the rows of the batch, so the objective refuses gradient accumulation (``grad_accum =
 False``). On a sharded mesh the loss is one jit over the global batch: the [2B, 2B] similarity matrix is
@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import flax.linen as nn
@@ -45,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ptm_jax.data.tasks.features import encode_inputs, pad_rows
-from ptm_jax.errors import ConfigError, DataError
+from ptm_jax.errors import ConfigError
 from ptm_jax.evaluate.glue_metrics import task_metrics
 from ptm_jax.objectives.augmentations import (
     NEEDS_HOOK,
@@ -119,23 +118,23 @@ class ContrastiveObjective(ArrayTaskData):
     head = "encoder"
     grad_accum = False  # in-batch negatives: a microbatch would see fewer negatives (base.check_grad_accum)
 
-    def __init__(self, model_cfg, fcfg, train: Sequence[tuple[str, str]] | None,
+    def __init__(self, model_cfg, fcfg, ccfg, train: Sequence[tuple[str, str]] | None,
                  dev: Sequence[tuple[str, str, float]], tokenizer, name: str = "consert"):
         if fcfg.batch_size < 2:
             raise ConfigError(f"finetune.batch_size={fcfg.batch_size}: the contrastive loss needs at least 2 "
                               "rows per batch (the other rows are the negatives); raise it (the paper uses 96)")
-        if not fcfg.consert_temperature > 0:
-            raise ConfigError(f"finetune.consert_temperature={fcfg.consert_temperature} must be > 0 (the paper "
+        if not ccfg.temperature > 0:
+            raise ConfigError(f"consert.temperature={ccfg.temperature} must be > 0 (the paper "
                               "uses 0.1)")
-        self.name, self.fcfg = name, fcfg
-        self.views: tuple[View, View] = parse_views(fcfg.consert_views)
-        self.temperature = float(fcfg.consert_temperature)
+        self.name, self.fcfg, self.ccfg = name, fcfg, ccfg
+        self.views: tuple[View, View] = parse_views(ccfg.views)
+        self.temperature = float(ccfg.temperature)
         from ptm_jax.families import registry
 
         encoder = task_head(model_cfg, "encoder")
         hooked = [v.name for v in self.views if v.name in NEEDS_HOOK]
         if hooked and "embedding_hook" not in inspect.signature(encoder.__call__).parameters:
-            raise ConfigError(f"finetune.consert_views={fcfg.consert_views!r}: {', '.join(hooked)} perturbs the "
+            raise ConfigError(f"consert.views={ccfg.views!r}: {', '.join(hooked)} perturbs the "
                               f"embedding output, which the encoder of model.family={model_cfg.family!r} does "
                               "not expose (no embedding_hook); use shuffle or none")
         quiet = dataclasses.replace(model_cfg, hidden_dropout=0.0, attention_dropout=0.0)
@@ -191,149 +190,3 @@ class ContrastiveObjective(ArrayTaskData):
 
 
 # ---------------------------------------------------------------------------------------------- data
-
-def read_sentences(path: str | Path) -> list[str]:
-    """Non-empty lines of a UTF-8 text file (one sentence each); a DataError names the file when it is
-    missing, unreadable, not UTF-8 or holds no sentence."""
-    from ptm_jax.data.tasks.glue import utf8_error
-
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(f"{p}: sentences file not found; finetune.data_dir names a text file with one sentence "
-                        "per line, a GLUE TSV or a GLUE folder holding STS-B/")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise utf8_error(str(p), "sentences") from None
-    except OSError as e:
-        raise DataError(f"{p}: cannot read the sentences file ({e.strerror or e})") from None
-    out = [line.strip() for line in text.splitlines() if line.strip()]
-    if not out:
-        raise DataError(f"{p}: no sentences (the file is empty or blank); put one sentence per line")
-    return out
-
-
-def _glue_task_of(path: Path) -> tuple[str, str]:
-    """(task, split) of a GLUE TSV in the standard layout <glue>/<TASK dir>/<split>.tsv."""
-    from ptm_jax.data.tasks.glue import GLUE_TASKS
-
-    for name, spec in GLUE_TASKS.items():
-        if spec.dirname == path.parent.name:
-            for split, (fname, _) in spec.splits.items():
-                if fname == path.name:
-                    return name, split
-    raise ConfigError(f"finetune.data_dir={str(path)!r}: a .tsv file must be a GLUE split in the standard layout "
-                      "(e.g. .../STS-B/train.tsv); give plain text with one sentence per line otherwise")
-
-
-def glue_pair_file(path: Path, where: str, tasks: str):
-    """(task, split, spec) of the labelled GLUE pair TSV that ``where`` (a supervised ConSERT variant) reads from
-    finetune.data_dir; a ConfigError naming the file for a folder or other file, and for a single-sentence task.
-    ``tasks``: the pair tasks to suggest (e.g. 'STS-B, MRPC, RTE')."""
-    from ptm_jax.data.tasks.glue import get_task
-
-    if path.is_dir() or path.suffix != ".tsv":
-        raise ConfigError(f"{where} needs labelled sentence pairs: set finetune.data_dir to a GLUE pair TSV with "
-                          f"labels (e.g. <glue>/{tasks.split(',')[0].strip()}/train.tsv), not {path}")
-    task, split = _glue_task_of(path)
-    spec = get_task(task)
-    if not spec.is_pair:
-        raise ConfigError(f"{where}: {path} ({spec.name}) holds single sentences; use a pair task ({tasks})")
-    return task, split, spec
-
-
-SUPERVISION = ("none", "positive_pairs", "nli", "joint")
-
-
-def supervision(fcfg) -> str:
-    """``finetune.consert_supervised`` as one of SUPERVISION (true/false of older configs: 'positive_pairs'/'none');
-    a ConfigError naming the field for any other value."""
-    value = fcfg.consert_supervised
-    if isinstance(value, bool):
-        return "positive_pairs" if value else "none"
-    if value not in SUPERVISION:
-        raise ConfigError(f"finetune.consert_supervised={value!r} is not one of {', '.join(SUPERVISION)} (true/false "
-                          "are accepted as 'positive_pairs'/'none')")
-    return value
-
-
-def _positive(spec, label) -> bool:
-    """A pair the task marks as similar: STS-B score >= 4 of 5, MRPC paraphrase, entailment."""
-    if spec.labels is None:
-        return label is not None and float(label) >= 4.0
-    return label is not None and spec.labels[label] in ("1", "entailment")
-
-
-def build_consert(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: bool = True,
-                  model_info: dict | None = None) -> tuple[Any, str]:
-    """``finetune.data_dir``: a text file (one sentence per line), a GLUE TSV (its sentence columns, labels
-    unused; with ``finetune.consert_supervised='positive_pairs'`` its positive pairs, with 'nli' or 'joint' its
-    labelled pairs) or a GLUE folder (STS-B/train.tsv).
-    Evaluation reads STS-B/dev.tsv of ``finetune.eval_data_dir``, else of the GLUE folder that holds the
-    training data."""
-    from ptm_jax.data.tasks.glue import read_glue
-    from ptm_jax.objectives.base import check_grad_accum
-    from ptm_jax.objectives.finetune_registry import take_subset
-
-    f = cfg.finetune
-    mode = supervision(f)
-    if eval_split != "dev":
-        raise ConfigError(f"finetune.task=consert: the STS-B {eval_split} split has no public scores; evaluate "
-                          "--split dev")
-    if not f.data_dir and not (f.eval_data_dir and not train):
-        raise ConfigError("finetune.task=consert: set finetune.data_dir (--data-dir) to a sentences file (one per "
-                          "line), a GLUE TSV or a GLUE folder holding STS-B/")
-    source = Path(f.data_dir) if f.data_dir else None
-    glue_dir = Path(f.eval_data_dir) if f.eval_data_dir else None
-    if glue_dir is None and source is not None:
-        if source.is_dir():
-            glue_dir = source
-        elif source.suffix == ".tsv" and (source.parent.parent / "STS-B").is_dir():
-            glue_dir = source.parent.parent
-    if glue_dir is None:
-        raise ConfigError(f"finetune.task=consert: set finetune.eval_data_dir to the GLUE folder holding "
-                          f"STS-B/dev.tsv (the evaluation pairs); {f.data_dir!r} is not inside one")
-    dev_rows, _ = read_glue(glue_dir, "stsb", "dev")
-    dev = [(e.text_a, e.text_b, float(e.label)) for e in dev_rows]
-    pairs = None
-    what = ""
-    obj = None
-    if train and mode in ("nli", "joint"):
-        from ptm_jax.objectives.consert_nli import build_nli
-
-        obj, what = build_nli(mode, f, model_cfg, source, dev, tokenizer)
-    elif train:
-        if mode == "positive_pairs":
-            path = source / "STS-B" / "train.tsv" if source.is_dir() else source
-            task, split, spec = glue_pair_file(path, "finetune.consert_supervised='positive_pairs'",
-                                               "STS-B, MRPC, RTE")
-            rows, _ = read_glue(path.parent.parent, task, split)
-            pairs = [(e.text_a, e.text_b) for e in rows if _positive(spec, e.label)]
-            if not pairs:
-                raise DataError(f"{path}: no positive pairs (STS-B score >= 4, paraphrase or entailment label)")
-            what = f"{len(pairs)} positive pairs of {len(rows)} ({spec.name}) from {path}"
-            pairs = take_subset(pairs, f.train_subset, f.subset_seed)
-        else:
-            if source.is_dir():
-                source = source / "STS-B" / "train.tsv"
-            if source.suffix == ".tsv":
-                task, split = _glue_task_of(source)
-                rows, _ = read_glue(source.parent.parent, task, split)
-                sentences = [t for e in rows for t in (e.text_a, e.text_b) if t]
-            else:
-                sentences = read_sentences(source)
-            unique = list(dict.fromkeys(s.strip() for s in sentences if s.strip()))
-            if not unique:
-                raise DataError(f"{source}: no sentences")
-            unique = take_subset(unique, f.train_subset, f.subset_seed)
-            pairs = [(s, s) for s in unique]
-            what = (f"{len(pairs)} distinct unlabelled sentences of {len(sentences)} from {source}")
-    if obj is None:
-        obj = ContrastiveObjective(model_cfg, f, pairs, dev, tokenizer)
-    check_grad_accum(obj, cfg.train.grad_accum_steps)
-    views = ", ".join(map(str, obj.views))
-    head = f"{what}; views {views}, temperature {obj.temperature:g}; " if train else ""
-    if mode == "nli" and train:
-        head = f"{what}; "
-    desc = f"ConSERT: {head}STS-B dev ({len(dev)} pairs) from {glue_dir}"
-    return obj, desc

@@ -1,5 +1,5 @@
 """What a feature-based task model reads for each word: the source named by ``finetune.init`` when
-``finetune.head`` is set (``objectives/feature_tasks.py``).
+``finetune.job=features`` (``objectives/feature_tasks.py``, ``jobs/features``).
 
 Four kinds of source, one rule each:
 
@@ -7,7 +7,7 @@ Four kinds of source, one rule each:
   (Kim 2014 Sec. 3.2, CNN-rand; DIM 100 unless given).
 * a word-vector file (word2vec text or binary, ``export/vector_files.read_vectors``), or a model whose family
   gives only static ``word_vectors`` (word2vec, GloVe, NNLM): the same table, its rows initialised from the
-  vectors (Kim's CNN-static / CNN-non-static, ``finetune.freeze_embeddings``). The table covers the training
+  vectors (Kim's CNN-static / CNN-non-static, ``features.freeze_embeddings``). The table covers the training
   words and the evaluation words that the vectors know; a word the vectors lack gets U(-a, a) with a chosen so
   that it has the variance of the pretrained rows (Kim Sec. 3.1). A file lookup takes the exact word, else its
   first case-insensitive match; a model's lookup follows its tokenizer's case rule (``evaluate/features.py``).
@@ -98,7 +98,7 @@ def _files_key(path: Path) -> str:
 def resolve_source(init: str) -> Source:
     """``finetune.init`` -> :class:`Source` (module doc), or a ConfigError saying what it may be."""
     if not init:
-        raise ConfigError("finetune.head is set but finetune.init is empty: name the word features: 'random' (or "
+        raise ConfigError("finetune.job=features but finetune.init is empty: name the word features: 'random' (or "
                           "'random:DIM'), a word-vector file, or a model (params directory, run, Hugging Face "
                           "folder) whose family gives word vectors or per-layer word features")
     if init == "random" or init.startswith("random:"):

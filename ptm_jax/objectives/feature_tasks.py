@@ -1,6 +1,6 @@
-"""Task models on word features: a classic head (``finetune.head``) over random embeddings, static vectors,
+"""Task models on word features: a classic head (``features.head``) over random embeddings, static vectors,
 frozen per-layer features, or a model finetuned end to end under the head, trained through the loop's ``fit``
-(``ptm finetune`` with ``finetune.head`` set).
+(``ptm finetune finetune.job=features``, ``jobs/features``).
 
 * Sentence classification (a GLUE task, or the embedded task): :class:`FeatureClassificationObjective`,
   TextCNN / TextRNN / TextRCNN (``models/text_heads.py``); a pair task (MRPC, STS-B, RTE) reads both sentences
@@ -15,24 +15,23 @@ frozen per-layer features, or a model finetuned end to end under the head, train
 What a word reads is ``finetune.init`` (``objectives/feature_inputs.py``). With per-layer features the
 batches carry ``features`` [B, L, T, D] gathered from the cached store and the model learns only the scalar
 mix (softmax weights and gamma, Peters et al. 2018 Eq. 1) and the head: the feature-based setting of ELMo
-(Sec. 3.3) and of the BERT paper's Sec. 5.4; ``finetune.word_init`` adds a word table (random or static
+(Sec. 3.3) and of the BERT paper's Sec. 5.4; ``features.word_init`` adds a word table (random or static
 vectors) whose vector is concatenated with the mix, ``[x_k; ELMo_k]`` as ELMo's task models read it, and
-``finetune.feature_norm`` normalises the layers first. With static vectors the table is a parameter, frozen by a
-parameter-group rule unless ``finetune.freeze_embeddings=false`` (Kim 2014's CNN-static / CNN-non-static).
-With ``finetune.freeze_features=false`` a model with ``Family.word_encoder`` (BERT, GPT, XLNet, ERNIE) is
+``features.feature_norm`` normalises the layers first. With static vectors the table is a parameter, frozen by a
+parameter-group rule unless ``features.freeze_embeddings=false`` (Kim 2014's CNN-static / CNN-non-static).
+With ``features.freeze_features=false`` a model with ``Family.word_encoder`` (BERT, GPT, XLNet, ERNIE) is
 finetuned end to end under the head: its parameters sit beside the head's under its trunk key, started from
 ``finetune.init``, and every step runs it on the batch's pieces (its dropout off) and mixes its layers at the
 words' first pieces, so the gradient of the head's loss reaches every layer (the fine-tuning setting of the
 BERT paper Sec. 4, with a TextCNN in place of the pooled [CLS]). ``finetune.param_groups`` sets it apart, e.g.
 ``pattern = "^bert/"`` with ``lr = 0.05`` for a slower trunk.
 
-The stage (:func:`finetune_features`) keeps the best parameters by the task metric in ``<stage>/best``
-(``params/`` in orbax's format and ``feature_model.json``: the head, the word table, the labels, the learned
+The job (``jobs/features/job.py``, through the one finetuning stage) keeps the best parameters by the task
+metric in ``<stage>/best`` (``params/`` in orbax's format and ``feature_model.json``: the head, the word table, the labels, the learned
 scalar-mix weights), and writes ``summary.json`` with the final scalar mix.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -43,16 +42,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ptm_jax import config as config_lib
 from ptm_jax import fs
-from ptm_jax.config import FinetuneConfig, RunConfig
-from ptm_jax.data.tasks import registry as tasks
-from ptm_jax.data.tasks.conll import IGNORE_INDEX, ConllSentence, label_list
-from ptm_jax.data.tasks.registry import take_subset
+from ptm_jax.config import FinetuneConfig
+from ptm_jax.data.tasks.conll import IGNORE_INDEX, ConllSentence
 from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.models.text_heads import (
-    HEADS,
-    TAGGERS,
     FeatureClassifier,
     FeatureTagger,
     WordInputs,
@@ -69,6 +63,7 @@ from ptm_jax.objectives.feature_inputs import (
 )
 from ptm_jax.objectives.tagging import TaggingObjective, TagSet
 from ptm_jax.train.hooks import Hook, Run
+from ptm_jax.train.pretrained import merge_encoder
 
 EMBEDDING_PATTERN = r"(^|/)inputs/embedding$"
 FEATURE_STATS_PATTERN = r"(^|/)inputs/feature_(mean|scale)$"
@@ -83,30 +78,30 @@ INPUT_KEYS = ("ids", "features", "mask", "ids_b", "features_b", "mask_b")
 class FeatureInputs:
     """Turns sentences (lists of words) into model inputs for one source: ``ids``/``mask`` rows for a word
     table; store row numbers and ``mask`` for frozen per-layer features (gathered per batch by :meth:`expand`);
-    or, finetuning end to end (``finetune.freeze_features=false``), the trunk's input ``pieces``/``piece_mask``
+    or, finetuning end to end (``features.freeze_features=false``), the trunk's input ``pieces``/``piece_mask``
     with each word's first piece ``first`` [T] (-1: cut), run through ``Family.word_encoder`` at every step
     (:meth:`encoder_features`). ``max_seq_length`` bounds the words (T) and, end to end, the pieces too."""
 
-    def __init__(self, source: Source, fcfg: FinetuneConfig, train: Sequence[Sequence[str]],
+    def __init__(self, source: Source, fcfg: FinetuneConfig, hcfg: Any, train: Sequence[Sequence[str]],
                  held: Sequence[Sequence[str]], cache_dir: str | Path):
         self.source, self.length, self.cache_dir = source, fcfg.max_seq_length, cache_dir
-        self.norm = fcfg.feature_norm
+        self.norm = hcfg.feature_norm
         self.stats: tuple[np.ndarray, np.ndarray] | None = None
         self.table: WordTable | None = None
         if self.norm != "none" and source.kind != "layers":
-            raise ConfigError(f"finetune.feature_norm={self.norm!r} normalises per-layer features, but "
-                              f"finetune.init gives {source.description}; set finetune.feature_norm=none")
-        if self.norm == "dimension" and not fcfg.freeze_features:
-            raise ConfigError("finetune.feature_norm='dimension' standardises frozen features by their training-set "
-                              "statistics; finetuning end to end (finetune.freeze_features=false) the features move, "
-                              "so use finetune.feature_norm='layer'")
+            raise ConfigError(f"features.feature_norm={self.norm!r} normalises per-layer features, but "
+                              f"finetune.init gives {source.description}; set features.feature_norm=none")
+        if self.norm == "dimension" and not hcfg.freeze_features:
+            raise ConfigError("features.feature_norm='dimension' standardises frozen features by their training-set "
+                              "statistics; finetuning end to end (features.freeze_features=false) the features move, "
+                              "so use features.feature_norm='layer'")
         self.store: FeatureStore | None = None
         self.encoder = None
-        if not fcfg.freeze_features:
+        if not hcfg.freeze_features:
             if source.kind != "layers":
-                raise ConfigError(f"finetune.freeze_features=false finetunes a model with per-layer features end "
+                raise ConfigError(f"features.freeze_features=false finetunes a model with per-layer features end "
                                   f"to end, but finetune.init gives {source.description}; for word vectors set "
-                                  "finetune.freeze_embeddings=false instead")
+                                  "features.freeze_embeddings=false instead")
             from ptm_jax.evaluate.features import family_of
 
             fam = family_of(source.model_cfg)
@@ -114,7 +109,7 @@ class FeatureInputs:
                 from ptm_jax.families import registry
 
                 able = sorted(n for n, f in registry.families().items() if f.word_encoder is not None)
-                raise ConfigError(f"finetune.freeze_features=false: model.family={fam.name!r} gives its features "
+                raise ConfigError(f"features.freeze_features=false: model.family={fam.name!r} gives its features "
                                   f"frozen only (no Family.word_encoder); families that finetune end to end under "
                                   f"a head: {', '.join(able)}")
             self.encoder = fam.word_encoder(source.model_cfg, source.tokenizer)
@@ -123,15 +118,15 @@ class FeatureInputs:
         else:
             self.table = word_table(source, train, held, seed=fcfg.seed)
         self.word_source = source if self.table is not None else None
-        if fcfg.word_init:
+        if hcfg.word_init:
             if self.store is None:
-                raise ConfigError(f"finetune.word_init={fcfg.word_init!r} adds a word table next to a model's frozen "
+                raise ConfigError(f"features.word_init={hcfg.word_init!r} adds a word table next to a model's frozen "
                                   f"per-layer features, but finetune.init gives {source.description}"
                                   + (" finetuned end to end" if self.encoder is not None else "")
-                                  + "; set finetune.word_init='' (or finetune.init to such a model, frozen)")
-            self.word_source = resolve_source(fcfg.word_init)
+                                  + "; set features.word_init='' (or finetune.init to such a model, frozen)")
+            self.word_source = resolve_source(hcfg.word_init)
             if self.word_source.kind == "layers":
-                raise ConfigError(f"finetune.word_init={fcfg.word_init!r} gives per-layer features; it takes "
+                raise ConfigError(f"features.word_init={hcfg.word_init!r} gives per-layer features; it takes "
                                   "'random', 'random:DIM', a word-vector file or a model with static word vectors")
             self.table = word_table(self.word_source, train, held, seed=fcfg.seed)
 
@@ -178,7 +173,7 @@ class FeatureInputs:
         return jnp.transpose(got, (1, 0, 2, 3))
 
     def standardize(self, train: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """``finetune.feature_norm='dimension'``: (mean, 1 / standard deviation), float32 [L, D] each, over the real
+        """``features.feature_norm='dimension'``: (mean, 1 / standard deviation), float32 [L, D] each, over the real
         words of the training rows ``train['row']`` (and ``row_b``) that the model reads (the first
         ``max_seq_length`` of each sentence), accumulated in float64; kept in :attr:`stats`."""
         store = self.store
@@ -193,7 +188,7 @@ class FeatureInputs:
             sq += np.square(x).sum(axis=0)
             n += x.shape[0]
         if n == 0:
-            raise DataError("finetune.feature_norm='dimension': the training rows have no words to take "
+            raise DataError("features.feature_norm='dimension': the training rows have no words to take "
                             "statistics from")
         mean = total / n
         var = np.maximum(sq / n - np.square(mean), 0.0)
@@ -206,9 +201,8 @@ class FeatureInputs:
         (``feature_norm='dimension'``, after :meth:`standardize`). None when there is nothing to put."""
         if self.encoder is not None:
             from ptm_jax.export.params import to_layout
-            from ptm_jax.train.finetune import _merge_encoder
 
-            return _merge_encoder(to_layout(self.source.params, False), self.encoder.trunk)
+            return merge_encoder(to_layout(self.source.params, False), self.encoder.trunk)
         puts = {}
         if self.table is not None and self.table.matrix is not None:
             puts["embedding"] = ("word table", self.table.matrix)
@@ -292,15 +286,15 @@ class FeatureClassificationObjective(FeatureData, SequenceClassificationObjectiv
 
     head = "feature_classifier"
 
-    def __init__(self, spec, train, dev, fcfg: FinetuneConfig, features: FeatureInputs):
-        self.features = features
+    def __init__(self, spec, train, dev, fcfg: FinetuneConfig, hcfg: Any, features: FeatureInputs):
+        self.features, self.hcfg = features, hcfg
         self.pair = any(e.text_b is not None for e in [*(train or ()), *dev])
         super().__init__(None, spec, train, dev, None, fcfg)
 
     def build_model(self, model_cfg):
-        f = self.fcfg
-        return FeatureClassifier(self.features.module(), f.head, self.num_labels, f.classifier_dropout,
-                                 f.head_hidden, f.head_pool, pair=self.pair)
+        f, h = self.fcfg, self.hcfg
+        return FeatureClassifier(self.features.module(), h.head, self.num_labels, f.classifier_dropout,
+                                 h.head_hidden, h.head_pool, pair=self.pair)
 
     def featurize(self, examples, tokenizer) -> dict[str, np.ndarray]:
         out = self.features.encode([text_words(e.text_a) for e in examples])
@@ -316,15 +310,16 @@ class FeatureClassificationObjective(FeatureData, SequenceClassificationObjectiv
 class FeatureTaggingObjective(FeatureData, TaggingObjective):
     head = "feature_tagger"
 
-    def __init__(self, fcfg: FinetuneConfig, train: Sequence[ConllSentence], dev: Sequence[ConllSentence],
-                 labels: Sequence[str], features: FeatureInputs, name: str = "conll2003"):
+    def __init__(self, fcfg: FinetuneConfig, hcfg: Any, train: Sequence[ConllSentence],
+                 dev: Sequence[ConllSentence], labels: Sequence[str], features: FeatureInputs,
+                 name: str = "conll2003"):
         if not train:
             raise DataError(f"{name}: no training sentences")
         self.name, self.fcfg, self.features = f"finetune-{name}", fcfg, features
         self.spec = TagSet(name, tuple(labels))
         self.label_to_id = {t: i for i, t in enumerate(self.spec.labels)}
         self.num_labels = len(labels)
-        self.model = FeatureTagger(features.module(), self.num_labels, fcfg.classifier_dropout, fcfg.head_hidden)
+        self.model = FeatureTagger(features.module(), self.num_labels, fcfg.classifier_dropout, hcfg.head_hidden)
         T = fcfg.max_seq_length
         self.train, self.num_train = self._arrays(train), len(train)
         self.train_truncated_words = sum(max(0, len(s.words) - T) for s in train)
@@ -387,120 +382,3 @@ class KeepBestFeatures(Hook):
         commit_dir(tmp, out, shared=True)
         if jax.process_index() == 0:
             fs.write_text_atomic(self.stage / "best.json", json.dumps(self.best, indent=2))
-
-
-def _sentence_task(cfg: RunConfig):
-    """(spec, train examples, dev examples, description) of a GLUE task or the embedded task."""
-    f = cfg.finetune
-    task = tasks.key(f.task)
-    if task == "embedded":
-        from ptm_jax.data.tasks.embedded_task import DESCRIPTION, embedded_task
-
-        spec, train, dev = embedded_task()
-        return spec, take_subset(train, f.train_subset, f.subset_seed), dev, DESCRIPTION
-    decl = tasks.TASKS.get(task)
-    if decl is None or not decl.glue or task == "ax":
-        raise ConfigError(f"finetune.head={f.head!r} classifies sentences or pairs: finetune.task must be a GLUE "
-                          f"task ({', '.join(n for n in tasks.FINETUNE_TASKS if tasks.TASKS[n].glue)}) or "
-                          f"'embedded', got {f.task!r}")
-    from ptm_jax.data.tasks.glue import get_task
-
-    train, dev = tasks.glue_rows(f.data_dir, task, "train"), tasks.glue_rows(f.data_dir, task, "dev")
-    kept = take_subset(train, f.train_subset, f.subset_seed)
-    desc = (f"GLUE {task}: {len(kept)} train (of {len(train)}) / {len(dev)} dev examples from {f.data_dir}")
-    return get_task(task), kept, dev, desc
-
-
-def build_feature_task(cfg: RunConfig) -> tuple[Any, FeatureInputs, str]:
-    """(objective, its inputs, description) for ``finetune.head`` on ``finetune.task``."""
-    f = cfg.finetune
-    source = resolve_source(f.init)
-    cache = f.feature_cache or fs.to_str(fs.path(cfg.output_dir) / "feature_cache")
-    if f.head in TAGGERS:
-        if f.task.lower().replace("-", "") != "conll2003":
-            raise ConfigError(f"finetune.head={f.head!r} tags words: set finetune.task=conll2003 (sentence heads: "
-                              f"{', '.join(HEADS)})")
-        from ptm_jax.data.tasks.conll import conll_from_tfds, read_conll
-        from ptm_jax.objectives.finetune_registry import conll_files
-
-        if not f.data_dir:
-            raise ConfigError("finetune.task=conll2003: set finetune.data_dir to the CoNLL-2003 folder or 'tfds'")
-        if f.data_dir == "tfds":
-            train, dev = conll_from_tfds("train"), conll_from_tfds("dev")
-        else:
-            train_file, dev_file = conll_files(f.data_dir, "dev")
-            train, dev = read_conll(train_file)[0], read_conll(dev_file)[0]
-        labels, total = label_list(train), len(train)  # labels of the whole file: a subset keeps the same ids
-        train = take_subset(train, f.train_subset, f.subset_seed)
-        features = FeatureInputs(source, f, [s.words for s in train], [s.words for s in dev], cache)
-        obj = FeatureTaggingObjective(f, train, dev, labels, features)
-        return obj, features, (f"CoNLL-2003 NER: {len(train)} train (of {total}) / {len(dev)} dev sentences, "
-                               f"{len(labels)} labels, {obj.dev_truncated_words} dev words past max_seq_length")
-    spec, train, dev, desc = _sentence_task(cfg)
-
-    def words(examples):
-        return [text_words(t) for e in examples for t in (e.text_a, e.text_b) if t is not None]
-
-    features = FeatureInputs(source, f, words(train), words(dev), cache)
-    return FeatureClassificationObjective(spec, train, dev, f, features), features, desc
-
-
-def finetune_features(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
-    """The finetuning stage with ``finetune.head`` set: build the task on word features, ``fit``, keep the best."""
-    from ptm_jax.parallel.mesh import make_mesh
-    from ptm_jax.train.finetune import finetune_train_config
-    from ptm_jax.train.loop import fit
-    from ptm_jax.train.param_groups import DEFAULT_RULES, Rule, rules_from_config
-
-    f = cfg.finetune
-    objective, features, description = build_feature_task(cfg)
-    source = features.source
-    table, words = features.table, features.word_source
-    if features.encoder is not None:
-        description += f"; {source.description}, finetuned end to end, mixed by a learned scalar mix"
-    elif features.store is not None:
-        description += f"; {source.description}, mixed by a learned scalar mix"
-    if table is not None:
-        description += (f"{'; ' if features.store is None else ', concatenated with '}{words.description}; word "
-                        f"table {len(table.words)} rows"
-                        + (f", {table.found} from the vectors" if table.matrix is not None else ""))
-    rules = [*DEFAULT_RULES]
-    frozen = words is not None and words.kind == "static" and f.freeze_embeddings
-    if frozen:
-        rules.append(Rule(EMBEDDING_PATTERN, frozen=True, where="finetune.freeze_embeddings"))
-    if features.norm == "dimension":
-        features.standardize(objective.train)
-        rules.append(Rule(FEATURE_STATS_PATTERN, frozen=True, where="finetune.feature_norm"))
-        description += ", each dimension standardised by the training words' statistics"
-    elif features.norm == "layer":
-        description += ", each layer normalised before the mix"
-    rules += rules_from_config(f.param_groups, "finetune.param_groups")
-    tcfg = finetune_train_config(cfg, objective.num_train)
-    stage = fs.path(cfg.output_dir) / f"finetune-{f.task.lower()}"
-    info = {"task": f.task, "head": f.head, "init": f.init, "source": source.kind, "description": description,
-            "max_seq_length": f.max_seq_length, "head_hidden": f.head_hidden, "head_pool": f.head_pool,
-            "label_names": list(getattr(objective.spec, "labels", None) or []) or None,
-            "num_labels": objective.num_labels, "frozen_embeddings": frozen,
-            "pair": getattr(objective, "pair", False), "end_to_end": features.encoder is not None,
-            "words": table.words if table is not None else None, "word_init": f.word_init,
-            "feature_norm": f.feature_norm}
-    if features.stats is not None:
-        info["feature_stats"] = {"mean": features.stats[0].tolist(), "scale": features.stats[1].tolist()}
-    keep = KeepBestFeatures(stage, objective, info)
-    result = fit(objective, tcfg, make_mesh(cfg.mesh), stage, init_params=features.initial_params(),
-                 param_groups=rules, meta={"config": config_lib.to_dict(cfg), "head": objective.head,
-                                           "task": f.task, "init": f.init}, stop_after=stop_after, hooks=[keep])
-    summary = {"stage": "finetune", "task": f.task, "head": f.head, "description": description,
-               "step": result.step, "steps": tcfg.steps, "preempted": result.preempted, "init": f.init,
-               "train": result.train_metrics, "final_eval": result.eval_metrics,
-               "best": {"step": keep.best["step"], "metrics": keep.best["metrics"]},
-               "primary_metric": objective.primary_metric, "train_rows": objective.num_train,
-               "scalar_mix": scalar_mix(result.state.params)}
-    if jax.process_index() == 0:
-        fs.write_text_atomic(stage / "summary.json", json.dumps(summary, indent=2))
-    return summary
-
-
-def with_head(cfg: RunConfig, **finetune: Any) -> RunConfig:
-    """``cfg`` with finetune fields replaced (benchmarks and tests)."""
-    return dataclasses.replace(cfg, finetune=dataclasses.replace(cfg.finetune, **finetune))

@@ -222,13 +222,6 @@ TASK_BUILDERS: dict[str, Callable[..., tuple[Any, str]]] = {
     "squad_v2": build_squad_v2,
     "conll2003": build_conll,
     "swag": build_swag,
-    "consert": lambda *a, **kw: _consert(*a, **kw),
 }
 """The spine's builders (``data/tasks/registry.TaskDecl.builder`` names them), for ``Family.tasks``."""
 
-
-def _consert(*args, **kw) -> tuple[Any, str]:
-    """ConSERT contrastive sentence embeddings on the family's encoder (objectives/contrastive.py)."""
-    from ptm_jax.objectives.contrastive import build_consert
-
-    return build_consert(*args, **kw)

@@ -1,27 +1,27 @@
 """MT-DNN: one shared encoder, a head per task, one task's mini-batch per step (Liu et al. 2019, "Multi-Task
 Deep Neural Networks for Natural Language Understanding", Sec. 3-4; namisan/mt-dnn for facts).
 
-Tasks (``finetune.tasks``):
+Tasks (``mtdnn.tasks``; the ``[mtdnn]`` section, ``jobs/mtdnn/config.py``):
 
 - classification (a GLUE task with labels: CoLA, SST-2, MRPC, QQP, MNLI, QNLI, RTE, WNLI): pooled [CLS] ->
   dropout -> linear -> softmax cross-entropy (Sec. 3, "single-sentence" and "pairwise text classification"
-  output layers; mt-dnn's ``answer_opt 0``). ``finetune.mtdnn_answer=san`` gives every sentence-pair
+  output layers; mt-dnn's ``answer_opt 0``). ``mtdnn.answer=san`` gives every sentence-pair
   classification task (MRPC, QQP, MNLI, QNLI, RTE, WNLI) the paper's output layer for pairwise text
   classification instead: the stochastic answer network over the encoder's last layer (``models/san.py``:
-  K = ``finetune.san_steps`` steps, stochastic prediction dropout ``finetune.san_step_dropout``; mt-dnn's
+  K = ``mtdnn.san_steps`` steps, stochastic prediction dropout ``mtdnn.san_step_dropout``; mt-dnn's
   ``answer_opt 1``). Single-sentence tasks, STS-B and ranking tasks keep their linear heads, as in Sec. 3.1;
 - pairwise similarity regression (STS-B): pooled [CLS] -> linear score, squared error;
 - pairwise ranking (``<pair task>_rank``, e.g. ``mrpc_rank``, ``rte_rank``, ``qnli_rank``): QNLI in the paper
   ranks a question's candidate sentences. The GLUE copy of QNLI pairs a question with one sentence and is not
   local here, so a ranking task is built from a GLUE pair task: each positive pair (paraphrase, entailment)
-  becomes a group of ``finetune.ranking_candidates`` candidates, its own second sentence and C - 1 second
+  becomes a group of ``mtdnn.ranking_candidates`` candidates, its own second sentence and C - 1 second
   sentences of other positive pairs of the split (drawn and ordered with a seeded generator keyed on
   (``finetune.subset_seed``, group)); the loss is the softmax cross-entropy of the true candidate over the
   group's scores (mt-dnn's ``RankCeCriterion``, gamma = 1); the metric is the accuracy of ranking it first.
 
 Task sampling (the paper's Algorithm 1): each epoch is the multiset of every task's mini-batches, shuffled, so
 task t gets ``k_t = ceil(n_t / B)`` of the epoch's steps (``n_t`` its training examples; groups x C rows for
-a ranking task), i.e. steps in proportion to the task's size. ``finetune.task_weights`` scales them:
+a ranking task), i.e. steps in proportion to the task's size. ``mtdnn.task_weights`` scales them:
 ``k_t = max(1, round(w_t * ceil(n_t / B)))`` (0 drops the task from training; it is still evaluated). The
 order of epoch e is a permutation keyed on (``finetune.seed``, e), so the task of a step, and how many batches
 every task has had before it, are functions of the step and the seed alone: a resumed run samples the same
@@ -47,24 +47,25 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ptm_jax import config as config_lib
 from ptm_jax.data.tasks import registry as tasks
 from ptm_jax.data.tasks.registry import PRIMARY, RANK_SUFFIX, take_subset
 from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.evaluate.glue_metrics import task_metrics
-from ptm_jax.objectives.san_classification import SAN_HEAD
+from ptm_jax.objectives.san_classification import SAN_HEAD, san_settings
 from ptm_jax.objectives.task_data import padded_batches, shuffled_stream, task_head
 
 # ---------------------------------------------------------------------------------------------- the task list
 
-def task_names(value: Any, where: str = "finetune.tasks") -> list[str]:
-    """``finetune.tasks`` as a list of names: a list, or the bare override text ``[rte,mrpc]`` / ``rte,mrpc``."""
+def task_names(value: Any, where: str = "mtdnn.tasks") -> list[str]:
+    """``mtdnn.tasks`` as a list of names: a list, or the bare override text ``[rte,mrpc]`` / ``rte,mrpc``."""
     if isinstance(value, str):
         value = [v for v in value.strip().strip("[]").replace(" ", "").split(",") if v]
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where}={value!r}: give a list of task names, e.g. {where}=[rte,mrpc,stsb]")
     names = [v.lower().replace("-", "") for v in value]
     if not names:
-        raise ConfigError(f"{where} is empty: finetune.task=mtdnn trains the tasks listed there, e.g. "
+        raise ConfigError(f"{where} is empty: finetune.job=mtdnn trains the tasks listed there, e.g. "
                           f"{where}=[rte,mrpc,stsb]")
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -82,14 +83,14 @@ def task_names(value: Any, where: str = "finetune.tasks") -> list[str]:
     return names
 
 
-def task_weights(weights: Sequence[Any], n: int, where: str = "finetune.task_weights") -> list[float]:
+def task_weights(weights: Sequence[Any], n: int, where: str = "mtdnn.task_weights") -> list[float]:
     """One non-negative weight per task (empty: all 1); negative, non-numeric or all-zero weights are refused."""
     if isinstance(weights, str):  # an override that is not a list literal, e.g. [1,x]
         raise ConfigError(f"{where}={weights!r}: give a list of numbers, one per task, e.g. {where}=[1,0.5]")
     if weights is None or len(weights) == 0:
         return [1.0] * n
     if len(weights) != n:
-        raise ConfigError(f"{where} has {len(weights)} values for {n} tasks in finetune.tasks; give one weight per "
+        raise ConfigError(f"{where} has {len(weights)} values for {n} tasks in mtdnn.tasks; give one weight per "
                           "task, in the same order (or none: every task weighted 1)")
     out = []
     for i, w in enumerate(weights):
@@ -172,7 +173,7 @@ def _ranking_groups(rows: list, positive: int, candidates: int, seed: int, where
     """(text_a, candidates, index of the true one) per positive pair of ``rows``."""
     pos = [e for e in rows if e.label == positive]
     if len(pos) < candidates:
-        raise DataError(f"{where}: {len(pos)} positive pairs, fewer than finetune.ranking_candidates="
+        raise DataError(f"{where}: {len(pos)} positive pairs, fewer than mtdnn.ranking_candidates="
                         f"{candidates}; lower it or use more data")
     groups = []
     for g, e in enumerate(pos):
@@ -186,7 +187,7 @@ def _ranking_groups(rows: list, positive: int, candidates: int, seed: int, where
 
 
 def read_task(cfg: Any, name: str, tokenizer, *, train: bool = True) -> TaskData:
-    """Task ``name`` of ``finetune.tasks`` from ``finetune.data_dir`` (a GLUE folder or 'tfds'): train (after
+    """Task ``name`` of ``mtdnn.tasks`` from ``finetune.data_dir`` (a GLUE folder or 'tfds'): train (after
     ``finetune.train_subset``: examples, or groups of a ranking task) and dev, featurised as the single-task
     classifier does (``objectives/classification.featurize``)."""
     from ptm_jax.data.tasks.glue import Example, get_task
@@ -214,9 +215,9 @@ def read_task(cfg: Any, name: str, tokenizer, *, train: bool = True) -> TaskData
                         PRIMARY.get(base, "accuracy"),
                         f"{spec.name} {kind}: {len(train_rows) if train else 0} train / {len(dev_rows)} dev",
                         spec.is_pair)
-    c = int(f.ranking_candidates)
+    c = int(config_lib.section(cfg, "mtdnn").ranking_candidates)
     if c < 2:
-        raise ConfigError(f"finetune.ranking_candidates={c}: a ranking group needs at least 2 candidates")
+        raise ConfigError(f"mtdnn.ranking_candidates={c}: a ranking group needs at least 2 candidates")
     positive = spec.labels.index("entailment" if "entailment" in spec.labels else "1")
 
     def rows_of(groups):
@@ -229,7 +230,8 @@ def read_task(cfg: Any, name: str, tokenizer, *, train: bool = True) -> TaskData
         groups = _ranking_groups(train_rows, positive, c, f.subset_seed, f"{f.data_dir} {spec.dirname} train")
         groups = take_subset(groups, f.train_subset, f.subset_seed)
         tr, _ = rows_of(groups)
-    dev_groups = _ranking_groups(dev_rows, positive, c, f.subset_seed, f"{f.data_dir} {spec.dirname} {tasks.glue_split(base, 'dev')}")
+    dev_groups = _ranking_groups(dev_rows, positive, c, f.subset_seed, f"{f.data_dir} {spec.dirname} "
+                                                                  f"{tasks.glue_split(base, 'dev')}")
     dev, true = rows_of(dev_groups)
     return TaskData(name, "ranking", 1, c, tr, dev, true, None, "accuracy",
                     f"{spec.name} ranking of {c} candidates: {0 if tr is None else len(tr['weights']) // c} train / "
@@ -238,23 +240,11 @@ def read_task(cfg: Any, name: str, tokenizer, *, train: bool = True) -> TaskData
 
 # ---------------------------------------------------------------------------------------------- model
 
-def san_settings(fcfg: Any) -> dict[str, Any]:
-    """``finetune.san_steps`` and ``finetune.san_step_dropout``, checked (``finetune.mtdnn_answer`` is checked by
-    the config's Literal type)."""
-    if isinstance(fcfg.san_steps, bool) or not isinstance(fcfg.san_steps, int) or fcfg.san_steps < 1:
-        raise ConfigError(f"finetune.san_steps={fcfg.san_steps!r}: the SAN answer module needs at least 1 reasoning "
-                          "step (Liu et al. 2018 use 5)")
-    if not 0.0 <= fcfg.san_step_dropout < 1.0:
-        raise ConfigError(f"finetune.san_step_dropout={fcfg.san_step_dropout!r} must be in [0, 1) (the probability of "
-                          "dropping one step's prediction in training; 0.1 in Liu et al. 2018)")
-    return {"steps": int(fcfg.san_steps), "step_dropout": float(fcfg.san_step_dropout)}
-
-
-def answer_of(task: TaskData, fcfg: Any) -> str:
-    """'san' for a sentence-pair classification task when ``finetune.mtdnn_answer=san``; 'linear' otherwise
+def answer_of(task: TaskData, mcfg: Any) -> str:
+    """'san' for a sentence-pair classification task when ``mtdnn.answer=san``; 'linear' otherwise
     (single-sentence classification, STS-B regression and ranking keep their heads: Liu et al. 2019 Sec. 3.1)."""
-    san_settings(fcfg)
-    return "san" if fcfg.mtdnn_answer == "san" and task.kind == "classification" and task.pair else "linear"
+    san_settings(mcfg)
+    return "san" if mcfg.answer == "san" and task.kind == "classification" and task.pair else "linear"
 
 
 class MultiTaskModel(nn.Module):
@@ -305,7 +295,7 @@ class MultiTaskObjective:
     head = "sequence_classification"
     grad_accum = False  # a ranking group is consecutive rows; microbatches take rows i::k (finetuning uses 1)
 
-    def __init__(self, model_cfg: Any, tasks: Sequence[TaskData], weights: Sequence[float], fcfg: Any,
+    def __init__(self, model_cfg: Any, tasks: Sequence[TaskData], weights: Sequence[float], fcfg: Any, mcfg: Any,
                  name: str = "mtdnn"):
         from ptm_jax.families import registry
 
@@ -314,11 +304,11 @@ class MultiTaskObjective:
         for t in self.tasks:
             if self.batch_size % t.candidates:
                 raise ConfigError(f"finetune.batch_size={self.batch_size} is not a multiple of "
-                                  f"finetune.ranking_candidates={t.candidates} (task {t.name}): a batch holds whole "
+                                  f"mtdnn.ranking_candidates={t.candidates} (task {t.name}): a batch holds whole "
                                   "candidate groups")
         self.trunk = registry.get(model_cfg.family).trunk
-        san = san_settings(fcfg)
-        self.answers = tuple(answer_of(t, fcfg) for t in self.tasks)
+        san = san_settings(mcfg)
+        self.answers = tuple(answer_of(t, mcfg) for t in self.tasks)
         self.model = MultiTaskModel(task_head(model_cfg, "encoder"), model_cfg, self.trunk,
                                     tuple((t.name, t.num_outputs) for t in self.tasks), fcfg.classifier_dropout,
                                     self.answers, san["steps"], san["step_dropout"])
@@ -469,10 +459,10 @@ class TaskView:
     extra_info: dict = dataclasses.field(default_factory=dict)
 
 
-def task_view(task: TaskData, fcfg: Any) -> TaskView:
+def task_view(task: TaskData, mcfg: Any) -> TaskView:
     labels = dataclasses.make_dataclass("Labels", [("labels", Any)])(task.labels)
-    if answer_of(task, fcfg) == "san":
-        return TaskView(f"{task.name}/{task.primary}", labels, task.num_outputs, SAN_HEAD, {"san": san_settings(fcfg)})
+    if answer_of(task, mcfg) == "san":
+        return TaskView(f"{task.name}/{task.primary}", labels, task.num_outputs, SAN_HEAD, {"san": san_settings(mcfg)})
     return TaskView(f"{task.name}/{task.primary}", labels, task.num_outputs)
 
 

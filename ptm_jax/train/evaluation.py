@@ -19,7 +19,9 @@ from ptm_jax.objectives.base import WritesPredictions
 from ptm_jax.parallel.distributed import barrier
 from ptm_jax.parallel.batch_check import check_stage_batches
 from ptm_jax.parallel.mesh import make_mesh
-from ptm_jax.train.finetune import build_task, finetune_train_config
+from ptm_jax.errors import ConfigError
+from ptm_jax.jobs import registry as job_registry
+from ptm_jax.train.finetune import finetune_train_config
 from ptm_jax.train.loop import compile_objective, evaluate
 
 
@@ -27,8 +29,13 @@ def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str |
     check_stage_batches(cfg, ["finetune"])  # evaluation runs on finetune.batch_size rows
     params, model_cfg, info, tok_dir = load_params(model)
     tokenizer = load_tokenizer(info, tok_dir)
-    # only the split that is scored is read; label lists come from the saved model's ptm.json (info)
-    objective, description = build_task(cfg, model_cfg, tokenizer, eval_split=split, train=False, model_info=info)
+    # the objective of the job that trained the model (finetune.job: the single task, ConSERT, ...); only the split
+    # that is scored is read; label lists come from the saved model's ptm.json (info)
+    job = job_registry.get(cfg.finetune.job)
+    if job.build is None:
+        raise ConfigError(f"ptm eval does not read the models of finetune.job={job.name!r}; evaluate a model of a job "
+                          f"that `ptm eval` scores ({', '.join(n for n, j in job_registry.jobs().items() if j.build)})")
+    objective, description = job.build(cfg, model_cfg, tokenizer, eval_split=split, train=False, model_info=info)
     tcfg = finetune_train_config(cfg, objective.num_train)
     mesh = make_mesh(cfg.mesh)
     compiled = compile_objective(objective, tcfg, mesh)
@@ -42,7 +49,7 @@ def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str |
         raw = io.BytesIO()
         np.savez(raw, **outputs)
         fs.write_bytes_atomic(out / "outputs.npz", raw.getvalue())
-    result = {"task": cfg.finetune.task, "split": split, "description": description, "model": str(model),
+    result = {"task": cfg.finetune.task if job.name == "task" else job.name, "split": split, "description": description, "model": str(model),
               "metrics": metrics, "prediction_files": [str(f) for f in files]}
     if jax.process_index() == 0:
         fs.write_text_atomic(out / "eval.json", json.dumps(result, indent=2))

@@ -1,10 +1,17 @@
 """The finetuning stage: pretrained encoder + task head, trained by the same loop, best model kept by metric.
 
-Steps: load the pretrained weights (a run, a params directory or a Hugging Face folder: one loader,
-``ptm_jax.export.params.load_params``) -> read the task -> build its objective -> ``fit`` with BERT's
-finetuning recipe (AdamW, warmup proportion, linear decay, optional layer-wise lr decay) -> after each
-evaluation keep the best parameters by the task's metric in ``<stage>/best`` (a params directory:
-``ptm eval --model <stage>/best`` scores it again and writes the prediction files, dev or test split).
+``finetune(cfg)`` runs the job ``finetune.job`` names (``ptm_jax/jobs``: the single task, MT-DNN, ConSERT, heads
+over word features). Every job trains through :func:`run_stage`: the pretrained weights (a run, a params
+directory or a Hugging Face folder: ``train/pretrained.load_pretrained``) -> the job's objective -> ``fit``
+with BERT's finetuning recipe (AdamW, warmup proportion, linear decay, optional layer-wise lr decay;
+:func:`finetune_train_config`) -> after each evaluation the best parameters by the task's metric in
+``<stage>/best`` (:class:`KeepBest`; a params directory: ``ptm eval --model <stage>/best`` scores it again and
+writes the prediction files, dev or test split) -> ``<stage>/summary.json``. An adapter (``finetune.adapter``,
+``ptm_jax/adapters``) wraps the objective and its parameter groups in the stage, before the keep-best hook.
+
+:func:`build_task` is the single-task job's objective for ``finetune.task`` (a task of
+``data/tasks/registry.py``): the family's sequence classifier for GLUE and the embedded task, the family's
+builder (``Family.tasks``) for SQuAD, CoNLL-2003 and SWAG.
 """
 from __future__ import annotations
 
@@ -16,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import numpy as np
 
 from ptm_jax import config as config_lib
 from ptm_jax import fs
@@ -26,11 +32,14 @@ from ptm_jax.data.tasks import registry as tasks
 from ptm_jax.data.tasks.glue import GLUE_TASKS
 from ptm_jax.data.tasks.registry import take_subset
 from ptm_jax.errors import ConfigError
-from ptm_jax.export.params import load_params, load_tokenizer, save_params
+from ptm_jax.export.params import save_params
+from ptm_jax.jobs import registry as job_registry
 from ptm_jax.objectives.san_classification import SAN_HEAD, SanClassificationObjective
 from ptm_jax.parallel.batch_check import check_stage_batches
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.hooks import Hook, Run
+from ptm_jax.train.pretrained import Pretrained, load_pretrained, merge_encoder
+from ptm_jax.train.pretrained import merge_encoder as _merge_encoder  # noqa: F401  (tests, ULMFiT)
 from ptm_jax.train.param_groups import (
     DEFAULT_RULES,
     layerwise_decay_rules,
@@ -76,7 +85,7 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev", *,
         _check_num_labels(model_info, spec, task)
         train_rows = take_subset(train_rows, f.train_subset, f.subset_seed) if train else None
         return _classifier_objective(model_cfg, f)(model_cfg, spec, train_rows, dev, tokenizer, f), DESCRIPTION
-    decl = tasks.get(task, among=tasks.FINETUNE_TASKS + ("consert",))
+    decl = tasks.get(task, among=tasks.FINETUNE_TASKS)
     if decl.glue:
         from ptm_jax.data.tasks.glue import get_task
 
@@ -89,7 +98,8 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev", *,
         if train:
             train_rows = take_subset(train_rows, f.train_subset, f.subset_seed)
         if (model_info or {}).get("head") == SAN_HEAD:  # an MT-DNN pair task's best model (mtdnn_answer=san)
-            return SanClassificationObjective(model_cfg, spec, train_rows, dev, tokenizer, f, model_info), desc
+            return SanClassificationObjective(model_cfg, spec, train_rows, dev, tokenizer, f, model_info,
+                                              mcfg=config_lib.section(cfg, "mtdnn")), desc
         return _classifier_objective(model_cfg, f)(model_cfg, spec, train_rows, dev, tokenizer, f), desc
     from ptm_jax.families import registry
 
@@ -112,54 +122,6 @@ def finetune_train_config(cfg: RunConfig, num_train: int) -> TrainConfig:
         warmup_steps=int(f.warmup_proportion * steps), weight_decay=f.weight_decay, clip_norm=f.clip_norm,
         grad_accum_steps=1, eval_every=every, checkpoint_every=every, log_every=min(cfg.train.log_every, every),
         seed=f.seed, optimizer=f.optimizer, param_groups=[])
-
-
-def _fit(fresh: Any, value: Any, where: str, strict: bool = False) -> Any:
-    """``value`` (pretrained) placed into ``fresh``'s structure. An embedding table with fewer rows than the
-    finetuning vocabulary (tokens the task adds, such as GPT's start/delimiter/extract) keeps its pretrained
-    rows; the new rows keep their fresh initialisation. Any other shape difference is an error; so is, when
-    ``strict``, a tensor the checkpoint lacks (a kept task head must be whole)."""
-    if isinstance(fresh, dict):
-        if not isinstance(value, dict):
-            raise ConfigError(f"pretrained parameter '{where}' is a tensor where the finetuning model has a table")
-        missing = [k for k in fresh if k not in value]
-        if strict and missing:
-            raise ConfigError(f"the checkpoint's '{where}' lacks {', '.join(missing)} (it holds "
-                              f"{', '.join(value)}); set finetune.keep_head=false for a fresh head")
-        return {k: (_fit(f, value[k], f"{where}/{k}", strict) if k in value else f) for k, f in fresh.items()}
-    ref, got = np.shape(fresh), np.shape(value)
-    if ref == got:
-        return value
-    if len(got) == len(ref) == 2 and got[1] == ref[1] and got[0] < ref[0]:
-        return np.concatenate([np.asarray(value), np.asarray(fresh)[got[0]:]], axis=0)
-    raise ConfigError(f"pretrained parameter '{where}' does not fit the finetuning model: {got} vs {ref}")
-
-
-def _merge_encoder(pretrained: dict, trunk: str, keep_head: bool = False, where: str = "finetune.init"):
-    """Fresh head + pretrained trunk (a pooler missing from the checkpoint stays freshly initialised).
-    ``keep_head``: the checkpoint's task head too (finetune.keep_head); it must exist and fit."""
-
-    def merge(fresh):
-        fresh = jax.tree.map(lambda x: x, fresh)
-        if trunk not in pretrained:
-            raise ConfigError(f"the pretrained checkpoint has no '{trunk}' parameters (it holds "
-                              f"{', '.join(pretrained)}); pick a {trunk} checkpoint for finetune.init")
-        enc = fresh["params"][trunk]
-        for key, value in pretrained[trunk].items():
-            if key in enc:
-                enc[key] = _fit(enc[key], value, key)
-        if keep_head:
-            head = [k for k in fresh["params"] if k != trunk]
-            missing = [k for k in head if k not in pretrained]
-            if missing:
-                raise ConfigError(f"finetune.keep_head=true but {where} has no '{', '.join(missing)}' head "
-                                  f"parameters (it holds {', '.join(pretrained)}); set finetune.keep_head=false "
-                                  f"for a fresh head")
-            for k in head:
-                fresh["params"][k] = _fit(fresh["params"][k], pretrained[k], k, strict=True)
-        return fresh
-
-    return merge
 
 
 class KeepBest(Hook):
@@ -202,70 +164,103 @@ class KeepBest(Hook):
             fs.write_text_atomic(self.file, json.dumps(self.best, indent=2))
 
 
-def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
-    f = cfg.finetune
-    check_stage_batches(cfg, ["finetune"])  # every job below trains and evaluates on finetune.batch_size
-    if f.task.lower() == "mtdnn":  # several tasks in one job (train/multi_task.py)
-        from ptm_jax.train.multi_task import mtdnn
-
-        return mtdnn(cfg, stop_after=stop_after)
-    if f.head:  # a classic head on word features (objectives/feature_tasks.py)
-        from ptm_jax.objectives.feature_tasks import finetune_features
-
-        return finetune_features(cfg, stop_after=stop_after)
-    init = f.init or fs.to_str(fs.path(cfg.output_dir) / "pretrain")
-    pretrained, model_cfg, info, tok_dir = load_params(init)
-    # architecture from the checkpoint; compute settings (dtype, attention, remat, and the fields a family's config
-    # class lists in ``run_settings``: ULMFiT's classifier-stage switches) from this run's config
-    keep = ("dtype", "attention_impl", "remat", *getattr(type(model_cfg), "run_settings", ()))
-    model_cfg = dataclasses.replace(model_cfg, **{k: getattr(cfg.model, k) for k in keep
-                                                  if hasattr(model_cfg, k) and hasattr(cfg.model, k)})
-    if f.max_seq_length > getattr(model_cfg, "max_position_embeddings", f.max_seq_length):
-        raise ConfigError(f"finetune.max_seq_length={f.max_seq_length} exceeds the pretrained model's "
-                          f"max_position_embeddings={model_cfg.max_position_embeddings} ({init}); lower it")
-    tokenizer = load_tokenizer(info, tok_dir)
+def stage_param_groups(cfg: RunConfig, model_cfg: Any) -> list:
+    """The stage's parameter-group rules: the model's own (the family's ``param_groups`` for this stage, else the
+    weight-decay mask), layer-wise lr decay, then ``finetune.param_groups``."""
     from ptm_jax.families import registry
 
-    prepare = registry.get(model_cfg.family).prepare_finetune
-    if prepare is not None:  # e.g. a vocabulary grown by the task's special tokens
-        model_cfg = prepare(model_cfg, tokenizer)
-    objective, description = build_task(cfg, model_cfg, tokenizer)
-    if getattr(objective, "num_examples", objective.num_train) != objective.num_train:
-        description += (f"; packed: {objective.num_examples} training examples in {objective.num_train} rows "
-                        f"(batch_size counts rows)")
-    tcfg = finetune_train_config(cfg, objective.num_train)
-    stage = fs.path(cfg.output_dir) / f"finetune-{f.task.lower()}"
-    mesh = make_mesh(cfg.mesh)
-    # parameter groups: the model's own (the family's ``param_groups`` for this stage, else the weight-decay mask),
-    # layer-wise lr decay, then finetune.param_groups
+    f = cfg.finetune
     own = registry.get(model_cfg.family).param_groups
-    param_groups = [*(own(model_cfg, "finetune") if own else DEFAULT_RULES),
-                    *rules_from_config(f.param_groups, "finetune.param_groups")]
+    groups = [*(own(model_cfg, "finetune") if own else DEFAULT_RULES),
+              *rules_from_config(f.param_groups, "finetune.param_groups")]
     if f.layerwise_lr_decay != 1.0:
-        param_groups[1:1] = layerwise_decay_rules(f.layerwise_lr_decay, model_cfg.num_layers)
-    if f.adapter:  # a parameter-efficient adapter (ptm_jax/adapters) wraps the objective and its groups
-        objective, param_groups = adapter_registry.get(f.adapter).wrap(
-            config_lib.section(cfg, f.adapter), objective, param_groups, model_cfg=model_cfg,
-            trunk=registry.get(model_cfg.family).trunk, pretrained=pretrained)
-    tok_info = dict(info.get("tokenizer") or {})
-    tok_files = [tok_dir / name for name in tok_info.get("files", [])] if tok_dir else []
-    # an objective with a training-only head (ConSERT's NLI classifier) says what the kept model holds
-    keep_best = KeepBest(stage, objective, model_cfg, f.task, tok_info, tok_files,
-                         select=getattr(objective, "saved_params", None))
-    best = keep_best.best
+        groups[1:1] = layerwise_decay_rules(f.layerwise_lr_decay, model_cfg.num_layers)
+    return groups
 
+
+@dataclasses.dataclass
+class StageResult:
+    result: Any
+    """``train/loop.fit``'s result."""
+    summary: dict[str, Any]
+    hooks: list
+    """The keep-best hooks (their ``best``)."""
+    objective: Any
+    """The objective trained (an adapter's wrapper when one wrapped it)."""
+    tcfg: TrainConfig
+
+
+def run_stage(cfg: RunConfig, *, stage: Path, objective: Any, task: str, description: str, init: str,
+              init_params: Any, param_groups: list, pretrained: Pretrained | None = None,
+              keepers: Callable[[Any], list] | None = None, tcfg: TrainConfig | None = None,
+              meta: dict | None = None, summary_extra: Callable[[Any], dict] | None = None,
+              write_summary: bool = True, stop_after: int | None = None) -> StageResult:
+    """The one finetuning stage every job runs through: the train config of ``finetune.*`` (``tcfg``: a job's
+    own), an adapter's wrap (``finetune.adapter``, where the job has ``pretrained`` weights), the keep-best hooks
+    (``keepers(objective)``; default :class:`KeepBest` into ``<stage>/best``), ``fit`` into ``stage`` and the
+    stage's ``summary.json``. ``summary_extra(result)``: the job's own summary fields."""
+    from ptm_jax.families import registry
     from ptm_jax.train.loop import fit
 
-    merge = _merge_encoder(pretrained, registry.get(model_cfg.family).trunk, f.keep_head, init)
-    result = fit(objective, tcfg, mesh, stage, init_params=merge, param_groups=param_groups,
-                 meta={"config": config_lib.to_dict(cfg), "head": objective.head, "task": f.task,
-                       "init": str(init)}, stop_after=stop_after, hooks=[keep_best])
-    summary = {"stage": "finetune", "task": f.task, "description": description, "step": result.step,
+    f = cfg.finetune
+    tcfg = tcfg or finetune_train_config(cfg, objective.num_train)
+    if f.adapter and not job_registry.get(f.job).adapters:
+        raise ConfigError(f"finetune.adapter={f.adapter!r} is not implemented for finetune.job={f.job!r} (jobs an "
+                          f"adapter wraps: {', '.join(n for n, j in job_registry.jobs().items() if j.adapters)}); "
+                          "set finetune.adapter=''")
+    if f.adapter:  # a parameter-efficient adapter (ptm_jax/adapters) wraps the objective and its groups
+        if pretrained is None:
+            raise ConfigError(f"finetune.adapter={f.adapter!r} wraps a pretrained model; finetune.job={f.job!r} "
+                              "starts from none: set finetune.adapter=''")
+        model_cfg = pretrained.model_cfg
+        objective, param_groups = adapter_registry.get(f.adapter).wrap(
+            config_lib.section(cfg, f.adapter), objective, param_groups, model_cfg=model_cfg,
+            trunk=registry.get(model_cfg.family).trunk, pretrained=pretrained.params)
+    if keepers is None:
+        # an objective with a training-only head (ConSERT's NLI classifier) or an adapter says what the kept model
+        # holds (saved_params)
+        hooks = [KeepBest(stage, objective, pretrained.model_cfg, task, pretrained.tok_info, pretrained.tok_files,
+                          select=getattr(objective, "saved_params", None))]
+    else:
+        hooks = keepers(objective)
+    meta = meta or {"config": config_lib.to_dict(cfg), "head": objective.head, "task": task, "init": str(init)}
+    result = fit(objective, tcfg, make_mesh(cfg.mesh), stage, init_params=init_params, param_groups=param_groups,
+                 meta=meta, stop_after=stop_after, hooks=hooks)
+    best = hooks[0].best if hooks else {"step": -1, "metrics": {}}
+    summary = {"stage": "finetune", "task": task, "description": description, "step": result.step,
                "steps": tcfg.steps, "preempted": result.preempted, "init": str(init),
                "train": result.train_metrics, "final_eval": result.eval_metrics,
                "best": {"step": best["step"], "metrics": best["metrics"]},
                "primary_metric": objective.primary_metric, "train_rows": objective.num_train,
-               "train_examples": getattr(objective, "num_examples", objective.num_train)}
-    if jax.process_index() == 0:
+               **(summary_extra(result) if summary_extra else {})}
+    if write_summary and jax.process_index() == 0:
         fs.write_text_atomic(stage / "summary.json", json.dumps(summary, indent=2))
-    return summary
+    return StageResult(result, summary, hooks, objective, tcfg)
+
+
+def single_task(cfg: RunConfig, build: Callable[..., tuple[Any, str]], *, task: str,
+                stop_after: int | None = None) -> dict[str, Any]:
+    """A job of one objective on the pretrained model (the single-task job, ConSERT): load the pretrained
+    weights, ``build(cfg, model_cfg, tokenizer)`` -> (objective, description), :func:`run_stage` into
+    ``<output_dir>/finetune-<task>`` (lower case)."""
+    from ptm_jax.families import registry
+
+    pre = load_pretrained(cfg)
+    objective, description = build(cfg, pre.model_cfg, pre.tokenizer)
+    if getattr(objective, "num_examples", objective.num_train) != objective.num_train:
+        description += (f"; packed: {objective.num_examples} training examples in {objective.num_train} rows "
+                        f"(batch_size counts rows)")
+    trunk = registry.get(pre.model_cfg.family).trunk
+    done = run_stage(cfg, stage=fs.path(cfg.output_dir) / f"finetune-{task.lower()}", objective=objective, task=task,
+                     description=description, init=pre.init, pretrained=pre,
+                     init_params=merge_encoder(pre.params, trunk, cfg.finetune.keep_head, pre.init),
+                     param_groups=stage_param_groups(cfg, pre.model_cfg), stop_after=stop_after,
+                     summary_extra=lambda _: {"train_examples": getattr(objective, "num_examples",
+                                                                        objective.num_train)})
+    return done.summary
+
+
+def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
+    """Runs the finetuning job ``finetune.job`` (``ptm_jax/jobs``); returns its summary."""
+    check_stage_batches(cfg, ["finetune"])  # every job trains and evaluates on finetune.batch_size
+    return job_registry.get(cfg.finetune.job).run(cfg, stop_after=stop_after)

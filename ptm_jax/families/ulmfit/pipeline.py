@@ -28,15 +28,13 @@ from ptm_jax.errors import ConfigError
 def target_text(cfg: Any, out: Path) -> Path:
     """The target task's training sentences as a text file (one per line; the subset ``finetune.train_subset``
     when set, as the classifier sees it)."""
-    from ptm_jax.data.tasks.glue import read_glue
-    from ptm_jax.objectives.finetune_registry import take_subset
+    from ptm_jax.data.tasks import registry as tasks
 
     f = cfg.finetune
-    task = f.task.lower().replace("-", "")
     if not f.data_dir:
         raise ConfigError(f"finetune.task={f.task}: set finetune.data_dir to the GLUE folder for ULMFiT's "
                           "target-task LM stage")
-    rows = take_subset(read_glue(f.data_dir, task, "train")[0], f.train_subset, f.subset_seed)
+    rows = tasks.take_subset(tasks.glue_rows(f.data_dir, f.task, "train"), f.train_subset, f.subset_seed)
     path = out / "target_text" / "train.txt"
     if jax.process_index() == 0 and not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -49,7 +47,7 @@ def lm_finetune(cfg: Any, steps: int, *, stop_after: int | None = None) -> dict[
     from ptm_jax.export.params import load_params
     from ptm_jax.objectives.registry import build_objective
     from ptm_jax.parallel.mesh import make_mesh
-    from ptm_jax.train.finetune import _merge_encoder
+    from ptm_jax.train.pretrained import merge_encoder as _merge_encoder
     from ptm_jax.train.loop import fit
     from ptm_jax.train.stages import prepare_corpus
 

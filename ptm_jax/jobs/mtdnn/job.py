@@ -2,13 +2,13 @@
 model per task (Liu et al. 2019 Sec. 4, "the training procedure ... consists of two stages: pretraining and
 multi-task learning", followed by task-specific finetuning, Sec. 5.2).
 
-``ptm finetune --task mtdnn finetune.tasks=[rte,mrpc,stsb] --init MODEL --glue-dir GLUE output_dir=OUT``:
+``ptm finetune finetune.job=mtdnn mtdnn.tasks=[rte,mrpc,stsb] --init MODEL --glue-dir GLUE output_dir=OUT``:
 
 1. ``OUT/mtdnn/multitask``: the multi-task stage, ``finetune.epochs`` epochs of the task plan
    (``objectives/multi_task.py``: every step one task's mini-batch, tasks in proportion to their size and
-   ``finetune.task_weights``), through the one loop (``train/loop.fit``) with its checkpoints and exact resume.
-   Every evaluation scores every task's dev split.
-2. ``OUT/mtdnn/<task>/finetune``: for each task, ``finetune.mtdnn_finetune_epochs`` epochs on that task alone,
+   ``mtdnn.task_weights``), through the one finetuning stage (``train/finetune.run_stage``: ``train/loop.fit``
+   with its checkpoints and exact resume). Every evaluation scores every task's dev split.
+2. ``OUT/mtdnn/<task>/finetune``: for each task, ``mtdnn.finetune_epochs`` epochs on that task alone,
    starting from the multi-task encoder and the task's multi-task head, linear or SAN (0: no such stage).
 3. ``OUT/mtdnn/<task>/best``: the best model of the task over both stages by the task's dev metric
    (``train/finetune.KeepBest``, one per task), saved as a single-task classifier: ``ptm eval --model
@@ -30,7 +30,6 @@ from ptm_jax import config as config_lib
 from ptm_jax import fs
 from ptm_jax.config import RunConfig
 from ptm_jax.errors import ConfigError
-from ptm_jax.export.params import load_params, load_tokenizer
 from ptm_jax.objectives.multi_task import (
     MultiTaskObjective,
     read_task,
@@ -40,13 +39,13 @@ from ptm_jax.objectives.multi_task import (
     task_view,
     task_weights,
 )
-from ptm_jax.parallel.mesh import make_mesh
-from ptm_jax.train.finetune import KeepBest, _merge_encoder, finetune_train_config
+from ptm_jax.train.finetune import KeepBest, finetune_train_config, run_stage
 from ptm_jax.train.param_groups import (
     DEFAULT_RULES,
     layerwise_decay_rules,
     rules_from_config,
 )
+from ptm_jax.train.pretrained import load_pretrained, merge_encoder
 
 
 def _stage_config(cfg: RunConfig, epochs: float) -> RunConfig:
@@ -57,47 +56,38 @@ def mtdnn(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     """Runs (or resumes) the job; returns its summary (also written to ``OUT/mtdnn/summary.json``).
     ``stop_after``: stop (with a checkpoint) after this many steps of the current stage."""
     from ptm_jax.families import registry
-    from ptm_jax.train.loop import fit
 
     f = cfg.finetune
-    names = task_names(f.tasks)
-    weights = task_weights(f.task_weights, len(names))
-    san_settings(f)  # finetune.mtdnn_answer, san_steps, san_step_dropout
-    if f.mtdnn_finetune_epochs < 0:
-        raise ConfigError(f"finetune.mtdnn_finetune_epochs={f.mtdnn_finetune_epochs} must be >= 0 (0: no per-task "
-                          "finetuning)")
-    init = f.init or fs.to_str(fs.path(cfg.output_dir) / "pretrain")
-    pretrained, model_cfg, info, tok_dir = load_params(init)
-    model_cfg = dataclasses.replace(model_cfg, dtype=cfg.model.dtype, attention_impl=cfg.model.attention_impl,
-                                    remat=cfg.model.remat)
-    if f.max_seq_length > model_cfg.max_position_embeddings:
-        raise ConfigError(f"finetune.max_seq_length={f.max_seq_length} exceeds the pretrained model's "
-                          f"max_position_embeddings={model_cfg.max_position_embeddings} ({init}); lower it")
+    m = config_lib.section(cfg, "mtdnn")
+    names = task_names(m.tasks)
+    weights = task_weights(m.task_weights, len(names))
+    san_settings(m)  # mtdnn.answer, san_steps, san_step_dropout
+    if m.finetune_epochs < 0:
+        raise ConfigError(f"mtdnn.finetune_epochs={m.finetune_epochs} must be >= 0 (0: no per-task finetuning)")
+    pre = load_pretrained(cfg)
+    model_cfg, init = pre.model_cfg, pre.init
     fam = registry.get(model_cfg.family)
     if "encoder" not in fam.task_heads:
-        raise ConfigError(f"finetune.task=mtdnn needs a shared encoder: model.family={model_cfg.family!r} has no "
+        raise ConfigError(f"finetune.job=mtdnn needs a shared encoder: model.family={model_cfg.family!r} has no "
                           "'encoder' task head")
-    tokenizer = load_tokenizer(info, tok_dir)
-    tasks = [read_task(cfg, n, tokenizer) for n in names]
-    objective = MultiTaskObjective(model_cfg, tasks, weights, f)
-    tcfg = finetune_train_config(cfg, objective.num_train)
+    tasks = [read_task(cfg, n, pre.tokenizer) for n in names]
+    objective = MultiTaskObjective(model_cfg, tasks, weights, f, m)
     root = fs.path(cfg.output_dir) / "mtdnn"
-    mesh = make_mesh(cfg.mesh)
     groups = [*DEFAULT_RULES, *rules_from_config(f.param_groups, "finetune.param_groups")]
     if f.layerwise_lr_decay != 1.0:
         groups[1:1] = layerwise_decay_rules(f.layerwise_lr_decay, model_cfg.num_layers)
-    tok_info = dict(info.get("tokenizer") or {})
-    tok_files = [tok_dir / n for n in tok_info.get("files", [])] if tok_dir else []
     trunk = fam.trunk
 
     def keeper(t, index):
-        return KeepBest(root / t.name, task_view(t, f), model_cfg, t.name, tok_info, tok_files,
+        return KeepBest(root / t.name, task_view(t, m), model_cfg, t.name, pre.tok_info, pre.tok_files,
                         select=lambda p: single_task_params(p, trunk, index))
 
     meta = {"config": config_lib.to_dict(cfg), "head": objective.head, "task": "mtdnn", "init": str(init)}
-    keep = [keeper(t, i) for i, t in enumerate(tasks)]
-    result = fit(objective, tcfg, mesh, root / "multitask", init_params=_merge_encoder(pretrained, trunk),
-                 param_groups=groups, meta=meta, stop_after=stop_after, hooks=keep)
+    stage = run_stage(cfg, stage=root / "multitask", objective=objective, task="mtdnn", description="", init=init,
+                      init_params=merge_encoder(pre.params, trunk), param_groups=groups, meta=meta,
+                      keepers=lambda _: [keeper(t, i) for i, t in enumerate(tasks)], write_summary=False,
+                      stop_after=stop_after)
+    result, tcfg, keep = stage.result, stage.tcfg, stage.hooks
     summary: dict[str, Any] = {
         "stage": "mtdnn", "task": "mtdnn", "init": str(init), "tasks": names, "task_weights": weights,
         "plan": {t.name: int(k) for t, k in zip(tasks, objective.plan.k)}, "steps": tcfg.steps,
@@ -109,17 +99,18 @@ def mtdnn(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
         f"{t.name}/{t.primary}")} for t, k in zip(tasks, keep)}
     done = result.step >= tcfg.steps
     finetuned: dict[str, Any] = {}
-    if done and f.mtdnn_finetune_epochs > 0:
+    if done and m.finetune_epochs > 0:
         shared = result.state.params
         for i, t in enumerate(tasks):
             if t.train is None or weights[i] == 0:  # weight 0: left out of training, still evaluated
                 continue
-            single = MultiTaskObjective(model_cfg, [t], [1.0], f, name=f"mtdnn-{t.name}")
-            tcfg_t = finetune_train_config(_stage_config(cfg, f.mtdnn_finetune_epochs), single.num_train)
-            merge = _from_multitask(shared, trunk, i)
-            kb = keeper(t, 0)  # goes on from the multi-task stage's best of the task
-            r = fit(single, tcfg_t, mesh, root / t.name / "finetune", init_params=merge, param_groups=groups,
-                    meta={**meta, "task": t.name}, stop_after=stop_after, hooks=[kb])
+            single = MultiTaskObjective(model_cfg, [t], [1.0], f, m, name=f"mtdnn-{t.name}")
+            tcfg_t = finetune_train_config(_stage_config(cfg, m.finetune_epochs), single.num_train)
+            # keep-best goes on from the multi-task stage's best of the task
+            r = run_stage(cfg, stage=root / t.name / "finetune", objective=single, task=t.name, description="",
+                          init=init, init_params=_from_multitask(shared, trunk, i), param_groups=groups,
+                          tcfg=tcfg_t, meta={**meta, "task": t.name}, keepers=lambda _, t=t: [keeper(t, 0)],
+                          write_summary=False, stop_after=stop_after).result
             finetuned[t.name] = {"step": r.step, "steps": tcfg_t.steps, "final_eval": r.eval_metrics}
             if r.step < tcfg_t.steps:
                 done = False

@@ -1,0 +1,134 @@
+"""The heads-over-word-features job: the task read from ``data/tasks/registry.py`` (a GLUE task, the embedded
+task, CoNLL-2003), its objective on word features (``objectives/feature_tasks.py``), and the one finetuning stage
+(``train/finetune.run_stage``) with the feature model's own keep-best hook."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ptm_jax import config as config_lib
+from ptm_jax import fs
+from ptm_jax.config import RunConfig
+from ptm_jax.data.tasks import registry as tasks
+from ptm_jax.data.tasks.conll import conll_from_tfds, label_list, read_conll
+from ptm_jax.data.tasks.registry import take_subset
+from ptm_jax.errors import ConfigError
+from ptm_jax.models.text_heads import HEADS, TAGGERS
+from ptm_jax.objectives.feature_inputs import resolve_source, text_words
+from ptm_jax.objectives.feature_tasks import (
+    EMBEDDING_PATTERN,
+    FEATURE_STATS_PATTERN,
+    FeatureClassificationObjective,
+    FeatureInputs,
+    FeatureTaggingObjective,
+    KeepBestFeatures,
+    scalar_mix,
+)
+from ptm_jax.objectives.finetune_registry import conll_files
+from ptm_jax.train.finetune import run_stage
+from ptm_jax.train.param_groups import DEFAULT_RULES, Rule, rules_from_config
+
+
+def _sentence_task(cfg: RunConfig):
+    """(spec, train examples, dev examples, description) of a GLUE task or the embedded task."""
+    f = cfg.finetune
+    task = tasks.key(f.task)
+    if task == "embedded":
+        from ptm_jax.data.tasks.embedded_task import DESCRIPTION, embedded_task
+
+        spec, train, dev = embedded_task()
+        return spec, take_subset(train, f.train_subset, f.subset_seed), dev, DESCRIPTION
+    decl = tasks.TASKS.get(task)
+    if decl is None or not decl.glue or task == "ax":
+        head = config_lib.section(cfg, "features").head
+        raise ConfigError(f"features.head={head!r} classifies sentences or pairs: finetune.task must be a GLUE "
+                          f"task ({', '.join(n for n in tasks.FINETUNE_TASKS if tasks.TASKS[n].glue)}) or "
+                          f"'embedded', got {f.task!r}")
+    from ptm_jax.data.tasks.glue import get_task
+
+    train, dev = tasks.glue_rows(f.data_dir, task, "train"), tasks.glue_rows(f.data_dir, task, "dev")
+    kept = take_subset(train, f.train_subset, f.subset_seed)
+    desc = (f"GLUE {task}: {len(kept)} train (of {len(train)}) / {len(dev)} dev examples from {f.data_dir}")
+    return get_task(task), kept, dev, desc
+
+
+def build_feature_task(cfg: RunConfig) -> tuple[Any, FeatureInputs, str]:
+    """(objective, its inputs, description) for ``features.head`` on ``finetune.task``."""
+    f = cfg.finetune
+    h = config_lib.section(cfg, "features")
+    source = resolve_source(f.init)
+    cache = h.feature_cache or fs.to_str(fs.path(cfg.output_dir) / "feature_cache")
+    if h.head in TAGGERS:
+        if f.task.lower().replace("-", "") != "conll2003":
+            raise ConfigError(f"features.head={h.head!r} tags words: set finetune.task=conll2003 (sentence heads: "
+                              f"{', '.join(HEADS)})")
+        if not f.data_dir:
+            raise ConfigError("finetune.task=conll2003: set finetune.data_dir to the CoNLL-2003 folder or 'tfds'")
+        if f.data_dir == "tfds":
+            train, dev = conll_from_tfds("train"), conll_from_tfds("dev")
+        else:
+            train_file, dev_file = conll_files(f.data_dir, "dev")
+            train, dev = read_conll(train_file)[0], read_conll(dev_file)[0]
+        labels, total = label_list(train), len(train)  # labels of the whole file: a subset keeps the same ids
+        train = take_subset(train, f.train_subset, f.subset_seed)
+        features = FeatureInputs(source, f, h, [s.words for s in train], [s.words for s in dev], cache)
+        obj = FeatureTaggingObjective(f, h, train, dev, labels, features)
+        return obj, features, (f"CoNLL-2003 NER: {len(train)} train (of {total}) / {len(dev)} dev sentences, "
+                               f"{len(labels)} labels, {obj.dev_truncated_words} dev words past max_seq_length")
+    spec, train, dev, desc = _sentence_task(cfg)
+
+    def words(examples):
+        return [text_words(t) for e in examples for t in (e.text_a, e.text_b) if t is not None]
+
+    features = FeatureInputs(source, f, h, words(train), words(dev), cache)
+    return FeatureClassificationObjective(spec, train, dev, f, h, features), features, desc
+
+
+def finetune_features(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
+    """``Job.run``: build the task on word features, then the one finetuning stage (``fit``, the best model kept
+    by :class:`~ptm_jax.objectives.feature_tasks.KeepBestFeatures`)."""
+    f = cfg.finetune
+    h = config_lib.section(cfg, "features")
+    objective, features, description = build_feature_task(cfg)
+    source = features.source
+    table, words = features.table, features.word_source
+    if features.encoder is not None:
+        description += f"; {source.description}, finetuned end to end, mixed by a learned scalar mix"
+    elif features.store is not None:
+        description += f"; {source.description}, mixed by a learned scalar mix"
+    if table is not None:
+        description += (f"{'; ' if features.store is None else ', concatenated with '}{words.description}; word "
+                        f"table {len(table.words)} rows"
+                        + (f", {table.found} from the vectors" if table.matrix is not None else ""))
+    rules = [*DEFAULT_RULES]
+    frozen = words is not None and words.kind == "static" and h.freeze_embeddings
+    if frozen:
+        rules.append(Rule(EMBEDDING_PATTERN, frozen=True, where="features.freeze_embeddings"))
+    if features.norm == "dimension":
+        features.standardize(objective.train)
+        rules.append(Rule(FEATURE_STATS_PATTERN, frozen=True, where="features.feature_norm"))
+        description += ", each dimension standardised by the training words' statistics"
+    elif features.norm == "layer":
+        description += ", each layer normalised before the mix"
+    rules += rules_from_config(f.param_groups, "finetune.param_groups")
+    stage = fs.path(cfg.output_dir) / f"finetune-{f.task.lower()}"
+    info = {"task": f.task, "head": h.head, "init": f.init, "source": source.kind, "description": description,
+            "max_seq_length": f.max_seq_length, "head_hidden": h.head_hidden, "head_pool": h.head_pool,
+            "label_names": list(getattr(objective.spec, "labels", None) or []) or None,
+            "num_labels": objective.num_labels, "frozen_embeddings": frozen,
+            "pair": getattr(objective, "pair", False), "end_to_end": features.encoder is not None,
+            "words": table.words if table is not None else None, "word_init": h.word_init,
+            "feature_norm": h.feature_norm}
+    if features.stats is not None:
+        info["feature_stats"] = {"mean": features.stats[0].tolist(), "scale": features.stats[1].tolist()}
+    done = run_stage(cfg, stage=stage, objective=objective, task=f.task, description=description, init=f.init,
+                     init_params=features.initial_params(), param_groups=rules,
+                     keepers=lambda obj: [KeepBestFeatures(stage, obj, info)], stop_after=stop_after,
+                     summary_extra=lambda result: {"head": h.head, "scalar_mix": scalar_mix(result.state.params)})
+    return done.summary
+
+
+def with_head(cfg: RunConfig, **features: Any) -> RunConfig:
+    """``cfg`` with ``[features]`` fields replaced (benchmarks and tests)."""
+    h = dataclasses.replace(config_lib.section(cfg, "features"), **features)
+    return dataclasses.replace(cfg, plugins={**cfg.plugins, "features": h})

@@ -1,0 +1,119 @@
+"""The job registry: what ``ptm finetune`` (and ``ptm run``'s finetuning stage) can run.
+
+A job is one package under ``ptm_jax/jobs/`` whose ``__init__`` builds a :class:`Job` and calls :func:`register`;
+jobs are found by importing every package there (:func:`load_all`), as families and adapters are. ONE field
+picks the job of a run, ``finetune.job``; the job owns the top-level config section of its own name (``[mtdnn]``,
+``[consert]``, ``[features]``), read into its ``config`` dataclass the way a family owns ``[model]``
+(``config.py``: ``RunConfig.plugins``, :func:`sections`). ``[finetune]`` keeps what every job shares.
+
+Every job runs its training through the one finetuning stage, ``train/finetune.run_stage`` (the pretrained
+weights loaded, the objective built, ``fit`` with the best model kept by the task metric, ``summary.json``),
+where an adapter (``ptm_jax/adapters``) wraps the objective when the job allows it (``Job.adapters``).
+
+This module sits at the bottom of the import graph: it imports nothing of the spine but its error type; a job's
+``__init__`` names its code as 'module:function' (:func:`lazy`), imported when called, so ``config.py`` can read
+the jobs' sections without loading JAX or the finetuning code.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import pkgutil
+from typing import Any, Callable
+
+from ptm_jax.errors import ConfigError
+
+
+def lazy(module: str, name: str) -> Callable[..., Any]:
+    """A function that imports ``module`` and calls its ``name`` when called."""
+
+    def call(*args: Any, **kw: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kw)
+
+    call.__qualname__ = f"{module}.{name}"
+    return call
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One finetuning job. ``name`` is the value of ``finetune.job`` and the name of its config section."""
+
+    name: str
+    run: Callable[..., dict]
+    """(cfg: RunConfig, *, stop_after: int | None) -> summary dict (also written as the job's summary.json)."""
+    config: type | None = None
+    """Dataclass of the ``[name]`` section (with an optional ``validate(where)``); None: the job has none."""
+    build: Callable[..., tuple[Any, str]] | None = None
+    """(cfg, model_cfg, tokenizer, eval_split, *, train, model_info) -> (objective, description): the objective
+    that ``ptm eval`` scores a kept model of the job with; None: ``ptm eval`` does not read its models."""
+    adapters: bool = False
+    """Whether ``finetune.adapter`` may wrap the job's objective in the finetuning stage."""
+    moved: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Former ``finetune.<field>`` -> its field in the job's section (``mtdnn.tasks``): the unknown-key error of an
+    old config names the new place."""
+    task_values: tuple[str, ...] = ()
+    """Former ``finetune.task`` values that picked this job (``finetune.task=mtdnn``): refused with a message
+    naming ``finetune.job``."""
+    description: str = ""
+
+
+_JOBS: dict[str, Job] = {}
+_LOADED = False
+
+
+def register(job: Job) -> Job:
+    if job.name in _JOBS and _JOBS[job.name] is not job:
+        raise ValueError(f"job {job.name!r} registered twice")
+    _JOBS[job.name] = job
+    return job
+
+
+def load_all() -> None:
+    """Imports every package under ``ptm_jax/jobs`` (each registers itself)."""
+    global _LOADED
+    if _LOADED:
+        return
+    import ptm_jax.jobs as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.ispkg:
+            importlib.import_module(f"{pkg.__name__}.{info.name}")
+    _LOADED = True
+
+
+def jobs() -> dict[str, Job]:
+    load_all()
+    return dict(_JOBS)
+
+
+def get(name: str, where: str = "finetune.job") -> Job:
+    """The job registered as ``name``, or a ConfigError listing them."""
+    table = jobs()
+    if name not in table:
+        close = difflib.get_close_matches(name, list(table), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{where}={name!r} is not a registered finetuning job (registered: "
+                          f"{', '.join(sorted(table))}).{hint}")
+    return table[name]
+
+
+def sections() -> dict[str, type]:
+    """Config section name -> dataclass, for every registered job that has one."""
+    return {j.name: j.config for j in jobs().values() if j.config is not None}
+
+
+def moved_key(field: str) -> str | None:
+    """Where a former ``finetune.<field>`` lives now ('mtdnn.tasks (with finetune.job='mtdnn')'), or None."""
+    for j in jobs().values():
+        if field in j.moved:
+            return f"{j.name}.{j.moved[field]} (with finetune.job={j.name!r})"
+    return None
+
+
+def job_of_task_value(task: str) -> Job | None:
+    """The job a former ``finetune.task`` value picked (``mtdnn``, ``consert``), or None."""
+    for j in jobs().values():
+        if task in j.task_values:
+            return j
+    return None
