@@ -16,7 +16,7 @@ from ptm_jax.export import params as params_lib  # noqa: E402
 from ptm_jax.families.bert import hf as hf_bert  # noqa: E402
 from ptm_jax.families.bert.task_heads import BertForSequenceClassification  # noqa: E402
 from ptm_jax.objectives.task_data import shuffled_stream  # noqa: E402
-from ptm_jax.train.finetune import _merge_encoder  # noqa: E402
+from ptm_jax.train.pretrained import merge_encoder as _merge_encoder  # noqa: E402
 
 SHAPE = dict(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
              max_position_embeddings=16)

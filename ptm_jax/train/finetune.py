@@ -39,7 +39,6 @@ from ptm_jax.parallel.batch_check import check_stage_batches
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.hooks import Hook, Run
 from ptm_jax.train.pretrained import Pretrained, load_pretrained, merge_encoder
-from ptm_jax.train.pretrained import merge_encoder as _merge_encoder  # noqa: F401  (tests, ULMFiT)
 from ptm_jax.train.param_groups import (
     DEFAULT_RULES,
     layerwise_decay_rules,
