@@ -268,7 +268,7 @@ def one_run(run: dict, ctx, args) -> dict:
     state, m = train(compiled, state, (b for _, b in feed), steps, k, key, mesh)
     secs = time.perf_counter() - t0
     feed.close()
-    out.update(rates("streamed", secs), last_loss=float(m["loss"]),  # and the objective's own (GloVe's cost)
+    out.update(rates("streamed", secs), last_loss=reduce_terms(m)["loss"],  # and the objective's own (GloVe's cost)
                **reduce_terms({n: v for n, v in m.items() if n == getattr(obj, "primary_metric", "")}))
     streamed = s.vectors(jax.device_get(state.params))
     del state

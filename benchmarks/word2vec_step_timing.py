@@ -42,6 +42,7 @@ def main(argv=None) -> int:
     from ptm_jax.parallel.feed import to_global
     from ptm_jax.parallel.mesh import make_mesh
     from ptm_jax.train.loop import compile_objective
+    from ptm_jax.train.metrics import reduce_terms
 
     settings = types.SimpleNamespace(dim=100, window=5, sample=1e-3, negative=5, cap=64, kernel="auto",
                                      per_pair_negatives=args.per_pair_negatives, seed=1, batch=4096,
@@ -71,7 +72,7 @@ def main(argv=None) -> int:
                       "step_ms_wall_min": round(min(walls), 3),
                       "step_ms_wall_median": round(statistics.median(walls), 3),
                       "step_ms_cpu_min": round(min(cpus), 3), "step_ms_cpu_median": round(statistics.median(cpus), 3),
-                      "last_loss": float(m["loss"])}), flush=True)
+                      "last_loss": reduce_terms(m)["loss"]}), flush=True)
     return 0
 
 

@@ -73,7 +73,10 @@ def test_skipgram_run_finds_known_neighbours_and_places_oov_words_beside_their_r
     from ptm_jax.cli import main
 
     losses = [json.loads(x) for x in (run / "pretrain" / "metrics.jsonl").read_text().splitlines()]
-    losses = [r["ft_loss"] for r in losses if r.get("split") == "train"]
+    losses = [r for r in losses if r.get("split") == "train"]
+    for r in losses:   # the logged loss is the mean per pair; the sum the step differentiates is loss_sum
+        assert r["loss"] == r["ft_loss"] and r["loss_sum"] == pytest.approx(r["loss"] * r["ft_pairs"], rel=1e-5)
+    losses = [r["ft_loss"] for r in losses]
     assert losses[-1] < 0.8 * losses[0] and losses[0] < 6 * np.log(2), losses  # 1 + 5 terms of log 2 at the start
     father = _near(vectors, "father")
     assert len({w for w in father if w.startswith("father")}) >= 4, father

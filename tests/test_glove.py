@@ -15,6 +15,7 @@ from ptm_jax.data.cache import build_or_load_cache
 from ptm_jax.data.pretraining.source import ArraySource, SubsetSource
 from ptm_jax.data.word_vocab import build_word_vocab
 from ptm_jax.errors import ConfigError, DataError
+from ptm_jax.train.metrics import reduce_terms
 from ptm_jax.families import registry
 from ptm_jax.families.glove import FAMILY, GloveConfig, GloveDataConfig, hooks
 from ptm_jax.families.glove import cooccur
@@ -126,6 +127,9 @@ def test_weighting_and_loss_equal_a_numpy_reference():
     loss, terms = obj.loss(params, batch, None, obj.normalizers(batch), train=True)
     assert float(loss) == pytest.approx(want.sum(), rel=1e-5)
     assert float(terms["glove_loss"][0]) / float(terms["glove_loss"][1]) == pytest.approx(want.mean(), rel=1e-5)
+    # logged: "loss" is the mean per entry (glove.c's cost), the summed loss that is differentiated is "loss_sum"
+    assert reduce_terms(terms)["loss"] == pytest.approx(want.mean(), rel=1e-5)
+    assert reduce_terms(terms)["loss_sum"] == pytest.approx(want.sum(), rel=1e-5)
     np.testing.assert_allclose(np.asarray(glove_costs(pred, x, 100.0, 0.75)), want, rtol=1e-5)
     np.testing.assert_allclose(hooks.word_vectors(params["params"]), t["word"] + t["context"])  # W + W~
 

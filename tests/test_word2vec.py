@@ -311,8 +311,12 @@ def nearest(vocab, vectors, word, k=8):
 def test_skipgram_on_tiny_shakespeare_finds_known_neighbours(corpus, skipgram_run):
     obj, result = skipgram_run
     vocab = corpus.tokenizer
-    losses = [json.loads(x)["w2v_loss"] for x in (result.stage_dir / "metrics.jsonl").read_text().splitlines()
-              if json.loads(x).get("split") == "train"]
+    rows = [json.loads(x) for x in (result.stage_dir / "metrics.jsonl").read_text().splitlines()
+            if json.loads(x).get("split") == "train"]
+    losses = [r["w2v_loss"] for r in rows]
+    for r in rows:   # the logged loss is the mean per pair; the sum the step differentiates is loss_sum
+        assert r["loss"] == r["w2v_loss"] and r["loss_sum"] == pytest.approx(r["loss"] * r["w2v_pairs"], rel=1e-5)
+        assert r["w2v_pairs"] > 100
     assert losses[-1] < losses[0] < 6 * math.log(2) + 0.01, losses   # 6 terms of log 2 each at the start
     vectors = FAMILY.word_vectors(jax.device_get(result.state.params), obj.cfg.model)
     assert vectors.shape == (vocab.vocab_size, 32) and vectors.dtype == np.float32
@@ -461,6 +465,7 @@ def test_sparse_row_updates_and_the_fused_cpu_kernel_equal_the_dense_gradient_st
 
     from ptm_jax.parallel.feed import to_global
     from ptm_jax.train.loop import compile_objective
+    from ptm_jax.train.metrics import reduce_terms
 
     cfg = run_config(corpus.tokenizer, objective, steps=10, batch=128, hs=True, lr=0.5)
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, shared_negatives=shared, pack_rows=32,
@@ -484,7 +489,14 @@ def test_sparse_row_updates_and_the_fused_cpu_kernel_equal_the_dense_gradient_st
     assert (float(np.asarray(de_m["w2v_dropped_pairs"]).ravel()[0]) > 0) == (slots == 2)
     for name in ("xla", "kernel") if not slots else ("kernel",):
         sp, sp_m, sp_step = out[name]
-        assert sp_step == de_step == 2 and float(sp_m["loss"]) == pytest.approx(float(de_m["loss"]), rel=1e-5)
+        sp_r, de_r = reduce_terms(sp_m), reduce_terms(de_m)
+        assert sp_step == de_step == 2
+        for k in ("loss", "loss_sum"):
+            assert sp_r[k] == pytest.approx(de_r[k], rel=1e-5), k
+        # the logged loss is the mean per pair (skip-gram) or per center (CBOW), the summed loss beside it
+        count = float(np.asarray(sp_m["loss"][1]))
+        assert count > 50 and (objective == "cbow" or count == sp_r["w2v_pairs"])   # CBOW: live centers
+        assert sp_r["loss"] == sp_r["w2v_loss"] == pytest.approx(sp_r["loss_sum"] / count, rel=1e-6)
         if name == "kernel":
             for k in ("grad_norm", "grad_norm/input", "grad_norm/output", "grad_norm/hs_output", "w2v_pairs"):
                 assert float(np.asarray(sp_m[k]).ravel()[0]) == pytest.approx(

@@ -9,6 +9,7 @@ from ptm_jax.config import MeshConfig
 from ptm_jax.families.word2vec import FAMILY
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.loop import fit
+from ptm_jax.train.metrics import reduce_terms
 from sequential_reference import in_parts, word2vec_sequential
 from test_word2vec import corpus, run_config  # noqa: F401  (the fixture: tiny-shakespeare's words, count >= 5)
 
@@ -42,7 +43,7 @@ def test_sequential_updates_apply_each_pair_in_stream_order_as_word2vec_c(corpus
             if runs:
                 continue
             want, loss = word2vec_sequential(host, before, float(m["learning_rate"]), objective == "cbow", 32)
-            assert float(m["loss"]) == pytest.approx(loss, rel=1e-5), step
+            assert reduce_terms(m)["loss_sum"] == pytest.approx(loss, rel=1e-5), step   # the summed terms
             assert float(m["nonfinite_total"]) == 0
             for k in ("input", "output", "hs_output"):
                 np.testing.assert_allclose(after[k], want[k], rtol=0, atol=3e-5, err_msg=f"step {step} {k}")
@@ -81,7 +82,7 @@ def test_sequential_parts_run_word2vec_c_order_per_part_from_the_batch_start_and
     want, loss = in_parts(word2vec_sequential, host, before, lr, cbow, 32, 2)
     whole, _ = word2vec_sequential(host, before, lr, cbow, 32)
     assert max(np.abs(want[k] - whole[k]).max() for k in want) > 1e-3     # two parts are not one order
-    assert float(m["loss"]) == pytest.approx(loss, rel=1e-5)
+    assert reduce_terms(m)["loss_sum"] == pytest.approx(loss, rel=1e-5)
     for k in ("input", "output", "hs_output"):
         assert np.abs(runs[0][k] - before[k]).max() > 1e-3, k
         np.testing.assert_allclose(runs[0][k], want[k], rtol=0, atol=3e-5, err_msg=k)

@@ -291,7 +291,9 @@ class _Run:
         jax.block_until_ready((self.state, metrics))
         elapsed = time.perf_counter() - start
         self.cpu_times.append(time.process_time() - cpu)
-        self.last_loss = float(np.asarray(jax.device_get(metrics["loss"])))
+        from ptm_jax.train.metrics import term_value
+
+        self.last_loss = term_value(jax.device_get(metrics["loss"]))   # a (num, den) term or a scalar
         if self.calls == 0:
             self.first_loss = self.last_loss
         self.calls += 1

@@ -30,7 +30,7 @@ from ptm_jax.checkpoint import Checkpointer
 from ptm_jax.config import TrainConfig
 from ptm_jax.errors import ConfigError, NumericalError
 from ptm_jax.parallel.feed import host_value
-from ptm_jax.train.metrics import MetricsWriter, reduce_terms
+from ptm_jax.train.metrics import MetricsWriter, reduce_terms, term_value
 
 ROLLED_BACK = "rolled back"
 """What ``after_step`` returns when it moved ``run.state`` and ``run.step`` back to a checkpoint."""
@@ -150,7 +150,7 @@ class SpikeGuard:
         self.last = self.median = float("nan")
 
     def is_spike(self, loss: Any) -> bool:
-        self.last = float(host_value(loss))
+        self.last = term_value(host_value(loss))   # a (num, den) term or a scalar
         if len(self.history) >= self.window:
             self.median = float(np.median(self.history[-self.window:]))
             if np.isfinite(self.last) and self.last > self.factor * self.median:

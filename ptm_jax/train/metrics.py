@@ -81,16 +81,18 @@ def format_line(step: int, total: int, scalars: dict[str, float], eta_seconds: f
     return " | ".join(parts)
 
 
+def term_value(v: Any) -> float:
+    """A (num, den) term -> num/den (nan where den is 0); a plain scalar -> itself. A step's ``loss`` is either:
+    an objective whose optimised loss is a sum (word2vec, fastText, GloVe) reports the mean as a ``loss`` term."""
+    if isinstance(v, tuple):
+        num, den = float(v[0]), float(v[1])
+        return num / den if den else float("nan")
+    return float(v)
+
+
 def reduce_terms(metrics: dict[str, Any]) -> dict[str, float]:
     """{'x': (num, den)} -> {'x': num/den}; plain scalars pass through."""
-    out = {}
-    for k, v in metrics.items():
-        if isinstance(v, tuple):
-            num, den = float(v[0]), float(v[1])
-            out[k] = num / den if den else float("nan")
-        else:
-            out[k] = float(v)
-    return out
+    return {k: term_value(v) for k, v in metrics.items()}
 
 
 class MetricsWriter:

@@ -17,7 +17,8 @@ With plain SGD (``model.sparse_update``, the default) the step is ``train/step.p
 scatter-adds ``-lr x`` them into the tables, as fastText touches only those rows; the dense path's update
 (``tests/test_fasttext.py`` checks both on one batch).
 
-Reported: ``ft_loss`` (terms per pair, the mean over the batch's pairs) and ``ft_pairs``.
+Reported: ``loss`` and ``ft_loss`` (the same: terms per pair, the mean over the batch's pairs), ``loss_sum``
+(the summed loss the step differentiates) and ``ft_pairs``.
 """
 from __future__ import annotations
 
@@ -128,7 +129,9 @@ class FastTextObjective(TableSteps, MakerStreams):
 
     def loss_terms(self, total, batch, normalizers):
         pairs = jnp.sum(batch["pair_weight"])
-        return total, {"ft_loss": (total, normalizers["pairs"]), "ft_pairs": (pairs, jnp.ones(())),
+        # "loss" (the mean per pair) replaces the step's summed loss in the logged metrics; "loss_sum" is the sum
+        return total, {"loss": (total, normalizers["pairs"]), "loss_sum": (total, jnp.ones(())),
+                       "ft_loss": (total, normalizers["pairs"]), "ft_pairs": (pairs, jnp.ones(())),
                        "ft_dropped_pairs": (jnp.sum(batch["dropped"]), jnp.ones(()))}
 
     def row_gradients(self, params, batch, rng, normalizers):

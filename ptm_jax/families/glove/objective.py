@@ -5,7 +5,8 @@
 over the nonzero entries of the co-occurrence matrix (``families/glove/cooccur.py``), batched by
 ``families/glove/data.py``. As in glove.c each entry contributes 0.5 f diff^2 and the step's loss is the *sum*
 over the batch (not the mean), so an entry's gradient is glove.c's per-entry gradient f diff w~_j; the
-reported ``glove_loss`` is the mean 0.5 f diff^2 per entry, the cost glove.c prints.
+reported ``glove_loss`` is the mean 0.5 f diff^2 per entry, the cost glove.c prints. The logged ``loss`` is that
+mean too (the step's summed loss, which is what is differentiated, is logged as ``loss_sum``).
 
 The optimizer is the loop's AdaGrad (``train.optimizer='adagrad'``). glove.c accumulates the squares of
 eta * g from 1.0 and steps eta g / sqrt(1 + sum (eta g)^2) = g / sqrt(1/eta^2 + sum g^2): that is AdaGrad with
@@ -82,7 +83,8 @@ class GloveObjective:
         m = self.cfg.model
         pred = self.model.apply(params, batch["row"], batch["col"])
         total = jnp.sum(glove_costs(pred, batch["x"], m.x_max, m.alpha))
-        return total, {"glove_loss": (total, jnp.float32(batch["x"].shape[0]))}
+        n = jnp.float32(batch["x"].shape[0])
+        return total, {"loss": (total, n), "loss_sum": (total, jnp.ones(())), "glove_loss": (total, n)}
 
     def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int
                       ) -> Iterator[dict[str, np.ndarray]]:

@@ -16,7 +16,9 @@ than ``model.duplicate_cap`` pairs of one batch has its summed step scaled down 
 1e-4 alpha is ``train.lr_decay='bert'``, ``warmup_steps=0``, ``min_lr_ratio=1e-4`` (word2vec.c decays by words
 read, and a step reads ``batch_size`` running words, so the two schedules are the same).
 
-Reported: ``w2v_loss`` (terms per pair: the mean over the batch's pairs) and ``w2v_pairs``.
+Reported: ``loss`` and ``w2v_loss`` (the same: terms per pair, the mean over the batch's pairs), ``loss_sum``
+(the summed loss the step differentiates, which grows with the batch's pair count: not a curve to read for
+convergence) and ``w2v_pairs``. The gradient is the sum's; only what is logged as ``loss`` is the mean.
 """
 from __future__ import annotations
 
@@ -129,7 +131,9 @@ class Word2VecObjective(TableSteps, MakerStreams):
 
     def loss_terms(self, total, batch, normalizers):
         pairs = jnp.sum(batch["pair_weight"])
-        terms = {"w2v_loss": (total, normalizers["pairs"]), "w2v_pairs": (pairs, jnp.ones(())),
+        # "loss" overrides the step's scalar (the sum it differentiates) in the logged metrics with the mean
+        terms = {"loss": (total, normalizers["pairs"]), "loss_sum": (total, jnp.ones(())),
+                 "w2v_loss": (total, normalizers["pairs"]), "w2v_pairs": (pairs, jnp.ones(())),
                  "w2v_dropped_pairs": (jnp.sum(batch["dropped"]), jnp.ones(()))}
         return total, terms
 
