@@ -108,6 +108,8 @@ def test_two_steps_give_finite_losses(runs):
     losses = _losses(runs.whole.stage_dir)
     assert len(losses) == STEPS and np.all(np.isfinite(losses)), losses
     floor = 1.0 if "lm_loss" in runs.whole.train_metrics or "mlm_loss" in runs.whole.train_metrics else 0.1
+    if "glove_loss" in runs.whole.train_metrics:   # the logged loss is the mean 0.5 f(X) (log X)^2 per entry: at
+        floor = 0.05                               # init (predictions ~0) 0.093 on glove_tiny's matrix
     assert losses[0] > floor, f"{runs.objective}: a first loss of {losses[0]} is too low to be real"
     assert runs.whole.step == STEPS
 
