@@ -27,14 +27,14 @@ from ptm_jax.train.loop import compile_objective, evaluate
 
 def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str | None = None) -> dict[str, Any]:
     check_stage_batches(cfg, ["finetune"])  # evaluation runs on finetune.batch_size rows
-    params, model_cfg, info, tok_dir = load_params(model)
-    tokenizer = load_tokenizer(info, tok_dir)
-    # the objective of the job that trained the model (finetune.job: the single task, ConSERT, ...); only the split
-    # that is scored is read; label lists come from the saved model's ptm.json (info)
     job = job_registry.get(cfg.finetune.job)
     if job.build is None:
         raise ConfigError(f"ptm eval does not read the models of finetune.job={job.name!r}; evaluate a model of a job "
                           f"that `ptm eval` scores ({', '.join(n for n, j in job_registry.jobs().items() if j.build)})")
+    params, model_cfg, info, tok_dir = load_params(model)
+    tokenizer = load_tokenizer(info, tok_dir)
+    # the objective of the job that trained the model (finetune.job: the single task, ConSERT, ...); only the split
+    # that is scored is read; label lists come from the saved model's ptm.json (info)
     objective, description = job.build(cfg, model_cfg, tokenizer, eval_split=split, train=False, model_info=info)
     tcfg = finetune_train_config(cfg, objective.num_train)
     mesh = make_mesh(cfg.mesh)

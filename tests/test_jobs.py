@@ -1,0 +1,86 @@
+"""The job and task registries: finetune.job picks one of the registered jobs, each job's section is read and
+written back like a family's, the keys that moved out of [finetune] and the former job names as tasks are
+ConfigErrors naming the new place, adapters are refused for the jobs they do not wrap, and GLUE is resolved in
+one place (data/tasks/registry.py)."""
+from __future__ import annotations
+
+import pytest
+
+from ptm_jax.config import FinetuneConfig, from_dict, load_config, to_dict
+from ptm_jax.data.tasks import registry as tasks
+from ptm_jax.errors import ConfigError
+from ptm_jax.jobs import registry as jobs
+
+
+def test_the_four_jobs_are_registered_with_their_sections():
+    table = jobs.jobs()
+    assert set(table) == {"task", "mtdnn", "consert", "features"}
+    assert jobs.sections().keys() == {"mtdnn", "consert", "features"}
+    assert [n for n, j in sorted(table.items()) if j.adapters] == ["consert", "task"]
+    assert [n for n, j in sorted(table.items()) if j.build is not None] == ["consert", "task"]
+    assert FinetuneConfig().job == "task" and len(FinetuneConfig.__dataclass_fields__) == 30
+
+
+def test_a_job_section_is_read_checked_and_written_back_at_top_level():
+    cfg = load_config("bert_tiny", ["finetune.job=mtdnn", "mtdnn.tasks=['rte','stsb']", "mtdnn.answer=san"])
+    assert cfg.plugins["mtdnn"].tasks == ["rte", "stsb"] and cfg.plugins["mtdnn"].answer == "san"
+    out = to_dict(cfg)
+    assert out["mtdnn"]["san_steps"] == 5 and "tasks" not in out["finetune"]
+    back = from_dict(type(cfg), out)
+    assert back.plugins["mtdnn"] == cfg.plugins["mtdnn"] and back.finetune == cfg.finetune
+    with pytest.raises(ConfigError, match=r"consert.temperature: expected float"):
+        load_config("bert_tiny", ["consert.temperature='hot'"])
+    with pytest.raises(ConfigError, match=r"features.head: 'cnn' is not allowed"):
+        load_config("bert_tiny", ["features.head=cnn"])
+
+
+@pytest.mark.parametrize("override, says", [
+    ("finetune.tasks=[rte]", "mtdnn.tasks (with finetune.job='mtdnn')"),
+    ("finetune.mtdnn_answer=san", "mtdnn.answer (with finetune.job='mtdnn')"),
+    ("finetune.consert_views=none,none", "consert.views (with finetune.job='consert')"),
+    ("finetune.eval_data_dir=x", "consert.eval_data_dir (with finetune.job='consert')"),
+    ("finetune.head=textcnn", "features.head (with finetune.job='features')"),
+    ("finetune.feature_norm=layer", "features.feature_norm (with finetune.job='features')"),
+    ("finetune.task=mtdnn", "set finetune.job=mtdnn"),
+    ("finetune.task=consert", "set finetune.job=consert"),
+    ("finetune.job=mtdn", "not a registered finetuning job .* Did you mean 'mtdnn'"),
+])
+def test_moved_keys_and_former_job_names_are_config_errors_naming_the_new_place(override, says):
+    with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(")", r"\)")
+                       if "*" not in says else says):
+        load_config("bert_tiny", [override])
+
+
+def test_an_adapter_is_refused_for_a_job_it_does_not_wrap_and_eval_for_a_job_without_build(tmp_path):
+    for job in ("mtdnn", "features"):
+        with pytest.raises(ConfigError, match=rf"finetune.adapter='lora' is not implemented for finetune.job='{job}'"):
+            load_config("bert_tiny", [f"finetune.job={job}", "finetune.adapter=lora"])
+    load_config("bert_tiny", ["finetune.job=consert", "finetune.adapter=lora"])  # no error
+    from ptm_jax.train.evaluation import evaluate_task
+
+    cfg = load_config("bert_tiny", ["finetune.job=features", f"output_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"ptm eval does not read the models of finetune.job='features'"):
+        evaluate_task(cfg, str(tmp_path / "missing"))
+
+
+def test_tasks_are_declared_once_and_glue_is_read_through_one_function(shared_data):
+    from ptm_jax.data.tasks.glue import read_glue
+
+    assert set(tasks.TASKS) >= {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "ax",
+                                "embedded", "squad", "squad_v2", "conll2003", "swag"}
+    assert tasks.get("SST-2") is tasks.TASKS["sst2"] and tasks.get("sts-b").primary == "spearman"
+    assert tasks.TASKS["stsb"].kind == "regression" and tasks.TASKS["conll2003"].head == "token_classification"
+    rank = tasks.get("mrpc_rank", where="mtdnn.tasks")
+    assert rank.kind == "ranking" and rank.pair
+    with pytest.raises(ConfigError, match=r"sst2_rank: a ranking task is built from a GLUE sentence-pair task"):
+        tasks.get("sst2_rank")
+    with pytest.raises(ConfigError, match=r"finetune.task='sqad' is not one of: .* Did you mean 'squad'"):
+        tasks.get("sqad", among=tasks.FINETUNE_TASKS)
+    assert tasks.glue_split("mnli", "dev") == "dev_matched" and tasks.glue_split("rte", "dev") == "dev"
+    rows = tasks.glue_rows(str(shared_data / "glue"), "RTE", "dev")
+    want, _ = read_glue(shared_data / "glue", "rte", "dev")
+    assert len(rows) == len(want) == 277 and [e.text_a for e in rows] == [e.text_a for e in want]
+    with pytest.raises(ConfigError, match=r"finetune.data_dir is empty: set it to the GLUE folder \(holding RTE/\)"):
+        tasks.glue_rows("", "rte", "train")
+    assert tasks.take_subset(list(range(10)), 3, 0) == tasks.take_subset(list(range(10)), 3, 0)
+    assert sorted(tasks.take_subset(list(range(10)), 0, 0)) == list(range(10))
