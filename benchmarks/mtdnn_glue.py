@@ -10,7 +10,7 @@ shared 2-core machine does not allow the full dev sets of SST-2, CoLA and STS-B 
   task's data as the MT-DNN arm makes), the spine's single-task classifier (train/finetune.py).
 - mtdnn: ``ptm finetune --job mtdnn mtdnn.tasks=[...]``: ``--epochs`` epochs of the multi-task plan (every
   step one task's mini-batch, tasks in proportion to their size: equal here, the subsets are equal), then
-  ``--ft-epochs`` epochs of per-task finetuning from the multi-task encoder (train/multi_task.py).
+  ``--ft-epochs`` epochs of per-task finetuning from the multi-task encoder (jobs/mtdnn/job.py).
   ``--answer san`` (``mtdnn.answer=san``) gives its sentence-pair classification tasks (MRPC, RTE,
   WNLI here) the SAN answer module (models/san.py) instead of the linear head; the single-task arm keeps the
   linear head.
