@@ -45,7 +45,7 @@ def probe_family():
         name="probe", model_config=TransformerConfig, objectives={"probe_lm": lambda cfg, corpus: None},
         tokenizer_kinds=("word",), specials=("pad", "eos"), artifacts={"unigram": unigram_counts}))
     yield fam
-    registry._FAMILIES.pop("probe")
+    registry.unregister("probe")
 
 
 @pytest.fixture(scope="module")

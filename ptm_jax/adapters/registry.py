@@ -17,12 +17,9 @@ and may write more beside it through ``save_beside_best`` (e.g. the adapter weig
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import importlib
-import pkgutil
 from typing import Any, Callable
 
-from ptm_jax.errors import ConfigError
+from ptm_jax.plugins import PluginTable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,46 +37,14 @@ class Adapter:
     description: str = ""
 
 
-_ADAPTERS: dict[str, Adapter] = {}
-_LOADED = False
-
-
-def register(adapter: Adapter) -> Adapter:
-    if adapter.name in _ADAPTERS and _ADAPTERS[adapter.name] is not adapter:
-        raise ValueError(f"adapter {adapter.name!r} registered twice")
-    _ADAPTERS[adapter.name] = adapter
-    return adapter
-
-
-def load_all() -> None:
-    """Imports every package under ``ptm_jax/adapters`` (each registers itself)."""
-    global _LOADED
-    if _LOADED:
-        return
-    import ptm_jax.adapters as pkg
-
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if info.ispkg:
-            importlib.import_module(f"{pkg.__name__}.{info.name}")
-    _LOADED = True
-
-
-def adapters() -> dict[str, Adapter]:
-    load_all()
-    return dict(_ADAPTERS)
+_TABLE: PluginTable[Adapter] = PluginTable("ptm_jax.adapters", "adapter", "finetune.adapter")
+register = _TABLE.register
+load_all = _TABLE.load_all
+adapters = _TABLE.all
+sections = _TABLE.sections
+"""``sections()``: config section name -> dataclass of every adapter (``config.py`` reads ``[lora]`` with it)."""
 
 
 def get(name: str, where: str = "finetune.adapter") -> Adapter:
     """The adapter registered as ``name``, or a ConfigError listing them."""
-    table = adapters()
-    if name not in table:
-        close = difflib.get_close_matches(name, list(table), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"{where}={name!r} is not a registered adapter (registered: {', '.join(sorted(table))}; "
-                          f"empty for none).{hint}")
-    return table[name]
-
-
-def sections() -> dict[str, type]:
-    """Config section name -> dataclass, for every registered adapter (``config.py`` reads ``[lora]`` with it)."""
-    return {a.name: a.config for a in adapters().values()}
+    return _TABLE.get(name, where, none_hint="; empty for none")

@@ -11,11 +11,10 @@ one without finetuning leaves ``classifier`` None, and the spine says so in a cl
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 from typing import Any, Callable, Literal
 
 from ptm_jax.errors import ConfigError
+from ptm_jax.plugins import PluginTable, lazy  # noqa: F401  (lazy: the families' __init__ name their hooks with it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,24 +161,15 @@ SPECIAL_NAMES = ("pad", "cls", "sep", "mask", "eos")
 """Special tokens a family may declare in ``Family.specials`` (``SpecialIds`` fields)."""
 
 
-def lazy(module: str, attr: str) -> Callable[..., Any]:
-    """A function that calls ``module.attr`` with its arguments, importing ``module`` at the first call: a family's
-    ``__init__`` names its hooks without importing their modules (models, data builders, converters)."""
-
-    def call(*args: Any, **kw: Any) -> Any:
-        return getattr(importlib.import_module(module), attr)(*args, **kw)
-
-    call.__name__ = call.__qualname__ = attr
-    return call
-
-
 def tokenizer_kinds(family: Family) -> tuple[str, ...]:
     """The ``tokenizer.kind`` values ``family`` accepts."""
     return family.tokenizer_kinds or SUBWORD_KINDS
 
 
-_FAMILIES: dict[str, Family] = {}
-_LOADED = False
+_TABLE: PluginTable[Family] = PluginTable("ptm_jax.families", "family", "model.family")
+load_all = _TABLE.load_all
+families = _TABLE.all
+unregister = _TABLE.unregister
 
 
 def register(family: Family) -> Family:
@@ -187,40 +177,18 @@ def register(family: Family) -> Family:
     unknown = sorted(set(family.specials) - set(SPECIAL_NAMES))
     if unknown:
         raise ValueError(f"family {family.name!r} declares specials {unknown}; known: {', '.join(SPECIAL_NAMES)}")
-    for other in _FAMILIES.values():
+    for other in _TABLE.registered().values():
         if other.name == family.name:
             continue
         clash = set(other.objectives) & set(family.objectives)
         if clash:
             raise ValueError(f"family {family.name!r} registers objective(s) {sorted(clash)} that family "
                              f"{other.name!r} already owns")
-    _FAMILIES[family.name] = family
-    return family
-
-
-def load_all() -> None:
-    """Imports every package under ``ptm_jax/families`` once (each registers itself)."""
-    global _LOADED
-    if _LOADED:
-        return
-    import ptm_jax.families as pkg
-
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-        if info.ispkg:
-            importlib.import_module(f"{pkg.__name__}.{info.name}")
-    _LOADED = True
-
-
-def families() -> dict[str, Family]:
-    load_all()
-    return dict(_FAMILIES)
+    return _TABLE.register(family)
 
 
 def get(name: str) -> Family:
-    fams = families()
-    if name not in fams:
-        raise ConfigError(f"model.family={name!r} is not a registered family; known: {', '.join(sorted(fams))}")
-    return fams[name]
+    return _TABLE.get(name)
 
 
 def objective_names() -> dict[str, str]:

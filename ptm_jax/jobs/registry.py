@@ -11,28 +11,15 @@ weights loaded, the objective built, ``fit`` with the best model kept by the tas
 where an adapter (``ptm_jax/adapters``) wraps the objective when the job allows it (``Job.adapters``).
 
 This module sits at the bottom of the import graph: it imports nothing of the spine but its error type; a job's
-``__init__`` names its code as 'module:function' (:func:`lazy`), imported when called, so ``config.py`` can read
+``__init__`` names its code as 'module:function' (``plugins.lazy``), imported when called, so ``config.py`` can read
 the jobs' sections without loading JAX or the finetuning code.
 """
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import importlib
-import pkgutil
 from typing import Any, Callable
 
-from ptm_jax.errors import ConfigError
-
-
-def lazy(module: str, name: str) -> Callable[..., Any]:
-    """A function that imports ``module`` and calls its ``name`` when called."""
-
-    def call(*args: Any, **kw: Any) -> Any:
-        return getattr(importlib.import_module(module), name)(*args, **kw)
-
-    call.__qualname__ = f"{module}.{name}"
-    return call
+from ptm_jax.plugins import PluginTable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,49 +45,13 @@ class Job:
     description: str = ""
 
 
-_JOBS: dict[str, Job] = {}
-_LOADED = False
-
-
-def register(job: Job) -> Job:
-    if job.name in _JOBS and _JOBS[job.name] is not job:
-        raise ValueError(f"job {job.name!r} registered twice")
-    _JOBS[job.name] = job
-    return job
-
-
-def load_all() -> None:
-    """Imports every package under ``ptm_jax/jobs`` (each registers itself)."""
-    global _LOADED
-    if _LOADED:
-        return
-    import ptm_jax.jobs as pkg
-
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if info.ispkg:
-            importlib.import_module(f"{pkg.__name__}.{info.name}")
-    _LOADED = True
-
-
-def jobs() -> dict[str, Job]:
-    load_all()
-    return dict(_JOBS)
-
-
-def get(name: str, where: str = "finetune.job") -> Job:
-    """The job registered as ``name``, or a ConfigError listing them."""
-    table = jobs()
-    if name not in table:
-        close = difflib.get_close_matches(name, list(table), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"{where}={name!r} is not a registered finetuning job (registered: "
-                          f"{', '.join(sorted(table))}).{hint}")
-    return table[name]
-
-
-def sections() -> dict[str, type]:
-    """Config section name -> dataclass, for every registered job that has one."""
-    return {j.name: j.config for j in jobs().values() if j.config is not None}
+_TABLE: PluginTable[Job] = PluginTable("ptm_jax.jobs", "finetuning job", "finetune.job")
+register = _TABLE.register
+load_all = _TABLE.load_all
+jobs = _TABLE.all
+get = _TABLE.get
+sections = _TABLE.sections
+"""``sections()``: config section name -> dataclass, for every registered job that has one."""
 
 
 def moved_key(field: str) -> str | None:

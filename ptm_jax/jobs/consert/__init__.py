@@ -9,7 +9,8 @@ Spearman, which ``ptm eval finetune.job=consert`` scores again.
 from __future__ import annotations
 
 from ptm_jax.jobs.consert.config import ConsertConfig
-from ptm_jax.jobs.registry import Job, lazy, register
+from ptm_jax.jobs.registry import Job, register
+from ptm_jax.plugins import lazy
 
 JOB = register(Job(
     name="consert",

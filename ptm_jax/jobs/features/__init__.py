@@ -6,7 +6,8 @@ embeddings, static vectors, a model's frozen per-layer features or a model finet
 from __future__ import annotations
 
 from ptm_jax.jobs.features.config import FeaturesConfig
-from ptm_jax.jobs.registry import Job, lazy, register
+from ptm_jax.jobs.registry import Job, register
+from ptm_jax.plugins import lazy
 
 JOB = register(Job(
     name="features",

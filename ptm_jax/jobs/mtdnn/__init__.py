@@ -4,7 +4,8 @@ finetuning stage and keeps a best model per task, which ``ptm eval`` reads as a 
 from __future__ import annotations
 
 from ptm_jax.jobs.mtdnn.config import MtdnnConfig
-from ptm_jax.jobs.registry import Job, lazy, register
+from ptm_jax.jobs.registry import Job, register
+from ptm_jax.plugins import lazy
 
 JOB = register(Job(
     name="mtdnn",

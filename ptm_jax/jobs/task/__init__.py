@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ptm_jax.jobs.registry import Job, lazy, register
+from ptm_jax.jobs.registry import Job, register
+from ptm_jax.plugins import lazy
 
 
 def run(cfg: Any, *, stop_after: int | None = None) -> dict[str, Any]:
