@@ -203,10 +203,6 @@ def run_stage(cfg: RunConfig, *, stage: Path, objective: Any, task: str, descrip
 
     f = cfg.finetune
     tcfg = tcfg or finetune_train_config(cfg, objective.num_train)
-    if f.adapter and not job_registry.get(f.job).adapters:
-        raise ConfigError(f"finetune.adapter={f.adapter!r} is not implemented for finetune.job={f.job!r} (jobs an "
-                          f"adapter wraps: {', '.join(n for n, j in job_registry.jobs().items() if j.adapters)}); "
-                          "set finetune.adapter=''")
     if f.adapter:  # a parameter-efficient adapter (ptm_jax/adapters) wraps the objective and its groups
         if pretrained is None:
             raise ConfigError(f"finetune.adapter={f.adapter!r} wraps a pretrained model; finetune.job={f.job!r} "
