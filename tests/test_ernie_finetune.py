@@ -117,6 +117,22 @@ def _dev_metrics(task, best, d):
     return len(gold), {"loss": np.mean(nll), "token_accuracy": np.mean(hits), "f1": f1_score(gold, pred)}
 
 
+def _check_stage_and_dev_metrics(run: dict, task: str, metric: str) -> None:
+    """The stage's summary (steps, training rows: 64 CoNLL blocks hold 5 -DOCSTART- lines, so 59 sentences; the
+    last step kept as best), and the metrics the loop recorded for the saved model equal to the ones recomputed
+    apart from it (30 CoNLL dev sentences, 32 SST-2 rows). After 4 steps the tagger still tags every word O, so
+    its F1 is 0.0 both ways and its loss and token accuracy (measured: 1.7353, 0.7652) carry the check; SST-2:
+    0.6887, 0.5625."""
+    s = run[task]
+    assert s["step"] == STEPS and s["train_rows"] == (59 if task == "conll2003" else 64)
+    assert np.isfinite(s["train"]["loss"]) and s["best"]["step"] == STEPS
+    n, metrics = _dev_metrics(task, run[task + "_best"], run["data"])
+    recorded = s["best"]["metrics"]
+    assert n == (30 if task == "conll2003" else 32) and metric in metrics
+    for k, v in metrics.items():
+        assert recorded[k] == pytest.approx(v, rel=1e-4, abs=1e-9), k
+
+
 @pytest.fixture(scope="module")
 def run(data):
     d = data
@@ -140,18 +156,7 @@ def test_conll2003_and_sst2_finetune_from_an_ernie_pretraining_run(run):
     assert run["pre_info"]["head"] == "masked_lm" and "ernie" in run["pretrained"]
     for task, head, metric in (("conll2003", "token_classification", "f1"),
                                ("sst-2", "sequence_classification", "accuracy")):
-        s = run[task]
-        # 64 CoNLL blocks hold 5 -DOCSTART- lines, so 59 sentences
-        assert s["step"] == STEPS and s["train_rows"] == (59 if task == "conll2003" else 64)
-        assert np.isfinite(s["train"]["loss"]) and s["best"]["step"] == STEPS
-        # the metrics the loop recorded for the saved model are the ones recomputed apart from it (30 CoNLL dev
-        # sentences, 32 SST-2 rows). After 4 steps the tagger still tags every word O, so its F1 is 0.0 both ways
-        # and its loss and token accuracy (measured: 1.7353, 0.7652) carry the check; SST-2: 0.6887, 0.5625
-        n, metrics = _dev_metrics(task, run[task + "_best"], run["data"])
-        recorded = s["best"]["metrics"]
-        assert n == (30 if task == "conll2003" else 32) and metric in metrics
-        for k, v in metrics.items():
-            assert recorded[k] == pytest.approx(v, rel=1e-4, abs=1e-9), k
+        _check_stage_and_dev_metrics(run, task, metric)
         params, model_cfg, info, _ = run[task + "_best"]
         assert model_cfg.family == "ernie" and set(params) == {"ernie", "classifier"}
         assert info["head"] == head == fam.infer_head(params)
@@ -191,14 +196,7 @@ def test_conll2003_and_sst2_finetune_from_an_ernie2_run_with_a_fixed_task_id(run
     pre_tasks = np.asarray(run2["pretrained"]["ernie2"]["embeddings"]["task_embeddings"]["embedding"], np.float32)
     for task, head, metric, task_id in (("conll2003", "token_classification", "f1", 0),
                                         ("sst-2", "sequence_classification", "accuracy", 2)):
-        s = run2[task]
-        assert s["step"] == STEPS and s["train_rows"] == (59 if task == "conll2003" else 64)
-        assert np.isfinite(s["train"]["loss"]) and s["best"]["step"] == STEPS
-        n, metrics = _dev_metrics(task, run2[task + "_best"], run2["data"])
-        recorded = s["best"]["metrics"]
-        assert n == (30 if task == "conll2003" else 32) and metric in metrics
-        for k, v in metrics.items():
-            assert recorded[k] == pytest.approx(v, rel=1e-4, abs=1e-9), k
+        _check_stage_and_dev_metrics(run2, task, metric)
         params, model_cfg, info, _ = run2[task + "_best"]
         assert model_cfg.family == "ernie2" and model_cfg.task_id == task_id and model_cfg.task_vocab_size == 8
         assert set(params) == {"ernie2", "classifier"} and info["head"] == head == fam.infer_head(params)
