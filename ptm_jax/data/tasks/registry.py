@@ -19,22 +19,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib
 import random
 from typing import Any, Callable
 
 from ptm_jax.data.tasks.glue import GLUE_TASKS
 from ptm_jax.errors import ConfigError
+from ptm_jax.plugins import lazy
 
 RANK_SUFFIX = "_rank"
 PRIMARY = {"cola": "mcc", "stsb": "spearman", "mrpc": "f1", "qqp": "f1"}
 """GLUE tasks whose best model is not chosen by accuracy (GLUE's headline metric of the task)."""
-
-
-def call(ref: str, *args: Any, **kw: Any) -> Any:
-    """Calls the function named 'package.module:function' (imported now)."""
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)(*args, **kw)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,4 +169,4 @@ def builder(decl: TaskDecl) -> Callable[..., Any] | None:
     """The spine's objective builder of ``decl`` (imported when called), or None (the family's classifier)."""
     if decl.builder is None:
         return None
-    return lambda *a, **kw: call(decl.builder, *a, **kw)
+    return lazy(*decl.builder.split(":"))
