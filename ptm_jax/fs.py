@@ -125,6 +125,13 @@ def is_complete(directory: PathLike, name: str = MARKER) -> bool:
     return (path(directory) / name).exists()
 
 
+def user_cache_dir(kind: str) -> Path:
+    """The per-user cache folder for ``kind`` (compiled kernels, the embedded corpus): $XDG_CACHE_HOME/ptm_jax/kind,
+    else ~/.cache/ptm_jax/kind. Created on use by the writer."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ptm_jax" / kind
+
+
 def scratch_dir() -> Path:
     """Local disk for copies of remote files: $PTM_LOCAL_SCRATCH, else <tmp>/ptm_jax-scratch."""
     root = Path(os.environ.get("PTM_LOCAL_SCRATCH") or Path(tempfile.gettempdir()) / "ptm_jax-scratch")

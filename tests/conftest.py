@@ -17,11 +17,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def _compilation_cache_dir() -> str:
-    """One persistent XLA compilation cache per test run, shared by both xdist workers (keyed by xdist's run id)
-    and every subprocess they start (the environment carries it): many tests compile the same tiny programs, and
-    a cache hit skips the compile, never a check. Each run starts empty, so a fresh CI clone measures only reuse
-    within the run; an xdist run's folder is removed a day later (by the next run)."""
+def _run_dir() -> str:
+    """One folder per test run, shared by both xdist workers (keyed by xdist's run id) and every subprocess they
+    start (the environment carries the paths below): it holds the run's persistent XLA compilation cache and its
+    embedded-corpus cache. Many tests compile the same tiny programs and read the same default corpus; a cache hit
+    skips a compile or a walk of the standard library, never a check. Each run starts empty, so a fresh CI clone
+    measures only reuse within the run; an xdist run's folder is removed a day later (by the next run)."""
     import shutil
     import tempfile
     import time
@@ -44,8 +45,10 @@ def _compilation_cache_dir() -> str:
     return path
 
 
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = _compilation_cache_dir()
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ or "PTM_EMBEDDED_CACHE" not in os.environ:
+    _RUN = _run_dir()
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_RUN, "xla"))
+    os.environ.setdefault("PTM_EMBEDDED_CACHE", os.path.join(_RUN, "embedded"))
     # only programs that took 1 s or more to compile (jax's default; the step functions): caching every small
     # jit costs more in writes than it saves. No size bound: a bound makes jax lock and scan the folder on
     # every write, which cost more than the hits saved (a full run with one took 33 min against 29)

@@ -220,10 +220,22 @@ def test_tfds_records_to_documents_by_host():
     assert list(dataset_documents(two_strings, "body")) == docs
 
 
-def test_embedded_corpus_size_determinism_and_no_imports(capsys):
-    """The same text in this process and in a fresh one (other hash seed), built concurrently."""
+@pytest.fixture
+def fresh_embedded_cache(tmp_path, monkeypatch):
+    """An empty embedded-corpus cache folder and no documents kept in this process."""
+    from ptm_jax.data import embedded
+
+    monkeypatch.setenv("PTM_EMBEDDED_CACHE", str(tmp_path / "embedded-cache"))
+    monkeypatch.setattr(embedded, "_MEMO", {})
+    return tmp_path / "embedded-cache"
+
+
+def test_embedded_corpus_size_determinism_and_no_imports(capsys, fresh_embedded_cache, tmp_path):
+    """The same text in this process and in a fresh one (other hash seed), both walking the standard library
+    concurrently (each with an empty cache of its own)."""
     code = "import json; from ptm_jax.data.embedded import embedded_corpus_stats as s; print(json.dumps(s()))"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": "12345"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": "12345",
+           "PTM_EMBEDDED_CACHE": str(tmp_path / "other-cache")}
     other = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
     assert "this" not in sys.modules and "antigravity" not in sys.modules
     stats = embedded_corpus_stats()
@@ -233,6 +245,45 @@ def test_embedded_corpus_size_determinism_and_no_imports(capsys):
     assert capsys.readouterr() == ("", "")
     out, _ = other.communicate(timeout=120)
     assert other.returncode == 0 and json.loads(out) == stats
+    assert [p.suffix for p in fresh_embedded_cache.iterdir()] == [".jsonl"]
+    assert list((tmp_path / "other-cache").iterdir())[0].name == next(fresh_embedded_cache.iterdir()).name
+
+
+def test_embedded_cache_file_is_read_back_equal_and_a_changed_source_file_makes_a_new_one(
+        fresh_embedded_cache, tmp_path, monkeypatch):
+    """The documents come back from the cache file equal to a walk; the file really is what is read (a line
+    written into it shows); a stdlib file with a new mtime, or an unreadable cache file, means a fresh walk."""
+    from ptm_jax.data import embedded
+
+    lib = tmp_path / "lib"
+    (lib / "pkg").mkdir(parents=True)
+    (lib / "a.py").write_text('"""Alpha is first. It has three sentences. This is the third."""\n')
+    (lib / "pkg" / "b.py").write_text('"""Beta one. Beta two. Beta three."""\ndef f():\n    """Eff here."""\n')
+    monkeypatch.setattr(embedded, "stdlib_root", lambda: lib)
+    topics = list(embedded._topic_documents())
+    walked = list(embedded.embedded_documents())
+    assert walked[len(topics):] == [["Alpha is first.", "It has three sentences.", "This is the third."],
+                                    ["Beta one.", "Beta two.", "Beta three.", "Eff here."]]
+    path = embedded.cache_file()
+    assert path.parent == fresh_embedded_cache and path.is_file()
+    monkeypatch.setattr(embedded, "_MEMO", {})
+    assert list(embedded.embedded_documents()) == walked
+    with open(path, "a", encoding="utf-8") as f:  # the file, not a walk, is what a new process reads
+        f.write(json.dumps(["Written into the cache."]) + "\n")
+    monkeypatch.setattr(embedded, "_MEMO", {})
+    assert list(embedded.embedded_documents())[-1] == ["Written into the cache."]
+    st = (lib / "a.py").stat()
+    (lib / "a.py").write_text('"""Alpha changed. Still three sentences. Yes indeed."""\n')
+    os.utime(lib / "a.py", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert embedded.cache_file() != path
+    assert list(embedded.embedded_documents())[len(topics)][0] == "Alpha changed."
+    new = embedded.cache_file()
+    new.write_text("{not json\n")
+    monkeypatch.setattr(embedded, "_MEMO", {})
+    stats: dict = {}
+    docs = list(embedded.embedded_documents(stats))
+    assert docs[len(topics)][0] == "Alpha changed." and stats == {"parse_failures": 0, "short_modules": 0}
+    assert json.loads(new.read_text().splitlines()[0]) == stats, "the unreadable file was written again"
 
 
 def test_embedded_documents_are_one_chunk():

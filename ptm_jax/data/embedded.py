@@ -11,17 +11,27 @@
 
 Text is split into paragraphs at blank lines; reST heading underlines, indented blocks (code, grammar) and
 ``>>>`` doctest paragraphs are dropped; each remaining paragraph is split by ``split_sentences``.
+
+Walking the standard library takes 5-9 s on a 2-core machine, once for the tokenizer and again for the token
+cache, in every process that reads the corpus. The documents are therefore kept in memory for the process and in
+a file under ``fs.user_cache_dir("embedded")`` (``$PTM_EMBEDDED_CACHE`` to move it), named by a digest of
+everything they depend on: the Python version, the standard library's path and every file's size and mtime, and the
+source of this module and of ``split_sentences``. Any change makes a new name, so a stale file is never read.
 """
 from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import os
+import sys
 import re
 import sysconfig
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from ptm_jax import fs
+from ptm_jax.data import corpus as _corpus_module
 from ptm_jax.data.corpus import Document, split_sentences
 
 MIN_MODULE_SENTENCES = 3
@@ -101,11 +111,53 @@ def _module_documents(stats: dict) -> Iterator[Document]:
 def embedded_documents(stats: dict | None = None) -> Iterator[Document]:
     """Topic documents, then one document per standard-library module; deterministic for a given Python.
     ``stats`` (optional) receives counts of parse failures and skipped short modules."""
-    stats = stats if stats is not None else {}
-    stats.setdefault("parse_failures", 0)
-    stats.setdefault("short_modules", 0)
-    yield from _topic_documents()
-    yield from _module_documents(stats)
+    docs, counts = _documents()
+    if stats is not None:
+        for key, value in counts.items():
+            stats[key] = stats.get(key, 0) + value
+    yield from docs
+
+
+_MEMO: dict[str, tuple[list[Document], dict]] = {}
+
+
+def _cache_key() -> str:
+    """A digest of everything the documents depend on (see the module docstring)."""
+    h = hashlib.sha256()
+    h.update(f"{sys.version}\n{stdlib_root()}\n".encode())
+    for source in (__file__, _corpus_module.__file__):
+        h.update(Path(source).read_bytes())
+    from pydoc_data import topics
+
+    for path in [Path(topics.__file__), *stdlib_files()]:
+        st = path.stat()
+        h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:32]
+
+
+def cache_file(key: str | None = None) -> Path:
+    root = os.environ.get("PTM_EMBEDDED_CACHE")
+    return (Path(root) if root else fs.user_cache_dir("embedded")) / f"{key or _cache_key()}.jsonl"
+
+
+def _documents() -> tuple[list[Document], dict]:
+    key = _cache_key()
+    if key in _MEMO:
+        return _MEMO[key]
+    path = cache_file(key)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        counts, docs = json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
+    except (OSError, ValueError, IndexError):  # absent or unreadable: walk the standard library again
+        counts = {"parse_failures": 0, "short_modules": 0}
+        docs = [*_topic_documents(), *_module_documents(counts)]
+        text = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in [counts, *docs])
+        try:
+            fs.write_text_atomic(path, text)
+        except OSError:  # a read-only home: the corpus is still right, only not kept
+            pass
+    _MEMO[key] = (docs, counts)
+    return docs, counts
 
 
 def document_digest(documents: Iterable[Document]) -> str:

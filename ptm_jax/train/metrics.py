@@ -95,6 +95,22 @@ def reduce_terms(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: term_value(v) for k, v in metrics.items()}
 
 
+
+def _summary_writer_class():
+    """tensorboardX's SummaryWriter, imported without PyTorch: tensorboardX imports torch when it is installed, only
+    to accept torch tensors (2.5-8 s of a process start; benchmarks/startup_imports.py), and this writer passes
+    floats. A torch that is already imported is left as it is."""
+    if "tensorboardX" in sys.modules or "torch" in sys.modules:
+        from tensorboardX import SummaryWriter
+
+        return SummaryWriter
+    sys.modules["torch"] = None  # `import torch` raises ImportError, which tensorboardX catches
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        del sys.modules["torch"]
+    return SummaryWriter
+
 class MetricsWriter:
     def __init__(self, directory: str | Path, total_steps: int, progress_bar: bool = True, initial_step: int = 0):
         self.directory = fs.path(directory)
@@ -114,7 +130,7 @@ class MetricsWriter:
                 self._lines = [line + "\n" for line in fs.read_text(jsonl).splitlines() if line]
         else:
             self._jsonl = open(jsonl, "a", encoding="utf-8")
-        from tensorboardX import SummaryWriter
+        SummaryWriter = _summary_writer_class()
 
         self._tb_local = None
         if self._remote:  # event files are written locally and uploaded whole at each flush

@@ -22,6 +22,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ptm_jax import fs
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -29,8 +31,7 @@ def cache_dir() -> Path:
     root = os.environ.get("PTM_KERNEL_CACHE")
     if root:
         return Path(root)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ptm_jax" / "kernels"
+    return fs.user_cache_dir("kernels")
 
 
 def compilers() -> list[str]:
