@@ -12,9 +12,12 @@ import contextlib
 import io
 import json
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+from transformers5_env import TRANSFORMERS5_MISSING, run_transformers5_check, transformers5
 
 from ptm_jax.cli import main
 from ptm_jax.export import params as params_lib
@@ -239,10 +242,6 @@ def test_a_folder_with_only_tokenizer_json_imports_with_ids_equal_to_transformer
         assert a.rc == 0 and a.out == b.out, a.err[-2000:]
 
 
-TRANSFORMERS5 = "PTM_TRANSFORMERS5_PYTHON"
-"""A python with transformers>=5 and torch (its own environment: the test extra pins transformers<5)."""
-
-
 def _ptm_logits(family: str, run) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(transformers inputs, ptm_jax's logits by transformers' output name) of the run's model on fixed inputs."""
     import jax.numpy as jnp
@@ -286,16 +285,10 @@ def test_exports_load_in_transformers_5_with_ptm_logits_and_its_saved_folders_im
     """Version 5 (PyTorch classes) loads every family's export with no missing or unexpected tensor and the logits
     ptm_jax computes; the folders its ``save_pretrained`` writes (tokenizer.json only) import back to the run's
     parameters bit for bit, with the ids its tokenizer gives."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    python = os.environ.get(TRANSFORMERS5)
-    if not python:
-        pytest.skip(f"{TRANSFORMERS5} is not set: point it to the python of an environment with transformers>=5 and "
-                    "torch (python3 -m venv V && V/bin/pip install torch 'transformers>=5' sentencepiece protobuf) "
-                    "to run the transformers 5 round trip")
+    found = transformers5()
+    if found is None:
+        pytest.skip(TRANSFORMERS5_MISSING)
+    python, env = found
     cases, expected = [], {}
     texts = TEXTS[:2] + ["Numbers 12,345.67 and punctuation: (a) [b] {c}!"]
     for family in sorted(PRESETS):
@@ -307,11 +300,7 @@ def test_exports_load_in_transformers_5_with_ptm_logits_and_its_saved_folders_im
         cases.append({"hf": str(hf), "architecture": EXPORT[family][0], "inputs": str(tmp_path / f"{family}.npz"),
                       "out": str(tmp_path / f"{family}_v5"), "texts": texts})
     (tmp_path / "spec.json").write_text(json.dumps(cases))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "XLA_FLAGS")}
-    p = subprocess.run([python, str(Path(__file__).with_name("transformers5_check.py")), str(tmp_path / "spec.json")],
-                       capture_output=True, text=True, timeout=600, env=env)
-    assert p.returncode == 0, p.stderr[-3000:]
-    reports = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    reports = run_transformers5_check(python, env, tmp_path / "spec.json")
     assert len(reports) == len(cases)
     for rep, case in zip(reports, cases):
         family, run, logits = expected[rep["hf"]]

@@ -10,6 +10,7 @@ import json
 import jax
 import numpy as np
 import pytest
+from transformers5_env import TRANSFORMERS5_MISSING, run_transformers5_check, transformers5
 
 from ptm_jax.adapters import registry as adapters
 from ptm_jax.adapters.lora import adapt
@@ -190,7 +191,7 @@ def test_adapters_beside_dense_layers_equal_the_merged_kernels_and_xlnet_refuses
 @pytest.mark.parametrize("family", ["bert", "ernie"])
 def test_merged_export_loads_in_transformers_with_the_adapted_logits(runs, family):
     """``ptm export <stage>/best --format hf`` of the merged model: transformers' sequence classifier gives the
-    LoRA model's logits."""
+    LoRA model's logits, in 4.57 and in 5 (tests/transformers5_env.py)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     cfg, base, stage = runs(family)
@@ -207,3 +208,18 @@ def test_merged_export_loads_in_transformers_with_the_adapted_logits(runs, famil
                        attention_mask=torch.tensor(np.asarray(batch["input_mask"]), dtype=torch.long),
                        token_type_ids=torch.tensor(np.asarray(batch["segment_ids"]), dtype=torch.long)).logits.numpy()
     np.testing.assert_allclose(logits, adapted, atol=1e-5, rtol=0)
+    found = transformers5()  # and in transformers 5, which users have now (PyTorch only)
+    if found is None:
+        pytest.skip(TRANSFORMERS5_MISSING)
+    inputs = hf.parent / "best_hf_inputs.npz"
+    np.savez(inputs, input_ids=np.asarray(batch["input_ids"]), attention_mask=np.asarray(batch["input_mask"]),
+             token_type_ids=np.asarray(batch["segment_ids"]))
+    architecture = {"bert": "BertForSequenceClassification", "ernie": "ErnieForSequenceClassification"}[family]
+    spec = hf.parent / "transformers5.json"
+    spec.write_text(json.dumps([{"hf": str(hf), "architecture": architecture, "inputs": str(inputs),
+                                 "out": str(hf.parent / "best_hf_v5"), "texts": ["a short sentence"]}]))
+    (report,) = run_transformers5_check(*found, spec)
+    assert int(report["version"].split(".")[0]) >= 5 and report["class"] == architecture
+    assert report["missing"] == [] and report["unexpected"] == [], report
+    with np.load(hf.parent / "best_hf_v5.logits.npz") as theirs:
+        np.testing.assert_allclose(theirs["logits"], adapted, atol=1e-5, rtol=0)
