@@ -70,10 +70,12 @@ def _finetune_both(cfg, d, out, model_fields=None):
 
 def _dev_metrics(task, best, d):
     """The dev metrics of the best saved model recomputed apart from the finetuning loop's evaluation (its batching,
-    padding, label alignment and metric code): each dev example alone and unpadded through the family's task head,
-    then in numpy the mean cross-entropy (``loss``) and the accuracy over the labelled positions (SST-2: each row,
-    labels from dev.tsv; CoNLL-2003: each word's first piece, tags from the raw eng.testa, IOB1 turned into the
-    IOB2 of the saved label names), and CoNLL-2003's entity F1 by seqeval. (n examples, metrics)."""
+    padding, label alignment and metric code): each dev example encoded here, padded alone to 64 with its own
+    attention mask, all of them in one call of the family's task head, then in numpy the mean cross-entropy
+    (``loss``) and the accuracy over the labelled positions (SST-2: each row, labels from dev.tsv; CoNLL-2003: each
+    word's first piece, tags from the raw eng.testa, IOB1 turned into the IOB2 of the saved label names), and
+    CoNLL-2003's entity F1 by seqeval. (n examples, metrics)."""
+    import jax
     import jax.numpy as jnp
     from seqeval.metrics import f1_score
 
@@ -84,20 +86,27 @@ def _dev_metrics(task, best, d):
     head = registry.get(model_cfg.family).task_heads[
         "token_classification" if task == "conll2003" else "sequence_classification"]()(model_cfg, len(names))
 
-    def log_probs(ids):
-        x = jnp.asarray([[tok.cls_id, *ids, tok.sep_id]], jnp.int32)
-        z = np.asarray(head.apply({"params": params}, x, jnp.ones_like(x), jnp.zeros_like(x))[0], np.float64)
-        return z - np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True)) - z.max(-1, keepdims=True)
+    def log_probs(sequences):
+        """Per example, the log-softmax of its [CLS] ids [SEP] (SST-2: [C]; CoNLL: [length, C])."""
+        rows = [[tok.cls_id, *ids, tok.sep_id] for ids in sequences]
+        x = np.zeros((len(rows), 64), np.int32)
+        mask = np.zeros_like(x)
+        for i, r in enumerate(rows):
+            x[i, :len(r)], mask[i, :len(r)] = r, 1
+        z = np.asarray(jax.jit(head.apply)({"params": params}, jnp.asarray(x), jnp.asarray(mask),
+                                           jnp.zeros_like(x)), np.float64)
+        z = z - z.max(-1, keepdims=True)
+        z = z - np.log(np.exp(z).sum(-1, keepdims=True))
+        return [z[i] if z.ndim == 2 else z[i, :len(r)] for i, r in enumerate(rows)]
 
     nll, hits = [], []
     if task == "sst-2":
         rows = [line.split("\t") for line in (d / "SST-2/dev.tsv").read_text(encoding="utf-8").splitlines()[1:]]
-        for text, label in rows:
-            lp = log_probs(tok.encode(text)[:62])
+        for (text, label), lp in zip(rows, log_probs([tok.encode(text)[:62] for text, _ in rows])):
             nll.append(-lp[names.index(label)])
             hits.append(int(np.argmax(lp)) == names.index(label))
         return len(rows), {"loss": np.mean(nll), "accuracy": np.mean(hits)}
-    gold, pred = [], []
+    sentences = []
     for block in (d / "conll/eng.testa").read_text(encoding="utf-8").split("\n\n"):
         lines = [ln.split() for ln in block.splitlines() if ln.strip() and not ln.startswith("-DOCSTART-")]
         if not lines:
@@ -108,12 +117,15 @@ def _dev_metrics(task, best, d):
         pieces = [[tok.token_to_id(p) for p in tok.tokenize(ln[0])] or [tok.token_to_id("[UNK]")] for ln in lines]
         firsts = np.cumsum([0] + [len(p) for p in pieces])[:-1]
         kept = sum(int(f + len(p) <= 62) for f, p in zip(firsts, pieces))    # the words whose pieces fit in 64
-        lp = log_probs([i for p in pieces[:kept] for i in p])[1 + firsts[:kept]]
+        sentences.append((tags, firsts, kept, [i for p in pieces[:kept] for i in p]))
+    gold, pred = [], []
+    for (tags, firsts, kept, ids), lp in zip(sentences, log_probs([s[3] for s in sentences])):
+        lp = lp[1 + firsts[:kept]]
         want = [names.index(t) for t in tags[:kept]]
         nll.extend(-lp[np.arange(kept), want])
         hits.extend(lp.argmax(-1) == want)
         gold.append(tags)
-        pred.append([names[k] for k in lp.argmax(-1)] + ["O"] * (len(lines) - kept))
+        pred.append([names[k] for k in lp.argmax(-1)] + ["O"] * (len(tags) - kept))
     return len(gold), {"loss": np.mean(nll), "token_accuracy": np.mean(hits), "f1": f1_score(gold, pred)}
 
 
