@@ -188,29 +188,41 @@ def test_adapters_beside_dense_layers_equal_the_merged_kernels_and_xlnet_refuses
         finetune(cfg)
 
 
-@pytest.mark.parametrize("family", ["bert", "ernie"])
-def test_merged_export_loads_in_transformers_with_the_adapted_logits(runs, family):
-    """``ptm export <stage>/best --format hf`` of the merged model: transformers' sequence classifier gives the
-    LoRA model's logits, in 4.57 and in 5 (tests/transformers5_env.py)."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+def _merged_export(runs, family):
+    """``ptm export <stage>/best --format hf`` of the merged model: (folder, an eval batch, the LoRA model's
+    logits on it)."""
     cfg, base, stage = runs(family)
     obj, wrapped, _, _ = _objective(cfg, base)
     hf = stage.parent / "best_hf"
-    assert _ptm("export", str(stage / "best"), "--format", "hf", "--out", str(hf)) == 0
+    if not hf.exists():
+        assert _ptm("export", str(stage / "best"), "--format", "hf", "--out", str(hf)) == 0
     best_step = json.loads((stage / "best.json").read_text())["step"]
     state = params_lib._restore_numpy(stage / "checkpoints" / str(best_step) / "state")["params"]
     batch = next(iter(obj.eval_batches(16, 0, 1)))
-    adapted = np.asarray(wrapped.predict(state, batch)["logits"])
+    return hf, batch, np.asarray(wrapped.predict(state, batch)["logits"])
+
+
+@pytest.mark.parametrize("family", ["bert", "ernie"])
+def test_merged_export_loads_in_transformers_with_the_adapted_logits(runs, family):
+    """The merged export in transformers 4.57's sequence classifier gives the LoRA model's logits."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    hf, batch, adapted = _merged_export(runs, family)
     model = transformers.AutoModelForSequenceClassification.from_pretrained(hf).eval()
     with torch.no_grad():
         logits = model(input_ids=torch.tensor(np.asarray(batch["input_ids"]), dtype=torch.long),
                        attention_mask=torch.tensor(np.asarray(batch["input_mask"]), dtype=torch.long),
                        token_type_ids=torch.tensor(np.asarray(batch["segment_ids"]), dtype=torch.long)).logits.numpy()
     np.testing.assert_allclose(logits, adapted, atol=1e-5, rtol=0)
-    found = transformers5()  # and in transformers 5, which users have now (PyTorch only)
+
+
+@pytest.mark.parametrize("family", ["bert", "ernie"])
+def test_merged_export_loads_in_transformers_5_with_the_adapted_logits(runs, family):
+    """The same in transformers 5 (PyTorch only; tests/transformers5_env.py), which users have now."""
+    found = transformers5()
     if found is None:
         pytest.skip(TRANSFORMERS5_MISSING)
+    hf, batch, adapted = _merged_export(runs, family)
     inputs = hf.parent / "best_hf_inputs.npz"
     np.savez(inputs, input_ids=np.asarray(batch["input_ids"]), attention_mask=np.asarray(batch["input_mask"]),
              token_type_ids=np.asarray(batch["segment_ids"]))

@@ -24,8 +24,8 @@ import ast
 import hashlib
 import json
 import os
-import sys
 import re
+import sys
 import sysconfig
 from collections.abc import Iterable, Iterator
 from pathlib import Path

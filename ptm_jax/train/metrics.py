@@ -95,7 +95,6 @@ def reduce_terms(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: term_value(v) for k, v in metrics.items()}
 
 
-
 def _summary_writer_class():
     """tensorboardX's SummaryWriter, imported without PyTorch: tensorboardX imports torch when it is installed, only
     to accept torch tensors (2.5-8 s of a process start; benchmarks/startup_imports.py), and this writer passes
@@ -110,6 +109,7 @@ def _summary_writer_class():
     finally:
         del sys.modules["torch"]
     return SummaryWriter
+
 
 class MetricsWriter:
     def __init__(self, directory: str | Path, total_steps: int, progress_bar: bool = True, initial_step: int = 0):
