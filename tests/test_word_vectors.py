@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 
-from ptm_jax.errors import DataError
-from ptm_jax.evaluate.word_vectors import (WordVectors, evaluate_analogies, evaluate_similarity, read_analogies,
-                                           spearman)
+from ptm_jax.errors import ConfigError, DataError
+from ptm_jax.evaluate.word_vectors import (WordVectors, analogy_half, evaluate_analogies, evaluate_similarity,
+                                           read_analogies, spearman)
 
 DIM, OFFSET, NOISE, PER_SECTION = 32, 0.3, 1.2, 40
 
@@ -90,6 +90,27 @@ def test_analogy_accuracy_equals_gensim_section_by_section(planted, restrict_voc
                                                 "city-in-state", "family"]
     assert ours["semantic_accuracy"] == pytest.approx(sum(s["correct"] for s in semantic) /
                                                       sum(s["seen"] for s in semantic))
+
+
+def test_analogy_halves_are_disjoint_balanced_and_add_up_to_the_whole_file(planted, tmp_path):
+    wv, _, questions = planted
+    whole = evaluate_analogies(wv, questions, restrict_vocab=800)
+    tune, report = (evaluate_analogies(wv, questions, restrict_vocab=800, half=h) for h in ("tune", "report"))
+    assert (tune["half"], report["half"], whole["half"]) == ("tune", "report", None)
+    for key in ("correct", "seen", "questions"):
+        assert tune[key] + report[key] == whole[key]
+        for t, r, w in zip(tune["sections"], report["sections"], whole["sections"]):
+            assert t[key] + r[key] == w[key]
+    assert [s["questions"] for s in tune["sections"]] == [(PER_SECTION + 1) // 2] * 14
+    assert [s["questions"] for s in report["sections"]] == [PER_SECTION // 2] * 14
+    sections = read_analogies(questions)
+    halves = [analogy_half(sections, h) for h in ("tune", "report")]
+    for s, t, r in zip(sections, *halves):
+        assert set(t.lines).isdisjoint(r.lines) and sorted(t.lines + r.lines) == s.lines
+        assert t.questions == s.questions[0::2] and r.questions == s.questions[1::2]
+    assert tune["accuracy"] != report["accuracy"], "different questions, different scores on planted noise"
+    with pytest.raises(ConfigError, match="analogy half 'dev': choose one of tune, report"):
+        evaluate_analogies(wv, questions, half="dev")
 
 
 def test_case_variants_of_the_question_words_are_not_answers(tmp_path):
@@ -238,6 +259,10 @@ def test_eval_vectors_and_analogy_commands_report_the_library_figures(planted, v
     assert json.loads(capsys.readouterr().out) == report
     assert report["words"] == len(wv) and report["dim"] == DIM
     assert report["analogies"] == json.loads(json.dumps(evaluate_analogies(wv, questions, restrict_vocab=800)))
+    assert main(["eval-vectors", str(vector_file), "--analogies", str(questions), "--analogy-half", "report",
+                 "--restrict-vocab", "800"]) == 0
+    assert json.loads(capsys.readouterr().out)["analogies"] == json.loads(json.dumps(
+        evaluate_analogies(wv, questions, restrict_vocab=800, half="report")))
     assert report["similarity"][0]["spearman"] == pytest.approx(evaluate_similarity(wv, simlex)["spearman"])
     assert main(["analogy", str(vector_file), "boy", "girl", "brother", "-k", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -86,7 +86,7 @@ def cmd_eval_vectors(args: argparse.Namespace) -> int:
     result: dict = {"model": str(args.model), "words": len(wv), "dim": wv.dim}
     if args.analogies:
         result["analogies"] = evaluate_analogies(wv, args.analogies, restrict_vocab=args.restrict_vocab,
-                                                 ignore_case=args.ignore_case)
+                                                 ignore_case=args.ignore_case, half=args.analogy_half)
     result["similarity"] = [evaluate_similarity(wv, f, restrict_vocab=args.similarity_restrict_vocab,
                                                 ignore_case=args.ignore_case) for f in args.similarity or []]
     text = json.dumps(result, indent=2)
@@ -151,6 +151,9 @@ def register(subparsers) -> None:
     _common(p, DEFAULT_RESTRICT_VOCAB)
     p.add_argument("--analogies", default=None, metavar="FILE",
                    help="questions-words.txt layout: ': section' headers, then 'a b c d' lines")
+    p.add_argument("--analogy-half", choices=("tune", "report"), default=None,
+                   help="only one fixed half of the questions (tune: even positions within each section, report: "
+                   "odd ones): choose settings on 'tune', report on 'report' (default: all questions)")
     p.add_argument("--similarity", action="append", default=None, metavar="FILE",
                    help="'word1<TAB>word2<TAB>score' lines, '#' comments (repeatable: WordSim353, SimLex-999)")
     p.add_argument("--similarity-restrict-vocab", type=int, default=0, metavar="N",

@@ -15,7 +15,9 @@ writes the vectors as files.
   is the word whose vector has the largest cosine with ``b - a + c`` among the known words other than the three
   question words, questions with an unknown word are skipped and counted (coverage), and the first five
   sections of the file are semantic, the rest syntactic. The scores of all questions come from batched matrix
-  products, not a loop over the vocabulary per question.
+  products, not a loop over the vocabulary per question. ``half='tune'`` / ``'report'`` keeps one fixed half of
+  the questions (the even / odd positions within each section, so both halves hold every section in equal
+  share): choose settings on the tuning half and report on the other, never used to choose.
 * :func:`evaluate_similarity`: Spearman's rank correlation (ties get their average rank) between human scores
   of word pairs (WordSim353, Finkelstein et al. 2002; SimLex-999, Hill et al. 2015) and the cosine of the
   pair's vectors; pairs with an unknown word are skipped and counted. This is gensim's
@@ -50,6 +52,8 @@ SEMANTIC_SECTIONS = 5
 """compute-accuracy.c counts sections 1-5 of questions-words.txt as semantic (``QID <= 5``), the rest syntactic."""
 DEFAULT_RESTRICT_VOCAB = 30000
 """Mikolov et al. 2013 Sec. 4.1 and compute-accuracy's documented threshold."""
+ANALOGY_HALVES = ("tune", "report")
+"""The two fixed halves of an analogy file (:func:`analogy_half`)."""
 QUESTION_BATCH = 512
 SCORE_ELEMENTS = 1 << 25
 """At most this many question x candidate scores at a time (128 MiB of float32): the question batch shrinks
@@ -242,14 +246,28 @@ def read_analogies(path) -> list[AnalogySection]:
     return sections
 
 
+def analogy_half(sections: list[AnalogySection], half: str | None) -> list[AnalogySection]:
+    """One fixed half of the questions: ``'tune'`` keeps positions 0, 2, 4, ... of every section, ``'report'``
+    positions 1, 3, 5, ...; ``None`` keeps all. The halves are disjoint, together the whole file, and each holds
+    every section in equal share (within one question), so semantic and syntactic accuracies stay comparable."""
+    if half is None:
+        return sections
+    if half not in ANALOGY_HALVES:
+        raise ConfigError(f"analogy half {half!r}: choose one of {', '.join(ANALOGY_HALVES)} (tune: choose "
+                          "settings on it; report: the other half, never used to choose)")
+    keep = ANALOGY_HALVES.index(half)
+    return [AnalogySection(s.name, s.questions[keep::2], s.lines[keep::2]) for s in sections]
+
+
 def evaluate_analogies(wv: WordVectors, path, restrict_vocab: int = DEFAULT_RESTRICT_VOCAB,
-                       ignore_case: bool = True, batch_size: int = QUESTION_BATCH) -> dict:
-    """Accuracy on an analogy file with the compute-accuracy protocol (module doc).
+                       ignore_case: bool = True, batch_size: int = QUESTION_BATCH, half: str | None = None) -> dict:
+    """Accuracy on an analogy file with the compute-accuracy protocol (module doc), on all its questions or on
+    one fixed ``half`` of them (:func:`analogy_half`).
 
     Returns ``{'accuracy', 'semantic_accuracy', 'syntactic_accuracy', 'correct', 'seen', 'questions',
-    'coverage', 'restrict_vocab', 'sections': [{'section', 'kind', 'correct', 'seen', 'questions',
+    'coverage', 'restrict_vocab', 'half', 'sections': [{'section', 'kind', 'correct', 'seen', 'questions',
     'accuracy'}]}``; accuracies are fractions over the questions seen (None where none was)."""
-    sections = read_analogies(path)
+    sections = analogy_half(read_analogies(path), half)
     n = _limit(restrict_vocab, len(wv))
     index = wv.index(ignore_case, n)
     key = (lambda w: w.upper()) if ignore_case else (lambda w: w)
@@ -287,7 +305,7 @@ def evaluate_analogies(wv: WordVectors, path, restrict_vocab: int = DEFAULT_REST
         return c, s, sum(r["questions"] for r in part), (c / s if s else None)
 
     c, s, q, acc = total()
-    return {"file": str(path), "restrict_vocab": n, "ignore_case": ignore_case, "accuracy": acc,
+    return {"file": str(path), "restrict_vocab": n, "ignore_case": ignore_case, "half": half, "accuracy": acc,
             "semantic_accuracy": total("semantic")[3], "syntactic_accuracy": total("syntactic")[3],
             "correct": c, "seen": s, "questions": q, "coverage": s / q if q else 0.0, "sections": report}
 
