@@ -144,6 +144,29 @@ def test_variable_bptt_batches_are_contiguous_bucketed_and_resumable():
     assert np.array_equal(again["input_ids"], batches[17]["input_ids"][2:])
 
 
+def test_a_far_start_finds_its_pass_from_the_draws_alone_and_equals_walking_every_pass():
+    def batches():
+        return LmBatches(_Stream(), 4, bptt=20, variable=True, p=0.95, std=3.0, bucket=8, max_len=29, seed=3,
+                         pad_id=0)
+
+    far = batches().locate(300_000)  # a fresh process resuming at global batch 300,000 (about 20,000 passes)
+    walk, epoch, index = batches(), 0, 300_000
+    while index >= len(walk.pass_lengths(epoch)):  # the reference: pass by pass, every pass's lengths
+        assert walk.pass_lengths(epoch).sum() == walk.R - 1
+        index -= len(walk.pass_lengths(epoch))
+        epoch += 1
+    assert far == (epoch, index) and epoch > 15_000
+    b = batches()
+    assert b.locate(12) == b.locate(12) and [b.locate(i)[0] for i in (0, 5, 40)] == [0, 0, b.locate(40)[0]]
+    lengths = np.concatenate([b.pass_lengths(e) for e in range(300)])
+    inner = np.concatenate([b.pass_lengths(e)[:-1] for e in range(300)])  # the last batch of a pass is cut
+    assert inner.min() >= 5 and inner.max() <= 29 and 0.85 < (inner > 14).mean() < 0.99  # p = 0.95 of ~bptt
+    assert lengths.sum() == 300 * (b.R - 1)
+    fixed = LmBatches(_Stream(), 4, bptt=20, variable=False, p=0.95, std=3.0, bucket=8, max_len=29, seed=3,
+                      pad_id=0)
+    assert list(fixed.pass_lengths(0)) == [20] * 12 + [9] and fixed.locate(27) == (2, 1)
+
+
 def test_classifier_parameter_groups_discriminative_rates_gradual_unfreezing_and_slanted_triangular():
     cfg = UlmfitConfig(vocab_size=20, embed_dim=4, hidden_dim=6, num_layers=3, unfreeze_every=10)
     rules = hooks.param_groups(cfg, "finetune")

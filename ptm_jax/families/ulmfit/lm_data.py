@@ -9,8 +9,12 @@ advances every row by the batch's length. A pass ends when a row region has no n
 of a pass is shortened to fit, and the next batch starts pass e + 1 with ``reset = 1`` (the carried state is
 zeroed: fastai resets the model's hidden state at each epoch start).
 
-Lengths. Batch j of pass e draws, from a generator keyed on (seed, e, j): bptt with probability ``bptt_p``, else
-bptt / 2; then ``max(5, int(N(that, bptt_std)))``, capped at ``data.max_bptt``. The batch is right-padded to the
+Lengths. Every batch of the run draws its length from one stream keyed on the seed (chunks of 65,536
+draws, each from a generator keyed on (seed, chunk)), so global batch i uses draw i: bptt with probability
+``bptt_p``, else bptt / 2; then ``max(5, int(N(that, bptt_std)))``, capped at ``data.max_bptt``; the last batch
+of a pass is cut to the rows' end. A start at global batch i finds its pass by bisection over the passes'
+starts, which are found once per process from the draws' running sums (one ``searchsorted`` a pass, about 7 us,
+and 8 bytes of running sum per batch up to i): no walk batch by batch. The batch is right-padded to the
 next multiple of ``bptt_bucket`` (weight 0 past the length): one compiled step per bucket, a handful per run
 (``bucket_lengths``). The global batch index fixes (pass, batch in pass), so a run resumes at any step and every
 process reads the rows of the same batch (process p: rows [p B/P, (p+1) B/P)).
@@ -20,6 +24,7 @@ the loop's evaluation: ``families/ulmfit/perplexity.py`` carries it for the repo
 """
 from __future__ import annotations
 
+import bisect
 import functools
 from typing import Iterator
 
@@ -31,11 +36,16 @@ from ptm_jax.errors import ConfigError
 MIN_LEN = 5
 
 
-def bptt_length(seed: int, epoch: int, j: int, bptt: int, p: float, std: float, max_len: int) -> int:
-    """Merity et al. 2018 Sec. 4.1 / fastai v0.7 ``LanguageModelLoader``: the length of batch j of pass e."""
-    rng = np.random.default_rng([seed, epoch, j, 7])
-    base = bptt if rng.random() < p else bptt / 2.0
-    return int(min(max(MIN_LEN, int(rng.normal(base, std))), max_len))
+DRAW_CHUNK = 1 << 16
+
+
+def bptt_lengths(seed: int, chunk: int, bptt: int, p: float, std: float, max_len: int) -> np.ndarray:
+    """Merity et al. 2018 Sec. 4.1 / fastai v0.7 ``LanguageModelLoader``: the lengths of global batches
+    [chunk * DRAW_CHUNK, (chunk + 1) * DRAW_CHUNK) of a run."""
+    rng = np.random.default_rng([seed, chunk, 7])
+    base = np.where(rng.random(DRAW_CHUNK) < p, float(bptt), bptt / 2.0)
+    n = np.trunc(rng.normal(base, std)).astype(np.int64)  # int() of each draw, as fastai
+    return np.minimum(np.maximum(MIN_LEN, n), max_len)
 
 
 def bucket_of(length: int, bucket: int, max_len: int) -> int:
@@ -61,25 +71,58 @@ class LmBatches:
         self.bptt, self.variable, self.p, self.std = int(bptt), bool(variable), float(p), float(std)
         self.bucket, self.max_len, self.seed, self.pad_id = int(bucket), int(max_len), int(seed), int(pad_id)
 
-    @functools.lru_cache(maxsize=8)
-    def pass_lengths(self, epoch: int) -> np.ndarray:
-        """The lengths of pass ``epoch``'s batches: they use R - 1 inputs per row exactly."""
-        out, used, j = [], 0, 0
-        while used < self.R - 1:
-            n = (bptt_length(self.seed, epoch, j, self.bptt, self.p, self.std, self.max_len) if self.variable
-                 else self.bptt)
-            n = min(n, self.R - 1 - used)
-            out.append(n)
-            used, j = used + n, j + 1
-        return np.asarray(out, np.int64)
+    def _pass_starts(self, index: int) -> list[int]:
+        """The global batch index of every pass start up to the pass holding batch ``index`` (variable lengths):
+        pass e + 1 starts after the first batch of pass e whose running sum reaches the rows' R - 1 inputs."""
+        starts = self.__dict__.setdefault("_starts", [0])
+        sums = self.__dict__.setdefault("_sums", [np.zeros(1, np.int64)])  # sums[0][0] = 0: before batch 0
+        while starts[-1] <= index:
+            flat = self._flat_sums()
+            target = int(flat[starts[-1]]) + self.R - 1
+            while int(flat[-1]) < target:  # draw the next chunk of lengths
+                chunk = len(sums) - 1
+                sums.append(int(flat[-1]) + np.cumsum(bptt_lengths(self.seed, chunk, self.bptt, self.p, self.std,
+                                                                  self.max_len)))
+                self._flat = None
+                flat = self._flat_sums()
+            starts.append(int(np.searchsorted(flat, target)))  # flat[k] = sum of batches < k; pass ends at k
+        return starts
+
+    def _flat_sums(self) -> np.ndarray:
+        """Running sums of the lengths drawn so far: element k is the sum of batches 0..k-1."""
+        if self.__dict__.get("_flat") is None:
+            self._flat = np.concatenate(self._sums)
+        return self._flat
 
     def locate(self, index: int) -> tuple[int, int]:
         """Global batch index -> (pass, batch within the pass)."""
-        epoch = 0
-        while index >= len(self.pass_lengths(epoch)):
-            index -= len(self.pass_lengths(epoch))
-            epoch += 1
-        return epoch, index
+        if not self.variable:
+            per = -(-(self.R - 1) // self.bptt)
+            return index // per, index % per
+        starts = self._pass_starts(index)
+        epoch = bisect.bisect_right(starts, index) - 1
+        return epoch, index - starts[epoch]
+
+    @functools.lru_cache(maxsize=8)
+    def pass_lengths(self, epoch: int) -> np.ndarray:
+        """The lengths of pass ``epoch``'s batches: they use R - 1 inputs per row exactly (the last one cut)."""
+        need = self.R - 1
+        if not self.variable:
+            full, rest = divmod(need, self.bptt)
+            return np.asarray([self.bptt] * full + ([rest] if rest else []), np.int64)
+        starts = self._pass_starts(self._first_batch_after(epoch))
+        lo, hi = starts[epoch], starts[epoch + 1]
+        flat = self._flat_sums()
+        out = np.diff(flat[lo:hi + 1])
+        out[-1] = need - int(out[:-1].sum())
+        return out
+
+    def _first_batch_after(self, epoch: int) -> int:
+        """A global batch index past pass ``epoch``'s start (so that its end is found)."""
+        starts = self._pass_starts(0)
+        while len(starts) < epoch + 2:
+            starts = self._pass_starts(starts[-1])
+        return starts[epoch + 1] - 1
 
     def batch(self, index: int, rows: slice) -> dict[str, np.ndarray]:
         epoch, j = self.locate(index)
