@@ -106,7 +106,8 @@ def main(argv=None) -> int:
     for side in ("ptm", "c"):
         q = {k: med(r[side]["quality"][k] for r in rows) for k in rows[0][side]["quality"]}
         parts = {k: med(r[side]["parts"][k] for r in rows) for k in rows[0][side]["parts"]}
-        print(f"{side:4s} wall {med(r[side]['wall'] for r in rows):6.1f} s  cpu {med(r[side]['cpu'] for r in rows):6.1f} s"
+        wall, cpu = med(r[side]["wall"] for r in rows), med(r[side]["cpu"] for r in rows)
+        print(f"{side:4s} wall {wall:6.1f} s  cpu {cpu:6.1f} s"
               f"  analogy(report half) {q['analogy_report_half']:.4f} (coverage {q['coverage']:.3f})"
               f"  ws353 {q['wordsim353']:.4f}  simlex {q['simlex999']:.4f}")
         print("     median s: " + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))

@@ -4,17 +4,18 @@ n-gram model (nltk.lm.KneserNeyInterpolated) built from the same training text w
 Data: ../shared/data/corpus/wikitext-2-tokenized holds only WikiText-2's valid and test splits, so valid.txt is
 split in two: its last --dev-share of paragraphs (default 10%) is the dev text, the rest the training text; test.txt
 is the held-out text. The settings of --grid (learning rate and steps) are each trained and scored on the dev text,
-the one with the lowest dev perplexity is chosen, and only that one is scored on test.txt (never used to choose). Both are read by the project's corpus reader (format
-'lines': a document per paragraph) into the token cache with a word vocabulary (ptm_jax/data/word_vocab.py)
-built from the training text (words seen fewer than --min-count times and held-out words outside it are
-'<unk>'); each document ends with '<eos>'. Both models predict the same held-out positions (every token of the
-held-out stream from position n-1 on, the final '<eos>' included) from the same preceding tokens.
+the one with the lowest dev perplexity is chosen, and only that one is scored on test.txt (never used to choose).
+All three are read by the project's corpus reader (format 'lines': a document per paragraph) into the token
+cache with a word vocabulary (ptm_jax/data/word_vocab.py) built from the training text (words seen fewer than
+--min-count times and dev or held-out words outside it are '<unk>'); each document ends with '<eos>'. Both
+models predict the same held-out positions (every token of the held-out stream from position n-1 on, the final
+'<eos>' included) from the same preceding tokens.
 
-The NNLM trains through ptm_jax.train.loop.fit (one CPU device); its full held-out perplexity is the loop's
-evaluation. nltk scores about ten tokens a second here (pure Python), so both models are also scored on the
-same --sample held-out positions drawn at random (seed 0), and the Kneser-Ney perplexity is given on that
-sample; the NNLM's sample perplexity next to its full one shows how representative the sample is. The
-equal-weight mixture of the two (the paper's "MLP + trigram" rows, Bengio et al. 2003 Sec. 4) is scored there too.
+The NNLM trains through ptm_jax.train.loop.fit (one CPU device), evaluated on the dev text by the loop; the
+chosen one's full held-out perplexity is the loop's ``evaluate`` over test.txt. nltk scores about ten tokens a
+second here (pure Python), so both models are also scored on the same --sample held-out positions drawn at random
+(seed 0), and the Kneser-Ney perplexity is given on that sample; the NNLM's sample perplexity next to its full one
+shows how representative the sample is. The equal-weight mixture of the two (the paper's "MLP + trigram" rows, Bengio et al. 2003 Sec. 4) is scored there too.
 Run from the repository root (needs `pip install nltk`):
 
     python benchmarks/nnlm_vs_kneser_ney.py --no-direct --grid 5e-3:600,8e-3:900

@@ -15,10 +15,11 @@ Timed per side: wall and CPU seconds of the whole processes, imports, vocabulary
 nothing left out on either side. Pairs run the sides in alternating order, so drift in the machine's load falls on
 both. Reported: the median ratio (gensim's seconds / ptm_jax's: above 1.0x ptm_jax is faster), every pair's
 range, how many pairs fell below 1.0x, the load average before each pair, and where ptm_jax's time goes (from the
-run folder's file times: until the config is written, vocabulary, token cache, sampling tables,
-compile + steps + checkpoint, end of run, export). ``--tuned`` adds ptm_jax's fastest CPU mode (the presets'
-comments: ``model.updates=sequential``, for fastText also two threads and a negative draw per pair; batches of
-16,384 words, a quarter of the steps) as a third side, labelled as such.
+run folder's file times: until the config is written, vocabulary, token cache, the family's artifacts (sampling
+tables, n-grams), compile + steps + checkpoint, end of run, export). ``--tuned`` adds ptm_jax's fastest CPU mode
+(the presets' comments: ``model.updates=sequential``, for fastText also two threads and a negative draw per pair;
+batches of 16,384 words, a quarter of the steps) as a third side, labelled as such. ``--per-pair`` adds the presets'
+batch mode with a negative draw per skip-gram pair (``data.shared_negatives=false``: gensim's work).
 
 Quality, off the clock, for every side's vectors through ``ptm eval-vectors``: analogy accuracy on the *report*
 half of questions-words.txt (the half never used to choose settings; top 30,000 words), WordSim353 and
@@ -113,8 +114,9 @@ def ptm_side(arch: str, corpus: Path, steps: int, run: Path, vectors: Path, side
     chunk = max(run.glob("cache/word-*/chunk-*"), key=mt)
     ckpt = max((run / "pretrain/checkpoints").iterdir(), key=mt)
     marks = [t0, mt(run / "config.json"), mt(run / "tokenizer/vocab.tsv"), mt(chunk),
-             mt(run / "cache/artifacts/sampling_tables"), mt(ckpt), end]
-    names = ["start-up to config written", "vocabulary", "token cache", "sampling tables", "compile+steps+checkpoint", "end of run"]
+             max(mt(a) for a in (run / "cache/artifacts").iterdir()), mt(ckpt), end]
+    names = ["start-up to config written", "vocabulary", "token cache", "artifacts (sampling tables, n-grams)",
+             "compile+steps+checkpoint", "end of run"]
     parts = {n: b - a for n, a, b in zip(names, marks, marks[1:])}
     rows = [json.loads(x) for x in (run / "pretrain/metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if r.get("split") == "train"]
@@ -192,7 +194,8 @@ def report(arch: str, rows: list[dict], sides: list[str]) -> None:
           f"{min(r['load'] for r in rows):.2f}-{max(r['load'] for r in rows):.2f}")
     for side in sides:
         q = {k: med(r[side]["quality"][k] for r in rows) for k in rows[0][side]["quality"]}
-        print(f"{side:10s} wall {med(r[side]['wall'] for r in rows):7.1f} s  cpu {med(r[side]['cpu'] for r in rows):7.1f} s"
+        wall, cpu = med(r[side]["wall"] for r in rows), med(r[side]["cpu"] for r in rows)
+        print(f"{side:10s} wall {wall:7.1f} s  cpu {cpu:7.1f} s"
               f"  analogy(report half) {q['analogy_report_half']:.4f} (coverage {q['coverage']:.3f})"
               f"  ws353 {q['wordsim353']:.4f}  simlex {q['simlex999']:.4f}")
     for side in [s for s in sides if s != "gensim"]:
