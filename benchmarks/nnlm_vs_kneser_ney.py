@@ -15,7 +15,8 @@ The NNLM trains through ptm_jax.train.loop.fit (one CPU device), evaluated on th
 chosen one's full held-out perplexity is the loop's ``evaluate`` over test.txt. nltk scores about ten tokens a
 second here (pure Python), so both models are also scored on the same --sample held-out positions drawn at random
 (seed 0), and the Kneser-Ney perplexity is given on that sample; the NNLM's sample perplexity next to its full one
-shows how representative the sample is. The equal-weight mixture of the two (the paper's "MLP + trigram" rows, Bengio et al. 2003 Sec. 4) is scored there too.
+shows how representative the sample is. The equal-weight mixture of the two (the paper's "MLP + trigram" rows,
+Bengio et al. 2003 Sec. 4) is scored there too.
 Run from the repository root (needs `pip install nltk`):
 
     python benchmarks/nnlm_vs_kneser_ney.py --no-direct --grid 5e-3:600,8e-3:900
