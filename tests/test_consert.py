@@ -270,6 +270,47 @@ def test_finetune_on_real_sentences_lowers_the_loss_and_serves_embed(minilm_tok,
     assert vectors.shape == (2, 32) and np.all(np.isfinite(vectors))
 
 
+def test_lora_under_consert_keeps_the_encoder_bit_for_bit_and_saves_merged_and_adapter_models(
+        minilm_tok, minilm_vocab, sentences, shared_data, tmp_path):
+    from ptm_jax.adapters.lora.config import LoraConfig
+    from ptm_jax.adapters.lora.files import merge_adapter_dir
+    from ptm_jax.export import params as params_lib
+    from ptm_jax.families.bert.model import BertModel
+    from ptm_jax.train.finetune import finetune
+
+    mc = tiny_bert(minilm_tok)
+    ids = jnp.zeros((1, 8), jnp.int32)
+    init = nn.meta.unbox(BertModel(mc, name="bert").init(jax.random.key(0), ids, ids + 1, ids))
+    params_lib.save_params(tmp_path / "init", {"bert": init["params"]}, mc, "encoder", tokenizer_files=[minilm_vocab])
+    cfg = run_cfg(minilm_tok, sentences, shared_data / "glue", init=str(tmp_path / "init"), batch_size=16, epochs=1.0,
+                  learning_rate=1e-2, warmup_proportion=0.0, eval_every=3, adapter="lora")
+    cfg.plugins["lora"] = LoraConfig(rank=4, alpha=8.0)
+    cfg.output_dir = str(tmp_path / "run")
+    summary = finetune(cfg)
+    stage = tmp_path / "run" / "finetune-consert"
+    assert summary["steps"] == 6 and (stage / "best").is_dir() and (stage / "best_adapter").is_dir()
+    step = max(int(d.name) for d in (stage / "checkpoints").iterdir() if d.name.isdigit())
+    state = params_lib._restore_numpy(stage / "checkpoints" / str(step) / "state")["params"]
+    before = params_lib.flatten(init["params"])
+    after = params_lib.flatten(state["params"]["bert"])
+    assert sorted(after) == sorted(k for k in before if not k.startswith("pooler/"))  # mean pooling: no pooler
+    for k in after:  # the frozen encoder: every weight as it was
+        np.testing.assert_array_equal(after[k], before[k], err_msg=k)
+    lora = params_lib.flatten(state["lora"])
+    assert len(lora) == 2 * 2 * mc.num_layers and min(np.abs(v).max() for k, v in lora.items()
+                                                      if k.endswith("lora_b")) > 0, "B starts at zero: it trained"
+    merged, _, info, _ = params_lib.load_params(stage / "best")
+    assert info["head"] == "encoder" and set(merged) == {"bert"}
+    moved = params_lib.flatten(merged["bert"])
+    changed = [k for k in moved if not np.array_equal(moved[k], before[k])]
+    assert changed and all(k.split("/")[-2] in ("query", "value") for k in changed), changed
+    again, _, _ = merge_adapter_dir(tmp_path / "init", stage / "best_adapter")  # the adapters alone + the base
+    a, b = params_lib.flatten(again), params_lib.flatten(merged)
+    assert sorted(k for k in a if k not in b) == ["bert/pooler/dense/bias", "bert/pooler/dense/kernel"]
+    for k in b:
+        np.testing.assert_allclose(a[k], b[k], atol=1e-6, rtol=0, err_msg=k)
+
+
 def test_supervised_variant_takes_the_positive_pairs_of_a_glue_tsv(minilm_tok, shared_data):
     from ptm_jax.data.tasks.glue import read_glue
 
