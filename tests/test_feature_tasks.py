@@ -308,3 +308,39 @@ def test_word_init_concatenates_a_frozen_vector_table_with_the_mixed_layers_for_
                         ([f"features.word_init={minilm}"], "gives per-layer features")):
         with pytest.raises(ConfigError, match=says):
             build_feature_task(load_config(None, overrides + extra))
+
+
+def test_ptm_eval_scores_a_kept_bilstm_tagger_on_testa_as_recorded_and_on_testb(tmp_path, shared_data, capsys):
+    import json
+
+    from ptm_jax.cli import main
+
+    data, _, _ = _conll_with_vectors(tmp_path, shared_data, 64, 24, 400)
+    (data / "eng.testb").write_text(_conll_head(shared_data / "conll2003" / "eng.testb", 30))
+    run = ["finetune.task=conll2003", f"finetune.data_dir={data}", f"finetune.init={tmp_path / 'vectors.txt'}",
+           "finetune.job=features", "features.head=bilstm", "features.head_hidden=16", "finetune.batch_size=16",
+           "finetune.epochs=8", "finetune.learning_rate=3e-2", "finetune.max_seq_length=40", "finetune.eval_every=8",
+           "train.progress_bar=false"]
+    assert main(["finetune", "-c", "bert_tiny", f"output_dir={tmp_path / 'run'}", *run]) == 0
+    stage = tmp_path / "run" / "finetune-conll2003"
+    recorded = json.loads((stage / "best.json").read_text())["metrics"]
+    capsys.readouterr()
+    # only the data and batch are given: task, head, source and word settings come from the kept model
+    for split, out in (("dev", "pred-dev"), ("test", "pred-test")):
+        assert main(["eval", "-c", "bert_tiny", "--model", str(stage / "best"), "--split", split,
+                     "--predictions", str(tmp_path / out), f"finetune.data_dir={data}",
+                     "finetune.batch_size=16"]) == 0
+    dev = json.loads((tmp_path / "pred-dev" / "eval.json").read_text())
+    test = json.loads((tmp_path / "pred-test" / "eval.json").read_text())
+    assert dev["metrics"]["f1"] == pytest.approx(recorded["f1"], abs=1e-6) and recorded["f1"] > 0
+    assert dev["metrics"]["loss"] == pytest.approx(recorded["loss"], rel=1e-5)
+    assert "24 dev sentences" in dev["description"] and "30 test sentences" in test["description"]
+    assert 0 <= test["metrics"]["f1"] <= 1 and test["metrics"]["loss"] != pytest.approx(dev["metrics"]["loss"])
+    logits = np.load(tmp_path / "pred-test" / "outputs.npz")["logits"]
+    assert logits.shape[0] >= 30 and logits.shape[1] == 40
+    # a model trained on other data: the rebuilt word table differs, and the error says what to pass
+    (tmp_path / "o").mkdir()
+    other, _, _ = _conll_with_vectors(tmp_path / "o", shared_data, 20, 24, 150)
+    assert main(["eval", "-c", "bert_tiny", "--model", str(stage / "best"), "--split", "dev",
+                 f"finetune.data_dir={other}", "finetune.batch_size=16"]) == 2
+    assert "differs from the model's" in capsys.readouterr().err

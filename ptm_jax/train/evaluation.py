@@ -27,6 +27,10 @@ from ptm_jax.train.loop import compile_objective, evaluate
 
 def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str | None = None) -> dict[str, Any]:
     check_stage_batches(cfg, ["finetune"])  # evaluation runs on finetune.batch_size rows
+    if fs.exists(fs.path(model) / "feature_model.json"):  # a head over word features (finetune.job=features)
+        from ptm_jax.jobs.features.job import evaluate_feature_model
+
+        return evaluate_feature_model(cfg, model, split, out_dir)
     job = job_registry.get(cfg.finetune.job)
     if job.build is None:
         raise ConfigError(f"ptm eval does not read the models of finetune.job={job.name!r}; evaluate a model of a job "

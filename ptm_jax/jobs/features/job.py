@@ -52,8 +52,10 @@ def _sentence_task(cfg: RunConfig):
     return get_task(task), kept, dev, desc
 
 
-def build_feature_task(cfg: RunConfig) -> tuple[Any, FeatureInputs, str]:
-    """(objective, its inputs, description) for ``features.head`` on ``finetune.task``."""
+def build_feature_task(cfg: RunConfig, eval_split: str = "dev") -> tuple[Any, FeatureInputs, str]:
+    """(objective, its inputs, description) for ``features.head`` on ``finetune.task``. ``eval_split``: the split
+    the objective scores (CoNLL-2003: 'dev' = eng.testa or 'test' = eng.testb; sentence tasks: 'dev'). The word
+    table is always built from the training and dev words, as in training, so a kept model's rows line up."""
     f = cfg.finetune
     h = config_lib.section(cfg, "features")
     source = resolve_source(f.init)
@@ -64,17 +66,26 @@ def build_feature_task(cfg: RunConfig) -> tuple[Any, FeatureInputs, str]:
                               f"{', '.join(HEADS)})")
         if not f.data_dir:
             raise ConfigError("finetune.task=conll2003: set finetune.data_dir to the CoNLL-2003 folder or 'tfds'")
+        if eval_split not in ("dev", "test"):
+            raise ConfigError(f"CoNLL-2003 evaluation split must be 'dev' (eng.testa) or 'test' (eng.testb), got "
+                              f"{eval_split!r}")
         if f.data_dir == "tfds":
             train, dev = conll_from_tfds("train"), conll_from_tfds("dev")
+            scored = dev if eval_split == "dev" else conll_from_tfds("test")
         else:
             train_file, dev_file = conll_files(f.data_dir, "dev")
             train, dev = read_conll(train_file)[0], read_conll(dev_file)[0]
+            scored = dev if eval_split == "dev" else read_conll(conll_files(f.data_dir, "test")[1])[0]
         labels, total = label_list(train), len(train)  # labels of the whole file: a subset keeps the same ids
         train = take_subset(train, f.train_subset, f.subset_seed)
         features = FeatureInputs(source, f, h, [s.words for s in train], [s.words for s in dev], cache)
-        obj = FeatureTaggingObjective(f, h, train, dev, labels, features)
-        return obj, features, (f"CoNLL-2003 NER: {len(train)} train (of {total}) / {len(dev)} dev sentences, "
-                               f"{len(labels)} labels, {obj.dev_truncated_words} dev words past max_seq_length")
+        obj = FeatureTaggingObjective(f, h, train, scored, labels, features)
+        return obj, features, (f"CoNLL-2003 NER: {len(train)} train (of {total}) / {len(scored)} {eval_split} "
+                               f"sentences, {len(labels)} labels, {obj.dev_truncated_words} {eval_split} words past "
+                               "max_seq_length")
+    if eval_split != "dev":
+        raise ConfigError(f"features.head={h.head!r} on {f.task!r}: only the dev split is scored (GLUE's test "
+                          "labels are not public); use --split dev")
     spec, train, dev, desc = _sentence_task(cfg)
 
     def words(examples):
@@ -118,7 +129,8 @@ def finetune_features(cfg: RunConfig, *, stop_after: int | None = None) -> dict[
             "num_labels": objective.num_labels, "frozen_embeddings": frozen,
             "pair": getattr(objective, "pair", False), "end_to_end": features.encoder is not None,
             "words": table.words if table is not None else None, "word_init": h.word_init,
-            "feature_norm": h.feature_norm}
+            "feature_norm": h.feature_norm, "data_dir": f.data_dir, "train_subset": f.train_subset,
+            "subset_seed": f.subset_seed, "freeze_features": h.freeze_features}
     if features.stats is not None:
         info["feature_stats"] = {"mean": features.stats[0].tolist(), "scale": features.stats[1].tolist()}
     done = run_stage(cfg, stage=stage, objective=objective, task=f.task, description=description, init=f.init,
@@ -132,3 +144,57 @@ def with_head(cfg: RunConfig, **features: Any) -> RunConfig:
     """``cfg`` with ``[features]`` fields replaced (benchmarks and tests)."""
     h = dataclasses.replace(config_lib.section(cfg, "features"), **features)
     return dataclasses.replace(cfg, plugins={**cfg.plugins, "features": h})
+
+
+FEATURE_MODEL = "feature_model.json"
+
+
+def evaluate_feature_model(cfg: RunConfig, model: str, split: str = "dev", out_dir: str | None = None) -> dict:
+    """``ptm eval`` of a kept feature-head model (``<stage>/best``: ``params/`` and ``feature_model.json``): the
+    task, head, feature source and word settings come from the model's own record (``finetune.data_dir`` and
+    the cache may be overridden by ``cfg``); the objective is rebuilt as in training and scores ``split``."""
+    import io
+    import json
+
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    from ptm_jax.parallel.mesh import make_mesh
+    from ptm_jax.train.finetune import finetune_train_config
+    from ptm_jax.train.loop import compile_objective, evaluate
+
+    where = fs.path(model)
+    meta = json.loads(fs.read_text(where / FEATURE_MODEL))
+    f = dataclasses.replace(cfg.finetune, task=meta["task"], init=meta["init"], job="features",
+                            max_seq_length=meta["max_seq_length"],
+                            data_dir=cfg.finetune.data_dir or meta.get("data_dir") or "",
+                            train_subset=meta.get("train_subset", cfg.finetune.train_subset),
+                            subset_seed=meta.get("subset_seed", cfg.finetune.subset_seed))
+    h = dataclasses.replace(config_lib.section(cfg, "features"), head=meta["head"], head_hidden=meta["head_hidden"],
+                            head_pool=meta["head_pool"], word_init=meta.get("word_init") or "",
+                            feature_norm=meta.get("feature_norm") or "none",
+                            freeze_features=meta.get("freeze_features", not meta.get("end_to_end", False)))
+    run = dataclasses.replace(cfg, finetune=f, plugins={**cfg.plugins, "features": h})
+    objective, features, description = build_feature_task(run, eval_split=split)
+    if features.table is not None and meta.get("words") is not None and features.table.words != meta["words"]:
+        raise ConfigError(f"{where}: the word table rebuilt from {f.task}'s training words ({len(features.table.words)}"
+                          f" words) differs from the model's ({len(meta['words'])}); evaluate with the data and "
+                          "finetune.train_subset / subset_seed the model was trained with")
+    params = ocp.PyTreeCheckpointer().restore(fs.absolute(where / "params"))
+    tcfg = finetune_train_config(run, objective.num_train)
+    mesh = make_mesh(run.mesh)
+    compiled = compile_objective(objective, tcfg, mesh)
+    placed = jax.device_put(params, compiled.state_shardings.params)
+    metrics, outputs = evaluate(objective, compiled, placed, mesh, tcfg.batch_size, return_outputs=True)
+    out = fs.path(out_dir or where / f"predictions-{split}")
+    if jax.process_index() == 0:
+        fs.makedirs(out)
+        raw = io.BytesIO()
+        np.savez(raw, **outputs)
+        fs.write_bytes_atomic(out / "outputs.npz", raw.getvalue())
+    result = {"task": f.task, "split": split, "description": description, "model": str(model), "metrics": metrics,
+              "prediction_files": []}
+    if jax.process_index() == 0:
+        fs.write_text_atomic(out / "eval.json", json.dumps(result, indent=2))
+    return result
