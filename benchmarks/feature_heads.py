@@ -51,10 +51,12 @@ def save(out: Path, results: dict) -> None:
     os.replace(tmp, out)
 
 
-def run_one(name: str, overrides: list[str], results: dict, out: Path, redo: bool, finetuned: bool = False) -> None:
+def run_one(name: str, overrides: list[str], results: dict, out: Path, redo: bool, finetuned: bool = False,
+            test: bool = False) -> None:
+    """One finetuning run; ``test``: then ``ptm eval --split test`` of the kept model (CoNLL-2003's eng.testb)."""
     from ptm_jax.config import load_config
 
-    if name in results["runs"] and not redo:
+    if name in results["runs"] and not redo and (not test or "test_eval" in results["runs"][name]):
         print(f"{name}: kept from {out}")
         return
     cfg = load_config(None, overrides)
@@ -66,6 +68,11 @@ def run_one(name: str, overrides: list[str], results: dict, out: Path, redo: boo
     results["runs"][name] = {"overrides": overrides, "wall_seconds": round(wall, 1), "steps": summary["step"],
                              "final_eval": summary["final_eval"], "description": summary["description"],
                              "primary_metric": summary["primary_metric"], "scalar_mix": summary.get("scalar_mix")}
+    if test:
+        from ptm_jax.train.evaluation import evaluate_task
+
+        best = Path(cfg.output_dir) / f"finetune-{cfg.finetune.task.lower()}" / "best"
+        results["runs"][name]["test_eval"] = evaluate_task(cfg, str(best), split="test")["metrics"]
     save(out, results)
     metric = summary["primary_metric"]
     print(f"{name}: dev {metric} {summary['final_eval'].get(metric, float('nan')):.4f} after {summary['step']} "
@@ -148,15 +155,28 @@ def conll(args) -> None:
                     run_one(name, [*common, f"finetune.init={init}", f"features.feature_norm={norm}",
                                    f"features.word_init={sources[words] if words else ''}", f"finetune.seed={seed}",
                                    f"output_dir={args.runs}/{name.replace('/', '_').replace('+', '_')}"],
-                            results, out, args.redo)
+                            results, out, args.redo, test=args.test)
     results["machine_end"] = machine()
     save(out, results)
+    def mean_sd(values):
+        mean = sum(values) / len(values)
+        return mean, (sum((x - mean) ** 2 for x in values) / max(len(values) - 1, 1)) ** 0.5
+
+    dev_means = {}
     for arm, names in arms.items():
         f1 = [100 * results["runs"][n]["final_eval"]["f1"] for n in names]
-        mean = sum(f1) / len(f1)
-        spread = (sum((x - mean) ** 2 for x in f1) / max(len(f1) - 1, 1)) ** 0.5
-        print(f"{arm}: dev F1 {mean:.2f} +- {spread:.2f} over seeds {args.seeds}: "
-              + ", ".join(f"{x:.2f}" for x in f1), flush=True)
+        mean, spread = mean_sd(f1)
+        dev_means[arm] = mean
+        line = f"{arm}: dev F1 {mean:.2f} +- {spread:.2f} over seeds {args.seeds}: " + ", ".join(f"{x:.2f}" for x in f1)
+        if args.test:
+            t = [100 * results["runs"][n]["test_eval"]["f1"] for n in names]
+            line += f" | test F1 {mean_sd(t)[0]:.2f} +- {mean_sd(t)[1]:.2f}: " + ", ".join(f"{x:.2f}" for x in t)
+        print(line, flush=True)
+    if args.test:  # the selection: by mean dev F1 only; test is read for the chosen arm, never to choose
+        best = max(dev_means, key=dev_means.get)
+        t = [100 * results["runs"][n]["test_eval"]["f1"] for n in arms[best]]
+        print(f"chosen on dev: {best} (dev F1 {dev_means[best]:.2f}); its test (eng.testb) F1 "
+              f"{mean_sd(t)[0]:.2f} +- {mean_sd(t)[1]:.2f}", flush=True)
 
 
 def plot(args) -> None:
@@ -206,6 +226,8 @@ def main(argv=None) -> None:
             p.add_argument("--with-words", nargs="*", default=[], choices=["random", "word2vec"],
                            help="also each per-layer source concatenated with these word tables "
                                 "(features.word_init: [x_k; ELMo_k], Peters et al. 2018 Sec. 3.3)")
+            p.add_argument("--test", action="store_true", help="also score each kept model on eng.testb (ptm eval "
+                           "--split test) and report the test F1 of the arm chosen on dev")
             p.add_argument("--dropout", type=float, default=0.5, help="finetune.classifier_dropout (BiLSTM input "
                                                                        "and output)")
     p = sub.add_parser("plot")
