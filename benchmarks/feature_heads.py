@@ -6,8 +6,9 @@ learned scalar-mix weights per task as a PNG. ``--end-to-end`` adds TextCNN with
 
 Every run goes through the same stage as ``ptm finetune --job features`` (the loop's ``fit``), on a
 seeded training subset (``finetune.train_subset``, ``finetune.subset_seed`` 0), and reports the dev figure after
-its last step (no selection on dev). Frozen features are computed once per model and data and cached
-(``--cache``), so the heads after the first read them from disk.
+its last step (no selection on dev); ``conll --test`` also scores each kept tagger on eng.testb (``ptm eval
+--split test``) and reports the test F1 of the arm with the best mean dev F1. Frozen features are computed once
+per model and data and cached (``--cache``), so the heads after the first read them from disk.
 
     python benchmarks/feature_heads.py sst2 --w2v runs/feature_heads/w2v_sg --out runs/feature_heads/sst2.json
     python benchmarks/feature_heads.py conll --w2v runs/feature_heads/w2v_sg --elmo runs/feature_heads/elmo_gutenberg \\

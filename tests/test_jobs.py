@@ -51,15 +51,20 @@ def test_moved_keys_and_former_job_names_are_config_errors_naming_the_new_place(
         load_config("bert_tiny", [override])
 
 
-def test_an_adapter_is_refused_for_a_job_it_does_not_wrap_and_eval_for_a_job_without_build(tmp_path):
+def test_an_adapter_is_refused_for_a_job_it_does_not_wrap_and_eval_for_a_job_without_a_model_reader(tmp_path):
     for job in ("mtdnn", "features"):
         with pytest.raises(ConfigError, match=rf"finetune.adapter='lora' is not implemented for finetune.job='{job}'"):
             load_config("bert_tiny", [f"finetune.job={job}", "finetune.adapter=lora"])
     load_config("bert_tiny", ["finetune.job=consert", "finetune.adapter=lora"])  # no error
     from ptm_jax.train.evaluation import evaluate_task
 
+    cfg = load_config("bert_tiny", ["finetune.job=mtdnn", f"output_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"ptm eval does not read the models of finetune.job='mtdnn'.*consert, "
+                                          r"features, task"):
+        evaluate_task(cfg, str(tmp_path / "missing"))
     cfg = load_config("bert_tiny", ["finetune.job=features", f"output_dir={tmp_path}"])
-    with pytest.raises(ConfigError, match=r"ptm eval does not read the models of finetune.job='features'"):
+    with pytest.raises(ConfigError, match=r"missing: no feature_model.json in it; a kept model of "
+                                          r"finetune.job='features' is <run>/finetune-<task>/best"):
         evaluate_task(cfg, str(tmp_path / "missing"))
 
 

@@ -34,6 +34,12 @@ class Job:
     build: Callable[..., tuple[Any, str]] | None = None
     """(cfg, model_cfg, tokenizer, eval_split, *, train, model_info) -> (objective, description): the objective
     that ``ptm eval`` scores a kept model of the job with; None: ``ptm eval`` does not read its models."""
+    load_model: Callable[..., tuple[Any, Any, Any, str]] | None = None
+    """(cfg, model, eval_split) -> (cfg, objective, params tree, description): for a job whose kept models are not
+    params directories (``build`` reads those): ``ptm eval`` restores the model and rebuilds its objective."""
+    model_marker: str = ""
+    """A file that this job's kept models hold (``feature_model.json``): ``ptm eval`` hands such a model to this job
+    whatever ``finetune.job`` says."""
     adapters: bool = False
     """Whether ``finetune.adapter`` may wrap the job's objective in the finetuning stage."""
     moved: dict[str, str] = dataclasses.field(default_factory=dict)

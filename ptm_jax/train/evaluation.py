@@ -27,23 +27,28 @@ from ptm_jax.train.loop import compile_objective, evaluate
 
 def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str | None = None) -> dict[str, Any]:
     check_stage_batches(cfg, ["finetune"])  # evaluation runs on finetune.batch_size rows
-    if fs.exists(fs.path(model) / "feature_model.json"):  # a head over word features (finetune.job=features)
-        from ptm_jax.jobs.features.job import evaluate_feature_model
-
-        return evaluate_feature_model(cfg, model, split, out_dir)
-    job = job_registry.get(cfg.finetune.job)
-    if job.build is None:
+    marked = [j for j in job_registry.jobs().values() if j.model_marker and fs.exists(fs.path(model) / j.model_marker)]
+    job = marked[0] if marked else job_registry.get(cfg.finetune.job)
+    if job.load_model is not None:  # a model that is not a params directory: the job restores it
+        if not marked:
+            raise ConfigError(f"{model}: no {job.model_marker} in it; a kept model of finetune.job={job.name!r} is "
+                              f"<run>/finetune-<task>/best, which holds {job.model_marker}")
+        cfg, objective, tree, description = job.load_model(cfg, model, split)
+    elif job.build is not None:
+        params, model_cfg, info, tok_dir = load_params(model)
+        tokenizer = load_tokenizer(info, tok_dir)
+        # the objective of the job that trained the model (finetune.job: the single task, ConSERT, ...); only the
+        # split that is scored is read; label lists come from the saved model's ptm.json (info)
+        objective, description = job.build(cfg, model_cfg, tokenizer, eval_split=split, train=False, model_info=info)
+        tree = {"params": params}
+    else:
         raise ConfigError(f"ptm eval does not read the models of finetune.job={job.name!r}; evaluate a model of a job "
-                          f"that `ptm eval` scores ({', '.join(n for n, j in job_registry.jobs().items() if j.build)})")
-    params, model_cfg, info, tok_dir = load_params(model)
-    tokenizer = load_tokenizer(info, tok_dir)
-    # the objective of the job that trained the model (finetune.job: the single task, ConSERT, ...); only the split
-    # that is scored is read; label lists come from the saved model's ptm.json (info)
-    objective, description = job.build(cfg, model_cfg, tokenizer, eval_split=split, train=False, model_info=info)
+                          "that `ptm eval` scores ("
+                          + ", ".join(n for n, j in job_registry.jobs().items() if j.build or j.load_model) + ")")
     tcfg = finetune_train_config(cfg, objective.num_train)
     mesh = make_mesh(cfg.mesh)
     compiled = compile_objective(objective, tcfg, mesh)
-    placed = jax.device_put({"params": params}, compiled.state_shardings.params)
+    placed = jax.device_put(tree, compiled.state_shardings.params)
     metrics, outputs = evaluate(objective, compiled, placed, mesh, tcfg.batch_size, return_outputs=True)
     out = fs.path(out_dir or fs.path(model) / f"predictions-{split}")
     files = []
@@ -53,8 +58,9 @@ def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str |
         raw = io.BytesIO()
         np.savez(raw, **outputs)
         fs.write_bytes_atomic(out / "outputs.npz", raw.getvalue())
-    result = {"task": cfg.finetune.task if job.name == "task" else job.name, "split": split, "description": description, "model": str(model),
-              "metrics": metrics, "prediction_files": [str(f) for f in files]}
+    result = {"task": cfg.finetune.task if job.name in ("task", "features") else job.name, "split": split,
+              "description": description, "model": str(model), "metrics": metrics,
+              "prediction_files": [str(f) for f in files]}
     if jax.process_index() == 0:
         fs.write_text_atomic(out / "eval.json", json.dumps(result, indent=2))
     barrier("ptm_eval_written")  # the files exist when any process returns

@@ -70,29 +70,20 @@ class LmBatches:
                               f"train.batch_size={self.B} parallel rows of at least 2 tokens; lower the batch size")
         self.bptt, self.variable, self.p, self.std = int(bptt), bool(variable), float(p), float(std)
         self.bucket, self.max_len, self.seed, self.pad_id = int(bucket), int(max_len), int(seed), int(pad_id)
+        self._starts = [0]  # the global batch index of each pass's start found so far (variable lengths)
+        self._sums = np.zeros(1, np.int64)  # running sums of the lengths drawn so far: [k] = sum of batches < k
 
     def _pass_starts(self, index: int) -> list[int]:
-        """The global batch index of every pass start up to the pass holding batch ``index`` (variable lengths):
-        pass e + 1 starts after the first batch of pass e whose running sum reaches the rows' R - 1 inputs."""
-        starts = self.__dict__.setdefault("_starts", [0])
-        sums = self.__dict__.setdefault("_sums", [np.zeros(1, np.int64)])  # sums[0][0] = 0: before batch 0
-        while starts[-1] <= index:
-            flat = self._flat_sums()
-            target = int(flat[starts[-1]]) + self.R - 1
-            while int(flat[-1]) < target:  # draw the next chunk of lengths
-                chunk = len(sums) - 1
-                sums.append(int(flat[-1]) + np.cumsum(bptt_lengths(self.seed, chunk, self.bptt, self.p, self.std,
-                                                                  self.max_len)))
-                self._flat = None
-                flat = self._flat_sums()
-            starts.append(int(np.searchsorted(flat, target)))  # flat[k] = sum of batches < k; pass ends at k
-        return starts
-
-    def _flat_sums(self) -> np.ndarray:
-        """Running sums of the lengths drawn so far: element k is the sum of batches 0..k-1."""
-        if self.__dict__.get("_flat") is None:
-            self._flat = np.concatenate(self._sums)
-        return self._flat
+        """The pass starts up to the first one past batch ``index``: pass e + 1 starts after the first batch of
+        pass e whose running sum reaches the rows' R - 1 inputs. Lengths are drawn a chunk at a time as needed."""
+        while self._starts[-1] <= index:
+            target = int(self._sums[self._starts[-1]]) + self.R - 1
+            while int(self._sums[-1]) < target:
+                chunk = (len(self._sums) - 1) // DRAW_CHUNK
+                drawn = bptt_lengths(self.seed, chunk, self.bptt, self.p, self.std, self.max_len)
+                self._sums = np.concatenate([self._sums, int(self._sums[-1]) + np.cumsum(drawn)])
+            self._starts.append(int(np.searchsorted(self._sums, target)))  # the pass ends where the sum reaches it
+        return self._starts
 
     def locate(self, index: int) -> tuple[int, int]:
         """Global batch index -> (pass, batch within the pass)."""
@@ -110,19 +101,12 @@ class LmBatches:
         if not self.variable:
             full, rest = divmod(need, self.bptt)
             return np.asarray([self.bptt] * full + ([rest] if rest else []), np.int64)
-        starts = self._pass_starts(self._first_batch_after(epoch))
-        lo, hi = starts[epoch], starts[epoch + 1]
-        flat = self._flat_sums()
-        out = np.diff(flat[lo:hi + 1])
+        while len(self._starts) < epoch + 2:  # the pass's end is the next pass's start
+            self._pass_starts(self._starts[-1])
+        lo, hi = self._starts[epoch], self._starts[epoch + 1]
+        out = np.diff(self._sums[lo:hi + 1])
         out[-1] = need - int(out[:-1].sum())
         return out
-
-    def _first_batch_after(self, epoch: int) -> int:
-        """A global batch index past pass ``epoch``'s start (so that its end is found)."""
-        starts = self._pass_starts(0)
-        while len(starts) < epoch + 2:
-            starts = self._pass_starts(starts[-1])
-        return starts[epoch + 1] - 1
 
     def batch(self, index: int, rows: slice) -> dict[str, np.ndarray]:
         epoch, j = self.locate(index)

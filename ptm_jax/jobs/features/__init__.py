@@ -12,6 +12,8 @@ from ptm_jax.plugins import lazy
 JOB = register(Job(
     name="features",
     run=lazy("ptm_jax.jobs.features.job", "finetune_features"),
+    load_model=lazy("ptm_jax.jobs.features.job", "load_feature_model"),
+    model_marker="feature_model.json",
     config=FeaturesConfig,
     moved={"head": "head", "head_hidden": "head_hidden", "head_pool": "head_pool",
            "freeze_embeddings": "freeze_embeddings", "freeze_features": "freeze_features",

@@ -146,26 +146,18 @@ def with_head(cfg: RunConfig, **features: Any) -> RunConfig:
     return dataclasses.replace(cfg, plugins={**cfg.plugins, "features": h})
 
 
-FEATURE_MODEL = "feature_model.json"
 
-
-def evaluate_feature_model(cfg: RunConfig, model: str, split: str = "dev", out_dir: str | None = None) -> dict:
-    """``ptm eval`` of a kept feature-head model (``<stage>/best``: ``params/`` and ``feature_model.json``): the
-    task, head, feature source and word settings come from the model's own record (``finetune.data_dir`` and
-    the cache may be overridden by ``cfg``); the objective is rebuilt as in training and scores ``split``."""
-    import io
+def load_feature_model(cfg: RunConfig, model: str, split: str = "dev") -> tuple[RunConfig, Any, Any, str]:
+    """``Job.load_model`` for ``ptm eval``: a kept feature-head model (``<stage>/best``: ``params/`` and
+    ``feature_model.json``) restored, and its objective rebuilt as in training to score ``split``. The task, head,
+    feature source and word settings come from the model's own record (``finetune.data_dir`` and the cache may be
+    given by ``cfg``); the word table is rebuilt from the training and dev words and must equal the model's."""
     import json
 
-    import jax
-    import numpy as np
     import orbax.checkpoint as ocp
 
-    from ptm_jax.parallel.mesh import make_mesh
-    from ptm_jax.train.finetune import finetune_train_config
-    from ptm_jax.train.loop import compile_objective, evaluate
-
     where = fs.path(model)
-    meta = json.loads(fs.read_text(where / FEATURE_MODEL))
+    meta = json.loads(fs.read_text(where / "feature_model.json"))
     f = dataclasses.replace(cfg.finetune, task=meta["task"], init=meta["init"], job="features",
                             max_seq_length=meta["max_seq_length"],
                             data_dir=cfg.finetune.data_dir or meta.get("data_dir") or "",
@@ -181,20 +173,4 @@ def evaluate_feature_model(cfg: RunConfig, model: str, split: str = "dev", out_d
         raise ConfigError(f"{where}: the word table rebuilt from {f.task}'s training words ({len(features.table.words)}"
                           f" words) differs from the model's ({len(meta['words'])}); evaluate with the data and "
                           "finetune.train_subset / subset_seed the model was trained with")
-    params = ocp.PyTreeCheckpointer().restore(fs.absolute(where / "params"))
-    tcfg = finetune_train_config(run, objective.num_train)
-    mesh = make_mesh(run.mesh)
-    compiled = compile_objective(objective, tcfg, mesh)
-    placed = jax.device_put(params, compiled.state_shardings.params)
-    metrics, outputs = evaluate(objective, compiled, placed, mesh, tcfg.batch_size, return_outputs=True)
-    out = fs.path(out_dir or where / f"predictions-{split}")
-    if jax.process_index() == 0:
-        fs.makedirs(out)
-        raw = io.BytesIO()
-        np.savez(raw, **outputs)
-        fs.write_bytes_atomic(out / "outputs.npz", raw.getvalue())
-    result = {"task": f.task, "split": split, "description": description, "model": str(model), "metrics": metrics,
-              "prediction_files": []}
-    if jax.process_index() == 0:
-        fs.write_text_atomic(out / "eval.json", json.dumps(result, indent=2))
-    return result
+    return run, objective, ocp.PyTreeCheckpointer().restore(fs.absolute(where / "params")), description
