@@ -136,11 +136,11 @@ def main(argv=None) -> dict:
                            "final_train_loss": result.train_metrics.get("lm_loss"), "result": result})
         print(f"candidate lr {lr} steps {steps}: dev perplexity {dev:.1f}", flush=True)
     best = min(candidates, key=lambda x: x["dev_perplexity"])
-    args.lr, args.steps, result = best["lr"], best["steps"], best["result"]
+    lr, steps, result = best["lr"], best["steps"], best["result"]
     train_s = best["train_seconds"]
     from ptm_jax.train.loop import compile_objective, evaluate
 
-    cfg = run_config(args.lr, args.steps, held_toks)
+    cfg = run_config(lr, steps, held_toks)
     objective = FAMILY.objectives["nnlm"](cfg, types.SimpleNamespace(tokenizer=vocab, train=caches["train"],
                                                                       eval=caches["heldout"]))
     compiled = compile_objective(objective, cfg.train, mesh, FAMILY.param_groups(cfg.model, "pretrain"))
@@ -181,10 +181,10 @@ def main(argv=None) -> dict:
         "vocab_size": vocab.vocab_size, "train_tokens": int(train_toks.size), "dev_tokens": int(dev_toks.size),
         "heldout_tokens": int(held_toks.size),
         "candidates_on_dev": [{k: v for k, v in x.items() if k != "result"} for x in candidates],
-        "chosen_on_dev": {"lr": args.lr, "steps": args.steps},
+        "chosen_on_dev": {"lr": lr, "steps": steps},
         "nnlm": {"order": args.order, "embed_dim": args.embed_dim, "hidden_dim": args.hidden_dim,
-                 "direct": not args.no_direct, "parameters": n_params, "steps": args.steps,
-                 "predictions_per_step": args.batch * args.length, "optimizer": args.optimizer, "lr": args.lr,
+                 "direct": not args.no_direct, "parameters": n_params, "steps": steps,
+                 "predictions_per_step": args.batch * args.length, "optimizer": args.optimizer, "lr": lr,
                  "train_seconds": round(train_s, 1), "final_train_loss": result.train_metrics.get("lm_loss"),
                  "heldout_perplexity_full": nnlm_full["perplexity"],
                  "heldout_perplexity_sample": math.exp(-nnlm_lp.mean())},
