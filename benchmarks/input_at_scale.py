@@ -11,9 +11,10 @@ and two row layouts it opens the stream that process ``p`` (default 0) runs and 
 
 Layouts: ``host`` (a GPU cluster: process p holds rows [p*B/P, (p+1)*B/P), one share of the objective's
 ``train_batches``) and ``interleaved`` (a TPU-like mesh: the host's 4 devices sit in two pairs half a batch
-apart, so its rows are two blocks; the streams are ``parallel/feed.py``'s ``rows_batches``: one per block, the
-exact row-to-example mapping) and ``interleaved-one`` (the same rows fed by one stream of the host's share,
-``feed.local_batches(exact=False)``).
+apart, so its rows are two blocks, read as the loop reads them, ``parallel/feed.py``'s ``rows_batches``: one
+stream of exactly those rows for an objective that ``ReadsRows`` (BERT, ERNIE 1.0, GPT, XLNet, NNLM), else one
+stream per block; either way the exact row-to-example mapping) and ``interleaved-one`` (the same rows fed by one
+stream of the host's share, ``feed.local_batches(exact=False)``).
 Run from the repository root:
 
     python benchmarks/input_at_scale.py --processes 1 8 64 256 --starts 0 1000000 400000000
@@ -51,11 +52,16 @@ def interleaved_rows(p: int, count: int, batch: int, devices: int = 4) -> np.nda
 def open_stream(objective, layout: str, start: int, batch: int, p: int, count: int):
     if layout == "host":
         return objective.train_batches(start, batch, p, count)
+    from ptm_jax.objectives.base import ReadsRows
     from ptm_jax.parallel import feed
 
     rows = interleaved_rows(p, count, batch)
     share = (p, count) if layout == "interleaved-one" else None
-    return feed.rows_batches(lambda i, n: objective.train_batches(start, batch, i, n), rows, batch, share=share)
+    # as the loop does: one stream of the host's rows where the objective reads any rows, else one per block
+    open_rows = ((lambda r: objective.train_row_batches(start, batch, r))
+                 if isinstance(objective, ReadsRows) else None)
+    return feed.rows_batches(lambda i, n: objective.train_batches(start, batch, i, n), rows, batch, share=share,
+                             open_rows=open_rows)
 
 
 def main(argv: list[str] | None = None) -> None:

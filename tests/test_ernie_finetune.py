@@ -265,7 +265,7 @@ def test_one_planning_pass_carries_the_unit_codes_with_the_same_bytes_as_two_pas
     cfg = run["cfg"]
     corpus = prepare_corpus(cfg)   # the pretraining run's cached tokens and units artifact
     units = SubsetSource(corpus.artifacts["units"], corpus.train.doc_indices)
-    kw = dict(seed=3, start_index=5, global_batch=16, process_index=1, process_count=2, epochs=None)
+    kw = dict(seed=3, start_index=5 * 16, global_batch=16, process_index=1, process_count=2, epochs=None)
     one = list(islice(local_batches(corpus.train, cfg.data, vocab_size=800, annotations=units,
                                     annotation_name="units", **kw), 30))
     tokens = list(islice(local_batches(corpus.train, cfg.data, vocab_size=800, **kw), 30))

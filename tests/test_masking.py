@@ -71,8 +71,26 @@ def test_mask_uniforms_are_uniform_and_keyed_by_index():
     np.testing.assert_allclose((u < 0.8).mean(axis=(0, 2)), 0.8, atol=0.005)
     np.testing.assert_array_equal(masking.mask_uniforms(3, tf.range(200, 210, dtype=tf.int64), 128).numpy(),
                                   u[100:110])
-    with pytest.raises(tf.errors.InvalidArgumentError, match="consecutive"):
-        masking.mask_uniforms(3, tf.constant([5, 6, 8, 10], tf.int64), 128)  # runs of 2, the second broken
+    # any order (a TPU host's rows): each example keeps its own draws
+    scattered = np.array([300, 101, 102, 250, 355, 100])
+    np.testing.assert_array_equal(masking.mask_uniforms(3, tf.constant(scattered), 128).numpy(), u[scattered - 100])
+
+
+def test_philox_words_are_tensorflows_philox_kernel_words_bit_for_bit():
+    # the reference: TensorFlow's stateless Philox kernel drawing one run of consecutive examples from counter
+    # (first * words / 4, stream); seeds above 2^32 and indices near the stream's limit (2^40) included
+    for seed in (0, 12345, (1 << 40) + 77):
+        for words, stream in ((4, masking.TRUNCATION_STREAM), (512, masking.MASK_STREAM)):
+            first, n = (1 << 40) - 9, 6
+            want = tf.raw_ops.StatelessRandomUniformFullIntV2(
+                shape=[n, words], key=tf.constant([seed], tf.uint64), alg=1, dtype=tf.uint32,
+                counter=tf.constant([first * (words // 4), stream], tf.uint64)).numpy()
+            got = masking.philox_words(seed, tf.constant(np.arange(first, first + n)), words, stream).numpy()
+            assert got.dtype == np.uint32 and got.shape == (n, words)
+            np.testing.assert_array_equal(got, want)
+            reordered = masking.philox_words(seed, tf.constant(np.arange(first, first + n)[::-1].copy()), words,
+                                             stream).numpy()
+            np.testing.assert_array_equal(reordered, want[::-1])
 
 
 def test_num_to_predict_uses_python3_round_half_even_and_cap():

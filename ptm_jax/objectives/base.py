@@ -6,9 +6,10 @@ new family plugs in by adding one class and registering it in its family package
 
 The contracts are runtime-checkable protocols, asked with ``isinstance`` rather than attribute probing:
 ``Objective`` (every objective), ``CarriesState`` (a step feeds state to the next one), ``TaskObjective``
-(finetuning tasks: predictions and task metrics) and ``ReportsBaseline`` (a reference figure for the final
-report). ``accepts_grad_accum`` says whether an objective's loss may be split into microbatches;
-``check_grad_accum`` turns a refusal into a ConfigError naming ``train.grad_accum_steps``.
+(finetuning tasks: predictions and task metrics), ``ReadsRows`` (one stream yields any rows of a batch) and
+``ReportsBaseline`` (a reference figure for the final report). ``accepts_grad_accum`` says whether an
+objective's loss may be split into microbatches; ``check_grad_accum`` turns a refusal into a ConfigError naming
+``train.grad_accum_steps``.
 
 Loss terms are ``name -> (numerator, denominator)``. ``normalizers(batch)`` returns the denominators of the
 loss terms computed from the global batch alone, so a step with gradient accumulation computes exactly the
@@ -22,7 +23,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from ptm_jax.data.numpy_streams import numpy_batches
+from ptm_jax.data.numpy_streams import numpy_batches, numpy_steps
 
 Batch = dict[str, Any]
 Terms = dict[str, tuple[jax.Array, jax.Array]]
@@ -61,6 +62,22 @@ class Objective(Protocol):
 
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
         """Derived figures for the final report (e.g. perplexity, majority baseline)."""
+
+
+@runtime_checkable
+class ReadsRows(Protocol):
+    """Optional: an objective whose one stream yields any set of rows of each global batch (its examples are
+    indexed by global example id: BERT's and ERNIE's pairing plan, GPT's and NNLM's packed rows, XLNet's rows). On a TPU
+    mesh a host's devices hold several blocks of the batch (``parallel/feed.py``); with this it reads them at
+    the cost of one share, without it the feed runs one ``train_batches`` stream per block. Row r of batch b is
+    example b * global_batch + r either way."""
+
+    def train_row_batches(self, start_example: int, global_batch: int, rows: np.ndarray
+                          ) -> Iterator[dict[str, np.ndarray]]:
+        """Rows ``rows`` (ascending) of successive global batches from ``start_example`` on."""
+
+    def eval_row_batches(self, global_batch: int, rows: np.ndarray) -> Iterator[dict[str, np.ndarray]]:
+        """Rows ``rows`` of the held-out batches."""
 
 
 @runtime_checkable
@@ -168,3 +185,36 @@ class SourceStreams:
         if self.eval_source is None:
             return iter(())
         return numpy_batches(self.dataset(self.eval_source, 0, global_batch, process_index, process_count, False))
+
+
+class RowStreams(SourceStreams):
+    """``SourceStreams`` whose ``dataset`` also takes ``rows=`` (the rows of each global batch in place of a
+    share) and may group ``steps_per_item`` local batches per element: the objective ``ReadsRows``, and a
+    process with few rows pays a step's fixed cost once per ``GROUP_ROWS`` rows (``data/numpy_streams.py``)."""
+
+    def dataset(self, source: Any, start: int, global_batch: int, process_index: int, process_count: int,
+                repeat: bool, rows: np.ndarray | None = None):
+        raise NotImplementedError
+
+    def _batches(self, source: Any, start: int, global_batch: int, repeat: bool, process_index: int = 0,
+                 process_count: int = 1, rows: np.ndarray | None = None) -> Iterator[dict[str, np.ndarray]]:
+        if source is None:
+            return iter(())
+        n = len(rows) if rows is not None else global_batch // process_count
+        return numpy_steps(numpy_batches(self.dataset(source, start, global_batch, process_index, process_count,
+                                                      repeat, rows=rows)), n)
+
+    def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int
+                      ) -> Iterator[dict[str, np.ndarray]]:
+        return self._batches(self.train_source, start_example, global_batch, True, process_index, process_count)
+
+    def eval_batches(self, global_batch: int, process_index: int, process_count: int
+                     ) -> Iterator[dict[str, np.ndarray]]:
+        return self._batches(self.eval_source, 0, global_batch, False, process_index, process_count)
+
+    def train_row_batches(self, start_example: int, global_batch: int, rows: np.ndarray
+                          ) -> Iterator[dict[str, np.ndarray]]:
+        return self._batches(self.train_source, start_example, global_batch, True, rows=rows)
+
+    def eval_row_batches(self, global_batch: int, rows: np.ndarray) -> Iterator[dict[str, np.ndarray]]:
+        return self._batches(self.eval_source, 0, global_batch, False, rows=rows)

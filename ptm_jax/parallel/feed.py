@@ -10,7 +10,9 @@ process 0 of a v5e-256 holds rows [0, 1, 16, 17] of a 512-row batch). ``make_arr
 places a process's local rows on its shards in ascending global order (jax/_src/array.py, ``local_slice``),
 so ``local_batches`` builds exactly those rows, in that order, from the objectives' streams: global row r of
 every batch holds global example r, whatever the mesh, and ``gather_rows`` (``process_allgather``: a
-reshard to replicated, rows in global order) returns the rows in example order.
+reshard to replicated, rows in global order) returns the rows in example order. An objective that reads any
+rows in one stream (``objectives/base.py`` ``ReadsRows``: BERT, ERNIE 1.0, GPT, XLNet, NNLM) gets the host's rows
+at once; for the others a host runs one stream per block of its rows.
 """
 from __future__ import annotations
 
@@ -55,12 +57,15 @@ def row_shares(rows: np.ndarray, global_rows: int) -> tuple[int, list[int]]:
 
 
 def local_batches(open_share: Callable[[int, int], Iterator[dict[str, np.ndarray]]], mesh: Mesh,
-                  global_rows: int, axis: int = 0, exact: bool = True) -> Iterator[dict[str, np.ndarray]]:
+                  global_rows: int, axis: int = 0, exact: bool = True,
+                  open_rows: Callable[[np.ndarray], Iterator[dict[str, np.ndarray]]] | None = None
+                  ) -> Iterator[dict[str, np.ndarray]]:
     """This process's rows of successive global batches, in the order ``to_global`` places them.
     ``open_share(index, count)``: the objective's stream of share ``index`` of ``count`` (its
     ``train_batches``/``eval_batches`` with that process index and count). One share (host-ordered meshes)
-    is the objective's stream itself; several are read in step and concatenated along ``axis``, the rows' (1
-    for stacked batches, ``train_groups``).
+    is the objective's stream itself; several are read in one stream by ``open_rows(rows)`` where given (a
+    ``ReadsRows`` objective's ``train_row_batches``), else in step and concatenated along ``axis``, the rows'
+    (1 for stacked batches, ``train_groups``).
 
     ``exact=False`` (training: the loss is a sum over the rows, so which device holds which example does not
     matter): a host whose rows are several blocks runs one stream, share r of H (H hosts, r its rank by first
@@ -68,19 +73,24 @@ def local_batches(open_share: Callable[[int, int], Iterator[dict[str, np.ndarray
     the number of hosts; only rows inside it move. ``exact=True`` (evaluation) keeps row r = example r."""
     rows = process_rows(mesh, global_rows)
     if exact:
-        return rows_batches(open_share, rows, global_rows, axis)
+        return rows_batches(open_share, rows, global_rows, axis, open_rows=open_rows)
     firsts = sorted(int(process_rows(mesh, global_rows, q)[0]) for q in range(jax.process_count()))
     return rows_batches(open_share, rows, global_rows, axis, share=(firsts.index(int(rows[0])), len(firsts)))
 
 
 def rows_batches(open_share: Callable[[int, int], Iterator[dict[str, np.ndarray]]], rows: np.ndarray,
-                 global_rows: int, axis: int = 0,
-                 share: tuple[int, int] | None = None) -> Iterator[dict[str, np.ndarray]]:
+                 global_rows: int, axis: int = 0, share: tuple[int, int] | None = None,
+                 open_rows: Callable[[np.ndarray], Iterator[dict[str, np.ndarray]]] | None = None
+                 ) -> Iterator[dict[str, np.ndarray]]:
     """``local_batches`` for the global rows ``rows`` (ascending) of every batch; ``share=(r, H)``: one stream,
-    share r of H, for rows that may hold any examples of the batch (``exact=False``)."""
+    share r of H, for rows that may hold any examples of the batch (``exact=False``); ``open_rows``: one
+    stream of exactly ``rows``."""
     count, indices = row_shares(rows, global_rows)
     if len(indices) == 1:
         yield from open_share(indices[0], count)
+        return
+    if open_rows is not None and share is None:
+        yield from open_rows(rows)
         return
     if share is not None:
         if global_rows % share[1] or global_rows // share[1] != len(rows):

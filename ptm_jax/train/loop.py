@@ -28,7 +28,8 @@ from ptm_jax import fs
 from ptm_jax.bench import flops as flops_lib
 from ptm_jax.checkpoint import Checkpointer, abstract_with_shardings
 from ptm_jax.config import TrainConfig
-from ptm_jax.objectives.base import BuildsGroups, CarriesState, Objective, TaskObjective, check_grad_accum
+from ptm_jax.objectives.base import (BuildsGroups, CarriesState, Objective, ReadsRows, TaskObjective,
+                                     check_grad_accum)
 from ptm_jax.parallel.feed import (
     Prefetcher,
     gather_rows,
@@ -213,7 +214,10 @@ def evaluate(objective: Objective, compiled: Compiled, params: Any, mesh: Mesh, 
     are in example order."""
     totals: dict[str, list[float]] = {}
     outputs: dict[str, list[np.ndarray]] = {}
-    batches = local_batches(lambda i, n: objective.eval_batches(global_batch, i, n), mesh, global_batch)
+    open_rows = ((lambda rows: objective.eval_row_batches(global_batch, rows))
+                 if isinstance(objective, ReadsRows) else None)
+    batches = local_batches(lambda i, n: objective.eval_batches(global_batch, i, n), mesh, global_batch,
+                            open_rows=open_rows)
     for i, host_batch in enumerate(batches):
         if max_batches is not None and compiled.predict_step is None and i >= max_batches:
             break
@@ -285,8 +289,10 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
         host_batches = local_batches(lambda i, n: objective.train_groups(cursor, global_batch, k, i, n), mesh,
                                      global_batch, axis=1)
     else:
+        open_rows = ((lambda rows: objective.train_row_batches(cursor, global_batch, rows))
+                     if isinstance(objective, ReadsRows) else None)
         host_batches = local_batches(lambda i, n: objective.train_batches(cursor, global_batch, i, n), mesh,
-                                     global_batch)
+                                     global_batch, open_rows=open_rows)
         if k > 1:
             host_batches = stacked_batches(host_batches, k)
     feed = Prefetcher(host_batches, mesh, compiled.batch_keys, depth=tcfg.prefetch_batches,

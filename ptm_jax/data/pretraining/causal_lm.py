@@ -32,11 +32,11 @@ import threading
 import numpy as np
 
 from ptm_jax.data.pretraining.nsp import check_seed, doc_permutation
+from ptm_jax.data.pretraining.row_dataset import rows_dataset
 from ptm_jax.data.pretraining.source import (
     ArraySource,
     DocumentSource,
     SubsetSource,
-    check_share,
 )
 from ptm_jax.errors import ConfigError, DataError
 
@@ -59,7 +59,6 @@ FEATURE_DTYPES = {
     "input_ids": np.int32, "target_ids": np.int32, "target_weights": np.float32,
     "segment_ids": np.int32, "position_ids": np.int32, "example_id": np.int64,
 }
-_NAMES = tuple(FEATURE_DTYPES)
 
 
 def doc_token_counts(source: DocumentSource) -> np.ndarray:
@@ -234,49 +233,34 @@ def eval_rows(stream: PackedStream, seq_len: int) -> int:
     return -(-(stream.pass_tokens - 1) // seq_len)
 
 
-def _check_args(seq_len: int, eos_id: int, pad_id: int, start_index: int, global_batch: int,
-                process_index: int, process_count: int) -> None:
+def _check_args(seq_len: int, eos_id: int, pad_id: int) -> None:
     if not isinstance(seq_len, (int, np.integer)) or seq_len < 2:
         raise ConfigError(f"causal-LM sequence length {seq_len!r} must be an integer >= 2 (data.max_seq_length)")
     for name, v in (("eos_id", eos_id), ("pad_id", pad_id)):
         if not isinstance(v, (int, np.integer)) or not 0 <= v < 1 << 31:
             raise ConfigError(f"{name}={v!r} must be a non-negative token id (the tokenizer's <|endoftext|>)")
-    check_share(start_index, global_batch, process_index, process_count)
 
 
 def causal_lm_dataset(source: DocumentSource, eos_id: int, pad_id: int, seq_len: int, *, seed: int,
                       start_index: int, global_batch: int, process_index: int = 0, process_count: int = 1,
-                      repeat: bool = True, shuffle: bool = True) -> tf.data.Dataset:
+                      repeat: bool = True, shuffle: bool = True, rows: np.ndarray | None = None,
+                      grouped: bool = False) -> tf.data.Dataset:
     """This process's rows of global batches ``start_index / global_batch``, ... of the packed stream.
 
-    Features ([rows, L] unless noted, rows = global_batch / process_count): input_ids, target_ids,
-    segment_ids, position_ids int32; target_weights float32 (0 on padding); example_id [rows] int64 (the row
-    index k). ``repeat=False``: one pass, padded to whole global batches (evaluation; use ``shuffle=False``).
+    Features ([n, L] unless noted): input_ids, target_ids, segment_ids, position_ids int32; target_weights
+    float32 (0 on padding); example_id [n] int64 (the row index k: row r of global batch b is row b * G + r of
+    the stream). An element is one local batch: the rows ``rows`` of the global batch (ascending, e.g. a TPU
+    host's several blocks) or else share ``process_index`` of ``process_count``; ``grouped=True``: an element
+    holds ``steps_per_item`` consecutive local batches, for ``numpy_steps`` to split. ``repeat=False``: one
+    pass, padded to whole global batches (evaluation; use ``shuffle=False``).
     """
-    tf = tensorflow()
-    _check_args(seq_len, eos_id, pad_id, start_index, global_batch, process_index, process_count)
+    tensorflow()
+    _check_args(seq_len, eos_id, pad_id)
     stream = PackedStream(source, eos_id, seed=seed, shuffle=shuffle)
-    rows = global_batch // process_count
     seq_len, pad_id = int(seq_len), int(pad_id)
-    first_batch = start_index // global_batch
-
-    def make(batch) -> list[np.ndarray]:
-        first = int(batch.numpy()) * global_batch + process_index * rows
-        out = pack_rows(stream, first, rows, seq_len, pad_id, finite=not repeat)
-        return [out[k] for k in _NAMES]
-
-    def build(batch: tf.Tensor) -> dict[str, tf.Tensor]:
-        tensors = tf.py_function(make, [batch], [tf.as_dtype(FEATURE_DTYPES[k]) for k in _NAMES])
-        out = dict(zip(_NAMES, tensors))
-        for k, t in out.items():
-            t.set_shape([rows] if k == "example_id" else [rows, seq_len])
-        return out
-
-    if repeat:
-        batches = tf.data.Dataset.counter(first_batch, dtype=tf.int64)
-    else:
-        total = -(-eval_rows(stream, seq_len) // global_batch)
-        batches = tf.data.Dataset.range(first_batch, max(first_batch, total), dtype=tf.int64)
-    ds = batches.map(tf.autograph.experimental.do_not_convert(build), num_parallel_calls=tf.data.AUTOTUNE,
-                     deterministic=True)
+    ds = rows_dataset(lambda first, count: pack_rows(stream, first, count, seq_len, pad_id, finite=not repeat),
+                      FEATURE_DTYPES, {k: () if k == "example_id" else (seq_len,) for k in FEATURE_DTYPES},
+                      start_index=start_index, global_batch=global_batch, process_index=process_index,
+                      process_count=process_count, rows=rows, grouped=grouped,
+                      total_batches=None if repeat else -(-eval_rows(stream, seq_len) // global_batch))
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -173,3 +173,29 @@ def check_share(start_index: int, global_batch: int, process_index: int, process
     if start_index < 0 or start_index % global_batch:
         raise ConfigError(f"start_index={start_index} must be a non-negative multiple of the global batch "
                           f"{global_batch} (the data cursor is step * global_batch)")
+
+
+def share_rows(start_index: int, global_batch: int, process_index: int, process_count: int,
+               rows: np.ndarray | None = None) -> np.ndarray:
+    """The rows of every global batch that a stream yields, checked: ``rows`` (ascending, distinct, in
+    [0, global_batch): a host whose devices hold several blocks of the batch, as on TPU meshes) or, without
+    it, share ``process_index`` of ``process_count`` equal blocks, rows [p*B/P, (p+1)*B/P)."""
+    if rows is None:
+        check_share(start_index, global_batch, process_index, process_count)
+        per = global_batch // process_count
+        return np.arange(process_index * per, (process_index + 1) * per, dtype=np.int64)
+    check_share(start_index, global_batch, 0, 1)
+    rows = np.asarray(rows, np.int64)
+    if rows.ndim != 1 or rows.size == 0 or rows[0] < 0 or rows[-1] >= global_batch or np.any(np.diff(rows) <= 0):
+        raise ConfigError(f"rows must be ascending distinct row indices of a global batch of {global_batch}, "
+                          f"got {rows.size} rows from {rows[:1].tolist()} to {rows[-1:].tolist()}")
+    return rows
+
+
+def row_runs(rows: np.ndarray) -> list[tuple[int, int]]:
+    """``(first, count)`` of each run of consecutive rows (one run for a host-ordered share)."""
+    rows = np.asarray(rows, np.int64)
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    starts = np.concatenate([[0], breaks]).astype(np.int64)
+    ends = np.concatenate([breaks, [rows.size]]).astype(np.int64)
+    return [(int(rows[s]), int(e - s)) for s, e in zip(starts, ends)]

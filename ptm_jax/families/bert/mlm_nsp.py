@@ -17,13 +17,13 @@ from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds
 from ptm_jax.families.bert.heads import BertForPreTraining
 from ptm_jax.families.bert.mlm import mlm_loss, mlm_terms
 from ptm_jax.families.bert.nsp import nsp_terms
-from ptm_jax.objectives.base import SourceStreams
+from ptm_jax.objectives.base import RowStreams
 
 INPUT_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
               "masked_lm_weights", "next_sentence_labels")
 
 
-class MlmNspObjective(SourceStreams):
+class MlmNspObjective(RowStreams):
     primary_metric = "mlm_accuracy"
 
     def __init__(self, cfg: RunConfig, train_source: DocumentSource, eval_source: DocumentSource | None,
@@ -71,26 +71,14 @@ class MlmNspObjective(SourceStreams):
         return loss, terms
 
     # -- data -------------------------------------------------------------------------------------------
-    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool, rows=None):
         # lazy: the model, its loss and `ptm bench` run where TensorFlow is not installed (a GPU host)
         from ptm_jax.families.bert.mlm_nsp_data import mlm_nsp_dataset
 
+        # grouped: a process with few rows gets several local batches per element (RowStreams splits them)
         return mlm_nsp_dataset(source, self.special, self.cfg.data, seed=self.cfg.data.seed, start_index=start,
                                global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat,
-                               plan=self.plan if source is self.train_source else None, grouped=True)
-
-    def train_batches(self, start_example: int, global_batch: int, process_index: int, process_count: int):
-        from ptm_jax.families.bert.mlm_nsp_data import numpy_steps
-
-        # a process with few rows gets several local batches per tf.data element (``grouped``), split here
-        return numpy_steps(super().train_batches(start_example, global_batch, process_index, process_count),
-                           global_batch // process_count)
-
-    def eval_batches(self, global_batch: int, process_index: int, process_count: int):
-        from ptm_jax.families.bert.mlm_nsp_data import numpy_steps
-
-        return numpy_steps(super().eval_batches(global_batch, process_index, process_count),
-                           global_batch // process_count)
+                               plan=self.plan if source is self.train_source else None, grouped=True, rows=rows)
 
     def summarize(self, metrics: dict[str, float]) -> dict[str, float]:
         return metrics

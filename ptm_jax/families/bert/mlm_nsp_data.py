@@ -24,7 +24,8 @@ import tensorflow as tf
 
 from ptm_jax.families.bert.config import BertDataConfig
 from ptm_jax.data.pretraining import masking, nsp, plan_store
-from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds, check_share
+from ptm_jax.data.numpy_streams import steps_per_item
+from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds, share_rows
 from ptm_jax.errors import ConfigError, DataError
 
 FEATURE_DTYPES = {
@@ -34,16 +35,6 @@ FEATURE_DTYPES = {
 }
 
 
-GROUP_ROWS = 512
-"""Rows built per feature call: a process with fewer rows per batch builds ``GROUP_ROWS // rows`` consecutive
-batches at once and splits them after (``steps_per_item``), so the fixed cost of a tf.data element and of the
-TensorFlow feature graph is spread over as many rows whatever the number of processes."""
-
-
-def steps_per_item(rows: int) -> int:
-    return max(1, GROUP_ROWS // rows)
-
-
 def _generator_signature(rows: int) -> dict[str, tf.TensorSpec]:
     return {
         "a_ids": tf.TensorSpec([None], tf.int32), "a_len": tf.TensorSpec([None], tf.int32),
@@ -51,24 +42,6 @@ def _generator_signature(rows: int) -> dict[str, tf.TensorSpec]:
         "index": tf.TensorSpec([None], tf.int64),
         "is_random_next": tf.TensorSpec([None], tf.int32),
     }
-
-
-def numpy_steps(batches: Iterator[dict[str, np.ndarray]], rows: int) -> Iterator[dict[str, np.ndarray]]:
-    """Numpy items of one or several consecutive local batches (``grouped=True``) as local batches of ``rows``
-    rows (views, no copies): splitting in Python costs microseconds where a tf.data element costs about a
-    millisecond."""
-    try:
-        for item in batches:
-            n = len(next(iter(item.values())))
-            if n == rows:
-                yield item
-                continue
-            for lo in range(0, n, rows):
-                yield {k: v[lo:lo + rows] for k, v in item.items()}
-    finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()  # the tf.data iterator is torn down in the closing thread (data/numpy_streams.py)
 
 
 def split_steps(features: dict[str, tf.Tensor], rows: int) -> tf.data.Dataset:
@@ -99,9 +72,11 @@ def local_batches(source: DocumentSource, cfg: BertDataConfig, *, seed: int, sta
                   epochs: int | None, annotations: DocumentSource | None = None,
                   annotation_name: str = "annotations",
                   plan: plan_store.PairingPlan | None = None,
-                  steps: int = 1) -> Iterator[dict[str, np.ndarray]]:
+                  steps: int = 1, rows: np.ndarray | None = None) -> Iterator[dict[str, np.ndarray]]:
     """This process's rows of every complete global batch, as flat untruncated A/B token runs; ``steps``
-    consecutive batches per item (their rows one after the other; the last item may hold fewer).
+    consecutive batches per item (their rows one after the other; the last item may hold fewer). ``rows``:
+    any ascending rows of each batch (a TPU host's several blocks, read in one stream) in place of share
+    ``process_index`` of ``process_count``; global row r of batch b is example b * global_batch + r either way.
 
     ``plan``: the pairing plan of ``source`` (``plan_store``; stored beside the token cache for the training
     documents); None plans ``source`` in memory first (held-out documents, tests). Each batch reads the plan
@@ -117,8 +92,7 @@ def local_batches(source: DocumentSource, cfg: BertDataConfig, *, seed: int, sta
     """
     if plan is None:
         plan = plan_store.memory_plan(source, cfg, seed, passes=min(epochs or nsp.PLAN_PASSES, nsp.PLAN_PASSES))
-    rows = global_batch // process_count
-    own = np.arange(process_index * rows, (process_index + 1) * rows, dtype=np.int64)
+    own = share_rows(start_index, global_batch, process_index, process_count, rows)
     end = plan.length(epochs)
     step = start_index // global_batch
     while end is None or (step + 1) * global_batch <= end:
@@ -198,9 +172,10 @@ def build_features(batch: dict[str, tf.Tensor], special: SpecialIds, cfg: BertDa
 
 
 def _check_args(source: DocumentSource, special: SpecialIds, cfg: BertDataConfig, seed: int, start_index: int,
-                global_batch: int, process_index: int, process_count: int) -> None:
+                global_batch: int, process_index: int, process_count: int, rows: np.ndarray | None = None) -> int:
+    """Checks the stream's arguments; returns the number of rows it yields per global batch."""
     nsp.check_seed(seed)
-    check_share(start_index, global_batch, process_index, process_count)
+    own = share_rows(start_index, global_batch, process_index, process_count, rows)
     if not 0 < cfg.max_predictions_per_seq <= cfg.max_seq_length:
         raise ConfigError(f"data.max_predictions_per_seq={cfg.max_predictions_per_seq} must be in "
                           f"(0, max_seq_length={cfg.max_seq_length}]")
@@ -214,33 +189,34 @@ def _check_args(source: DocumentSource, special: SpecialIds, cfg: BertDataConfig
         raise DataError(f"the corpus holds token id {max_id}, outside the vocabulary [0, {special.vocab_size}): "
                         "it was tokenized with a different vocabulary; rebuild the token cache "
                         "(delete data.cache_dir)")
+    return own.size
 
 
 def mlm_nsp_dataset(source: DocumentSource, special: SpecialIds, cfg: BertDataConfig, *, seed: int, start_index: int,
                     global_batch: int, process_index: int = 0, process_count: int = 1,
                     repeat: bool = True, plan: plan_store.PairingPlan | None = None,
-                    grouped: bool = False) -> tf.data.Dataset:
+                    grouped: bool = False, rows: np.ndarray | None = None) -> tf.data.Dataset:
     """This process's batches of BERT MLM+NSP features, from global example ``start_index`` on.
 
-    Features ([rows] leading dim, rows = global_batch / process_count): input_ids, input_mask, segment_ids
-    [rows, L] int32; masked_lm_positions, masked_lm_ids [rows, P] int32; masked_lm_weights [rows, P] float32;
-    next_sentence_labels [rows] int32 (1 = random next); example_id [rows] int64. ``repeat=False`` stops after
-    pass 0 (evaluation), dropping its final partial global batch. ``grouped=True``: an element may hold
-    several consecutive local batches (``steps_per_item``), for ``numpy_steps`` to split.
+    Features ([rows] leading dim, rows = global_batch / process_count or ``len(rows)``): input_ids, input_mask,
+    segment_ids [rows, L] int32; masked_lm_positions, masked_lm_ids [rows, P] int32; masked_lm_weights [rows, P]
+    float32; next_sentence_labels [rows] int32 (1 = random next); example_id [rows] int64. ``repeat=False`` stops
+    after pass 0 (evaluation), dropping its final partial global batch. ``grouped=True``: an element may hold
+    several consecutive local batches (``steps_per_item``), for ``numpy_steps`` to split. ``rows``: the rows of
+    each global batch to yield (``local_batches``) in place of a share.
     """
-    _check_args(source, special, cfg, seed, start_index, global_batch, process_index, process_count)
-    rows = global_batch // process_count
+    n = _check_args(source, special, cfg, seed, start_index, global_batch, process_index, process_count, rows)
 
     def gen() -> Iterator[dict[str, np.ndarray]]:
         yield from local_batches(source, cfg, seed=seed, start_index=start_index, global_batch=global_batch,
                                  process_index=process_index, process_count=process_count,
                                  vocab_size=special.vocab_size, epochs=None if repeat else 1, plan=plan,
-                                 steps=steps_per_item(rows))
+                                 steps=steps_per_item(n), rows=rows)
 
-    ds = tf.data.Dataset.from_generator(gen, output_signature=_generator_signature(rows))
+    ds = tf.data.Dataset.from_generator(gen, output_signature=_generator_signature(n))
     # Plain TF code (explicit while_loop), so autograph conversion is skipped: it only slows tracing.
     build = tf.autograph.experimental.do_not_convert(lambda batch: build_features(batch, special, cfg, seed=seed))
     ds = ds.map(build, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    if steps_per_item(rows) > 1 and not grouped:
-        ds = ds.flat_map(lambda f: split_steps(f, rows))
+    if steps_per_item(n) > 1 and not grouped:
+        ds = ds.flat_map(lambda f: split_steps(f, n))
     return ds.prefetch(tf.data.AUTOTUNE)

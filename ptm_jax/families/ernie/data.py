@@ -41,24 +41,26 @@ def _flags(codes: tf.Tensor, lengths: tf.Tensor, level: tf.Tensor) -> tf.Tensor:
 
 def ernie_dataset(source: DocumentSource, unit_source: DocumentSource, special: SpecialIds, cfg, *, seed: int,
                   start_index: int, global_batch: int, process_index: int = 0, process_count: int = 1,
-                  repeat: bool = True, plan=None, grouped: bool = False) -> tf.data.Dataset:
+                  repeat: bool = True, plan=None, grouped: bool = False,
+                  rows: np.ndarray | None = None) -> tf.data.Dataset:
     """This process's batches of ERNIE features from global example ``start_index`` on: BERT's MLM+NSP
     features plus ``unit_continuation`` [rows, L] int32 (1 where a token continues the previous token's unit)
     and ``unit_kind`` [rows, L] int32 (the kind of unit each token is in at the example's level: 0 basic,
-    1 phrase, 2 entity)."""
-    mlm_nsp_data._check_args(source, special, cfg, seed, start_index, global_batch, process_index, process_count)
+    1 phrase, 2 entity). ``rows``: the rows of each global batch to yield in place of a share (BERT's
+    ``local_batches``)."""
+    n = mlm_nsp_data._check_args(source, special, cfg, seed, start_index, global_batch, process_index,
+                                 process_count, rows)
     if unit_source.num_docs != source.num_docs:
         raise ValueError(f"unit source has {unit_source.num_docs} documents, token source {source.num_docs}")
-    rows = global_batch // process_count
     kw = dict(seed=seed, start_index=start_index, global_batch=global_batch, process_index=process_index,
               process_count=process_count, epochs=None if repeat else 1, plan=plan,
-              steps=mlm_nsp_data.steps_per_item(rows))
+              steps=mlm_nsp_data.steps_per_item(n), rows=rows)
 
     def gen() -> Iterator[dict[str, np.ndarray]]:
         yield from mlm_nsp_data.local_batches(source, cfg, vocab_size=special.vocab_size, annotations=unit_source,
                                               annotation_name="units", **kw)
 
-    sig = mlm_nsp_data._generator_signature(rows)
+    sig = mlm_nsp_data._generator_signature(n)
     sig |= {"a_units": tf.TensorSpec([None], tf.int32), "b_units": tf.TensorSpec([None], tf.int32)}
     ds = tf.data.Dataset.from_generator(gen, output_signature=sig)
     last = len(units_lib.KIND_NAMES)
@@ -75,6 +77,6 @@ def ernie_dataset(source: DocumentSource, unit_source: DocumentSource, special: 
 
     ds = ds.map(tf.autograph.experimental.do_not_convert(build), num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=True)
-    if mlm_nsp_data.steps_per_item(rows) > 1 and not grouped:
-        ds = ds.flat_map(lambda f: mlm_nsp_data.split_steps(f, rows))
+    if mlm_nsp_data.steps_per_item(n) > 1 and not grouped:
+        ds = ds.flat_map(lambda f: mlm_nsp_data.split_steps(f, n))
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -21,7 +21,8 @@ import numpy as np
 import tensorflow as tf
 
 from ptm_jax.data.pretraining import masking
-from ptm_jax.data.pretraining.source import SpecialIds, check_share
+from ptm_jax.data.numpy_streams import steps_per_item
+from ptm_jax.data.pretraining.source import SpecialIds, share_rows
 from ptm_jax.families.ernie.dialogue import DialogueSource
 
 STREAM = 7
@@ -60,33 +61,35 @@ def example(src: DialogueSource, responses: np.ndarray, index: int, seed: int, l
 
 def dialogue_dataset(src: DialogueSource, special: SpecialIds, cfg, *, seed: int, start_index: int,
                      global_batch: int, process_index: int = 0, process_count: int = 1,
-                     repeat: bool = True) -> tf.data.Dataset:
+                     repeat: bool = True, rows: np.ndarray | None = None, grouped: bool = False) -> tf.data.Dataset:
     """This process's batches: input_ids, input_mask, segment_ids (the roles) [rows, L]; masked_lm_positions,
     masked_lm_ids, masked_lm_weights [rows, P]; next_sentence_labels [rows] (1 = fake response);
-    num_turns [rows]; example_id [rows]."""
-    check_share(start_index, global_batch, process_index, process_count)
-    rows, L = global_batch // process_count, cfg.max_seq_length
+    num_turns [rows]; example_id [rows]. ``rows``: the rows of each global batch in place of a share.
+    ``grouped=True``: an element holds ``steps_per_item`` consecutive batches (``numpy_steps`` splits them)."""
+    own = share_rows(start_index, global_batch, process_index, process_count, rows)
+    L, steps = cfg.max_seq_length, steps_per_item(own.size) if grouped else 1
     responses = src.responses()
     total = None if repeat else len(responses) // global_batch * global_batch
 
     def gen() -> Iterator[dict[str, np.ndarray]]:
         b = start_index // global_batch
         while total is None or (b + 1) * global_batch <= total:
-            first = b * global_batch + process_index * rows
-            ids = np.full((rows, L), special.pad, np.int32)
-            role = np.zeros((rows, L), np.int32)
-            fake, turns, lens = (np.zeros(rows, np.int32) for _ in range(3))
-            for r in range(rows):
-                x, ro, fake[r], turns[r] = example(src, responses, first + r, seed, L, cfg.fake_response_prob,
-                                                   repeat, special)
+            k = steps if total is None else min(steps, (total - b * global_batch) // global_batch)
+            index = (((b + np.arange(k)) * global_batch)[:, None] + own).ravel()
+            n = index.size
+            ids = np.full((n, L), special.pad, np.int32)
+            role = np.zeros((n, L), np.int32)
+            fake, turns, lens = (np.zeros(n, np.int32) for _ in range(3))
+            for r, i in enumerate(index.tolist()):
+                x, ro, fake[r], turns[r] = example(src, responses, i, seed, L, cfg.fake_response_prob, repeat,
+                                                   special)
                 ids[r, :len(x)], role[r, :len(x)], lens[r] = x, ro, len(x)
-            yield {"ids": ids, "role": role, "seq_len": lens, "fake": fake, "turns": turns,
-                   "index": np.arange(first, first + rows, dtype=np.int64)}
-            b += 1
+            yield {"ids": ids, "role": role, "seq_len": lens, "fake": fake, "turns": turns, "index": index}
+            b += k
 
-    sig = {"ids": tf.TensorSpec([rows, L], tf.int32), "role": tf.TensorSpec([rows, L], tf.int32),
-           "seq_len": tf.TensorSpec([rows], tf.int32), "fake": tf.TensorSpec([rows], tf.int32),
-           "turns": tf.TensorSpec([rows], tf.int32), "index": tf.TensorSpec([rows], tf.int64)}
+    sig = {"ids": tf.TensorSpec([None, L], tf.int32), "role": tf.TensorSpec([None, L], tf.int32),
+           "seq_len": tf.TensorSpec([None], tf.int32), "fake": tf.TensorSpec([None], tf.int32),
+           "turns": tf.TensorSpec([None], tf.int32), "index": tf.TensorSpec([None], tf.int64)}
 
     def build(batch):
         ids, seq_len = batch["ids"], batch["seq_len"]

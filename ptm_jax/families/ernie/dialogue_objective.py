@@ -35,11 +35,12 @@ class DialogueLmObjective(MlmNspObjective):
         loss, terms = super().loss(params, batch, rng, normalizers, train)
         return loss, {RENAME.get(k, k): v for k, v in terms.items()}
 
-    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool, rows=None):
         from ptm_jax.families.ernie.dialogue_data import dialogue_dataset
 
         return dialogue_dataset(source, self.special, self.cfg.data, seed=self.cfg.data.seed, start_index=start,
-                                global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat)
+                                global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat,
+                                rows=rows, grouped=True)
 
     def baseline(self, global_batch: int) -> dict[str, float]:
         out = super().baseline(global_batch)

@@ -27,10 +27,11 @@ class ErnieObjective(MlmNspObjective):
             eval_units = None if corpus.eval is None else SubsetSource(units, corpus.eval.doc_indices)
         self.unit_sources = {id(corpus.train): train_units, id(corpus.eval): eval_units}
 
-    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool, rows=None):
         from ptm_jax.families.ernie.data import ernie_dataset
 
         return ernie_dataset(source, self.unit_sources[id(source)], self.special, self.cfg.data,
                              seed=self.cfg.data.seed, start_index=start, global_batch=global_batch,
                              process_index=pi, process_count=pc, repeat=repeat,
-                             plan=self.plan if source is self.train_source else None, grouped=True)
+                             plan=self.plan if source is self.train_source else None, grouped=True,
+                             rows=rows)

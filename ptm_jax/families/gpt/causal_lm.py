@@ -15,13 +15,13 @@ import numpy as np
 
 from ptm_jax.config import RunConfig
 from ptm_jax.data.pretraining.source import DocumentSource
-from ptm_jax.objectives.base import SourceStreams
+from ptm_jax.objectives.base import RowStreams
 from ptm_jax.objectives.language_model import LanguageModelReport, lm_terms
 
 INPUT_KEYS = ("input_ids", "target_ids", "target_weights", "segment_ids", "position_ids")
 
 
-class CausalLmObjective(SourceStreams, LanguageModelReport):
+class CausalLmObjective(RowStreams, LanguageModelReport):
     """GPT-1 / GPT-2 pretraining on packed rows; plugs into ``ptm_jax.train.loop.fit`` unchanged."""
 
     primary_metric = "lm_loss"
@@ -57,9 +57,10 @@ class CausalLmObjective(SourceStreams, LanguageModelReport):
         terms = lm_terms(logits, batch["target_ids"], batch["target_weights"])
         return terms["lm_loss"][0] / jnp.maximum(normalizers["lm"], 1.0), terms
 
-    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool, rows=None):
         from ptm_jax.data.pretraining.causal_lm import causal_lm_dataset
 
         return causal_lm_dataset(source, self.eos_id, self.pad_id, self.cfg.data.max_seq_length,
                                  seed=self.cfg.data.seed, start_index=start, global_batch=global_batch,
-                                 process_index=pi, process_count=pc, repeat=repeat, shuffle=repeat)
+                                 process_index=pi, process_count=pc, repeat=repeat, shuffle=repeat,
+                                 rows=rows, grouped=True)

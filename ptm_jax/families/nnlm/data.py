@@ -9,9 +9,10 @@ reach across a document end: the ``eos`` between the two documents is one of the
 Row ``k`` (the global example index) predicts stream positions ``[k*L + c, k*L + c + L)`` with c = n - 1, from
 the window of stream tokens ``[k*L, k*L + L + c)``: predictions tile the stream with no gap and no overlap
 (the first c positions of the stream are never predicted: they have no full context). Global batch ``i`` is
-rows ``[i*G, (i+1)*G)``; process ``p`` of ``P`` takes rows ``[p*G/P, (p+1)*G/P)`` of it, so the processes'
-rows in process order are the one-process batch. A local batch is one contiguous span of the stream
-(``PackedStream.span``), so ``start_index = k`` starts exactly at row ``k`` (no replay).
+rows ``[i*G, (i+1)*G)``; process ``p`` of ``P`` takes rows ``[p*G/P, (p+1)*G/P)`` of it (or any rows of it: a TPU
+host's blocks, ``data/pretraining/row_dataset.py``), so the processes' rows in process order are the one-process
+batch. A run of consecutive rows is one contiguous span of the stream (``PackedStream.span``), so
+``start_index = k`` starts exactly at row ``k`` (no replay).
 
 Evaluation (``repeat=False``): one pass without shuffling; every position ``c .. pass_tokens - 1`` (the last is
 the final ``eos``) is predicted exactly once; window tokens past the pass are ``pad_id`` and predictions past
@@ -23,12 +24,12 @@ import numpy as np
 import tensorflow as tf
 
 from ptm_jax.data.pretraining.causal_lm import PackedStream
-from ptm_jax.data.pretraining.source import DocumentSource, check_share
+from ptm_jax.data.pretraining.row_dataset import rows_dataset
+from ptm_jax.data.pretraining.source import DocumentSource
 from ptm_jax.errors import ConfigError
 
 FEATURE_DTYPES = {"window_ids": np.int32, "target_ids": np.int32, "target_weights": np.float32,
                   "example_id": np.int64}
-_NAMES = tuple(FEATURE_DTYPES)
 
 
 def window_rows(stream: PackedStream, first_row: int, num_rows: int, length: int, context: int, pad_id: int, *,
@@ -56,9 +57,12 @@ def eval_rows(stream: PackedStream, length: int, context: int) -> int:
 
 def nnlm_dataset(source: DocumentSource, eos_id: int, pad_id: int, length: int, context: int, *, seed: int,
                  start_index: int, global_batch: int, process_index: int = 0, process_count: int = 1,
-                 repeat: bool = True, shuffle: bool = True) -> tf.data.Dataset:
+                 repeat: bool = True, shuffle: bool = True, rows: np.ndarray | None = None,
+                 grouped: bool = False) -> tf.data.Dataset:
     """This process's rows of global batches ``start_index / global_batch``, ... (features of
-    ``FEATURE_DTYPES``). ``repeat=False``: one pass padded to whole global batches (use ``shuffle=False``)."""
+    ``FEATURE_DTYPES``): share ``process_index`` of ``process_count``, or the rows ``rows`` of each batch;
+    ``grouped``: several consecutive local batches per element (``row_dataset.rows_dataset``). ``repeat=False``:
+    one pass padded to whole global batches (use ``shuffle=False``)."""
     if not isinstance(length, (int, np.integer)) or length < 1:
         raise ConfigError(f"NNLM predictions per row {length!r} must be an integer >= 1 (data.max_seq_length)")
     if not isinstance(context, (int, np.integer)) or context < 1:
@@ -66,31 +70,13 @@ def nnlm_dataset(source: DocumentSource, eos_id: int, pad_id: int, length: int, 
     for name, v in (("eos_id", eos_id), ("pad_id", pad_id)):
         if not isinstance(v, (int, np.integer)) or not 0 <= v < 1 << 31:
             raise ConfigError(f"{name}={v!r} must be a non-negative token id (the word vocabulary's)")
-    check_share(start_index, global_batch, process_index, process_count)
     stream = PackedStream(source, eos_id, seed=seed, shuffle=shuffle)
-    rows = global_batch // process_count
     length, context, pad_id = int(length), int(context), int(pad_id)
-    shapes = {"window_ids": [rows, length + context], "target_ids": [rows, length],
-              "target_weights": [rows, length], "example_id": [rows]}
-
-    def make(batch) -> list[np.ndarray]:
-        first = int(batch.numpy()) * global_batch + process_index * rows
-        out = window_rows(stream, first, rows, length, context, pad_id, finite=not repeat)
-        return [out[k] for k in _NAMES]
-
-    def build(batch: tf.Tensor) -> dict[str, tf.Tensor]:
-        tensors = tf.py_function(make, [batch], [tf.as_dtype(FEATURE_DTYPES[k]) for k in _NAMES])
-        out = dict(zip(_NAMES, tensors))
-        for k, t in out.items():
-            t.set_shape(shapes[k])
-        return out
-
-    first_batch = start_index // global_batch
-    if repeat:
-        batches = tf.data.Dataset.counter(first_batch, dtype=tf.int64)
-    else:
-        total = -(-eval_rows(stream, length, context) // global_batch)
-        batches = tf.data.Dataset.range(first_batch, max(first_batch, total), dtype=tf.int64)
-    ds = batches.map(tf.autograph.experimental.do_not_convert(build), num_parallel_calls=tf.data.AUTOTUNE,
-                     deterministic=True)
+    shapes = {"window_ids": (length + context,), "target_ids": (length,), "target_weights": (length,),
+              "example_id": ()}
+    ds = rows_dataset(lambda first, count: window_rows(stream, first, count, length, context, pad_id,
+                                                       finite=not repeat),
+                      FEATURE_DTYPES, shapes, start_index=start_index, global_batch=global_batch,
+                      process_index=process_index, process_count=process_count, rows=rows, grouped=grouped,
+                      total_batches=None if repeat else -(-eval_rows(stream, length, context) // global_batch))
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -17,11 +17,11 @@ import numpy as np
 
 from ptm_jax.data.pretraining.source import DocumentSource
 from ptm_jax.families.nnlm.model import NnlmLanguageModel
-from ptm_jax.objectives.base import SourceStreams
+from ptm_jax.objectives.base import RowStreams
 from ptm_jax.objectives.language_model import LanguageModelReport, lm_terms
 
 
-class NnlmObjective(SourceStreams, LanguageModelReport):
+class NnlmObjective(RowStreams, LanguageModelReport):
     """``cfg``: a run config whose ``model`` is an ``NnlmConfig``; ``data.max_seq_length`` is L (predictions
     per row), ``data.seed`` keys the document order of each pass."""
 
@@ -64,9 +64,10 @@ class NnlmObjective(SourceStreams, LanguageModelReport):
         terms = lm_terms(scores, targets, batch["target_weights"])
         return terms["lm_loss"][0] / jnp.maximum(normalizers["lm"], 1.0), terms
 
-    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool, rows=None):
         from ptm_jax.families.nnlm.data import nnlm_dataset
 
         return nnlm_dataset(source, self.eos_id, self.pad_id, self.length, self.cfg.model.context,
                             seed=self.cfg.data.seed, start_index=start, global_batch=global_batch,
-                            process_index=pi, process_count=pc, repeat=repeat, shuffle=repeat)
+                            process_index=pi, process_count=pc, repeat=repeat, shuffle=repeat, rows=rows,
+                            grouped=True)

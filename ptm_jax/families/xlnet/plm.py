@@ -26,13 +26,13 @@ from ptm_jax.config import RunConfig
 from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds
 from ptm_jax.errors import ConfigError
 from ptm_jax.models.layers import Partitioned, dtype_of
-from ptm_jax.objectives.base import SourceStreams
+from ptm_jax.objectives.base import RowStreams
 from ptm_jax.objectives.language_model import LanguageModelReport, lm_terms
 
 INPUT_KEYS = ("input_ids", "segment_ids", "perm_mask", "target_mapping", "target_ids", "target_weights")
 
 
-class PlmObjective(SourceStreams, LanguageModelReport):
+class PlmObjective(RowStreams, LanguageModelReport):
     primary_metric = "lm_loss"
 
     def __init__(self, cfg: RunConfig, train_source: DocumentSource, eval_source: DocumentSource | None,
@@ -88,8 +88,9 @@ class PlmObjective(SourceStreams, LanguageModelReport):
         new_carry = None if carry is None else jnp.stack(new_mems).astype(carry.dtype)
         return terms["lm_loss"][0] / jnp.maximum(normalizers["lm"], 1.0), terms, new_carry
 
-    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
+    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool, rows=None):
         from ptm_jax.families.xlnet.plm_data import plm_dataset
 
         return plm_dataset(source, self.special, self.cfg.data, seed=self.cfg.data.seed, start_index=start,
-                           global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat)
+                           global_batch=global_batch, process_index=pi, process_count=pc, repeat=repeat, rows=rows,
+                           grouped=True)

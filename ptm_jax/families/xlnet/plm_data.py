@@ -34,7 +34,6 @@ sample the Python work is a few document slices, bisections and the span loop (a
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +41,8 @@ import tensorflow as tf
 
 from ptm_jax.families.xlnet.config import XlnetDataConfig
 from ptm_jax.data.pretraining import masking, nsp
-from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds, check_share
+from ptm_jax.data.pretraining.row_dataset import rows_dataset
+from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds
 from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.families.xlnet.permutation import (
     SPAN_DRAWS_PER_POSITION,
@@ -58,8 +58,8 @@ from ptm_jax.families.xlnet.permutation import (
 _PASS_STREAM, _SAMPLE_STREAM = 1, 2   # Philox counter tags (bits 192..255)
 
 
-def feature_spec(rows: int, cfg: XlnetDataConfig) -> dict[str, tf.TensorSpec]:
-    """Shapes and dtypes of a local batch of ``rows`` examples."""
+def feature_spec(rows: int | None, cfg: XlnetDataConfig) -> dict[str, tf.TensorSpec]:
+    """Shapes and dtypes of a local batch of ``rows`` examples (None: any number)."""
     length, p = cfg.max_seq_length, cfg.max_predictions_per_seq
     return {
         "input_ids": tf.TensorSpec([rows, length], tf.int32),
@@ -350,10 +350,8 @@ def _dense(batch: dict[str, tf.Tensor], reuse_len: int, length: int) -> dict[str
     return out
 
 
-def _check_args(source: DocumentSource, special: SpecialIds, seed: int, start_index: int, global_batch: int,
-                process_index: int, process_count: int) -> None:
+def _check_args(source: DocumentSource, special: SpecialIds, seed: int) -> None:
     nsp.check_seed(seed)
-    check_share(start_index, global_batch, process_index, process_count)
     max_id = getattr(source, "max_token_id", None)
     if max_id is not None and max_id >= special.vocab_size:
         raise DataError(f"the corpus holds token id {max_id}, outside the vocabulary [0, {special.vocab_size}): "
@@ -363,35 +361,25 @@ def _check_args(source: DocumentSource, special: SpecialIds, seed: int, start_in
 
 def plm_dataset(source: DocumentSource, special: SpecialIds, cfg: XlnetDataConfig, *, seed: int, start_index: int,
                 global_batch: int, process_index: int = 0, process_count: int = 1,
-                repeat: bool = True) -> tf.data.Dataset:
+                repeat: bool = True, rows: np.ndarray | None = None, grouped: bool = False) -> tf.data.Dataset:
     """This process's batches of XLNet permutation-LM features, from global example ``start_index`` on.
 
-    Features ([rows] leading dim, rows = global_batch / process_count; see ``feature_spec``): input_ids,
-    segment_ids [rows, L] int32; perm_mask [rows, L, L] float32 (1: row i may not attend to j); target_mapping
-    [rows, P, L] float32 one-hot; target_ids, target_positions [rows, P] int32 (ascending positions);
-    target_weights [rows, P] float32; input_q [rows, L] float32 (1 at targets); is_next, is_reversed [rows]
-    int32; example_id [rows] int64. ``repeat=False`` stops after pass 0.
+    Features ([rows] leading dim, rows = global_batch / process_count or ``len(rows)``; see ``feature_spec``):
+    input_ids, segment_ids [rows, L] int32; perm_mask [rows, L, L] float32 (1: row i may not attend to j);
+    target_mapping [rows, P, L] float32 one-hot; target_ids, target_positions [rows, P] int32 (ascending
+    positions); target_weights [rows, P] float32; input_q [rows, L] float32 (1 at targets); is_next, is_reversed
+    [rows] int32; example_id [rows] int64. ``repeat=False`` stops after pass 0. ``rows``: the rows of each global
+    batch (ascending, e.g. a TPU host's several blocks) in place of share ``process_index`` of
+    ``process_count``; ``grouped=True``: an element holds ``steps_per_item`` consecutive local batches, for
+    ``numpy_steps`` to split.
     """
-    _check_args(source, special, seed, start_index, global_batch, process_index, process_count)
+    _check_args(source, special, seed)
     builder = PlmBatchBuilder(source, special, cfg, seed=seed, global_batch=global_batch)
-    rows = global_batch // process_count
-    spec = {k: v for k, v in feature_spec(rows, cfg).items() if k not in ("perm_mask", "target_mapping")}
-    spec["attn_rank"] = spec["attn_threshold"] = tf.TensorSpec([rows, cfg.max_seq_length], tf.int32)
-    names = list(spec)
-    first_step = start_index // global_batch
-    stop = (1 << 62) if repeat else max(first_step, builder.layout.steps_per_pass)
-
-    def build(step: np.ndarray) -> list[np.ndarray]:
-        batch = builder.local_batch(int(step), process_index, process_count, compact=True)
-        return [batch[k] for k in names]
-
-    def to_features(step: tf.Tensor) -> dict[str, tf.Tensor]:
-        values = tf.numpy_function(build, [step], [spec[k].dtype for k in names], stateful=False)
-        for v, k in zip(values, names):
-            v.set_shape(spec[k].shape)
-        return _dense(dict(zip(names, values)), cfg.reuse_len, cfg.max_seq_length)
-
-    fn: Callable = tf.autograph.experimental.do_not_convert(to_features)
-    ds = tf.data.Dataset.range(first_step, stop)
-    ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    spec = {k: v for k, v in feature_spec(None, cfg).items() if k not in ("perm_mask", "target_mapping")}
+    spec["attn_rank"] = spec["attn_threshold"] = tf.TensorSpec([None, cfg.max_seq_length], tf.int32)
+    ds = rows_dataset(builder.compact_rows, {k: v.dtype.as_numpy_dtype for k, v in spec.items()},
+                      {k: tuple(v.shape[1:]) for k, v in spec.items()}, start_index=start_index,
+                      global_batch=global_batch, process_index=process_index, process_count=process_count, rows=rows,
+                      total_batches=None if repeat else builder.layout.steps_per_pass, grouped=grouped)
+    dense = tf.autograph.experimental.do_not_convert(lambda b: _dense(b, cfg.reuse_len, cfg.max_seq_length))
+    return ds.map(dense, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(tf.data.AUTOTUNE)
