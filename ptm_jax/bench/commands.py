@@ -131,7 +131,7 @@ def print_compile(r: dict[str, Any]) -> None:
                                                 f"{_num(_per_step(r, 'xla_flops_per_device'), '.6g')} "
                                                 "(per device x devices; all ops count a scan body once)"),
             ("compile time", f"{r['compile_s']:.2f} s"),
-        ])
+        ] + [("note", n) for n in r.get("notes", [])])
 
 
 def print_variants(results: dict[str, dict[str, Any]]) -> None:
