@@ -25,6 +25,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from ptm_jax.data.pretraining.source import row_runs
 from ptm_jax.parallel.rules import batch_sharding, group_sharding
 
 
@@ -47,10 +48,8 @@ def row_shares(rows: np.ndarray, global_rows: int) -> tuple[int, list[int]]:
     rows = np.asarray(rows, np.int64)
     if rows.size == 0:
         raise ValueError("this process holds no rows of the batch")
-    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
-    starts = np.concatenate([[0], breaks])
-    lengths = np.diff(np.concatenate([starts, [rows.size]]))
-    size = math.gcd(global_rows, *map(int, rows[starts]), *map(int, lengths))
+    runs = row_runs(rows)
+    size = math.gcd(global_rows, *(first for first, _ in runs), *(count for _, count in runs))
     indices = [int(r) // size for r in rows[::size]]
     assert np.array_equal(np.concatenate([np.arange(i * size, (i + 1) * size) for i in indices]), rows)
     return global_rows // size, indices

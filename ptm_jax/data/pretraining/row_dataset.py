@@ -1,5 +1,5 @@
-"""tf.data streams of rows built in numpy and indexed by global row: the shape GPT's, NNLM's and XLNet's streams
-share.
+"""tf.data streams of rows built in numpy and indexed by global row: the shape GPT's, NNLM's, XLNet's and ERNIE's
+dialogue-LM streams share.
 
 A family gives ``build(first_row, count)``: the features of the consecutive global rows ``[first_row, first_row +
 count)`` (row r of global batch b is global row b * G + r). ``rows_dataset`` reads the rows a process holds of
@@ -22,10 +22,13 @@ from ptm_jax.data.pretraining.source import row_runs, share_rows
 def rows_dataset(build: Callable[[int, int], dict[str, np.ndarray]], dtypes: dict[str, type],
                  shapes: dict[str, tuple[int, ...]], *, start_index: int, global_batch: int, process_index: int = 0,
                  process_count: int = 1, rows: np.ndarray | None = None, total_batches: int | None = None,
-                 grouped: bool = False):
+                 grouped: bool = False, split: bool = False):
     """A ``tf.data.Dataset`` of local batches from global batch ``start_index / global_batch`` on: features
     ``dtypes`` (name -> numpy dtype), each of shape [rows, *shapes[name]]; endless, or up to global batch
-    ``total_batches`` (exclusive). The caller adds its own maps (TensorFlow features) and the prefetch."""
+    ``total_batches`` (exclusive). The caller adds its own maps (TensorFlow features) and the prefetch.
+    ``split``: a grouped element is split back into its local batches in tf.data (``split_steps``), for a
+    caller whose next map grows each row a lot (XLNet's [L, L] attention masks): numpy is still called once
+    per ``GROUP_ROWS`` rows, and an element of the caller's map holds one local batch."""
     import tensorflow as tf
 
     own = share_rows(start_index, global_batch, process_index, process_count, rows)
@@ -52,5 +55,14 @@ def rows_dataset(build: Callable[[int, int], dict[str, np.ndarray]], dtypes: dic
         batches = tf.data.Dataset.counter(first_batch, steps, dtype=tf.int64)
     else:
         batches = tf.data.Dataset.range(first_batch, stop, steps, output_type=tf.int64)
-    return batches.map(tf.autograph.experimental.do_not_convert(element), num_parallel_calls=tf.data.AUTOTUNE,
-                       deterministic=True)
+    ds = batches.map(tf.autograph.experimental.do_not_convert(element), num_parallel_calls=tf.data.AUTOTUNE,
+                     deterministic=True)
+    return ds.flat_map(lambda f: split_steps(f, own.size)) if split and steps > 1 else ds
+
+
+def split_steps(features: dict, rows: int):
+    """Features of several consecutive local batches ([k * rows, ...]) as k elements of ``rows`` rows."""
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices(
+        {k: tf.reshape(v, tf.concat([[-1, rows], tf.shape(v)[1:]], 0)) for k, v in features.items()})

@@ -25,6 +25,7 @@ import tensorflow as tf
 from ptm_jax.families.bert.config import BertDataConfig
 from ptm_jax.data.pretraining import masking, nsp, plan_store
 from ptm_jax.data.numpy_streams import steps_per_item
+from ptm_jax.data.pretraining.row_dataset import split_steps
 from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds, share_rows
 from ptm_jax.errors import ConfigError, DataError
 
@@ -42,12 +43,6 @@ def _generator_signature(rows: int) -> dict[str, tf.TensorSpec]:
         "index": tf.TensorSpec([None], tf.int64),
         "is_random_next": tf.TensorSpec([None], tf.int32),
     }
-
-
-def split_steps(features: dict[str, tf.Tensor], rows: int) -> tf.data.Dataset:
-    """Features of several consecutive batches ([k * rows, ...]) as k elements of ``rows`` rows."""
-    return tf.data.Dataset.from_tensor_slices(
-        {k: tf.reshape(v, tf.concat([[-1, rows], tf.shape(v)[1:]], 0)) for k, v in features.items()})
 
 
 def _pack(a: list[np.ndarray], b: list[np.ndarray], index: np.ndarray, is_random_next: np.ndarray,

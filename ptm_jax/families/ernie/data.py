@@ -17,6 +17,8 @@ from collections.abc import Iterator
 import numpy as np
 import tensorflow as tf
 
+from ptm_jax.data.numpy_streams import steps_per_item
+from ptm_jax.data.pretraining.row_dataset import split_steps
 from ptm_jax.data.pretraining.source import DocumentSource, SpecialIds
 from ptm_jax.families.bert import mlm_nsp_data
 from ptm_jax.families.ernie import units as units_lib
@@ -54,7 +56,7 @@ def ernie_dataset(source: DocumentSource, unit_source: DocumentSource, special: 
         raise ValueError(f"unit source has {unit_source.num_docs} documents, token source {source.num_docs}")
     kw = dict(seed=seed, start_index=start_index, global_batch=global_batch, process_index=process_index,
               process_count=process_count, epochs=None if repeat else 1, plan=plan,
-              steps=mlm_nsp_data.steps_per_item(n), rows=rows)
+              steps=steps_per_item(n), rows=rows)
 
     def gen() -> Iterator[dict[str, np.ndarray]]:
         yield from mlm_nsp_data.local_batches(source, cfg, vocab_size=special.vocab_size, annotations=unit_source,
@@ -77,6 +79,6 @@ def ernie_dataset(source: DocumentSource, unit_source: DocumentSource, special: 
 
     ds = ds.map(tf.autograph.experimental.do_not_convert(build), num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=True)
-    if mlm_nsp_data.steps_per_item(n) > 1 and not grouped:
-        ds = ds.flat_map(lambda f: mlm_nsp_data.split_steps(f, n))
+    if steps_per_item(n) > 1 and not grouped:
+        ds = ds.flat_map(lambda f: split_steps(f, n))
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -15,14 +15,13 @@ the same for any host count.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import numpy as np
 import tensorflow as tf
 
 from ptm_jax.data.pretraining import masking
-from ptm_jax.data.numpy_streams import steps_per_item
-from ptm_jax.data.pretraining.source import SpecialIds, share_rows
+from ptm_jax.data.pretraining.row_dataset import rows_dataset
+from ptm_jax.data.pretraining.source import SpecialIds
 from ptm_jax.families.ernie.dialogue import DialogueSource
 
 STREAM = 7
@@ -66,30 +65,26 @@ def dialogue_dataset(src: DialogueSource, special: SpecialIds, cfg, *, seed: int
     masked_lm_ids, masked_lm_weights [rows, P]; next_sentence_labels [rows] (1 = fake response);
     num_turns [rows]; example_id [rows]. ``rows``: the rows of each global batch in place of a share.
     ``grouped=True``: an element holds ``steps_per_item`` consecutive batches (``numpy_steps`` splits them)."""
-    own = share_rows(start_index, global_batch, process_index, process_count, rows)
-    L, steps = cfg.max_seq_length, steps_per_item(own.size) if grouped else 1
+    L = cfg.max_seq_length
     responses = src.responses()
-    total = None if repeat else len(responses) // global_batch * global_batch
 
-    def gen() -> Iterator[dict[str, np.ndarray]]:
-        b = start_index // global_batch
-        while total is None or (b + 1) * global_batch <= total:
-            k = steps if total is None else min(steps, (total - b * global_batch) // global_batch)
-            index = (((b + np.arange(k)) * global_batch)[:, None] + own).ravel()
-            n = index.size
-            ids = np.full((n, L), special.pad, np.int32)
-            role = np.zeros((n, L), np.int32)
-            fake, turns, lens = (np.zeros(n, np.int32) for _ in range(3))
-            for r, i in enumerate(index.tolist()):
-                x, ro, fake[r], turns[r] = example(src, responses, i, seed, L, cfg.fake_response_prob, repeat,
-                                                   special)
-                ids[r, :len(x)], role[r, :len(x)], lens[r] = x, ro, len(x)
-            yield {"ids": ids, "role": role, "seq_len": lens, "fake": fake, "turns": turns, "index": index}
-            b += k
+    def examples(first: int, count: int) -> dict[str, np.ndarray]:
+        ids = np.full((count, L), special.pad, np.int32)
+        role = np.zeros((count, L), np.int32)
+        fake, turns, lens = (np.zeros(count, np.int32) for _ in range(3))
+        for r in range(count):
+            x, ro, fake[r], turns[r] = example(src, responses, first + r, seed, L, cfg.fake_response_prob, repeat,
+                                               special)
+            ids[r, :len(x)], role[r, :len(x)], lens[r] = x, ro, len(x)
+        return {"ids": ids, "role": role, "seq_len": lens, "fake": fake, "turns": turns,
+                "index": np.arange(first, first + count, dtype=np.int64)}
 
-    sig = {"ids": tf.TensorSpec([None, L], tf.int32), "role": tf.TensorSpec([None, L], tf.int32),
-           "seq_len": tf.TensorSpec([None], tf.int32), "fake": tf.TensorSpec([None], tf.int32),
-           "turns": tf.TensorSpec([None], tf.int32), "index": tf.TensorSpec([None], tf.int64)}
+    dtypes = {"ids": np.int32, "role": np.int32, "seq_len": np.int32, "fake": np.int32, "turns": np.int32,
+              "index": np.int64}
+    shapes = {k: (L,) if k in ("ids", "role") else () for k in dtypes}
+    ds = rows_dataset(examples, dtypes, shapes, start_index=start_index, global_batch=global_batch,
+                      process_index=process_index, process_count=process_count, rows=rows, grouped=grouped,
+                      total_batches=None if repeat else len(responses) // global_batch)
 
     def build(batch):
         ids, seq_len = batch["ids"], batch["seq_len"]
@@ -103,7 +98,6 @@ def dialogue_dataset(src: DialogueSource, special: SpecialIds, cfg, *, seed: int
                 "masked_lm_ids": masked["masked_lm_ids"], "masked_lm_weights": masked["masked_lm_weights"],
                 "next_sentence_labels": batch["fake"], "num_turns": batch["turns"], "example_id": batch["index"]}
 
-    ds = tf.data.Dataset.from_generator(gen, output_signature=sig)
     ds = ds.map(tf.autograph.experimental.do_not_convert(build), num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=True)
     return ds.prefetch(tf.data.AUTOTUNE)

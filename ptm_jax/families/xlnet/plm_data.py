@@ -370,8 +370,8 @@ def plm_dataset(source: DocumentSource, special: SpecialIds, cfg: XlnetDataConfi
     positions); target_weights [rows, P] float32; input_q [rows, L] float32 (1 at targets); is_next, is_reversed
     [rows] int32; example_id [rows] int64. ``repeat=False`` stops after pass 0. ``rows``: the rows of each global
     batch (ascending, e.g. a TPU host's several blocks) in place of share ``process_index`` of
-    ``process_count``; ``grouped=True``: an element holds ``steps_per_item`` consecutive local batches, for
-    ``numpy_steps`` to split.
+    ``process_count``; ``grouped=True``: numpy builds ``steps_per_item`` consecutive local batches per call,
+    and tf.data splits them before the dense masks are built (each element is one local batch).
     """
     _check_args(source, special, seed)
     builder = PlmBatchBuilder(source, special, cfg, seed=seed, global_batch=global_batch)
@@ -380,6 +380,7 @@ def plm_dataset(source: DocumentSource, special: SpecialIds, cfg: XlnetDataConfi
     ds = rows_dataset(builder.compact_rows, {k: v.dtype.as_numpy_dtype for k, v in spec.items()},
                       {k: tuple(v.shape[1:]) for k, v in spec.items()}, start_index=start_index,
                       global_batch=global_batch, process_index=process_index, process_count=process_count, rows=rows,
-                      total_batches=None if repeat else builder.layout.steps_per_pass, grouped=grouped)
+                      total_batches=None if repeat else builder.layout.steps_per_pass, grouped=grouped,
+                      split=True)  # perm_mask is [rows, L, L]: expanded per local batch, not per 512 rows
     dense = tf.autograph.experimental.do_not_convert(lambda b: _dense(b, cfg.reuse_len, cfg.max_seq_length))
     return ds.map(dense, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(tf.data.AUTOTUNE)
