@@ -27,7 +27,7 @@ each lane, the lanes spread evenly over the split): perplexity = exp(mean CE); t
 backward perplexities are given apart and as exp of their mean CE.
 
 The "play" example (Peters et al. 2018 Table 4): every occurrence of "play" in valid+test sentences gets
-the biLM's top-layer feature (``Family.word_features``); for each query occurrence the nearest other occurrences
+the biLM's top-layer feature (``Inspection.word_features``); for each query occurrence the nearest other occurrences
 (cosine) are listed with their sentences: a sense-aware model puts sports uses near sports uses and stage
 uses near stage uses.
 

@@ -61,7 +61,7 @@ def bench_objective(objective: str, *, updates: str, batch: int, per_pair_negati
         cfg, obj, _ = bench.build_objective(objective, corpus, settings, steps)
     else:
         cfg = bench.run_config(objective, corpus.tokenizer.vocab_size, settings, steps)
-        obj = FAMILY.objectives[objective](cfg, corpus)
+        obj = FAMILY.pretraining.objectives[objective](cfg, corpus)
     return corpus, cfg, obj
 
 

@@ -172,7 +172,7 @@ def main() -> None:
               "most_frequent_units": top, "prepare_s": round(time.time() - t0, 1), "levels": {}}
     for level, (pf, ef) in (("basic", (NEVER, NEVER)), ("phrase", (0, NEVER)), ("entity", (0, 0))):
         cfg = config(pf, ef)
-        obj = registry.get("ernie").objectives["ernie_mlm"](cfg, corpus)
+        obj = registry.get("ernie").pretraining.objectives["ernie_mlm"](cfg, corpus)
         it = obj.train_batches(0, args.batch, 0, 1)
         batches, seen = [], 0
         while seen < args.tokens:

@@ -7,7 +7,7 @@ Gutenberg paragraphs, gensim through ``corpus_file``, ptm_jax through its token 
 coverage by the compute-accuracy protocol over the top 30,000 words, WordSim353 and SimLex-999 Spearman, all
 through ``ptm_jax/evaluate/word_vectors.py``). Both sides are scored on their in-vocabulary word vectors, each
 the mean of the word's own row and its n-gram rows (gensim ``FastTextKeyedVectors.vectors``, ptm_jax
-``Family.subword_vectors``). words/s: running words x epochs / wall time of the weight initialisation and
+``Inspection.subword_vectors``). words/s: running words x epochs / wall time of the weight initialisation and
 training (vocabulary, token cache and n-gram ids excluded on both sides; ptm_jax's includes its compilation and its
 end-of-run checkpoint, gensim's its ``prepare_weights``: the 2M-bucket table's initialisation on both sides;
 ``train_words_per_sec`` stops at ptm_jax's last step, without the checkpoint, and leaves out gensim's
@@ -68,7 +68,7 @@ def build_objective(objective: str, corpus, args, steps: int):
     t0 = time.perf_counter()
     corpus.artifacts = {"subwords": build_table(cfg.model, corpus.tokenizer)}
     table_s = time.perf_counter() - t0
-    return cfg, FAMILY.objectives[objective](cfg, corpus), table_s
+    return cfg, FAMILY.pretraining.objectives[objective](cfg, corpus), table_s
 
 
 def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
@@ -94,7 +94,7 @@ def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
     special = set(vocab.special_ids())
     ids = [i for i in range(vocab.vocab_size) if i not in special]
     words = [vocab.id_to_token(i) for i in ids]
-    matrix = FAMILY.subword_vectors(jax.device_get(result.state.params), cfg.model, vocab, words)
+    matrix = FAMILY.inspection.subword_vectors(jax.device_get(result.state.params), cfg.model, vocab, words)
     out = {"side": "ptm_jax", "objective": objective, "seconds": secs, "steps": steps,
            "ngram_table_s": table_s, "pair_slots": obj.slots, "unit_slots": obj.units,
            "words_per_sec": running_words * args.epochs / secs,
@@ -136,7 +136,7 @@ def profile(objective: str, corpus, args) -> dict:
 
     cfg, obj, _ = build_objective(objective, corpus, args, 1000)
     xla_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, kernel="xla", updates="batch"))
-    xla = FAMILY.objectives[objective](xla_cfg, corpus)
+    xla = FAMILY.pretraining.objectives[objective](xla_cfg, corpus)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     it = obj.train_batches(0, args.batch, 0, 1)
     t0, c0 = time.perf_counter(), time.process_time()

@@ -148,7 +148,7 @@ def run_ptm(args, work: Path, corpus) -> dict:
         adagrad_initial_accumulator=1.0 / args.eta ** 2, lr_decay="constant", warmup_steps=0, weight_decay=0.0,
         clip_norm=0.0, log_every=max(steps // 20, 1), eval_every=0, checkpoint_every=10 ** 9,
         checkpoint_compression=False, progress_bar=False))  # as configs/glove.toml
-    obj = FAMILY.objectives["glove"](cfg, corpus)
+    obj = FAMILY.pretraining.objectives["glove"](cfg, corpus)
     fs.rmtree(work / "run")
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     result, t_train, c_train = timed(lambda: fit(obj, cfg.train, mesh, work / "run"))
@@ -187,7 +187,7 @@ def profile(args, corpus, repeats: int = 8) -> dict:
                        adagrad_initial_accumulator=1.0 / args.eta ** 2, lr_decay="constant", warmup_steps=0,
                        weight_decay=0.0, clip_norm=0.0, progress_bar=False, donate_state=False)  # re-run one state
     cfg = RunConfig(objective="glove", model=model, data=corpus.data, train=tcfg)
-    obj = FAMILY.objectives["glove"](cfg, corpus)
+    obj = FAMILY.pretraining.objectives["glove"](cfg, corpus)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     compiled = compile_objective(obj, tcfg, mesh)
     state = compiled.init_fn(jax.random.key(0))

@@ -126,10 +126,10 @@ def main(argv=None) -> dict:
         lr, steps = float(item.split(":")[0]), int(item.split(":")[1])
         cfg = run_config(lr, steps, dev_toks)
         corpus = types.SimpleNamespace(tokenizer=vocab, train=caches["train"], eval=caches["dev"])
-        objective = FAMILY.objectives["nnlm"](cfg, corpus)
+        objective = FAMILY.pretraining.objectives["nnlm"](cfg, corpus)
         t1 = time.perf_counter()
         result = fit(objective, cfg.train, mesh, work / f"run_lr{lr}_steps{steps}",
-                     param_groups=FAMILY.param_groups(cfg.model, "pretrain"))
+                     param_groups=FAMILY.layout.param_groups(cfg.model, "pretrain"))
         dev = objective.summarize(result.eval_metrics)["perplexity"]
         candidates.append({"lr": lr, "steps": steps, "dev_perplexity": dev,
                            "train_seconds": round(time.perf_counter() - t1, 1),
@@ -141,9 +141,9 @@ def main(argv=None) -> dict:
     from ptm_jax.train.loop import compile_objective, evaluate
 
     cfg = run_config(lr, steps, held_toks)
-    objective = FAMILY.objectives["nnlm"](cfg, types.SimpleNamespace(tokenizer=vocab, train=caches["train"],
+    objective = FAMILY.pretraining.objectives["nnlm"](cfg, types.SimpleNamespace(tokenizer=vocab, train=caches["train"],
                                                                       eval=caches["heldout"]))
-    compiled = compile_objective(objective, cfg.train, mesh, FAMILY.param_groups(cfg.model, "pretrain"))
+    compiled = compile_objective(objective, cfg.train, mesh, FAMILY.layout.param_groups(cfg.model, "pretrain"))
     nnlm_full = objective.summarize(evaluate(objective, compiled, result.state.params, mesh, args.batch))
     params = jax.device_get(result.state.params)
     n_params = int(sum(np.size(x) for x in jax.tree.leaves(params)))

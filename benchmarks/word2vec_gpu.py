@@ -25,7 +25,7 @@ Timings ("words" for word2vec and fastText, co-occurrence "entries" for GloVe):
 of the corpus, as gensim counts them: epochs x running words / seconds; GloVe's entries are iterations x
 nonzero entries / seconds, with ``epochs_per_sec_*`` and ``epoch_seconds_*`` (one iteration's wall time). The
 settings and the scoring are the CPU side-by-sides': after the streamed run the vectors (word2vec: the input
-rows; fastText: ``Family.subword_vectors``, the mean of a word's own row and its n-gram rows; GloVe: W + W~)
+rows; fastText: ``Inspection.subword_vectors``, the mean of a word's own row and its n-gram rows; GloVe: W + W~)
 are scored as ``word2vec_vs_gensim.py`` scores them (analogy with coverage, WordSim353, SimLex-999);
 ``max_abs_diff_runs`` is the largest difference between the streamed and step-only runs' vectors (the same
 batches: a nonzero value is the device's order of floating-point adds in its scatters).
@@ -119,8 +119,8 @@ def family_run(run: dict, ctx, args, steps_per_call: int = 1):
 
         settings.cap = 64 if run["cap"] is None else run["cap"]
         s.cfg = bench.run_config(objective, vocab.vocab_size, settings, s.steps)
-        s.obj = FAMILY.objectives[objective](s.cfg, corpus)
-        s.vectors = lambda p: FAMILY.word_vectors(p, s.cfg.model)[ids]
+        s.obj = FAMILY.pretraining.objectives[objective](s.cfg, corpus)
+        s.vectors = lambda p: FAMILY.inspection.word_vectors(p, s.cfg.model)[ids]
     else:
         import fasttext_vs_gensim as ft
         from ptm_jax.families.fasttext import FAMILY, FastTextConfig
@@ -128,7 +128,7 @@ def family_run(run: dict, ctx, args, steps_per_call: int = 1):
         settings.cap = FastTextConfig.duplicate_cap if run["cap"] is None else run["cap"]
         vars(settings).update(minn=3, maxn=6, bucket=args.bucket, ns_exponent=0.75, alpha=0.025)
         s.cfg, s.obj, table_s = ft.build_objective(objective, corpus, settings, s.steps)
-        s.vectors = lambda p: FAMILY.subword_vectors(p, s.cfg.model, vocab, s.words)
+        s.vectors = lambda p: FAMILY.inspection.subword_vectors(p, s.cfg.model, vocab, s.words)
         s.extra = {"bucket": args.bucket, "ngram_table_seconds": table_s, "pair_slots": s.obj.slots,
                    "unit_slots": s.obj.units}
     if run["alpha"] is not None:
@@ -168,7 +168,7 @@ def glove_run(run: dict, ctx, s, steps_per_call: int):
         batch_size=batch, steps=s.steps, optimizer="adagrad", learning_rate=1.0,
         adagrad_initial_accumulator=1.0 / eta ** 2, lr_decay="constant", warmup_steps=0, weight_decay=0.0,
         clip_norm=0.0, progress_bar=False, steps_per_call=steps_per_call))  # as glove_vs_c.run_ptm
-    s.obj = FAMILY.objectives["glove"](s.cfg, corpus)
+    s.obj = FAMILY.pretraining.objectives["glove"](s.cfg, corpus)
     order = s.obj.order
 
     def make(i: int) -> dict:
@@ -176,7 +176,7 @@ def glove_run(run: dict, ctx, s, steps_per_call: int):
 
     ids = [i for i in range(vocab.vocab_size) if i not in set(vocab.special_ids())]
     s.words, s.counts = [vocab.id_to_token(i) for i in ids], np.asarray(vocab.counts)[ids]
-    s.make, s.vectors = make, lambda p: FAMILY.word_vectors(p["params"])[ids]
+    s.make, s.vectors = make, lambda p: FAMILY.inspection.word_vectors(p["params"])[ids]
     return s
 
 

@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     work = Path(args.work)
     corpus = bench.load_corpus(bench.prepare_corpus(work), work, 5)
     cfg = bench.run_config(args.objective, corpus.tokenizer.vocab_size, settings, 1000)
-    obj = FAMILY.objectives[args.objective](cfg, corpus)
+    obj = FAMILY.pretraining.objectives[args.objective](cfg, corpus)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     it = obj.train_batches(0, settings.batch, 0, 1)
     host = [next(it) for _ in range(args.batches)]

@@ -135,7 +135,7 @@ def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
     pass_tokens = PackedStream(corpus.train, vocab.eos_id, seed=0, shuffle=False).pass_tokens
     steps = steps_for_epochs(args.epochs, pass_tokens, args.batch)
     cfg = run_config(objective, vocab.vocab_size, args, steps)
-    obj = FAMILY.objectives[objective](cfg, corpus)
+    obj = FAMILY.pretraining.objectives[objective](cfg, corpus)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     import tensorboardX  # noqa: F401  (the metrics writer's import, 10-20 s under load: not training time)
 
@@ -144,7 +144,7 @@ def ours(objective: str, corpus, running_words: int, args, work: Path) -> dict:
     run_dir = work / f"ptm_{objective}_{time.time_ns()}"
     result = fit(obj, cfg.train, mesh, run_dir, hooks=[last])
     secs = time.perf_counter() - t0
-    matrix = FAMILY.word_vectors(jax.device_get(result.state.params), cfg.model)
+    matrix = FAMILY.inspection.word_vectors(jax.device_get(result.state.params), cfg.model)
     special = set(vocab.special_ids())
     ids = [i for i in range(vocab.vocab_size) if i not in special]
     out = {"side": "ptm_jax", "objective": objective, "seconds": secs, "steps": steps,
@@ -244,9 +244,9 @@ def profile(objective: str, corpus, args) -> dict:
     from ptm_jax.train.loop import compile_objective
 
     cfg = run_config(objective, corpus.tokenizer.vocab_size, args, 1000)
-    obj = FAMILY.objectives[objective](cfg, corpus)
+    obj = FAMILY.pretraining.objectives[objective](cfg, corpus)
     xla_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, kernel="xla", updates="batch"))
-    xla = FAMILY.objectives[objective](xla_cfg, corpus)
+    xla = FAMILY.pretraining.objectives[objective](xla_cfg, corpus)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     it = obj.train_batches(0, args.batch, 0, 1)
     n = 12

@@ -8,6 +8,7 @@
   ptm data -c bert_small           build the tokenizer and tokenized cache only, print corpus figures
   ptm config -c bert_base train.batch_size=256    print the resolved config
   ptm presets                      list the presets in configs/
+  ptm families                     what each model family gives: objectives, finetuning, interop, inspection, bench
   ptm import-hf DIR --out OUT      a local Hugging Face BERT, GPT-2 or XLNet folder -> a params directory
   ptm export RUN --format hf --out OUT    a run or params directory -> transformers-loadable folder
   ptm embed MODEL texts.txt --pooling mean     sentence embeddings (file or - for stdin)
@@ -187,6 +188,13 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_families(args) -> int:
+    from ptm_jax.families.table import parts_table
+
+    print(parts_table(), end="")
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "run": (cmd_run, "the main job: pretrain -> finetune -> evaluate (embedded offline corpus by default)"),
     "pretrain": (cmd_pretrain, "pretrain a model; resumes from the latest checkpoint in output_dir"),
@@ -195,6 +203,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "data": (cmd_data, "train/load the tokenizer and build the tokenized corpus cache"),
     "config": (cmd_config, "print the resolved config"),
     "presets": (cmd_presets, "list the presets"),
+    "families": (cmd_families, "the registered model families against the parts of the family contract (Markdown)"),
 }
 
 
@@ -207,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        if name != "presets":
+        if name not in ("presets", "families"):
             _add_common(p)
         if name in ("pretrain", "finetune"):
             p.add_argument("--stop-after", type=int, default=None,

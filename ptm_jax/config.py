@@ -6,7 +6,7 @@ may start from another with ``extends = "bert_base"``. Any field can be overridd
 checked against the field's annotated type. A misspelt key is an error that names the closest valid keys.
 
 The ``[model]`` and ``[data]`` sections are per family: ``model.family`` when given, else the
-family registering ``objective``, picks their dataclasses (``Family.model_config``, ``Family.data_config``;
+family registering ``objective``, picks their dataclasses (``Family.model_config``, ``Pretraining.data_config``;
 :func:`section_types`), which hold only that family's fields; each section checks itself (``validate(where)``).
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ptm_jax.presets import preset_path, read_toml
 class TokenizerConfig:
     kind: Literal["wordpiece", "sentencepiece_unigram", "sentencepiece_bpe", "byte_bpe", "word"] = "wordpiece"
     """A subword kind, or 'word': a word vocabulary with counts (``data/word_vocab.py``) for the families that
-    read whole words (``Family.tokenizer_kinds``)."""
+    read whole words (``Pretraining.tokenizer_kinds``)."""
     vocab_file: str = ""
     """A BERT vocab.txt, a SentencePiece .model, (byte_bpe) a GPT-2 vocab.json with merges.txt beside it, or
     (word) a vocab.tsv. Empty: train one on the corpus into the output dir."""
@@ -47,7 +47,7 @@ class TokenizerConfig:
 @dataclass
 class DataConfig:
     """The ``[data]`` fields every family's stream reads: the corpus, its cache, the sequence length, the
-    held-out documents. A family that needs more subclasses it (``Family.data_config``)."""
+    held-out documents. A family that needs more subclasses it (``Pretraining.data_config``)."""
 
     corpus: str = "embedded"
     """'embedded' (Python's own docs), comma-separated paths/globs, 'tfds:NAME[:SPLIT]', or a Hugging Face
@@ -270,13 +270,13 @@ class RunConfig:
     name: str = "run"
     output_dir: str = "runs/default"
     objective: str = "mlm_nsp"
-    """A pretraining objective registered by a family (``Family.objectives``); it names the family it trains."""
+    """A pretraining objective registered by a family (``Pretraining.objectives``); it names the family it trains."""
     model: Any = None
     """The family's ``[model]`` dataclass (``Family.model_config``); None: its defaults, the family being
     the objective's."""
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     data: Any = None
-    """The family's ``[data]`` dataclass (``Family.data_config``, else :class:`DataConfig`); None: its defaults."""
+    """The family's ``[data]`` dataclass (``Pretraining.data_config``, else :class:`DataConfig`); None: its defaults."""
     train: TrainConfig = field(default_factory=TrainConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
@@ -331,12 +331,12 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
 
 def section_types(family: str | None, objective: str) -> tuple[type, type]:
     """The ``[model]`` and ``[data]`` dataclasses of a run: those of ``family`` (``model.family``) when given,
-    else of the family that registers ``objective`` (``Family.model_config``; ``Family.data_config`` or the
+    else of the family that registers ``objective`` (``Family.model_config``; ``Pretraining.data_config`` or the
     shared :class:`DataConfig`)."""
     from ptm_jax.families import registry
 
     fam = registry.get(family) if family else registry.family_of_objective(objective)
-    return fam.model_config, fam.data_config or DataConfig
+    return fam.model_config, fam.pretraining.data_config or DataConfig
 
 
 def _owners(section: str, key: str) -> list[str]:
@@ -345,7 +345,7 @@ def _owners(section: str, key: str) -> list[str]:
 
     owners = []
     for fam in registry.families().values():
-        cls = fam.model_config if section == "model" else fam.data_config
+        cls = fam.model_config if section == "model" else fam.pretraining.data_config
         if cls is not None and key in {f.name for f in dataclasses.fields(cls)}:
             owners.append(fam.name)
     return owners
@@ -514,7 +514,7 @@ def validate(cfg: RunConfig) -> None:
     from ptm_jax.families import registry
 
     fam = registry.get(m.family)  # a registered family, or a ConfigError listing them
-    data_cls = fam.data_config or DataConfig
+    data_cls = fam.pretraining.data_config or DataConfig
     for section, value, want in (("model", m, fam.model_config), ("data", d, data_cls)):
         if not isinstance(value, want):
             raise ConfigError(f"{section}: a {type(value).__name__}, but model.family={m.family!r} reads its "

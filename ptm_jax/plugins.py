@@ -28,6 +28,7 @@ def lazy(module: str, attr: str) -> Callable[..., Any]:
         return getattr(importlib.import_module(module), attr)(*args, **kw)
 
     call.__name__ = call.__qualname__ = attr
+    call.__wrapped_target__ = (module, attr)  # type: ignore[attr-defined]  (what it calls, for checks and docs)
     return call
 
 

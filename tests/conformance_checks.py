@@ -58,7 +58,7 @@ def _overrides(objective: str) -> list[str]:
 def _build(objective: str, shared_data, root):
     family = registry.family_of_objective(objective)
     cfg = load_config(family.tiny_preset, [f"objective={objective}", *_overrides(objective)])
-    if family.artifacts:  # derived data needs the real corpus path: tokenizer, token cache, artifacts
+    if family.pretraining.artifacts:  # derived data needs the real corpus path: tokenizer, token cache, artifacts
         shared = root.parent / f"prepare-{family.name}"  # the family's objectives share tokenizer, cache, artifacts
         if not (shared / "corpus.txt").exists():
             shared.mkdir()
@@ -67,13 +67,13 @@ def _build(objective: str, shared_data, root):
         cfg = load_config(family.tiny_preset, [
             f"objective={objective}", *_overrides(objective), f"tokenizer.vocab_size={VOCAB}",
             f"data.corpus={shared / 'corpus.txt'}", "data.format=lines", f"output_dir={shared}"])
-        return cfg, family, family.objectives[objective](cfg, prepare_corpus(cfg))
+        return cfg, family, family.pretraining.objectives[objective](cfg, prepare_corpus(cfg))
     source, special = word_source(shared_data / "corpus/tinyshakespeare/input.txt", VOCAB)
     special = dataclasses.replace(special, continuation=np.zeros(VOCAB, bool))  # every word is one id
     corpus = types.SimpleNamespace(train=source, eval=None, special=special,
                                    tokenizer=types.SimpleNamespace(pad_id=special.pad, sep_id=special.sep,
                                                                    eos_id=special.sep))
-    return cfg, family, family.objectives[objective](cfg, corpus)
+    return cfg, family, family.pretraining.objectives[objective](cfg, corpus)
 
 
 def _losses(stage) -> list[float]:
@@ -147,11 +147,11 @@ def test_params_directory_round_trip_is_bit_equal(runs):
 
 
 def test_hugging_face_round_trip_is_bit_equal(runs):
-    if runs.family.hf is None:
+    if runs.family.interop.hf is None:
         pytest.skip(f"family {runs.family.name!r} has no Hugging Face counterpart")
     plain, out = _saved(runs)
-    report = runs.family.hf.export_dir(out, runs.root / "hf", overwrite=True)
-    back, _, _, _ = runs.family.hf.load(runs.root / "hf")
+    report = runs.family.interop.hf.export_dir(out, runs.root / "hf", overwrite=True)
+    back, _, _, _ = runs.family.interop.hf.load(runs.root / "hf")
     # what the Hugging Face head class has no place for (a masked LM's pooler; ERNIE 2.0's task heads other than
     # the masked LM, whole top-level heads) is reported and left out
     left_out = report.left_out

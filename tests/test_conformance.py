@@ -3,7 +3,7 @@ conformance comes from the registry). The objectives come from ``ptm_jax.familie
 ``Family.tiny_preset`` gives the config, so registering a family puts it under test.
 
 For each objective, on its family's tiny preset (vocabulary 256, batch 8, 32 tokens, 2 steps) over a real text
-(tinyshakespeare words, tests/corpus_util.py; a family with ``Family.artifacts`` goes through
+(tinyshakespeare words, tests/corpus_util.py; a family with ``Pretraining.artifacts`` goes through
 ``train/stages.prepare_corpus`` instead, on the first 3000 lines, with its own tokenizer of 256 entries, prepared once
 for all of the family's objectives):
 
@@ -12,7 +12,7 @@ for all of the family's objectives):
 - a run stopped after step 1 and resumed ends with parameters bit-equal to the uninterrupted run's;
 - the losses of both steps on one device equal those on the (2,2,2) mesh (rtol 1e-5, dropout included);
 - the trained parameters written as a params directory load back bit-equal;
-- where the family has Hugging Face interop (``Family.hf``): exported to a Hugging Face folder and imported
+- where the family has Hugging Face interop (``Interop.hf``): exported to a Hugging Face folder and imported
   again, they are bit-equal.
 
 The checks live in tests/conformance_checks.py. This module takes the Transformer families;

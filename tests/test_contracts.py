@@ -26,7 +26,7 @@ def _built() -> dict:
     out = {}
     for objective, fam in registry.objective_names().items():
         family = registry.get(fam)
-        if family.tiny_preset and family.bench_corpus == "synthetic":  # the others read the configured corpus
+        if family.tiny_preset and family.bench.corpus == "synthetic":  # the others read the configured corpus
             out[objective] = build_bench_objective(load_config(family.tiny_preset, [f"objective={objective}"]))
     return out
 

@@ -60,7 +60,7 @@ def corpus(files):
 
 
 def objective(cfg, corpus):
-    return registry.get("ernie").objectives[cfg.objective](cfg, corpus)
+    return registry.get("ernie").pretraining.objectives[cfg.objective](cfg, corpus)
 
 
 def unit_ids(cont: np.ndarray) -> np.ndarray:
@@ -277,7 +277,7 @@ def test_hugging_face_ernie_imports_with_equal_logits_and_exports_back_bit_equal
         "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(5, 99)]) + "\n")
     fam = registry.hf_family("ernie")
     assert fam.name == "ernie"
-    params, cfg, info, _ = fam.hf.load(tmp_path / "hf")
+    params, cfg, info, _ = fam.interop.hf.load(tmp_path / "hf")
     assert info["head"] == "pretraining" and sorted(params) == ["ernie", "mlm", "nsp"]
     assert registry.family_of_params(params).name == "ernie"
     ids = np.random.RandomState(0).randint(5, 99, (2, 16))
@@ -290,8 +290,8 @@ def test_hugging_face_ernie_imports_with_equal_logits_and_exports_back_bit_equal
         jnp.asarray(np.tile(np.arange(16), (2, 1))))
     np.testing.assert_allclose(np.asarray(mlm), want.prediction_logits.numpy(), atol=2e-5)
     np.testing.assert_allclose(np.asarray(nsp), want.seq_relationship_logits.numpy(), atol=2e-5)
-    fam.hf.import_dir(tmp_path / "hf", tmp_path / "params")
-    report = fam.hf.export_dir(tmp_path / "params", tmp_path / "back")
+    fam.interop.hf.import_dir(tmp_path / "hf", tmp_path / "params")
+    report = fam.interop.hf.export_dir(tmp_path / "params", tmp_path / "back")
     assert report.architecture == "ErnieForPreTraining"
     back = transformers.ErnieForPreTraining.from_pretrained(tmp_path / "back").state_dict()
     for name, tensor in ref.state_dict().items():

@@ -33,7 +33,7 @@ def run(shared_data, tmp_path_factory):
                                       "tokenizer.vocab_size=500", "model.vocab_size=500",
                                       f"data.max_seq_length={L}", f"train.batch_size={G}"])
     corpus = prepare_corpus(cfg)
-    obj = registry.get("ernie2").objectives["ernie2"](cfg, corpus)
+    obj = registry.get("ernie2").pretraining.objectives["ernie2"](cfg, corpus)
     return types.SimpleNamespace(cfg=cfg, corpus=corpus, obj=obj, ex=obj.builders[id(corpus.train)], lines=lines)
 
 
@@ -203,7 +203,7 @@ def test_hugging_face_export_gives_transformers_ernie_with_task_ids_equal_logits
     tok = {"tokenizer": {"kind": "wordpiece", "files": ["vocab.txt"], "lower_case": True}}
     fam = registry.get("ernie2")
     pre = params_lib.save_params(tmp_path / "pre", params, cfg, "pretraining", tok, [vocab])
-    report = fam.hf.export_dir(pre, tmp_path / "hf_mlm")
+    report = fam.interop.hf.export_dir(pre, tmp_path / "hf_mlm")
     assert report.architecture == "ErnieForMaskedLM"
     assert report.left_out == ("ernie2/pooler", "capitalisation", "token_document", "reorder", "distance")
     hf_cfg = json.loads((tmp_path / "hf_mlm" / "config.json").read_text())
@@ -220,7 +220,7 @@ def test_hugging_face_export_gives_transformers_ernie_with_task_ids_equal_logits
     trunk = {"ernie2": params["ernie2"]}
     enc_cfg = dataclasses.replace(cfg, task_id=0)
     enc = params_lib.save_params(tmp_path / "enc", trunk, enc_cfg, "encoder", tok, [vocab])
-    assert fam.hf.export_dir(enc, tmp_path / "hf_enc").architecture == "ErnieModel"
+    assert fam.interop.hf.export_dir(enc, tmp_path / "hf_enc").architecture == "ErnieModel"
     ref = transformers.ErnieModel.from_pretrained(tmp_path / "hf_enc").eval()
     for task_ids, theirs in ((tasks, pt(np.repeat(tasks[:, None], S, 1))), (None, None)):
         with torch.no_grad():
@@ -233,7 +233,7 @@ def test_hugging_face_export_gives_transformers_ernie_with_task_ids_equal_logits
                                                                   if k != "pooler"}, "mlm": params["mlm"]}),
                                ("hf_enc", "encoder", trunk)):
         assert registry.hf_family("ernie").name == "ernie"
-        back, back_cfg, info, _ = registry.hf_family("ernie").hf.load(tmp_path / folder)
+        back, back_cfg, info, _ = registry.hf_family("ernie").interop.hf.load(tmp_path / folder)
         assert back_cfg == (cfg if head == "masked_lm" else enc_cfg) and info["head"] == head
         assert registry.family_of_params(back).name == "ernie2"
         flat = lambda t: {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(t)}  # noqa
@@ -244,13 +244,13 @@ def test_hugging_face_export_gives_transformers_ernie_with_task_ids_equal_logits
     (tmp_path / "hf_mlm" / "config.json").write_text(json.dumps(hf_cfg))
     with pytest.raises(CheckpointError, match=r"task_type_vocab_size=5 disagrees with the weights: "
                                               r"ernie\.embeddings\.task_type_embeddings\.weight has shape \(8, 32\)"):
-        registry.hf_family("ernie").hf.load(tmp_path / "hf_mlm")
+        registry.hf_family("ernie").interop.hf.load(tmp_path / "hf_mlm")
     meta = json.loads((enc / "ptm.json").read_text())
     meta["model"]["task_id"] = 8
     (enc / "ptm.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match=r"model\.task_id=8 is outside the task embedding \(model\."
                                               r"task_vocab_size=8 rows, ids 0\.\.7\)"):
-        fam.hf.export_dir(enc, tmp_path / "hf_bad")
+        fam.interop.hf.export_dir(enc, tmp_path / "hf_bad")
 
 
 def test_a_task_id_outside_the_task_table_is_a_config_error():

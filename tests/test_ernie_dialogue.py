@@ -86,7 +86,7 @@ def dlm(shared_data, tmp_path_factory):
                                      f"output_dir={d}", "tokenizer.vocab_size=500", "model.vocab_size=500",
                                      f"data.max_seq_length={L}", "train.batch_size=8"])
     corpus = prepare_corpus(cfg)
-    return cfg, corpus, registry.get("ernie").objectives["ernie_dlm"](cfg, corpus)
+    return cfg, corpus, registry.get("ernie").pretraining.objectives["ernie_dlm"](cfg, corpus)
 
 
 def test_tokenized_dialogues_keep_turns_roles_and_hold_out_the_last(dlm):

@@ -83,7 +83,7 @@ def _dev_metrics(task, best, d):
 
     params, model_cfg, info, tok_dir = best
     tok, names = load_tokenizer(info, tok_dir), info["label_names"]
-    head = registry.get(model_cfg.family).task_heads[
+    head = registry.get(model_cfg.family).finetuning.task_heads[
         "token_classification" if task == "conll2003" else "sequence_classification"]()(model_cfg, len(names))
 
     def log_probs(sequences):
@@ -171,7 +171,7 @@ def test_conll2003_and_sst2_finetune_from_an_ernie_pretraining_run(run):
         _check_stage_and_dev_metrics(run, task, metric)
         params, model_cfg, info, _ = run[task + "_best"]
         assert model_cfg.family == "ernie" and set(params) == {"ernie", "classifier"}
-        assert info["head"] == head == fam.infer_head(params)
+        assert info["head"] == head == fam.layout.infer_head(params)
         assert params["classifier"]["dense"]["kernel"].shape == (32, 9 if task == "conll2003" else 2)
         # the trunk was merged from pretraining: Adam moves each weight by about LR per step (up to ~2.5 LR for
         # an embedding row whose gradient is sparse), so the word embeddings stay within 3 * STEPS * LR = 0.012
@@ -211,7 +211,7 @@ def test_conll2003_and_sst2_finetune_from_an_ernie2_run_with_a_fixed_task_id(run
         _check_stage_and_dev_metrics(run2, task, metric)
         params, model_cfg, info, _ = run2[task + "_best"]
         assert model_cfg.family == "ernie2" and model_cfg.task_id == task_id and model_cfg.task_vocab_size == 8
-        assert set(params) == {"ernie2", "classifier"} and info["head"] == head == fam.infer_head(params)
+        assert set(params) == {"ernie2", "classifier"} and info["head"] == head == fam.layout.infer_head(params)
         assert "pooler" in params["ernie2"] if head == "sequence_classification" else "pooler" not in params["ernie2"]
         ft_tasks = np.asarray(params["ernie2"]["embeddings"]["task_embeddings"]["embedding"], np.float32)
         others = np.arange(8) != task_id
@@ -233,7 +233,7 @@ def test_finetuned_ernie2_classifier_exports_to_transformers_with_its_task_id(ru
     from ptm_jax.export.params import load_tokenizer
 
     params, model_cfg, info, tok_dir = run2["sst-2_best"]
-    report = registry.get("ernie2").hf.export_dir(data / "run2" / "finetune-sst-2" / "best", tmp_path / "hf")
+    report = registry.get("ernie2").interop.hf.export_dir(data / "run2" / "finetune-sst-2" / "best", tmp_path / "hf")
     assert report.architecture == "ErnieForSequenceClassification" and "task_type_ids=2" in report.note
     ref = transformers.ErnieForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
     assert ref.config.use_task_id and ref.config.ptm_task_id == 2 and ref.config.task_type_vocab_size == 8
@@ -241,7 +241,7 @@ def test_finetuned_ernie2_classifier_exports_to_transformers_with_its_task_id(ru
     ids, segs = encode_inputs(load_tokenizer(info, tok_dir), texts, None, 64)
     x, seg = pad_rows(ids, 64), pad_rows(segs, 64)
     mask = pad_rows([np.ones(len(i), np.int32) for i in ids], 64)
-    ours = registry.get("ernie2").task_heads["sequence_classification"]()(model_cfg, 2).apply(
+    ours = registry.get("ernie2").finetuning.task_heads["sequence_classification"]()(model_cfg, 2).apply(
         {"params": params}, x, mask, seg)
     pt = lambda a: torch.tensor(np.asarray(a, np.int64))  # noqa: E731
     with torch.no_grad():

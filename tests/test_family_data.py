@@ -1,6 +1,7 @@
 """Objectives declare their data: ``train/stages.py:prepare_corpus`` checks the tokenizer kind
-a family reads (``Family.tokenizer_kinds``), puts only the specials it declares into ``Corpus.special``
-(``Family.specials``), and builds each of its ``Family.artifacts`` once beside the token cache, handing the values
+a family reads (``Pretraining.tokenizer_kinds``), puts only the specials it declares into ``Corpus.special``
+(``Pretraining.specials``), and builds each of its ``Pretraining.artifacts`` once beside the token cache, handing the
+values
 to the objective builder in ``Corpus.artifacts``. ``tokenizer.min_count`` cuts a trained word vocabulary.
 
 The corpus: the first 400 lines of WikiText-2's tokenized validation split (../shared/data)."""
@@ -42,8 +43,9 @@ def unigram_counts(cfg, corpus, directory):
 def probe_family():
     """A family registered for this module only: word vocabulary, <pad> and <eos>, one artifact."""
     fam = registry.register(registry.Family(
-        name="probe", model_config=TransformerConfig, objectives={"probe_lm": lambda cfg, corpus: None},
-        tokenizer_kinds=("word",), specials=("pad", "eos"), artifacts={"unigram": unigram_counts}))
+        name="probe", model_config=TransformerConfig, pretraining=registry.Pretraining(
+            objectives={"probe_lm": lambda cfg, corpus: None}, tokenizer_kinds=("word",), specials=("pad", "eos"),
+            artifacts={"unigram": unigram_counts})))
     yield fam
     registry.unregister("probe")
 

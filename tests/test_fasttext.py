@@ -55,7 +55,7 @@ def run(shared_data, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vectors(run):
-    """The run's word vectors as the commands load them (``Family.subword_vectors`` over the vocabulary)."""
+    """The run's word vectors as the commands load them (``Inspection.subword_vectors`` over the vocabulary)."""
     from ptm_jax.evaluate.vector_commands import load_word_vectors
 
     return load_word_vectors(str(run))
@@ -124,7 +124,7 @@ def test_word_and_oov_vectors_equal_gensim_fasttext_keyedvectors_of_the_same_tab
     kv.recalc_char_ngram_buckets()
     kv.adjust_vectors()
     oov = ["fatherly", "naïveté", "日本語", "kingdomes"]
-    ours = FAMILY.subword_vectors(params, cfg, tok, words + oov)
+    ours = FAMILY.inspection.subword_vectors(params, cfg, tok, words + oov)
     np.testing.assert_allclose(ours[:len(words)], kv.vectors, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ours[len(words):], np.stack([kv.get_vector(w) for w in oov]), rtol=1e-5, atol=1e-6)
     # the artifact cached beside the token cache is the table of this vocabulary
@@ -182,7 +182,7 @@ def test_fasttext_vec_files_initialise_fasttext_word_rows_and_word2vec_tables(ru
         objs = []
         for extra in ([f"model.init_vectors={vec}"], []):
             cfg = load_config(preset, [f"model.vocab_size={tok.vocab_size}", "model.dim=32", *extra])
-            obj = get(family).objectives[cfg.objective](cfg, corpus)
+            obj = get(family).pretraining.objectives[cfg.objective](cfg, corpus)
             params = jax.jit(obj.init)(jax.random.key(0), obj.example_batch(obj.block))
             objs.append(np.asarray(params["params"][family]["input"].value))
         table, base = objs
@@ -216,7 +216,7 @@ def test_an_oov_query_without_any_ngram_is_a_data_error_naming_the_word(run, vec
     tok = load_tokenizer(info, tok_dir)
     # with minn 5, the 2-letter 'qz' ('<qz>' is 4 characters) has no n-gram: nothing to build its vector from
     with pytest.raises(DataError, match=r"word 'qz' is not in the vocabulary and has no character n-gram of 5..6"):
-        FAMILY.subword_vectors(params, dataclasses.replace(cfg, minn=5), tok, ["father", "qz"])
+        FAMILY.inspection.subword_vectors(params, dataclasses.replace(cfg, minn=5), tok, ["father", "qz"])
     # with minn 3 every word has one ('<q>'): an unknown word is answered, a misspelt known word included
     assert len(vectors.neighbors("qz", k=3)) == 3 and vectors.neighbors("fatherr", k=3)[0][0].startswith("father")
 
@@ -243,7 +243,7 @@ def small_objective(shared_data, tmp_path, objective: str, shared: bool, **model
                     tokenizer=TokenizerConfig(),
                     train=TrainConfig(batch_size=64, steps=2, optimizer="sgd", learning_rate=0.5, weight_decay=0.0,
                                       clip_norm=0.0))
-    return FAMILY.objectives[objective](cfg, corpus), cfg, corpus
+    return FAMILY.pretraining.objectives[objective](cfg, corpus), cfg, corpus
 
 
 @pytest.mark.parametrize("objective, shared", [("fasttext_skipgram", True), ("fasttext_cbow", True),
@@ -265,7 +265,7 @@ def test_sparse_row_update_and_the_fused_cpu_kernel_equal_the_dense_sgd_step(sha
     assert obj.sparse_rows and obj.block == 16
     if not shared:
         with pytest.raises(ConfigError, match="shared_negatives=false draws negatives per .* which only skip-gram"):
-            FAMILY.objectives["fasttext_cbow"](dataclasses.replace(cfg, objective="fasttext_cbow"), corpus)
+            FAMILY.pretraining.objectives["fasttext_cbow"](dataclasses.replace(cfg, objective="fasttext_cbow"), corpus)
     batch = {k: jax.numpy.asarray(v) for k, v in next(obj.train_batches(0, 64, 0, 1)).items()}
     if not shared:                    # a draw per pair slot: live where the pair trains, not its context word
         neg, nw = np.asarray(batch["negatives"]), np.asarray(batch["negative_weight"])
@@ -424,13 +424,14 @@ def test_sequential_fasttext_cbow_fit_evaluates_with_units_and_resumes_bit_equal
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=4, eval_every=2, eval_batches=1,
                                                              checkpoint_every=2, learning_rate=2.0,
                                                              warmup_steps=0))
-    objective = FAMILY.objectives["fasttext_cbow"](cfg, corpus)
+    objective = FAMILY.pretraining.objectives["fasttext_cbow"](cfg, corpus)
     assert next(objective.train_batches(0, 64, 0, 1))["units"].shape == (64, 0)
     assert next(objective.eval_batches(64, 0, 1))["units"].shape == (64, obj.units) and obj.units > 0
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
-    ref = fit(FAMILY.objectives["fasttext_cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "ref")
-    first = fit(FAMILY.objectives["fasttext_cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "run", stop_after=2)
-    resumed = fit(FAMILY.objectives["fasttext_cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "run")
+    ref = fit(FAMILY.pretraining.objectives["fasttext_cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "ref")
+    first = fit(FAMILY.pretraining.objectives["fasttext_cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "run",
+                stop_after=2)
+    resumed = fit(FAMILY.pretraining.objectives["fasttext_cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "run")
     assert (first.step, resumed.step) == (2, 4)
     # the evaluation's forward pass sees the trained tables: below 4 ln 2, the loss of zero output rows
     assert 0 < ref.eval_metrics["ft_loss"] < 4 * np.log(2) - 1e-3

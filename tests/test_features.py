@@ -1,4 +1,4 @@
-"""evaluate/features.py: per-word, per-layer features (the spine's reader of ``Family.word_features``)."""
+"""evaluate/features.py: per-word, per-layer features (the spine's reader of ``Inspection.word_features``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -110,7 +110,7 @@ def test_word2vec_features_are_its_vectors_in_one_layer_with_zeros_for_unknown_w
     stats = {}
     words = ["the", "dog", "doggerel"]
     got = word_features(ft_params, ft_cfg, tok, [words], stats=stats)[0]
-    want = registry.get("fasttext").subword_vectors(ft_params, ft_cfg, tok, words)
+    want = registry.get("fasttext").inspection.subword_vectors(ft_params, ft_cfg, tok, words)
     assert got.shape == (1, 3, 5) and stats["oov"] == 0 and np.abs(want[2]).sum() > 0
     np.testing.assert_allclose(got[0], want, rtol=1e-6)
 

@@ -85,7 +85,7 @@ cache = build_or_load_cache(DataConfig(corpus=str(corpus), format="lines"), voca
 cfg = RunConfig(objective="cbow", model=Word2VecConfig(vocab_size=vocab.vocab_size, dim=16),
                 data=Word2VecDataConfig(window=5, sample=1e-3, negative=5, seed=1), tokenizer=TokenizerConfig(),
                 train=TrainConfig(batch_size=512, steps=10, optimizer="sgd"))
-obj = FAMILY.objectives["cbow"](cfg, types.SimpleNamespace(tokenizer=vocab, train=cache, eval=None))
+obj = FAMILY.pretraining.objectives["cbow"](cfg, types.SimpleNamespace(tokenizer=vocab, train=cache, eval=None))
 stream = obj.train_batches(0, 512, 0, 1)
 for _ in range(3):
     batch = next(stream)  # a batch held to the end, as a script does (the hang needed one)

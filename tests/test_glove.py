@@ -115,7 +115,7 @@ def test_weighting_and_loss_equal_a_numpy_reference():
     cfg = RunConfig(objective="glove", model=GloveConfig(vocab_size=9, dim=4, x_max=100.0),
                     data=GloveDataConfig(), train=TrainConfig(optimizer="adagrad"))
     cooc = cooccur.Cooccurrence(np.array([3, 4], np.int32), np.array([4, 3], np.int32), np.array([2, 2]), 1, 9)
-    obj = FAMILY.objectives["glove"](cfg, types.SimpleNamespace(artifacts={"cooccurrence": cooc}))
+    obj = FAMILY.pretraining.objectives["glove"](cfg, types.SimpleNamespace(artifacts={"cooccurrence": cooc}))
     batch = {"x": x, "row": np.array([3, 4, 5, 8, 3], np.int32), "col": np.array([4, 3, 3, 6, 8], np.int32)}
     params = jax.tree.map(np.asarray, obj.init(jax.random.key(1), obj.example_batch(5)))
     params = jax.tree.map(lambda v: getattr(v, "value", v), params, is_leaf=lambda v: hasattr(v, "value"))
@@ -169,7 +169,7 @@ def run_config(corpus, steps, **train) -> RunConfig:
 def test_tiny_glove_trains_on_real_text_and_finds_known_neighbours(corpus, tmp_path):
     steps = int(EPOCHS * corpus.artifacts["cooccurrence"].nnz / BATCH)
     cfg = run_config(corpus, steps)
-    obj = FAMILY.objectives["glove"](cfg, corpus)
+    obj = FAMILY.pretraining.objectives["glove"](cfg, corpus)
     result = fit(obj, cfg.train, make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1]), tmp_path)
     assert result.step == steps and result.train_metrics["glove_loss"] < 0.06
     from ptm_jax.evaluate.word_vectors import WordVectors
@@ -192,10 +192,10 @@ def test_tiny_glove_trains_on_real_text_and_finds_known_neighbours(corpus, tmp_p
 def test_stop_and_resume_on_the_2_2_2_mesh_gives_the_uninterrupted_vectors(corpus, tmp_path):
     cfg = run_config(corpus, 12, batch_size=1024, checkpoint_every=100)
     mesh = make_mesh(MeshConfig(2, 2, 2))
-    ref = fit(FAMILY.objectives["glove"](cfg, corpus), cfg.train, mesh, tmp_path / "ref")
-    first = fit(FAMILY.objectives["glove"](cfg, corpus), cfg.train, mesh, tmp_path / "cut", stop_after=5)
+    ref = fit(FAMILY.pretraining.objectives["glove"](cfg, corpus), cfg.train, mesh, tmp_path / "ref")
+    first = fit(FAMILY.pretraining.objectives["glove"](cfg, corpus), cfg.train, mesh, tmp_path / "cut", stop_after=5)
     assert first.step == 5
-    resumed = fit(FAMILY.objectives["glove"](cfg, corpus), cfg.train, mesh, tmp_path / "cut")
+    resumed = fit(FAMILY.pretraining.objectives["glove"](cfg, corpus), cfg.train, mesh, tmp_path / "cut")
     assert resumed.step == 12
     a = hooks.word_vectors(jax.device_get(resumed.state.params)["params"])
     b = hooks.word_vectors(jax.device_get(ref.state.params)["params"])
@@ -206,7 +206,7 @@ def test_stop_and_resume_on_the_2_2_2_mesh_gives_the_uninterrupted_vectors(corpu
 
 def test_registered_family_and_clear_errors(corpus, tmp_path):
     assert registry.family_of_objective("glove") is FAMILY and "word_vectors" in FAMILY.capabilities
-    assert FAMILY.data_config is GloveDataConfig and issubclass(GloveDataConfig, DataConfig)
+    assert FAMILY.pretraining.data_config is GloveDataConfig and issubclass(GloveDataConfig, DataConfig)
     with pytest.raises(DataError, match="min_count=1000000"):
         build_word_vocab(["to be or not to be"], tmp_path, min_count=1_000_000)
     # words in the vocabulary but never two within the window of each other in one document
@@ -236,5 +236,5 @@ def test_registered_family_and_clear_errors(corpus, tmp_path):
     with pytest.raises(ConfigError, match="model.x_max=0"):
         GloveConfig(x_max=0).validate()
     with pytest.raises(ConfigError, match="model.vocab_size=99"):
-        FAMILY.objectives["glove"](RunConfig(objective="glove", model=GloveConfig(vocab_size=99), data=corpus.data),
-                                   corpus)
+        FAMILY.pretraining.objectives["glove"](
+            RunConfig(objective="glove", model=GloveConfig(vocab_size=99), data=corpus.data), corpus)

@@ -69,10 +69,11 @@ def _objective(cfg, base):
     _, model_cfg, info, tok_dir = params_lib.load_params(base)
     tok = params_lib.load_tokenizer(info, tok_dir)
     fam = registry.get(model_cfg.family)
-    if fam.prepare_finetune is not None:
-        model_cfg = fam.prepare_finetune(model_cfg, tok)
+    if fam.finetuning.prepare_finetune is not None:
+        model_cfg = fam.finetuning.prepare_finetune(model_cfg, tok)
     obj, _ = build_task(cfg, model_cfg, tok)
-    wrapped, groups = adapters.get("lora").wrap(section(cfg, "lora"), obj, [], model_cfg=model_cfg, trunk=fam.trunk)
+    wrapped, groups = adapters.get("lora").wrap(section(cfg, "lora"), obj, [], model_cfg=model_cfg,
+                                                trunk=fam.layout.trunk)
     return obj, wrapped, model_cfg, fam
 
 
@@ -85,7 +86,7 @@ def _expected_adapter_count(model_cfg) -> int:
 def test_lora_keeps_every_pretrained_weight_bit_for_bit_and_trains_the_adapters(runs, family):
     cfg, base, stage = runs(family)
     state = _state(stage)["params"]
-    trunk = registry.get(cfg.model.family).trunk
+    trunk = registry.get(cfg.model.family).layout.trunk
     pretrained = params_lib.flatten(params_lib.load_params(base)[0][trunk])
     after = params_lib.flatten(state["params"][trunk])
     grown = {k for k in after if after[k].shape != pretrained.get(k, after[k]).shape}  # GPT's task-token rows
@@ -105,16 +106,16 @@ def test_only_adapters_and_head_have_optimizer_state_and_the_count_follows_the_f
     state = _state(stage)
     _, wrapped, model_cfg, fam = _objective(cfg, base)
     trained = params_lib.flatten(params_lib.load_params(stage / "best_adapter")[0])
-    head = {k: v for k, v in trained.items() if not k.startswith(fam.trunk + "/")}
+    head = {k: v for k, v in trained.items() if not k.startswith(fam.layout.trunk + "/")}
     adapters_only = {k: v for k, v in trained.items() if "/lora_" in k}
     # the trunk's tensors beside the adapters: only those the base lacks (GPT's embedding grown by task tokens)
-    grown = sorted(k for k in trained if k.startswith(fam.trunk + "/") and k not in adapters_only)
-    pretrained = params_lib.flatten({fam.trunk: params_lib.load_params(base)[0][fam.trunk]})
-    now = params_lib.flatten({fam.trunk: state["params"]["params"][fam.trunk]})
+    grown = sorted(k for k in trained if k.startswith(fam.layout.trunk + "/") and k not in adapters_only)
+    pretrained = params_lib.flatten({fam.layout.trunk: params_lib.load_params(base)[0][fam.layout.trunk]})
+    now = params_lib.flatten({fam.layout.trunk: state["params"]["params"][fam.layout.trunk]})
     assert grown == sorted(k for k in now if now[k].shape != pretrained[k].shape)
     assert sum(v.size for v in adapters_only.values()) == _expected_adapter_count(model_cfg)
     head_count = sum(v.size for v in params_lib.flatten(state["params"]["params"]).values()) - sum(
-        v.size for v in params_lib.flatten(state["params"]["params"][fam.trunk]).values())
+        v.size for v in params_lib.flatten(state["params"]["params"][fam.layout.trunk]).values())
     assert sum(v.size for v in head.values()) == head_count > 0
     # Adam's two moments for each trained parameter, none for the frozen trunk (scalar counters aside)
     moments = sum(np.size(x) for x in jax.tree.leaves(state["opt_state"]) if np.ndim(x) > 0)

@@ -42,7 +42,7 @@ def test_four_steps_a_call_give_the_single_step_parameters_and_records_on_a_mesh
     runs = {}
     for k in (1, 4):
         cfg = config(corpus.tokenizer, k)
-        runs[k] = fit(FAMILY.objectives["skipgram"](cfg, corpus), cfg.train, mesh, tmp_path / f"k{k}")
+        runs[k] = fit(FAMILY.pretraining.objectives["skipgram"](cfg, corpus), cfg.train, mesh, tmp_path / f"k{k}")
         assert runs[k].step == STEPS
     for a, b in zip(jax.tree.leaves(runs[1].state.params), jax.tree.leaves(runs[4].state.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # the same step, the same adds: bit-equal
@@ -59,7 +59,8 @@ def test_four_steps_a_call_of_the_fused_cpu_kernel_give_the_single_step_vectors_
     params = {}
     for k in (1, 4):
         cfg = config(corpus.tokenizer, k, "cbow", "sequential")
-        params[k] = fit(FAMILY.objectives["cbow"](cfg, corpus), cfg.train, mesh, tmp_path / f"k{k}").state.params
+        params[k] = fit(FAMILY.pretraining.objectives["cbow"](cfg, corpus), cfg.train, mesh,
+                        tmp_path / f"k{k}").state.params
     for a, b in zip(jax.tree.leaves(params[1]), jax.tree.leaves(params[4])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
@@ -67,10 +68,10 @@ def test_four_steps_a_call_of_the_fused_cpu_kernel_give_the_single_step_vectors_
 def test_a_stop_and_resume_at_four_steps_a_call_ends_with_the_uninterrupted_vectors(corpus, tmp_path):
     mesh = make_mesh(MeshConfig(2, 2, 2))
     cfg = config(corpus.tokenizer, 4)
-    ref = fit(FAMILY.objectives["skipgram"](cfg, corpus), cfg.train, mesh, tmp_path / "ref")
-    first = fit(FAMILY.objectives["skipgram"](cfg, corpus), cfg.train, mesh, tmp_path / "run", stop_after=4)
+    ref = fit(FAMILY.pretraining.objectives["skipgram"](cfg, corpus), cfg.train, mesh, tmp_path / "ref")
+    first = fit(FAMILY.pretraining.objectives["skipgram"](cfg, corpus), cfg.train, mesh, tmp_path / "run", stop_after=4)
     assert first.step == 4
-    resumed = fit(FAMILY.objectives["skipgram"](cfg, corpus), cfg.train, mesh, tmp_path / "run")
+    resumed = fit(FAMILY.pretraining.objectives["skipgram"](cfg, corpus), cfg.train, mesh, tmp_path / "run")
     assert resumed.step == STEPS
     for a, b in zip(jax.tree.leaves(resumed.state.params), jax.tree.leaves(ref.state.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -95,7 +96,7 @@ def test_a_call_runs_only_its_active_steps_and_reports_its_longest_nonfinite_str
 def test_word2vec_builds_a_group_in_one_call_equal_to_its_batches_stacked_for_one_and_two_processes(corpus):
     cfg = config(corpus.tokenizer, 4)
     cfg.data.pack_rows = 64  # blocks of 64 rows: two processes hold 2 blocks of each 256-row batch
-    obj = FAMILY.objectives["skipgram"](cfg, corpus)
+    obj = FAMILY.pretraining.objectives["skipgram"](cfg, corpus)
     for pc in (1, 2):
         for pi in range(pc):
             singles = obj.train_batches(3 * BATCH, BATCH, pi, pc)

@@ -56,7 +56,7 @@ def run_config(**train) -> RunConfig:
 
 
 def objective(corpus, cfg=None) -> NnlmObjective:
-    return FAMILY.objectives["nnlm"](cfg or run_config(), corpus)
+    return FAMILY.pretraining.objectives["nnlm"](cfg or run_config(), corpus)
 
 
 @pytest.mark.parametrize("hidden, direct", [(8, True), (8, False), (0, True)])
@@ -117,7 +117,7 @@ def reference(corpus, tmp_path_factory):
     stage = tmp_path_factory.mktemp("nnlm_ref")
     obj = objective(corpus)
     result = fit(obj, obj.cfg.train, make_mesh(MeshConfig(2, 2, 2)), stage,
-                 param_groups=FAMILY.param_groups(obj.cfg.model, "pretrain"))
+                 param_groups=FAMILY.layout.param_groups(obj.cfg.model, "pretrain"))
     return obj, result
 
 
@@ -144,7 +144,7 @@ def test_perplexity_hook_scores_every_word_and_eos_once_as_one_window_per_positi
     lines = (tmp_path / "heldout.txt")
     text = ["the game began in", "", "  it was not a success  ", "unknownwordzz and the"]
     lines.write_text("\n".join(text) + "\n", encoding="utf-8")
-    got = FAMILY.perplexity(params, obj.cfg.model, corpus.tokenizer, lines, seq_len=4, batch_size=2)
+    got = FAMILY.inspection.perplexity(params, obj.cfg.model, corpus.tokenizer, lines, seq_len=4, batch_size=2)
     tok, c = corpus.tokenizer, obj.cfg.model.context
     ids = [tok.eos_id] * c
     for t in text:
@@ -158,13 +158,13 @@ def test_perplexity_hook_scores_every_word_and_eos_once_as_one_window_per_positi
     assert got["nll_per_token"] == pytest.approx(nll / 15, rel=1e-5)
     assert got["word_perplexity"] == pytest.approx(math.exp(nll / 12), rel=1e-5)
     with pytest.raises(ConfigError, match="--stride=2: an NNLM sees only its 3 predecessors"):
-        FAMILY.perplexity(params, obj.cfg.model, corpus.tokenizer, lines, seq_len=4, stride=2)
+        FAMILY.inspection.perplexity(params, obj.cfg.model, corpus.tokenizer, lines, seq_len=4, stride=2)
 
 
 def test_stop_and_resume_gives_the_uninterrupted_parameters(corpus, reference, tmp_path):
     obj, ref = reference
     mesh = make_mesh(MeshConfig(2, 2, 2))
-    rules = FAMILY.param_groups(obj.cfg.model, "pretrain")
+    rules = FAMILY.layout.param_groups(obj.cfg.model, "pretrain")
     first = fit(obj, obj.cfg.train, mesh, tmp_path, stop_after=STEPS // 2 - 1, param_groups=rules)
     assert first.step == STEPS // 2 - 1
     resumed = fit(objective(corpus), obj.cfg.train, mesh, tmp_path, param_groups=rules)
@@ -177,7 +177,7 @@ def test_one_device_and_the_2_2_2_mesh_give_the_same_losses(corpus):
     obj = objective(corpus)
 
     def losses(mesh):
-        return step_losses(obj, obj.cfg.train, mesh, 3, FAMILY.param_groups(obj.cfg.model, "pretrain"))[0]
+        return step_losses(obj, obj.cfg.train, mesh, 3, FAMILY.layout.param_groups(obj.cfg.model, "pretrain"))[0]
 
     ref = losses(make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1]))
     assert ref[0, 0] == pytest.approx(math.log(VOCAB), abs=0.05) and ref[2, 0] < ref[0, 0]
@@ -191,20 +191,20 @@ def test_registered_family_hooks_decay_mask_flops_and_bench_batch(corpus):
     example = obj.example_batch(4)
     params = nn_unbox(jax.eval_shape(obj.init, jax.random.key(0), example))
     assert registry.family_of_params(params["params"]) is FAMILY
-    decay = pg.multipliers(FAMILY.param_groups(cfg.model, "pretrain"), params, "weight_decay")
+    decay = pg.multipliers(FAMILY.layout.param_groups(cfg.model, "pretrain"), params, "weight_decay")
     flat = {"/".join(pg.path_keys(p)): float(v) for p, v in jax.tree_util.tree_leaves_with_path(decay)}
     assert flat == {"params/nnlm/embedding": 1.0, "params/nnlm/hidden/kernel": 1.0, "params/nnlm/hidden/bias": 0.0,
                     "params/lm_head/output/kernel": 1.0, "params/lm_head/output/bias": 0.0,
                     "params/lm_head/direct/kernel": 1.0}
-    assert {FAMILY.layer_of(p.split("/")) for p in flat} == {"embeddings", "hidden", "output", "direct"}
+    assert {FAMILY.layout.layer_of(p.split("/")) for p in flat} == {"embeddings", "hidden", "output", "direct"}
     # the analytic forward FLOPs are XLA's matmul count of the forward pass over one global batch
     from ptm_jax.bench.flops import hlo_matmul_flops
 
     full = obj.example_batch(BATCH)
     concrete = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), params)
     hlo = jax.jit(obj.model.apply).lower(concrete, jnp.asarray(full["window_ids"])).compile().as_text()
-    assert hlo_matmul_flops(hlo) == FAMILY.flops(cfg).forward_total
-    batch = FAMILY.synthetic_batch(example, cfg, np.random.default_rng(0))
+    assert hlo_matmul_flops(hlo) == FAMILY.bench.flops(cfg).forward_total
+    batch = FAMILY.bench.synthetic_batch(example, cfg, np.random.default_rng(0))
     assert batch["window_ids"].shape == example["window_ids"].shape and batch["window_ids"].min() >= 3
     assert batch["target_weights"].sum() == 4 * L
 
@@ -214,7 +214,8 @@ def test_presets_load_into_the_family_sections(preset):
     """configs/nnlm_*.toml through load_config: the [model] section is an NnlmConfig (picked by the objective's
     family), [data] the shared DataConfig, the tokenizer the word vocabulary sized like the model."""
     cfg = load_config(preset)
-    assert cfg.objective in FAMILY.objectives and type(cfg.model) is NnlmConfig and type(cfg.data) is DataConfig
+    assert cfg.objective in FAMILY.pretraining.objectives
+    assert type(cfg.model) is NnlmConfig and type(cfg.data) is DataConfig
     assert cfg.model.vocab_size == cfg.tokenizer.vocab_size and cfg.tokenizer.kind == "word"
     assert (cfg.model.order, cfg.model.embed_dim, cfg.model.hidden_dim) == {"nnlm_tiny": (4, 16, 32),
                                                                              "nnlm_small": (5, 60, 100)}[preset]

@@ -33,7 +33,7 @@ def transformer_objectives() -> list[str]:
     from ptm_jax.families import registry
 
     registry.load_all()
-    return sorted(o for name in TRANSFORMER_FAMILIES for o in registry.get(name).objectives)
+    return sorted(o for name in TRANSFORMER_FAMILIES for o in registry.get(name).pretraining.objectives)
 
 
 def jobs_for(topology: str) -> list[str]:

@@ -217,7 +217,7 @@ def test_awd_lstm_lm_trains_through_the_loop_carrying_its_state(tmp_path, shared
     source, special = word_source(shared_data / "corpus/tinyshakespeare/input.txt", 256)
     corpus = types.SimpleNamespace(train=source, eval=None, special=special,
                                    tokenizer=types.SimpleNamespace(pad_id=special.pad, eos_id=special.sep))
-    objective = FAMILY.objectives["awd_lstm_lm"](cfg, corpus)
+    objective = FAMILY.pretraining.objectives["awd_lstm_lm"](cfg, corpus)
     result = fit(objective, cfg.train, make_mesh(cfg.mesh), tmp_path / "pretrain")
     assert result.step == 6 and 3.0 < result.train_metrics["lm_loss"] < 5.6  # ln 256 = 5.55 at the start
     carry = carry_to_tuple(jax.device_get(result.state.carry))

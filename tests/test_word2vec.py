@@ -175,7 +175,7 @@ def test_counter_init_is_uniform_uncorrelated_and_the_same_on_any_mesh(corpus):
     assert np.mean(other == x) < 1e-3
 
     cfg = run_config(corpus.tokenizer, steps=2, batch=512)
-    obj = FAMILY.objectives["skipgram"](cfg, corpus)
+    obj = FAMILY.pretraining.objectives["skipgram"](cfg, corpus)
     tables = []
     for mesh in (make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1]), make_mesh(MeshConfig(2, 2, 2))):
         params = compile_objective(obj, cfg.train, mesh).init_fn(jax.random.key(5)).params
@@ -297,7 +297,7 @@ def test_a_row_beyond_the_duplicate_cap_gets_its_summed_step_scaled_to_the_cap()
 def skipgram_run(corpus, tmp_path_factory):
     """Two epochs of tiny-shakespeare (about 210k running words each) in 410 steps of 1024 words, dim 32."""
     cfg = run_config(corpus.tokenizer, steps=410, batch=1024)
-    obj = FAMILY.objectives["skipgram"](cfg, corpus)
+    obj = FAMILY.pretraining.objectives["skipgram"](cfg, corpus)
     stage = tmp_path_factory.mktemp("w2v_sg")
     return obj, fit(obj, cfg.train, make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1]), stage)
 
@@ -318,7 +318,7 @@ def test_skipgram_on_tiny_shakespeare_finds_known_neighbours(corpus, skipgram_ru
         assert r["loss"] == r["w2v_loss"] and r["loss_sum"] == pytest.approx(r["loss"] * r["w2v_pairs"], rel=1e-5)
         assert r["w2v_pairs"] > 100
     assert losses[-1] < losses[0] < 6 * math.log(2) + 0.01, losses   # 6 terms of log 2 each at the start
-    vectors = FAMILY.word_vectors(jax.device_get(result.state.params), obj.cfg.model)
+    vectors = FAMILY.inspection.word_vectors(jax.device_get(result.state.params), obj.cfg.model)
     assert vectors.shape == (vocab.vocab_size, 32) and vectors.dtype == np.float32
     thou = nearest(vocab, vectors, "thou")                      # Early Modern English second person
     assert len(set(thou) & {"hast", "art", "dost", "thy", "wilt", "shalt", "thee", "canst"}) >= 3, thou
@@ -333,7 +333,7 @@ def test_trained_vectors_exported_in_word2vec_formats_load_in_gensim(corpus, ski
     from ptm_jax.export.vector_files import write_vectors
 
     obj, result = skipgram_run
-    wv = WordVectors.from_vocab(FAMILY.word_vectors(jax.device_get(result.state.params), obj.cfg.model),
+    wv = WordVectors.from_vocab(FAMILY.inspection.word_vectors(jax.device_get(result.state.params), obj.cfg.model),
                                 corpus.tokenizer)
     assert wv.words[:3] == ["the", "and", "to"] and len(wv) == corpus.tokenizer.vocab_size - 3
     for fmt, binary in (("text_vectors", False), ("binary_vectors", True)):
@@ -350,15 +350,15 @@ def test_stop_mid_epoch_and_resume_gives_the_uninterrupted_vectors(corpus, tmp_p
     vocab = corpus.tokenizer
     cfg = run_config(vocab, "cbow", steps=6, batch=256, hs=True, lr=0.05)
     mesh = make_mesh(MeshConfig(2, 2, 2))
-    ref = fit(FAMILY.objectives["cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "ref")
-    first = fit(FAMILY.objectives["cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "run", stop_after=3)
+    ref = fit(FAMILY.pretraining.objectives["cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "ref")
+    first = fit(FAMILY.pretraining.objectives["cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "run", stop_after=3)
     assert first.step == 3
-    resumed = fit(FAMILY.objectives["cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "run")
+    resumed = fit(FAMILY.pretraining.objectives["cbow"](cfg, corpus), cfg.train, mesh, tmp_path / "run")
     assert resumed.step == 6
     for a, b in zip(jax.tree.leaves(resumed.state.params), jax.tree.leaves(ref.state.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    init = FAMILY.objectives["cbow"](cfg, corpus).init(jax.random.key(0), {
-        k: v for k, v in FAMILY.objectives["cbow"](cfg, corpus).example_batch(2).items()})
+    init = FAMILY.pretraining.objectives["cbow"](cfg, corpus).init(jax.random.key(0), {
+        k: v for k, v in FAMILY.pretraining.objectives["cbow"](cfg, corpus).example_batch(2).items()})
     tables = init["params"]["word2vec"]
     assert float(jnp.abs(tables["input"].value).max()) <= 0.5 / 32
     assert float(jnp.abs(tables["output"].value).max()) == 0.0 == float(jnp.abs(tables["hs_output"].value).max())
@@ -384,7 +384,7 @@ def test_sampling_tables_are_built_once_as_an_artifact_read_back_and_met_by_ever
     cfg = run_config(vocab, "cbow", steps=2, batch=64, hs=True)
     built = build_sampling_tables(cfg, corpus, tmp_path)
     files = list(tmp_path.glob(f"t-*/{TABLES_FILE}"))
-    assert len(files) == 1 and ARTIFACT in FAMILY.artifacts
+    assert len(files) == 1 and ARTIFACT in FAMILY.pretraining.artifacts
     stamp = files[0].stat().st_mtime_ns
     again = build_sampling_tables(cfg, corpus, tmp_path)                 # read, not rebuilt
     met = []  # a process that arrives after process 0 finished still meets it at the barrier (else: a hang)
@@ -397,7 +397,7 @@ def test_sampling_tables_are_built_once_as_an_artifact_read_back_and_met_by_ever
         np.testing.assert_array_equal(getattr(built, k), getattr(fresh, k), err_msg=k)
     assert again.depth == fresh.depth > 10 and again.keep[vocab.token_to_id("the")] < 0.2
     with_artifact = types.SimpleNamespace(**vars(corpus), artifacts={ARTIFACT: again})
-    assert FAMILY.objectives["cbow"](cfg, with_artifact).tables is again
+    assert FAMILY.pretraining.objectives["cbow"](cfg, with_artifact).tables is again
     other = run_config(vocab, "cbow", steps=2, batch=64, hs=False)         # other settings: another key
     assert build_sampling_tables(other, corpus, tmp_path).points is None
     assert len(list(tmp_path.glob(f"t-*/{TABLES_FILE}"))) == 2
@@ -416,7 +416,8 @@ def test_exported_vectors_initialise_word2vec_and_nnlm_tables_with_coverage(corp
 
     obj, result = skipgram_run
     vocab = corpus.tokenizer
-    wv = WordVectors.from_vocab(FAMILY.word_vectors(jax.device_get(result.state.params), obj.cfg.model), vocab)
+    wv = WordVectors.from_vocab(FAMILY.inspection.word_vectors(jax.device_get(result.state.params), obj.cfg.model),
+                                vocab)
     half = len(wv) // 2                                           # the file holds the commonest half of the words
     paths = {fmt: write_vectors(tmp_path / fmt, wv.words[:half], wv.vectors[:half], fmt)
              for fmt in ("text_vectors", "binary_vectors")}
@@ -426,7 +427,7 @@ def test_exported_vectors_initialise_word2vec_and_nnlm_tables_with_coverage(corp
     for fmt, path in paths.items():
         c = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, init_vectors=str(path)))
         with caplog.at_level(logging.INFO, logger="ptm_jax.export.vector_files"):
-            w2v = FAMILY.objectives["skipgram"](c, corpus)
+            w2v = FAMILY.pretraining.objectives["skipgram"](c, corpus)
         assert f"{half} of the {len(wv)} vocabulary words found (50.0%)" in caplog.text
         init = jax.jit(w2v.init)(jax.random.key(3), w2v.example_batch(2))       # one compile, not one per op
         table = np.asarray(init["params"]["word2vec"]["input"].value)
@@ -434,7 +435,7 @@ def test_exported_vectors_initialise_word2vec_and_nnlm_tables_with_coverage(corp
         assert 0 < np.abs(table[rest]).max() <= 0.5 / 32                 # word2vec.c's init where not found
     nn_cfg = load_config("nnlm_tiny", [f"model.vocab_size={vocab.vocab_size}", "model.embed_dim=32",
                                        f"model.init_vectors={paths['text_vectors']}"])
-    nnlm = get("nnlm").objectives["nnlm"](nn_cfg, corpus)
+    nnlm = get("nnlm").pretraining.objectives["nnlm"](nn_cfg, corpus)
     c_table = np.asarray(jax.jit(nnlm.init)(jax.random.key(3), nnlm.example_batch(2))["params"]["nnlm"]["embedding"]
                          .value)
     np.testing.assert_array_equal(c_table[ids], wv.vectors[:half])
@@ -442,17 +443,17 @@ def test_exported_vectors_initialise_word2vec_and_nnlm_tables_with_coverage(corp
     small = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dim=16,
                                                                init_vectors=str(paths["text_vectors"])))
     with pytest.raises(ConfigError, match="model.init_vectors=.*32 dimensions but the model's embedding table has 16"):
-        FAMILY.objectives["skipgram"](small, corpus)
+        FAMILY.pretraining.objectives["skipgram"](small, corpus)
     lines = paths["text_vectors"].read_text().splitlines()
     lines[5] = " ".join(lines[5].split()[:-1])                               # a ragged row on line 6
     bad = tmp_path / "ragged.txt"
     bad.write_text("\n".join(lines) + "\n")
     ragged = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, init_vectors=str(bad)))
     with pytest.raises(DataError, match=r"ragged\.txt:6"):
-        FAMILY.objectives["skipgram"](ragged, corpus)
+        FAMILY.pretraining.objectives["skipgram"](ragged, corpus)
     missing = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, init_vectors=str(tmp_path / "no.txt")))
     with pytest.raises(ConfigError, match="model.init_vectors=.*no such vector file"):
-        FAMILY.objectives["skipgram"](missing, corpus)
+        FAMILY.pretraining.objectives["skipgram"](missing, corpus)
 
 
 @pytest.mark.parametrize("objective, shared, slots", [("skipgram", False, 0), ("cbow", True, 0), ("skipgram", True, 2)])
@@ -476,7 +477,7 @@ def test_sparse_row_updates_and_the_fused_cpu_kernel_equal_the_dense_gradient_st
     sides = (("dense", False, "xla"),) if not slots else ()        # the overflow case: XLA against the kernel
     for name, sparse, kernel in sides + (("xla", True, "xla"), ("kernel", True, "cpu")):
         c = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, sparse_update=sparse, kernel=kernel))
-        obj = FAMILY.objectives[objective](c, corpus)
+        obj = FAMILY.pretraining.objectives[objective](c, corpus)
         assert obj.sparse_rows is sparse and obj.block == 32
         compiled = compile_objective(obj, c.train, mesh)
         state = compiled.init_fn(jax.random.key(0))
@@ -505,7 +506,7 @@ def test_sparse_row_updates_and_the_fused_cpu_kernel_equal_the_dense_gradient_st
             assert np.abs(de[k] - init[k]).max() > 1e-3, k                     # the steps moved every table
             np.testing.assert_allclose(sp[k], de[k], atol=1e-6, err_msg=f"{name} {k}")
     wd = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, weight_decay=0.01))
-    assert not FAMILY.objectives[objective](wd, corpus).sparse_rows               # decay: the dense path
+    assert not FAMILY.pretraining.objectives[objective](wd, corpus).sparse_rows               # decay: the dense path
 
 
 def test_a_changed_header_beside_a_native_source_builds_a_new_library(tmp_path, monkeypatch):

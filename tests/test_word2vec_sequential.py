@@ -30,7 +30,7 @@ def test_sequential_updates_apply_each_pair_in_stream_order_as_word2vec_c(corpus
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     runs = []
     for _ in range(2):
-        obj = FAMILY.objectives[objective](cfg, corpus)
+        obj = FAMILY.pretraining.objectives[objective](cfg, corpus)
         compiled = compile_objective(obj, cfg.train, mesh)
         state = compiled.init_fn(jax.random.key(0))
         init = jax.device_get(state.params)["params"]["word2vec"]
@@ -68,7 +68,7 @@ def test_sequential_parts_run_word2vec_c_order_per_part_from_the_batch_start_and
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, pack_rows=32),
                               model=dataclasses.replace(cfg.model, updates="sequential", sequential_parts=2))
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
-    obj = FAMILY.objectives[objective](cfg, corpus)
+    obj = FAMILY.pretraining.objectives[objective](cfg, corpus)
     compiled = compile_objective(obj, cfg.train, mesh)
     host = next(obj.train_batches(0, 256, 0, 1))
     assert len(host["center"]) // 32 >= 2
@@ -110,14 +110,14 @@ def test_sequential_updates_need_the_fused_kernel_and_say_so(corpus):
     with pytest.raises(ConfigError, match="model.sequential_parts=0 must be an integer from 1 to 64"):
         load_config("fasttext_sg", ["model.updates=sequential", "model.sequential_parts=0"])
     with jax.sharding.use_abstract_mesh(make_mesh(MeshConfig(2, 2, 2)).abstract_mesh):
-        obj = FAMILY.objectives["skipgram"](seq, corpus)
+        obj = FAMILY.pretraining.objectives["skipgram"](seq, corpus)
         with pytest.raises(ConfigError, match="model.updates='sequential' needs the CPU backend and a one-device "
                                               "mesh .*8 devices.*set model.updates='batch'"):
             obj.fused_rows(obj.init(jax.random.key(0), obj.example_batch(64)), obj.example_batch(64), {}, 0.1)
     dense = dataclasses.replace(seq, train=dataclasses.replace(seq.train, clip_norm=1.0))
     with pytest.raises(ConfigError, match="model.updates='sequential' runs in the sparse SGD step's kernel, which "
                                           "needs .*or set model.updates='batch'"):
-        FAMILY.objectives["skipgram"](dense, corpus)
+        FAMILY.pretraining.objectives["skipgram"](dense, corpus)
 
 
 @pytest.mark.parametrize("parts", [1, 2])
@@ -131,13 +131,13 @@ def test_sequential_updates_stop_mid_epoch_and_resume_to_the_uninterrupted_vecto
     seq = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, updates="sequential",
                                                              sequential_parts=parts))
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
-    ref = fit(FAMILY.objectives["skipgram"](seq, corpus), seq.train, mesh, tmp_path / "ref")
-    first = fit(FAMILY.objectives["skipgram"](seq, corpus), seq.train, mesh, tmp_path / "run", stop_after=3)
-    resumed = fit(FAMILY.objectives["skipgram"](seq, corpus), seq.train, mesh, tmp_path / "run")
+    ref = fit(FAMILY.pretraining.objectives["skipgram"](seq, corpus), seq.train, mesh, tmp_path / "ref")
+    first = fit(FAMILY.pretraining.objectives["skipgram"](seq, corpus), seq.train, mesh, tmp_path / "run", stop_after=3)
+    resumed = fit(FAMILY.pretraining.objectives["skipgram"](seq, corpus), seq.train, mesh, tmp_path / "run")
     assert (first.step, resumed.step) == (3, 6)
     for a, b in zip(jax.tree.leaves(resumed.state.params), jax.tree.leaves(ref.state.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    batched = fit(FAMILY.objectives["skipgram"](cfg, corpus), cfg.train, mesh, tmp_path / "batched")
+    batched = fit(FAMILY.pretraining.objectives["skipgram"](cfg, corpus), cfg.train, mesh, tmp_path / "batched")
     diff = np.abs(np.asarray(batched.state.params["params"]["word2vec"]["input"])
                   - np.asarray(ref.state.params["params"]["word2vec"]["input"])).max()
     assert diff > 1e-4

@@ -215,7 +215,7 @@ def test_word_vectors_from_a_vocabulary_leave_out_the_specials_and_padded_rows(t
     features = np.random.default_rng(0).standard_normal((vocab.vocab_size + 2, 4)).astype(np.float32)
     fam = registry.get("nnlm")  # its features C (the trained tree: the end-to-end test below)
     assert "word_vectors" in fam.capabilities
-    wv = WordVectors.from_vocab(fam.word_vectors({"nnlm": {"embedding": features}}, None), vocab)
+    wv = WordVectors.from_vocab(fam.inspection.word_vectors({"nnlm": {"embedding": features}}, None), vocab)
     assert wv.words == ["the", "sat", "cat", "dog", "mat", "on"]
     np.testing.assert_array_equal(wv.vectors, features[3:vocab.vocab_size])  # 2 padded rows past the ids
     assert wv.counts.tolist() == [3, 2, 1, 1, 1, 1]

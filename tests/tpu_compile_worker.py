@@ -51,7 +51,7 @@ def objective_report(name: str, topology: str) -> dict:
 
     family = registry.family_of_objective(name)
     overrides = [f"objective={name!r}", f"train.batch_size={BATCH}"]
-    if family.bench_corpus == "configured":  # ERNIE: examples from a real text, prepared as `ptm data` does
+    if family.bench.corpus == "configured":  # ERNIE: examples from a real text, prepared as `ptm data` does
         text = DATA / "corpus" / ("tinyshakespeare/input.txt" if name == "ernie_dlm" else "gutenberg/11-0.txt")
         overrides += [f"data.corpus={str(text)!r}", f"output_dir={tempfile.mkdtemp(prefix='ptm-tpu-')!r}"]
     cfg = load_config(family.tiny_preset, overrides)

@@ -7,7 +7,7 @@ Transformer this is the familiar ``6 N`` FLOPs per token for the non-embedding p
 attention term ``12 * n_layer * n_ctx * d_model`` per token. Recomputation (remat) is *not* model FLOPs
 (PaLM's MFU excludes it); it is returned separately as ``recompute`` for hardware-FLOPs utilisation.
 
-Each family gives its formula as ``Family.flops`` (e.g. ``ptm_jax/families/<name>/flops.py``);
+Each family gives its formula as ``Bench.flops`` (e.g. ``ptm_jax/families/<name>/flops.py``);
 ``train_step_flops`` asks the registry for ``cfg.model.family``. A family without one is measured by XLA's
 matmul count (``hlo_matmul_flops``), and ``ptm bench`` says so (``model_flops_source``).
 """
@@ -90,13 +90,13 @@ class StepFlops:
 
 def train_step_flops(cfg: RunConfig) -> StepFlops:
     """Model FLOPs of one train step of ``cfg`` (global batch ``cfg.train.batch_size``): the formula of the
-    model's family (``Family.flops``)."""
+    model's family (``Bench.flops``)."""
     from ptm_jax.families import registry
 
-    formula = registry.get(cfg.model.family).flops
+    formula = registry.get(cfg.model.family).bench.flops
     if formula is None:
         raise ConfigError(f"no FLOPs formula for model.family={cfg.model.family!r}; families with one: "
-                          f"{', '.join(n for n, f in registry.families().items() if f.flops)}")
+                          f"{', '.join(n for n, f in registry.families().items() if f.bench.flops)}")
     return formula(cfg)
 
 
@@ -120,7 +120,7 @@ def device_peak_flops(override_tflops: float, device_kind: str | None, devices: 
 def has_formula(family: str) -> bool:
     from ptm_jax.families import registry
 
-    return registry.get(family).flops is not None
+    return registry.get(family).bench.flops is not None
 
 
 def transformer_recompute(cfg: RunConfig, fwd: dict[str, float]) -> float:

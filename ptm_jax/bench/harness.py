@@ -57,7 +57,7 @@ def _dummy_corpus(cfg: RunConfig) -> Any:
     from ptm_jax.train.stages import build_artifacts
 
     family = registry.family_of_objective(cfg.objective)
-    if family.artifacts:  # the family's derived data, over these documents, in a scratch folder
+    if family.pretraining.artifacts:  # the family's derived data, over these documents, in a scratch folder
         corpus.artifacts = build_artifacts(cfg, corpus, family, fs.path(tempfile.mkdtemp(prefix="ptm-bench-")))
     return corpus
 
@@ -66,7 +66,7 @@ def build_bench_objective(cfg: RunConfig, mlm_head: str = "sparse") -> Any:
     from ptm_jax.families import registry
     from ptm_jax.objectives.registry import build_objective
 
-    if registry.family_of_objective(cfg.objective).bench_corpus == "configured":
+    if registry.family_of_objective(cfg.objective).bench.corpus == "configured":
         from ptm_jax.train.stages import prepare_corpus
 
         corpus = prepare_corpus(cfg)  # as `ptm data` does: into the run's cache, which the run then reuses
@@ -75,7 +75,7 @@ def build_bench_objective(cfg: RunConfig, mlm_head: str = "sparse") -> Any:
     objective = build_objective(cfg, corpus)
     if mlm_head == "sparse":
         return objective
-    variants = registry.get(cfg.model.family).bench_variants
+    variants = registry.get(cfg.model.family).bench.variants
     if mlm_head not in variants:
         raise ConfigError(f"--mlm-head={mlm_head!r}: expected sparse" + "".join(f" or {v}" for v in variants)
                           + f" for model.family={cfg.model.family!r}")
@@ -85,10 +85,10 @@ def build_bench_objective(cfg: RunConfig, mlm_head: str = "sparse") -> Any:
 def synthetic_batch(example: dict[str, np.ndarray], cfg: RunConfig, rng: np.random.Generator
                     ) -> dict[str, np.ndarray]:
     """Random data in the shapes and dtypes of ``example`` (one global batch): the family's own
-    (``Family.synthetic_batch``), else ``example`` unchanged."""
+    (``Bench.synthetic_batch``), else ``example`` unchanged."""
     from ptm_jax.families import registry
 
-    make = registry.get(cfg.model.family).synthetic_batch
+    make = registry.get(cfg.model.family).bench.synthetic_batch
     return make(example, cfg, rng) if make is not None else {k: np.array(v) for k, v in example.items()}
 
 

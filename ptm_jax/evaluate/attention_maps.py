@@ -1,7 +1,7 @@
 """`ptm attention MODEL "text"`: attention maps of chosen layers and heads, as a PNG grid and as an interactive,
 self-contained HTML head view.
 
-The probabilities come from the family's ``Family.attention_maps`` hook (BERT, GPT, XLNet's content stream):
+The probabilities come from the family's ``Inspection.attention_maps`` hook (BERT, GPT, XLNet's content stream):
 each model's attention sows its softmax into Flax's ``intermediates`` collection when the caller makes it
 mutable (``models/attention.py:sow_probs``, ``families/xlnet/two_stream.py``), and :func:`sown_probs` reads
 them back in layer order. Row ``[l, h, i]`` is query token i's distribution over the keys of head h in layer
@@ -68,12 +68,12 @@ def attention_maps(params: dict, model_cfg: Any, tokenizer: Any, text: str, *, l
     if not text.strip():
         raise DataError("ptm attention: the text is empty; give a sentence")
     fam = registry.get(model_cfg.family)
-    if fam.attention_maps is None:
-        able = sorted(n for n, f in registry.families().items() if f.attention_maps is not None)
+    if fam.inspection.attention_maps is None:
+        able = sorted(n for n, f in registry.families().items() if f.inspection.attention_maps is not None)
         raise ConfigError(f"model.family={model_cfg.family!r} has no attention maps; the families that do: "
                           f"{', '.join(able)}")
     lay, hd = _pick(layers, model_cfg.num_layers, "layers"), _pick(heads, model_cfg.num_heads, "heads")
-    tokens, probs = fam.attention_maps(params, model_cfg, tokenizer, text)
+    tokens, probs = fam.inspection.attention_maps(params, model_cfg, tokenizer, text)
     probs = np.asarray(probs, np.float32)
     return list(tokens), probs[lay][:, hd], lay, hd
 

@@ -1,4 +1,4 @@
-"""`ptm perplexity`: held-out perplexity of a causal LM (a family with Family.perplexity) on a text file."""
+"""`ptm perplexity`: held-out perplexity of a causal LM (a family with Inspection.perplexity) on a text file."""
 from __future__ import annotations
 
 import argparse
@@ -11,9 +11,9 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
     from ptm_jax.families import registry
 
     params, cfg, info, tok_dir = load_params(args.model)
-    perplexity = registry.get(cfg.family).perplexity
+    perplexity = registry.get(cfg.family).inspection.perplexity
     if perplexity is None:
-        able = [n for n, f in registry.families().items() if f.perplexity is not None]
+        able = [n for n, f in registry.families().items() if f.inspection.perplexity is not None]
         raise ConfigError(f"{args.model}: model.family={cfg.family!r}; `ptm perplexity` needs a causal LM of a "
                           f"family that scores text ({', '.join(able)})")
     result = perplexity(params, cfg, load_tokenizer(info, tok_dir), args.file, seq_len=args.seq_len,

@@ -14,8 +14,8 @@
    frozen table, per-layer features through the scalar mix; pairs through the same head,
    ``[u; v; |u - v|; u * v]``), and CoNLL-2003 NER (``[conll]``) under a BiLSTM tagger over the same features.
 4. **Tasks finetuned** (``mode='finetune'``): each ``[glue]`` task with the family's own classifier
-   (``Family.classifier``: BERT's pooled [CLS], GPT's input transformations, XLNet's <cls> summary), and
-   CoNLL-2003 with the family's own tagger (``Family.tasks['conll2003']``), trained end to end from the entry's
+   (``Finetuning.classifier``: BERT's pooled [CLS], GPT's input transformations, XLNet's <cls> summary), and
+   CoNLL-2003 with the family's own tagger (``Finetuning.tasks['conll2003']``), trained end to end from the entry's
    pretraining through ``ptm finetune``'s stage; an entry whose family has none gets no finetuned cell.
 
 Stages 3-4 run ``fit`` in ``<entry>/<section>-<mode>/finetune-<task>`` (section ``glue`` or ``conll``): a finished
@@ -147,7 +147,7 @@ def xla_step_flops(cfg) -> float:
 
 
 def step_flops(cmp: dict, entry: dict) -> tuple[float | None, str]:
-    """FLOPs of one train step: the family's formula (``Family.flops``), else XLA's matmul count of the compiled
+    """FLOPs of one train step: the family's formula (``Bench.flops``), else XLA's matmul count of the compiled
     step (:func:`xla_step_flops`, one extra compile); cached in budget.json."""
     from ptm_jax.families import registry
 
@@ -159,8 +159,8 @@ def step_flops(cmp: dict, entry: dict) -> tuple[float | None, str]:
     fam = registry.get(cfg.model.family)
     value, source = None, "none"
     try:
-        if fam.flops is not None:
-            value, source = float(fam.flops(cfg).train), "formula"
+        if fam.bench.flops is not None:
+            value, source = float(fam.bench.flops(cfg).train), "formula"
         else:
             value, source = xla_step_flops(cfg), "xla_matmul"
     except Exception as e:  # a family whose step the bench cannot build: the table says so
@@ -211,7 +211,7 @@ def compare_tasks(cmp: dict, mode: str) -> list[str]:
 
 def task_available(cmp: dict, entry: dict, task: str, mode: str) -> str:
     """'' when ``task`` in ``mode`` applies to the entry's family, else why not (the registry's hooks: word
-    features or vectors for 'feature'; ``Family.classifier`` for a finetuned GLUE task, ``Family.tasks`` for
+    features or vectors for 'feature'; ``Finetuning.classifier`` for a finetuned GLUE task, ``Finetuning.tasks`` for
     finetuned CoNLL-2003)."""
     from ptm_jax.evaluate.features import supports_features
     from ptm_jax.families import registry
@@ -221,8 +221,8 @@ def task_available(cmp: dict, entry: dict, task: str, mode: str) -> str:
         return "" if supports_features(cfg.model) else "no word features"
     family = registry.get(cfg.model.family)
     if task == CONLL_TASK:
-        return "" if CONLL_TASK in family.tasks else "no tagger"
-    return "" if family.classifier is not None else "no classifier"
+        return "" if CONLL_TASK in family.finetuning.tasks else "no tagger"
+    return "" if family.finetuning.classifier is not None else "no classifier"
 
 
 def task_config(cmp: dict, entry: dict, task: str, mode: str):

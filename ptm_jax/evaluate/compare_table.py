@@ -64,7 +64,7 @@ def row_of(cmp: dict, entry: dict) -> dict[str, Any]:
     flops = budget.get("flops_per_step")
     row: dict[str, Any] = {
         "entry": entry["name"], "family": family.name, "objective": cfg.objective,
-        "representation": "contextual" if family.word_features is not None else "static",
+        "representation": "contextual" if family.inspection.word_features is not None else "static",
         "direction": DIRECTIONS.get(entry.get("direction", ""), entry.get("direction", "?")),
         "note": entry.get("note", ""),
         "budget": (f"{budget['target_steps']} steps" if budget.get("target_steps") else

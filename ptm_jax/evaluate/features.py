@@ -1,4 +1,4 @@
-"""Per-word, per-layer features of any model: the spine's reader of ``Family.word_features``.
+"""Per-word, per-layer features of any model: the spine's reader of ``Inspection.word_features``.
 
 ``word_features(params, model_cfg, tokenizer, sentences)`` returns one float32 ``[L, n_words, D]`` array per
 sentence (a sentence is a list of words, as CoNLL-2003 gives them). A contextual family (BERT, GPT, XLNet)
@@ -19,7 +19,7 @@ word, laid out with the family's specials, the first piece's position kept), :fu
 ``[B, S] -> [L, B, S, D]`` forward over length-bucketed batches, gathered back to words) and
 :func:`inference_model` (dropout off, no remat, the loop layout of the layer stack, so Flax's
 ``capture_intermediates`` sees each layer). A Transformer family gives its trunk as a :class:`WordEncoder`
-(``Family.word_encoder``: the differentiable ``[B, S] -> [L+1, B, S, H]`` function, its init and input layout),
+(``Inspection.word_encoder``: the differentiable ``[B, S] -> [L+1, B, S, H]`` function, its init and input layout),
 and its ``word_features`` hook is then :func:`encoder_word_features`; the same encoder is what a task model
 finetunes end to end under a word-level head (``objectives/feature_tasks.py``).
 
@@ -64,13 +64,13 @@ def family_of(model_cfg: Any):
 
 def supports_features(model_cfg: Any) -> bool:
     fam = family_of(model_cfg)
-    return any(getattr(fam, h, None) is not None for h in ("word_features", "subword_vectors", "word_vectors"))
+    return bool({"word_features", "word_vectors"} & fam.capabilities)
 
 
 def num_layers(model_cfg: Any) -> int:
     """How many feature layers :func:`word_features` returns: 1 + the layer stack, or 1 for static vectors."""
     fam = family_of(model_cfg)
-    if fam.word_features is None:
+    if fam.inspection.word_features is None:
         return 1
     return 1 + int(model_cfg.num_layers)
 
@@ -112,17 +112,17 @@ def word_features(params: dict, model_cfg: Any, tokenizer: Any, sentences: Seque
     if batch_size < 1:
         raise ConfigError(f"batch_size={batch_size} must be at least 1")
     fam = family_of(model_cfg)
-    if fam.word_features is not None:
-        arrays = fam.word_features(params, model_cfg, tokenizer, sentences, batch_size=batch_size)
+    if fam.inspection.word_features is not None:
+        arrays = fam.inspection.word_features(params, model_cfg, tokenizer, sentences, batch_size=batch_size)
         oov = sum(int(np.sum(~np.any(a != 0, axis=(0, 2)))) for a in arrays)
-    elif getattr(fam, "subword_vectors", None) is not None:  # fastText: every word has a vector (n-grams)
+    elif fam.inspection.subword_vectors is not None:  # fastText: every word has a vector (n-grams)
         vocab = list(dict.fromkeys(w for s in sentences for w in s))
-        table = np.asarray(fam.subword_vectors(params, model_cfg, tokenizer, vocab), np.float32)
+        table = np.asarray(fam.inspection.subword_vectors(params, model_cfg, tokenizer, vocab), np.float32)
         row = {w: i for i, w in enumerate(vocab)}
         arrays = [table[[row[w] for w in s]][None].reshape(1, len(s), table.shape[1]) for s in sentences]
         oov = sum(int(np.sum(~np.any(a != 0, axis=(0, 2)))) for a in arrays)
-    elif fam.word_vectors is not None:
-        arrays, oov = static_features(np.asarray(fam.word_vectors(params, model_cfg), np.float32), tokenizer,
+    elif fam.inspection.word_vectors is not None:
+        arrays, oov = static_features(np.asarray(fam.inspection.word_vectors(params, model_cfg), np.float32), tokenizer,
                                       sentences)
         if oov:
             log.info("%d of %d words are out of the vocabulary: their features are zeros", oov,
@@ -131,7 +131,7 @@ def word_features(params: dict, model_cfg: Any, tokenizer: Any, sentences: Seque
         from ptm_jax.families import registry
 
         able = sorted(n for n, f in registry.families().items()
-                      if f.word_features or f.word_vectors or getattr(f, "subword_vectors", None))
+                      if f.inspection.word_features or f.inspection.word_vectors or f.inspection.subword_vectors)
         raise ConfigError(f"model.family={model_cfg.family!r} gives no word features; the families that do: "
                           f"{', '.join(able)}")
     arrays = [np.asarray(a, np.float32) for a in arrays]
@@ -259,7 +259,7 @@ def run_layers(key: tuple, build: Callable[[], Callable], params: Any, rows: lis
 
 @dataclasses.dataclass(frozen=True)
 class WordEncoder:
-    """A family's trunk as a differentiable function of its parameters (``Family.word_encoder``): what
+    """A family's trunk as a differentiable function of its parameters (``Inspection.word_encoder``): what
     ``word_features`` runs frozen, and what a task model trains end to end under a word-level head
     (``objectives/feature_tasks.py`` with ``features.freeze_features=false``).
 
@@ -295,7 +295,7 @@ class WordEncoder:
 
 def encoder_word_features(encoder: WordEncoder, params: dict, tokenizer: Any, sentences: list[list[str]], *,
                           batch_size: int = 32) -> list[np.ndarray]:
-    """``Family.word_features`` of a family with a :class:`WordEncoder`: every layer at each word's first piece."""
+    """``Inspection.word_features`` of a family with a :class:`WordEncoder`: every layer at each word's first piece."""
     from ptm_jax.export.params import to_layout
 
     rows = encoder.encode(tokenizer, sentences)
@@ -312,8 +312,8 @@ def inference_config(model_cfg: Any) -> Any:
 
 
 def trunk_of(model_cfg: Any) -> str:
-    """The params key of the family's trunk (``Family.trunk``)."""
-    trunk = family_of(model_cfg).trunk
+    """The params key of the family's trunk (``ParamLayout.trunk``)."""
+    trunk = family_of(model_cfg).layout.trunk
     if not trunk:
         raise ConfigError(f"model.family={model_cfg.family!r} declares no trunk key")
     return trunk

@@ -1,5 +1,5 @@
 """`ptm neighbors | analogy | eval-vectors`, and `ptm export --format text_vectors|binary_vectors`: static word
-vectors on the command line, for every family with the ``Family.word_vectors`` hook.
+vectors on the command line, for every family with the ``Inspection.word_vectors`` hook.
 
 MODEL is a run directory or params directory (``export/params.load_params``; the family's ``word_vectors`` hook
 gives the matrix and the run's word vocabulary its words) or a vector file (word2vec.c's text or binary format,
@@ -30,16 +30,16 @@ def load_word_vectors(model: str) -> WordVectors:
 
     params, cfg, info, tok_dir = load_params(model)
     fam = registry.get(cfg.family)
-    if fam.word_vectors is None and fam.subword_vectors is None:
+    if fam.inspection.word_vectors is None and fam.inspection.subword_vectors is None:
         able = sorted(n for n, f in registry.families().items() if "word_vectors" in f.capabilities)
         raise ConfigError(f"{model}: model.family={cfg.family!r} exports no static word vectors; the families "
                           f"that do: {', '.join(able)} (or pass a text vector file)")
     tokenizer = load_tokenizer(info, tok_dir)
-    if fam.subword_vectors is None:
-        return WordVectors.from_vocab(fam.word_vectors(params, cfg), tokenizer, source=str(model))
+    if fam.inspection.subword_vectors is None:
+        return WordVectors.from_vocab(fam.inspection.word_vectors(params, cfg), tokenizer, source=str(model))
 
     def vectors_of(words):  # a subword family: any word's vector from its units
-        return fam.subword_vectors(params, cfg, tokenizer, list(words))
+        return fam.inspection.subword_vectors(params, cfg, tokenizer, list(words))
 
     matrix = vectors_of(tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size))
     return WordVectors.from_vocab(matrix, tokenizer, source=str(model), oov=vectors_of)

@@ -1,6 +1,6 @@
 """Static word vectors: lookup, cosine neighbours, analogies and word-similarity correlation.
 
-Every family that exports static vectors (``Family.word_vectors``) is evaluated and queried through this one
+Every family that exports static vectors (``Inspection.word_vectors``) is evaluated and queried through this one
 module; ``evaluate/vector_commands.py`` puts it on the command line and ``export/vector_files.py`` reads and
 writes the vectors as files.
 
@@ -75,7 +75,7 @@ class WordVectors:
         self.source = source
         self.oov = oov
         """None, or words -> float32 [n, dim]: vectors of words outside ``words`` (a subword family's
-        ``Family.subword_vectors``); ``neighbors`` and ``analogy`` use it for a word ``lookup`` does not find."""
+        ``Inspection.subword_vectors``); ``neighbors`` and ``analogy`` use it for a word ``lookup`` does not find."""
         self._unit: np.ndarray | None = None
         self._index: dict[bool, dict[str, int]] = {}
         self._variants: dict[str, list[int]] | None = None

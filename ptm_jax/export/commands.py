@@ -103,7 +103,7 @@ def embed_texts(params: dict, cfg: TransformerConfig, tokenizer, texts: Sequence
     from ptm_jax.families import registry
 
     fam = registry.get(cfg.family)
-    encoder = registry.require(fam, "task_heads", "sentence embeddings").get("encoder")
+    encoder = registry.require(fam, "finetuning.task_heads", "sentence embeddings").get("encoder")
     if encoder is None:
         raise ConfigError(f"model.family={cfg.family!r} does not support sentence embeddings (no encoder head)")
     if pooling not in ("mean", "cls"):
@@ -127,7 +127,7 @@ def embed_texts(params: dict, cfg: TransformerConfig, tokenizer, texts: Sequence
 
         _COMPILED[key] = jax.jit(fn)
     ids, segs = encode_inputs(tokenizer, texts, None, max_length)
-    out = run_batched(_COMPILED[key], jax.device_put(params[fam.trunk]), ids, segs, max_length, batch_size)
+    out = run_batched(_COMPILED[key], jax.device_put(params[fam.layout.trunk]), ids, segs, max_length, batch_size)
     return out.reshape(len(texts), cfg.hidden_size).astype(np.float32)
 
 
@@ -142,7 +142,7 @@ def classify_texts(params: dict, cfg: TransformerConfig, num_labels: int, tokeni
     from ptm_jax.families import registry
 
     fam = registry.get(cfg.family)
-    classifier = fam.task_heads.get("sequence_classification")
+    classifier = fam.finetuning.task_heads.get("sequence_classification")
     if classifier is None or "classify" not in fam.capabilities:
         raise ConfigError(f"model.family={cfg.family!r} does not support `ptm predict` (sequence classification)")
     max_length = min(max_length, cfg.max_position_embeddings)
@@ -176,7 +176,7 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     from ptm_jax.families import registry
 
     fam = registry.hf_family(hf_model_type(args.dir))
-    out = fam.hf.import_dir(args.dir, args.out, head=args.head, overwrite=args.force)
+    out = fam.interop.hf.import_dir(args.dir, args.out, head=args.head, overwrite=args.force)
     _, cfg, info, _ = load_params(out)
     print(f"imported {args.dir} -> {out}: head {info['head']}, {cfg.num_layers} layers, hidden "
           f"{cfg.hidden_size}, vocab {cfg.vocab_size}" + (f"; dropped {', '.join(info['dropped'])}"
@@ -216,7 +216,7 @@ def _export(args: argparse.Namespace) -> int:
         if src_info["head"] in params_lib.SPINE_HEADS:
             raise ConfigError(f"{args.src}: a {src_info['head']} model (an MT-DNN SAN answer module on the encoder) "
                               "has no Hugging Face architecture; export it with --format params or npz")
-        export_hf = registry.require(fam, "hf", "Hugging Face export (--format hf)").export_dir
+        export_hf = registry.require(fam, "interop.hf", "Hugging Face export (--format hf)").export_dir
         print(_export_hf_to(export_hf, args.src, args.out, args.force).summary(args.src))
         return 0
     params, cfg, info, tok_dir = params_lib.load_params(args.src)
@@ -335,7 +335,7 @@ def importers() -> dict[str, Any]:
     """Every registered family's weight importers: format -> (family name, Importer)."""
     from ptm_jax.families import registry
 
-    return {fmt: (f.name, imp) for f in registry.families().values() for fmt, imp in f.importers.items()}
+    return {fmt: (f.name, imp) for f in registry.families().values() for fmt, imp in f.interop.importers.items()}
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -362,7 +362,7 @@ def register(subparsers) -> None:
     from ptm_jax.export.params import heads
     from ptm_jax.families import registry
 
-    types = ", ".join(t for f in registry.families().values() if f.hf for t in f.hf.model_types)
+    types = ", ".join(t for f in registry.families().values() if f.interop.hf for t in f.interop.hf.model_types)
     p = subparsers.add_parser("import-hf", help=f"convert a local Hugging Face folder ({types}) to a "
                               "params directory",
                               description=f"Reads config.json (model_type {types}), "

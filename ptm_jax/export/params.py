@@ -8,9 +8,9 @@ never leaves a half-written directory that loads.
 ``load_params`` also accepts a training run (its output dir, a stage dir or a ``checkpoints`` dir written
 by ``ptm_jax.checkpoint.Checkpointer``: the latest step's ``state['params']`` is read alone, as numpy,
 whatever mesh wrote it) and a Hugging Face folder (converted on the fly by the converter of the family that
-claims its ``model_type``, ``Family.hf``).
+claims its ``model_type``, ``Interop.hf``).
 
-Tree convention: ``params[<trunk>]`` is always the family's trunk (``Family.trunk``), whatever the head;
+Tree convention: ``params[<trunk>]`` is always the family's trunk (``ParamLayout.trunk``), whatever the head;
 heads sit beside it ('mlm', 'nsp', 'classifier', 'qa_outputs'). Apply a model with ``{'params': params}``.
 """
 from __future__ import annotations
@@ -42,19 +42,19 @@ SPINE_HEADS = ("san_classification",)
 
 
 def heads() -> tuple[str, ...]:
-    """Every head a params directory may name: the union of the registered families' ``Family.heads`` and
+    """Every head a params directory may name: the union of the registered families' ``ParamLayout.heads`` and
     ``SPINE_HEADS``."""
     from ptm_jax.families import registry
 
-    return tuple(dict.fromkeys([*(h for fam in registry.families().values() for h in fam.heads), *SPINE_HEADS]))
+    return tuple(dict.fromkeys([*(h for fam in registry.families().values() for h in fam.layout.heads), *SPINE_HEADS]))
 
 
 def trunks() -> dict[str, str]:
     """Trunk key -> the sub-tree holding its layer stack (layers_0..N-1, or layers/layer stacked), of every
-    registered family (``Family.trunk``, ``Family.stack``)."""
+    registered family (``ParamLayout.trunk``, ``ParamLayout.stack``)."""
     from ptm_jax.families import registry
 
-    return {f.trunk: f.stack for f in registry.families().values() if f.trunk}
+    return {f.layout.trunk: f.layout.stack for f in registry.families().values() if f.layout.trunk}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -133,7 +133,7 @@ def unstack_layers(params: dict) -> dict:
 def to_layout(params: dict, scan: bool) -> dict:
     table = trunks()
     trunk = next((t for t in table if t in params), None)
-    if trunk is not None and table[trunk] is None:  # a family without a layer stack (Family.stack None)
+    if trunk is not None and table[trunk] is None:  # a family without a layer stack (ParamLayout.stack None)
         return params
     return stack_layers(params) if scan else unstack_layers(params)
 
@@ -166,7 +166,7 @@ def unflatten(flat: dict[str, np.ndarray]) -> dict:
 
 def infer_head(params: dict, hint: str | None = None) -> str:
     """Head of a parameter tree; ``hint`` (a checkpoint's meta['head']) wins when given. Otherwise the family
-    whose trunk the tree holds says (``Family.infer_head``)."""
+    whose trunk the tree holds says (``ParamLayout.infer_head``)."""
     from ptm_jax.families import registry
 
     if hint:
@@ -174,9 +174,9 @@ def infer_head(params: dict, hint: str | None = None) -> str:
             raise CheckpointError(f"unknown head {hint!r}; expected one of {', '.join(heads())}")
         return hint
     fam = registry.family_of_params(params)
-    if fam is None or fam.infer_head is None:
+    if fam is None or fam.layout.infer_head is None:
         return "encoder"
-    return fam.infer_head(params)
+    return fam.layout.infer_head(params)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -434,7 +434,7 @@ def load_params(path: str | Path) -> tuple[dict, Any, dict[str, Any], Path | Non
             p = fs.local_copy(p)
         from ptm_jax.families import registry
 
-        return registry.hf_family(hf_model_type(p)).hf.load(p)
+        return registry.hf_family(hf_model_type(p)).interop.hf.load(p)
     raise CheckpointError(f"{p}: is neither a params directory (ptm.json), a training run (checkpoints/) nor a "
                           "Hugging Face model folder (config.json)")
 

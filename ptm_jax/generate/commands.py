@@ -75,11 +75,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     prompts = _prompts(args)
     params, cfg, info, tok_dir = load_params(args.model)
     fam = registry.get(cfg.family)
-    if fam.generate is None or fam.trunk not in params:
-        able = [n for n, f in registry.families().items() if f.generate is not None]
+    if fam.inspection.generate is None or fam.layout.trunk not in params:
+        able = [n for n, f in registry.families().items() if f.inspection.generate is not None]
         raise ConfigError(f"{args.model}: is a {cfg.family!r} model; `ptm generate` needs a causal LM of a family "
                           f"that decodes ({', '.join(able)})")
-    generate = fam.generate
+    generate = fam.inspection.generate
     codec = _Codec(info, tok_dir)
     eos = codec.eos_id if codec.eos_id is not None and 0 <= codec.eos_id < cfg.vocab_size else None
     max_length = args.max_length or cfg.max_position_embeddings

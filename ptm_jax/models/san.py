@@ -130,7 +130,7 @@ class SANAnswer(nn.Module):
 
 
 class EncoderWithSAN(nn.Module):
-    """A family's encoder (``Family.task_heads['encoder']``, under its trunk key) with a SAN answer module as
+    """A family's encoder (``Finetuning.task_heads['encoder']``, under its trunk key) with a SAN answer module as
     its 'classifier': the single-task model of a pair task that MT-DNN trained with ``mtdnn.answer=san``
     (``ptm eval`` of its best model)."""
 

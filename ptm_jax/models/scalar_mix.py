@@ -7,7 +7,7 @@ layer normalization (Ba et al., 2016) to each biLM layer before weighting"). As 
 (``allennlp/modules/scalar_mix.py``), the normalisation is over ALL the real positions of the batch and all
 dimensions of a layer (one mean and variance per layer, the mask excluding padding), with no learned scale.
 
-Task models use it on frozen or trainable features (``Family.word_features`` / ``evaluate/features.py``):
+Task models use it on frozen or trainable features (``Inspection.word_features`` / ``evaluate/features.py``):
 ``ScalarMix(num_layers)(layers [L, ..., D], mask [...])``. ``trainable=False`` keeps s uniform and gamma 1
 (a fixed average of the layers).
 """

@@ -6,8 +6,9 @@ new family plugs in by adding one class and registering it in its family package
 
 The contracts are runtime-checkable protocols, asked with ``isinstance`` rather than attribute probing:
 ``Objective`` (every objective), ``CarriesState`` (a step feeds state to the next one), ``TaskObjective``
-(finetuning tasks: predictions and task metrics), ``ReadsRows`` (one stream yields any rows of a batch) and
-``ReportsBaseline`` (a reference figure for the final report). ``accepts_grad_accum`` says whether an
+(finetuning tasks: predictions and task metrics), ``ReadsRows`` (one stream yields any rows of a batch),
+``ReportsBaseline`` (a reference figure for the final report), ``SavesParams`` (the kept model differs from the
+trained tree) and ``PacksExamples`` (rows hold several examples). ``accepts_grad_accum`` says whether an
 objective's loss may be split into microbatches; ``check_grad_accum`` turns a refusal into a ConfigError naming
 ``train.grad_accum_steps``.
 
@@ -142,6 +143,23 @@ class WritesPredictions(Protocol):
 class ReportsBaseline(Protocol):
     def baseline(self, global_batch: int) -> dict[str, float]:
         """A reference figure the trained model must beat (e.g. a unigram model's perplexity)."""
+
+
+@runtime_checkable
+class SavesParams(Protocol):
+    """Optional: the kept model (``<stage>/best``) holds other params than the trained tree (ConSERT's bare encoder
+    without its NLI head, LoRA's kernels with the adapters merged); ``train/finetune.py`` KeepBest saves these."""
+
+    def saved_params(self, params: Any) -> Any:
+        """The tree to save from the trained ``params``."""
+
+
+@runtime_checkable
+class PacksExamples(Protocol):
+    """Optional: several training examples share a row (``data/tasks/packing.py``); ``num_train`` counts rows and
+    ``num_examples`` the examples in them, which the finetuning summary reports."""
+
+    num_examples: int
 
 
 def accepts_grad_accum(objective: Any) -> bool:

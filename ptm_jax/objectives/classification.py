@@ -54,7 +54,7 @@ class SequenceClassificationObjective(ArrayTaskData):
         self.num_train = len(train or ())
         self.primary_metric = PRIMARY.get(spec.name, "accuracy")
 
-    # the two hooks a model family overrides (its Family.classifier class)
+    # the two hooks a model family overrides (its Finetuning.classifier class)
     def build_model(self, model_cfg: TransformerConfig):
         return task_head(model_cfg, "sequence_classification")(model_cfg, self.num_labels, self.fcfg.classifier_dropout)
 

@@ -91,7 +91,7 @@ class NliObjective(ContrastiveObjective):
         from ptm_jax.families import registry
 
         # training keeps the model's dropout (SBERT, and the reference's supervised runs); evaluation does not
-        self.dropout_model = SentenceEncoder(self.model.encoder, model_cfg, registry.get(model_cfg.family).trunk)
+        self.dropout_model = SentenceEncoder(self.model.encoder, model_cfg, registry.get(model_cfg.family).layout.trunk)
         self.train["labels"] = np.asarray(labels, np.float32)  # class indices, float like the dev scores
 
     def init(self, rng, batch):

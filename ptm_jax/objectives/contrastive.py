@@ -25,7 +25,7 @@ computed from all rows, XLA gathering the sharded embeddings, so every shard see
 
 Evaluation: STS-B dev, the Spearman correlation of the cosine similarity of the two sentences' mean-pooled
 embeddings with the gold scores (the primary metric: best-model selection and ``ptm eval``). The model is the
-family's bare encoder (``Family.task_heads['encoder']``, no pooler), saved with head 'encoder', so the
+family's bare encoder (``Finetuning.task_heads['encoder']``, no pooler), saved with head 'encoder', so the
 result folder ``<run>/finetune-consert/best`` serves ``ptm embed --pooling mean``.
 
 The encoder's dropout is off (the reference's unsupervised runs pass ``--no_dropout``); the 'dropout'
@@ -138,7 +138,7 @@ class ContrastiveObjective(ArrayTaskData):
                               f"embedding output, which the encoder of model.family={model_cfg.family!r} does "
                               "not expose (no embedding_hook); use shuffle or none")
         quiet = dataclasses.replace(model_cfg, hidden_dropout=0.0, attention_dropout=0.0)
-        self.model = SentenceEncoder(encoder, quiet, registry.get(model_cfg.family).trunk)
+        self.model = SentenceEncoder(encoder, quiet, registry.get(model_cfg.family).layout.trunk)
         max_len = fcfg.max_seq_length
         self.train = featurize([a for a, _ in train], [b for _, b in train], None, tokenizer, max_len) \
             if train else None

@@ -11,7 +11,7 @@ Four kinds of source, one rule each:
   words and the evaluation words that the vectors know; a word the vectors lack gets U(-a, a) with a chosen so
   that it has the variance of the pretrained rows (Kim Sec. 3.1). A file lookup takes the exact word, else its
   first case-insensitive match; a model's lookup follows its tokenizer's case rule (``evaluate/features.py``).
-* a model whose family gives per-layer features (``Family.word_features``: BERT, GPT, XLNet, ELMo, ...):
+* a model whose family gives per-layer features (``Inspection.word_features``: BERT, GPT, XLNet, ELMo, ...):
   ``evaluate/features.word_features`` of every sentence, computed once and cached on disk
   (:func:`cached_features`, keyed by the model's files and the sentences), held as one float16 array of all
   words (:class:`FeatureStore`) and gathered into dense ``[B, L, T, D]`` batches. The task model mixes the L
@@ -130,13 +130,13 @@ def resolve_source(init: str) -> Source:
 
     params, model_cfg, tokenizer = features.load_model(init)
     fam = features.family_of(model_cfg)
-    if fam.word_features is not None:
+    if fam.inspection.word_features is not None:
         n = features.num_layers(model_cfg)
         return Source("layers", f"frozen per-layer features of {path} (family {model_cfg.family}, {n} layers)",
                       0, key=_files_key(path), params=params, model_cfg=model_cfg, tokenizer=tokenizer,
                       num_layers=n)
-    if fam.word_vectors is not None:
-        matrix = np.asarray(fam.word_vectors(params, model_cfg), np.float32)
+    if fam.inspection.word_vectors is not None:
+        matrix = np.asarray(fam.inspection.word_vectors(params, model_cfg), np.float32)
 
         def lookup(word: str):
             i = features.static_ids(tokenizer, word)

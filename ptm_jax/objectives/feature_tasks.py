@@ -19,7 +19,7 @@ mix (softmax weights and gamma, Peters et al. 2018 Eq. 1) and the head: the feat
 vectors) whose vector is concatenated with the mix, ``[x_k; ELMo_k]`` as ELMo's task models read it, and
 ``features.feature_norm`` normalises the layers first. With static vectors the table is a parameter, frozen by a
 parameter-group rule unless ``features.freeze_embeddings=false`` (Kim 2014's CNN-static / CNN-non-static).
-With ``features.freeze_features=false`` a model with ``Family.word_encoder`` (BERT, GPT, XLNet, ERNIE) is
+With ``features.freeze_features=false`` a model with ``Inspection.word_encoder`` (BERT, GPT, XLNet, ERNIE) is
 finetuned end to end under the head: its parameters sit beside the head's under its trunk key, started from
 ``finetune.init``, and every step runs it on the batch's pieces (its dropout off) and mixes its layers at the
 words' first pieces, so the gradient of the head's loss reaches every layer (the fine-tuning setting of the
@@ -79,7 +79,7 @@ class FeatureInputs:
     """Turns sentences (lists of words) into model inputs for one source: ``ids``/``mask`` rows for a word
     table; store row numbers and ``mask`` for frozen per-layer features (gathered per batch by :meth:`expand`);
     or, finetuning end to end (``features.freeze_features=false``), the trunk's input ``pieces``/``piece_mask``
-    with each word's first piece ``first`` [T] (-1: cut), run through ``Family.word_encoder`` at every step
+    with each word's first piece ``first`` [T] (-1: cut), run through ``Inspection.word_encoder`` at every step
     (:meth:`encoder_features`). ``max_seq_length`` bounds the words (T) and, end to end, the pieces too."""
 
     def __init__(self, source: Source, fcfg: FinetuneConfig, hcfg: Any, train: Sequence[Sequence[str]],
@@ -105,14 +105,14 @@ class FeatureInputs:
             from ptm_jax.evaluate.features import family_of
 
             fam = family_of(source.model_cfg)
-            if fam.word_encoder is None:
+            if fam.inspection.word_encoder is None:
                 from ptm_jax.families import registry
 
-                able = sorted(n for n, f in registry.families().items() if f.word_encoder is not None)
+                able = sorted(n for n, f in registry.families().items() if f.inspection.word_encoder is not None)
                 raise ConfigError(f"features.freeze_features=false: model.family={fam.name!r} gives its features "
-                                  f"frozen only (no Family.word_encoder); families that finetune end to end under "
+                                  f"frozen only (no Inspection.word_encoder); families that finetune end to end under "
                                   f"a head: {', '.join(able)}")
-            self.encoder = fam.word_encoder(source.model_cfg, source.tokenizer)
+            self.encoder = fam.inspection.word_encoder(source.model_cfg, source.tokenizer)
         elif source.kind == "layers":
             self.store = FeatureStore()
         else:
@@ -230,6 +230,8 @@ class FeatureData:
     its trunk key and its features are computed inside the loss."""
 
     features: FeatureInputs
+    pair: bool = False
+    """Whether the examples are sentence pairs (a classification task over two texts); a tagger's never are."""
 
     def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
         ref = self.train if self.train is not None else self.dev

@@ -206,7 +206,8 @@ def build_swag(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: boo
     held = read_swag(held_file, labelled=eval_split == "dev")
     from ptm_jax.families import registry
 
-    own = registry.get(model_cfg.family).task_objectives.get("multiple_choice")  # e.g. its input transformation
+    # the family's own objective, e.g. its input transformation
+    own = registry.get(model_cfg.family).finetuning.task_objectives.get("multiple_choice")
     objective_cls = own() if own is not None else MultipleChoiceObjective
     obj = objective_cls(model_cfg, f, train, held, tokenizer, name="swag")
     counts = f"{len(train)} train / " if want_train else ""
@@ -223,5 +224,5 @@ TASK_BUILDERS: dict[str, Callable[..., tuple[Any, str]]] = {
     "conll2003": build_conll,
     "swag": build_swag,
 }
-"""The spine's builders (``data/tasks/registry.TaskDecl.builder`` names them), for ``Family.tasks``."""
+"""The spine's builders (``data/tasks/registry.TaskDecl.builder`` names them), for ``Finetuning.tasks``."""
 

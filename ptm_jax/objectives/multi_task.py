@@ -248,7 +248,7 @@ def answer_of(task: TaskData, mcfg: Any) -> str:
 
 
 class MultiTaskModel(nn.Module):
-    """The family's encoder (``Family.task_heads['encoder']``, named as its trunk so pretrained weights merge)
+    """The family's encoder (``Finetuning.task_heads['encoder']``, named as its trunk so pretrained weights merge)
     with its pooler, one dropout, and a head per task (``head_<i>`` for the i-th task; numbered, not named, so
     one-task models of different tasks compile to the same program) -> a tuple of float32 [B, outputs] per
     task. A head is the single-task classifier's ``Dense`` on the pooled [CLS] ('linear'), or the SAN answer
@@ -306,7 +306,7 @@ class MultiTaskObjective:
                 raise ConfigError(f"finetune.batch_size={self.batch_size} is not a multiple of "
                                   f"mtdnn.ranking_candidates={t.candidates} (task {t.name}): a batch holds whole "
                                   "candidate groups")
-        self.trunk = registry.get(model_cfg.family).trunk
+        self.trunk = registry.get(model_cfg.family).layout.trunk
         san = san_settings(mcfg)
         self.answers = tuple(answer_of(t, mcfg) for t in self.tasks)
         self.model = MultiTaskModel(task_head(model_cfg, "encoder"), model_cfg, self.trunk,

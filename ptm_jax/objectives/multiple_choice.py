@@ -117,7 +117,7 @@ class MultipleChoiceObjective(ArrayTaskData):
             raise DataError(f"{name}: dev examples have {self.dev['input_ids'].shape[1]} options, training "
                             f"examples {self.num_choices}")
 
-    # the two hooks a model family overrides (its Family.task_objectives['multiple_choice'])
+    # the two hooks a model family overrides (its Finetuning.task_objectives['multiple_choice'])
     def build_model(self, model_cfg: TransformerConfig):
         return task_head(model_cfg, "multiple_choice")(model_cfg, self.fcfg.classifier_dropout)
 

@@ -10,4 +10,4 @@ def build_objective(cfg: Any, corpus: Any):
     special ids); an unregistered name is a ConfigError listing the registered ones."""
     from ptm_jax.families import registry
 
-    return registry.family_of_objective(cfg.objective).objectives[cfg.objective](cfg, corpus)
+    return registry.family_of_objective(cfg.objective).pretraining.objectives[cfg.objective](cfg, corpus)

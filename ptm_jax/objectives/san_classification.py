@@ -59,5 +59,5 @@ def san_classifier(model_cfg: Any, num_labels: int, san: dict, dropout: float):
     from ptm_jax.models.san import EncoderWithSAN
     from ptm_jax.objectives.task_data import task_head
 
-    return EncoderWithSAN(task_head(model_cfg, "encoder"), model_cfg, registry.get(model_cfg.family).trunk,
+    return EncoderWithSAN(task_head(model_cfg, "encoder"), model_cfg, registry.get(model_cfg.family).layout.trunk,
                           num_labels, int(san["steps"]), dropout, float(san["step_dropout"]))

@@ -9,8 +9,8 @@ can never crowd the n-best lists). Evaluation predicts every window of every dev
 ``squad_postprocess.postprocess`` turns the logits into answer texts and ``squad_eval`` scores them with
 the official v1.1 / v2.0 rules; v2 also reports the best null-odds threshold (official script's sweep).
 
-The model is the family's ``question_answering`` head (``Family.task_heads``) and the feature layout its
-``Family.qa_layout``: a family whose reference puts the question after the document (zihangdai/xlnet
+The model is the family's ``question_answering`` head (``Finetuning.task_heads``) and the feature layout its
+``Finetuning.qa_layout``: a family whose reference puts the question after the document (zihangdai/xlnet
 run_squad.py: `doc <sep> query <sep> <cls>`) labels the null / out-of-window answer at its <cls> position.
 
 One difference from run_squad: the number of training steps counts features (windows), not questions, so
@@ -86,12 +86,12 @@ class SpanQAObjective(ArrayTaskData):
         from ptm_jax.families import registry
 
         fam = registry.get(model_cfg.family)
-        model_cls = fam.task_heads.get("question_answering")
+        model_cls = fam.finetuning.task_heads.get("question_answering")
         if model_cls is None:
             raise ConfigError(f"model.family={model_cfg.family!r} has no question-answering head")
         self.model = model_cls()(model_cfg)
         kw = dict(max_seq_length=fcfg.max_seq_length, doc_stride=fcfg.doc_stride,
-                  max_query_length=fcfg.max_query_length, layout=fam.qa_layout)
+                  max_query_length=fcfg.max_query_length, layout=fam.finetuning.qa_layout)
         train_features = convert_examples_to_features(list(train), tokenizer, is_training=True, **kw) if train else []
         if train and not train_features:
             raise DataError(f"{name}: none of the {len(train)} training questions has a locatable answer")

@@ -78,12 +78,12 @@ class ArrayTaskData:
 
 
 def task_head(model_cfg, head: str) -> type:
-    """The Flax module class of finetuning head ``head`` of the model's family (``Family.task_heads``), or a
+    """The Flax module class of finetuning head ``head`` of the model's family (``Finetuning.task_heads``), or a
     ConfigError saying that the family has none."""
     from ptm_jax.errors import ConfigError
     from ptm_jax.families import registry
 
-    get = registry.get(model_cfg.family).task_heads.get(head)
+    get = registry.get(model_cfg.family).finetuning.task_heads.get(head)
     if get is None:
         raise ConfigError(f"model.family={model_cfg.family!r} has no {head.replace('_', ' ')} head")
     return get()

@@ -11,7 +11,7 @@ writes the prediction files, dev or test split) -> ``<stage>/summary.json``. An 
 
 :func:`build_task` is the single-task job's objective for ``finetune.task`` (a task of
 ``data/tasks/registry.py``): the family's sequence classifier for GLUE and the embedded task, the family's
-builder (``Family.tasks``) for SQuAD, CoNLL-2003 and SWAG.
+builder (``Finetuning.tasks``) for SQuAD, CoNLL-2003 and SWAG.
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from ptm_jax.data.tasks.registry import take_subset
 from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import save_params
 from ptm_jax.jobs import registry as job_registry
+from ptm_jax.objectives.base import PacksExamples, SavesParams
 from ptm_jax.objectives.san_classification import SAN_HEAD, SanClassificationObjective
 from ptm_jax.parallel.batch_check import check_stage_batches
 from ptm_jax.parallel.mesh import make_mesh
@@ -50,7 +51,7 @@ GLUE_DIRS = {name: spec.dirname for name, spec in GLUE_TASKS.items() if name != 
 
 
 def _classifier_objective(model_cfg, fcfg):
-    """Sequence classification for the model family (``Family.classifier``: e.g. a pooled [CLS], a decoder's
+    """Sequence classification for the model family (``Finetuning.classifier``: e.g. a pooled [CLS], a decoder's
     input transformation or the final <cls> state)."""
     from ptm_jax.families import registry
 
@@ -58,7 +59,7 @@ def _classifier_objective(model_cfg, fcfg):
     if fcfg.pack_examples and "pack_examples" not in fam.capabilities:
         raise ConfigError(f"finetune.pack_examples=true is not implemented for model.family={model_cfg.family!r}: "
                           "set finetune.pack_examples=false")
-    return registry.require(fam, "classifier", "sequence classification finetuning")(fcfg)
+    return registry.require(fam, "finetuning.classifier", "sequence classification finetuning")(fcfg)
 
 
 def _check_num_labels(model_info: dict | None, spec, task: str) -> None:
@@ -103,12 +104,13 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev", *,
     from ptm_jax.families import registry
 
     fam = registry.get(model_cfg.family)
-    if task not in fam.tasks:
-        who = {n: sorted(f.tasks) for n, f in registry.families().items() if task in f.tasks}
+    if task not in fam.finetuning.tasks:
+        who = {n: sorted(f.finetuning.tasks) for n, f in registry.families().items() if task in f.finetuning.tasks}
         raise ConfigError(f"finetune.task={f.task!r} is not implemented for model.family={model_cfg.family!r} "
-                          f"(it supports GLUE and {', '.join(sorted(fam.tasks)) or 'nothing more'}); families "
+                          f"(it supports GLUE and {', '.join(sorted(fam.finetuning.tasks)) or 'nothing more'}); "
+                          f"families "
                           f"that finetune on it: {', '.join(who) or 'none'}")
-    return fam.tasks[task](cfg, model_cfg, tokenizer, eval_split, train=train, model_info=model_info)
+    return fam.finetuning.tasks[task](cfg, model_cfg, tokenizer, eval_split, train=train, model_info=model_info)
 
 
 def finetune_train_config(cfg: RunConfig, num_train: int) -> TrainConfig:
@@ -169,7 +171,7 @@ def stage_param_groups(cfg: RunConfig, model_cfg: Any) -> list:
     from ptm_jax.families import registry
 
     f = cfg.finetune
-    own = registry.get(model_cfg.family).param_groups
+    own = registry.get(model_cfg.family).layout.param_groups
     groups = [*(own(model_cfg, "finetune") if own else DEFAULT_RULES),
               *rules_from_config(f.param_groups, "finetune.param_groups")]
     if f.layerwise_lr_decay != 1.0:
@@ -210,12 +212,12 @@ def run_stage(cfg: RunConfig, *, stage: Path, objective: Any, task: str, descrip
         model_cfg = pretrained.model_cfg
         objective, param_groups = adapter_registry.get(f.adapter).wrap(
             config_lib.section(cfg, f.adapter), objective, param_groups, model_cfg=model_cfg,
-            trunk=registry.get(model_cfg.family).trunk, pretrained=pretrained.params)
+            trunk=registry.get(model_cfg.family).layout.trunk, pretrained=pretrained.params)
     if keepers is None:
         # an objective with a training-only head (ConSERT's NLI classifier) or an adapter says what the kept model
         # holds (saved_params)
         hooks = [KeepBest(stage, objective, pretrained.model_cfg, task, pretrained.tok_info, pretrained.tok_files,
-                          select=getattr(objective, "saved_params", None))]
+                          select=objective.saved_params if isinstance(objective, SavesParams) else None)]
     else:
         hooks = keepers(objective)
     meta = meta or {"config": config_lib.to_dict(cfg), "head": objective.head, "task": task, "init": str(init)}
@@ -242,16 +244,16 @@ def single_task(cfg: RunConfig, build: Callable[..., tuple[Any, str]], *, task: 
 
     pre = load_pretrained(cfg)
     objective, description = build(cfg, pre.model_cfg, pre.tokenizer)
-    if getattr(objective, "num_examples", objective.num_train) != objective.num_train:
-        description += (f"; packed: {objective.num_examples} training examples in {objective.num_train} rows "
+    examples = objective.num_examples if isinstance(objective, PacksExamples) else objective.num_train
+    if examples != objective.num_train:
+        description += (f"; packed: {examples} training examples in {objective.num_train} rows "
                         f"(batch_size counts rows)")
-    trunk = registry.get(pre.model_cfg.family).trunk
+    trunk = registry.get(pre.model_cfg.family).layout.trunk
     done = run_stage(cfg, stage=fs.path(cfg.output_dir) / f"finetune-{task.lower()}", objective=objective, task=task,
                      description=description, init=pre.init, pretrained=pre,
                      init_params=merge_encoder(pre.params, trunk, cfg.finetune.keep_head, pre.init),
                      param_groups=stage_param_groups(cfg, pre.model_cfg), stop_after=stop_after,
-                     summary_extra=lambda _: {"train_examples": getattr(objective, "num_examples",
-                                                                        objective.num_train)})
+                     summary_extra=lambda _: {"train_examples": examples})
     return done.summary
 
 

@@ -59,7 +59,7 @@ def load_pretrained(cfg: Any) -> Pretrained:
         raise ConfigError(f"finetune.max_seq_length={f.max_seq_length} exceeds the pretrained model's "
                           f"max_position_embeddings={model_cfg.max_position_embeddings} ({init}); lower it")
     tokenizer = load_tokenizer(info, tok_dir)
-    prepare = registry.get(model_cfg.family).prepare_finetune
+    prepare = registry.get(model_cfg.family).finetuning.prepare_finetune
     if prepare is not None:  # e.g. a vocabulary grown by the task's special tokens
         model_cfg = prepare(model_cfg, tokenizer)
     return Pretrained(params, model_cfg, info, tok_dir, tokenizer, str(init))

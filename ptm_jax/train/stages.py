@@ -37,9 +37,9 @@ class Corpus:
     train: SubsetSource
     eval: SubsetSource | None
     special: SpecialIds
-    """The special ids the family declares (``Family.specials``); the others are None."""
+    """The special ids the family declares (``Pretraining.specials``); the others are None."""
     artifacts: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """``Family.artifacts`` name -> value, built once beside the token cache (``prepare_corpus``)."""
+    """``Pretraining.artifacts`` name -> value, built once beside the token cache (``prepare_corpus``)."""
 
 
 def _sentences(cfg: RunConfig) -> Callable[[], Any]:
@@ -57,11 +57,11 @@ def _check_tokenizer_kind(cfg: RunConfig, family: Any) -> None:
 
 
 def special_ids(tok: Tokenizer, family: Any, objective: str) -> SpecialIds:
-    """The specials ``family`` declares (``Family.specials``), read from ``tok``; a ConfigError names a missing
+    """The specials ``family`` declares (``Pretraining.specials``), read from ``tok``; a ConfigError names a missing
     one. ``eos`` is the tokenizer's end-of-text id, else its [SEP] (WordPiece/SentencePiece end a document
     with it)."""
     ids: dict[str, int] = {}
-    for name in family.specials:
+    for name in family.pretraining.specials:
         v = getattr(tok, f"{name}_id", None)
         if name == "eos" and v is None:
             v = getattr(tok, "sep_id", None)
@@ -70,20 +70,20 @@ def special_ids(tok: Tokenizer, family: Any, objective: str) -> SpecialIds:
                               f"tokenizer.kind={tok.kind!r} vocabulary does not have; set tokenizer.vocab_file "
                               "to a vocabulary with that token (or leave it empty to train one)")
         ids[name] = int(v)
-    cont = tok.continuation_mask() if "mask" in family.specials else None  # whole-word masking
+    cont = tok.continuation_mask() if "mask" in family.pretraining.specials else None  # whole-word masking
     return SpecialIds(vocab_size=tok.vocab_size, continuation=cont, **ids)
 
 
 def build_artifacts(cfg: RunConfig, corpus: Corpus, family: Any, cache_dir: Any) -> dict[str, Any]:
-    """Calls each of ``family.artifacts`` (name order) with ``<cache_dir>/artifacts/<name>``: every process
+    """Calls each of ``family.pretraining.artifacts`` (name order) with ``<cache_dir>/artifacts/<name>``: every process
     calls every builder, which decides itself who computes and waits at ``barrier``."""
     return {name: build(cfg, corpus, cache_dir / "artifacts" / name)
-            for name, build in sorted(family.artifacts.items())}
+            for name, build in sorted(family.pretraining.artifacts.items())}
 
 
 def prepare_corpus(cfg: RunConfig) -> Corpus:
     """Tokenizer (loaded, or trained on the corpus once) and the tokenized cache, split by documents, with the
-    special ids and derived artifacts the objective's family declares (``Family.specials``, ``artifacts``)."""
+    special ids and derived artifacts the objective's family declares (``Pretraining.specials``, ``artifacts``)."""
     from ptm_jax.families import registry
 
     family = registry.family_of_objective(cfg.objective)
@@ -144,13 +144,13 @@ def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | 
 
 def run(cfg: RunConfig) -> dict[str, Any]:
     """The main job: pretrain, then the finetuning/evaluation stages when configured; a family with its own chain
-    of stages (``Family.stages``) runs that instead when ``finetune.task`` is set."""
+    of stages (``Finetuning.stages``) runs that instead when ``finetune.task`` is set."""
     from ptm_jax.families import registry
 
     # every stage's batch, before any stage runs: a finetuning batch the mesh cannot divide must not wait for
     # the end of pretraining to fail
     check_stage_batches(cfg, ["pretrain", "finetune"] if cfg.finetune.task else ["pretrain"])
-    own = registry.family_of_objective(cfg.objective).stages
+    own = registry.family_of_objective(cfg.objective).finetuning.stages
     if cfg.finetune.task and own is not None:
         return own(cfg)
     summary = {"pretrain": pretrain(cfg)}

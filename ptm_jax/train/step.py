@@ -30,19 +30,19 @@ def _microbatches(batch: dict[str, jax.Array], accum: int) -> dict[str, jax.Arra
 
 def layer_group(path: tuple[Any, ...]) -> str:
     """'params/<trunk>/<stack>/layers_3/...' -> 'layers_3'; '.../embeddings/...' -> 'embeddings'; heads by
-    name. The trunk and stack keys are those of the registered families (``Family.trunk``, ``Family.stack``);
-    a family with its own grouping gives ``Family.layer_of``."""
+    name. The trunk and stack keys are those of the registered families (``ParamLayout.trunk``, ``ParamLayout.stack``);
+    a family with its own grouping gives ``ParamLayout.layer_of``."""
     from ptm_jax.families import registry
 
     keys = [str(getattr(k, "key", k)) for k in path if str(getattr(k, "key", k)) != "params"]
     fams = registry.families().values()
     for fam in fams:
-        if fam.layer_of is not None and keys and keys[0] == fam.trunk:
-            return fam.layer_of(keys)
-    for stack in {f.stack for f in fams if f.stack}:
+        if fam.layout.layer_of is not None and keys and keys[0] == fam.layout.trunk:
+            return fam.layout.layer_of(keys)
+    for stack in {f.layout.stack for f in fams if f.layout.stack}:
         if stack in keys and keys.index(stack) + 1 < len(keys):
             return keys[keys.index(stack) + 1]
-    if len(keys) > 1 and keys[0] in {f.trunk for f in fams}:
+    if len(keys) > 1 and keys[0] in {f.layout.trunk for f in fams}:
         return keys[1]
     return keys[0]
 
@@ -162,9 +162,17 @@ class SparseRows(Protocol):
     def apply_rows(self, params: Any, rows: dict[str, tuple[jax.Array, jax.Array]], step_size: jax.Array) -> Any:
         """``params`` with ``-step_size x`` each gradient row added at its id (duplicates add up)."""
 
-    # Optional: ``fused_rows(params, batch, normalizers, step_size)`` -> None (use the two methods above) or
-    # (params, loss, terms, {table: squared norm of its gradient rows}, finite): the whole step in one fused
-    # kernel that applies the update only when the loss and the norms are finite (word2vec's ``cpu_kernel.py``).
+
+
+@runtime_checkable
+class FusesRows(Protocol):
+    """Optional, for a ``SparseRows`` objective: the whole step in one fused kernel (word2vec's ``cpu_kernel.py``)
+    that applies the update only when the loss and the norms are finite."""
+
+    def fused_rows(self, params: Any, batch: dict, normalizers: dict[str, jax.Array], step_size: jax.Array
+                   ) -> tuple[Any, jax.Array, dict, dict[str, jax.Array], jax.Array] | None:
+        """None (use ``row_gradients``/``apply_rows``) or (params, loss, terms, {table: squared norm of its
+        gradient rows}, finite)."""
 
 
 def capped_row_gradients(ids: dict[str, jax.Array], grads: dict[str, jax.Array], tables: dict[str, jax.Array],
@@ -214,13 +222,13 @@ def sparse_sgd_step(objective: SparseRows, schedule: Callable, grad_accum_steps:
         from ptm_jax.errors import ConfigError
 
         raise ConfigError(f"train.grad_accum_steps={grad_accum_steps}: the sparse row updates of objective "
-                          f"{getattr(objective, 'name', '?')!r} apply one batch at a time; set train.grad_accum_steps=1")
+                          f"{objective.name!r} apply one batch at a time; set train.grad_accum_steps=1")
 
     def train_step(state: TrainState, batch: dict, rng: jax.Array) -> tuple[TrainState, dict[str, Any]]:
         rng = jax.random.fold_in(rng, state.step)
         lr = schedule(state.step)
         normalizers = objective.normalizers(batch)
-        fused = getattr(objective, "fused_rows", None)
+        fused = objective.fused_rows if isinstance(objective, FusesRows) else None
         done = fused(state.params, batch, normalizers, lr) if fused is not None else None
         if done is not None:                   # one kernel: the same step, the skip decided inside it
             params, loss, terms, sumsq, finite = done

@@ -29,7 +29,7 @@ def wrap(cfg: LoraConfig, objective: Any, param_groups: list, *, model_cfg: Any,
 
     if trunk is None:
         raise ConfigError(f"finetune.adapter='lora': model.family={model_cfg.family!r} names no pretrained trunk "
-                          "(Family.trunk) to freeze")
+                          "(ParamLayout.trunk) to freeze")
     cfg.validate("lora")
     frozen = adapt.FrozenTrunk(trunk, tuple(cfg.trainable))
     boxed = jax.eval_shape(lambda: objective.init(jax.random.key(0), objective.example_batch(1)))

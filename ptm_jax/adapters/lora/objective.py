@@ -22,10 +22,13 @@ import numpy as np
 from ptm_jax.adapters.lora import adapt
 from ptm_jax.adapters.lora.config import LoraConfig
 from ptm_jax.errors import ConfigError
+from ptm_jax.objectives.base import CarriesState, SetsStatistics
 from ptm_jax.train.param_groups import path_keys
+from ptm_jax.train.step import SparseRows
 
 ADAPTER_DIR = "best_adapter"
-_UNSUPPORTED = ("loss_carrying", "loss_and_statistics", "row_gradients")
+_UNSUPPORTED = (CarriesState, SetsStatistics, SparseRows)
+"""The step variants LoRA does not wrap: carried state, statistics set by the step, sparse row updates."""
 
 
 class LoraObjective:
@@ -34,10 +37,10 @@ class LoraObjective:
 
     def __init__(self, objective: Any, cfg: LoraConfig, targets: list[adapt.Target], frozen: adapt.FrozenTrunk,
                  grown: tuple[str, ...] = ()):
-        bad = [m for m in _UNSUPPORTED if hasattr(objective, m)]
-        if bad or getattr(objective, "sparse_rows", False):
-            raise ConfigError(f"finetune.adapter='lora': objective {objective.name!r} trains through "
-                              f"{', '.join(bad) or 'sparse rows'}, which LoRA does not wrap; set finetune.adapter=''")
+        bad = [p.__name__ for p in _UNSUPPORTED if isinstance(objective, p)]
+        if bad:
+            raise ConfigError(f"finetune.adapter='lora': objective {objective.name!r} is {', '.join(bad)} "
+                              "(objectives/base.py, train/step.py), a step LoRA does not wrap; set finetune.adapter=''")
         self.inner, self.cfg, self.targets, self.frozen, self.grown = objective, cfg, targets, frozen, grown
         if hasattr(objective, "predict"):
             self.predict = self._predict

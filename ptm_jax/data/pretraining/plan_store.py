@@ -277,7 +277,7 @@ def build_or_open(source: DocumentSource, cfg: DataConfig, seed: int, directory,
 
 
 def run_artifact(cfg, corpus, directory) -> PairingPlan:
-    """``Family.artifacts["pairing_plan"]`` of the families whose stream is BERT's (``train/stages.py``
+    """``Pretraining.artifacts["pairing_plan"]`` of the families whose stream is BERT's (``train/stages.py``
     ``prepare_corpus``, so ``ptm data`` and the first run build it): the plan of the training documents, under
     ``<cache_dir>/artifacts/pairing_plan``, keyed by the token cache's key."""
     import jax

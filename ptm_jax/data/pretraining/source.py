@@ -37,7 +37,7 @@ class DocumentSource(Protocol):
 class SpecialIds:
     """Special-token ids an example builder writes or avoids (BERT: [PAD]=0, [CLS], [SEP], [MASK]).
 
-    Only the specials the family declares (``Family.specials``) are set; the others stay None
+    Only the specials the family declares (``Pretraining.specials``) are set; the others stay None
     (``train/stages.py:prepare_corpus``). ``eos`` ends a document (a word vocabulary's ``<eos>``, GPT-2's
     ``<|endoftext|>``). ``continuation[v]`` is True when token ``v`` continues the previous word (a WordPiece
     ``##`` piece, or a SentencePiece piece without the word-start marker); it is needed only for whole-word

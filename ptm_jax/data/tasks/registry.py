@@ -1,8 +1,8 @@
 """The task registry: every finetuning task declared once, and GLUE's folder/split resolution in one place.
 
 A :class:`TaskDecl` says what a task is: its reader, its splits, its labels, its metrics (the first one the
-primary metric that keeps the best model), the task head it needs of a family (``Family.task_heads``), and
-the spine's objective builder (``None``: the family's sequence classifier, ``Family.classifier``). Jobs
+primary metric that keeps the best model), the task head it needs of a family (``Finetuning.task_heads``), and
+the spine's objective builder (``None``: the family's sequence classifier, ``Finetuning.classifier``). Jobs
 (``ptm_jax/jobs``) read tasks from here: the single-task job (``finetune.task``), MT-DNN (``mtdnn.tasks``,
 including ``<pair task>_rank`` ranking tasks, :func:`ranking_task`), ConSERT's sentence, positive-pair and
 NLI-pair sources, the heads over word features.
@@ -39,7 +39,7 @@ class TaskDecl:
     kind: str
     """'classification', 'regression', 'span_qa', 'tagging', 'multiple_choice', 'ranking', 'sentence_pairs'."""
     head: str
-    """The task head it needs of a family (``Family.task_heads``): 'sequence_classification', 'question_answering',
+    """The task head it needs of a family (``Finetuning.task_heads``): 'sequence_classification', 'question_answering',
     'token_classification', 'multiple_choice', 'encoder'."""
     reader: str
     """'module:function' that reads its files."""
@@ -54,7 +54,7 @@ class TaskDecl:
     builder: str | None = None
     """'module:function' of the spine's objective builder, (cfg, model_cfg, tokenizer, eval_split, *, train,
     model_info) -> (objective, description); None: the family's sequence classifier (GLUE, embedded). A family
-    that supports the task lists it in ``Family.tasks`` (its own builder or this one)."""
+    that supports the task lists it in ``Finetuning.tasks`` (its own builder or this one)."""
     glue: bool = False
     """A GLUE task (read by :func:`glue_rows`)."""
     pair: bool = False

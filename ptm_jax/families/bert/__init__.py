@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from ptm_jax.families.bert.config import BertConfig, BertDataConfig
-from ptm_jax.families.registry import Family, HfConverter, lazy, register
+from ptm_jax.families.registry import (
+    Bench, Family, Finetuning, HfConverter, Inspection, Interop, ParamLayout, Pretraining, lazy, register)
 
 HF = "ptm_jax.families.bert.hf"
 BENCH = "ptm_jax.families.bert.bench"
@@ -77,31 +78,43 @@ def _task(name: str):
 FAMILY = register(Family(
     name="bert",
     model_config=BertConfig,
-    data_config=BertDataConfig,
-    objectives={"mlm_nsp": _mlm_nsp, "mlm": _mlm_nsp},
-    specials=("pad", "cls", "sep", "mask"),
-    artifacts={"pairing_plan": _pairing_plan},
-    trunk="bert",
-    stack="encoder",
-    heads=("encoder", "pretraining", "masked_lm", "sequence_classification", "token_classification",
-           "question_answering", "multiple_choice"),
-    infer_head=_infer_head,
-    classifier=_classifier,
-    tasks={t: _task(t) for t in ("squad", "squad_v2", "conll2003", "swag")},
-    hf=HfConverter(model_types=("bert",), import_dir=lazy(HF, "import_hf_to_params_dir"),
-                   export_dir=lazy(HF, "export_hf"), load=lazy(HF, "import_hf"), fallback=True),
-    flops=lazy("ptm_jax.families.bert.flops", "step_flops"),
-    synthetic_batch=lazy(BENCH, "synthetic_batch"),
-    bench_variants={"dense": lazy(BENCH, "DenseMlmHead")},
-    capabilities=frozenset({"embed", "classify", "pack_examples", "word_features", "attention_maps"}),
-    word_features=lazy("ptm_jax.families.bert.features", "word_features"),
-    word_encoder=lazy("ptm_jax.families.bert.features", "word_encoder"),
-    attention_maps=lazy("ptm_jax.families.bert.features", "attention_maps"),
-    task_heads={"encoder": _head("BertModel"),
-                "sequence_classification": _head("BertForSequenceClassification"),
-                "token_classification": _head("BertForTokenClassification"),
-                "question_answering": _head("BertForQuestionAnswering"),
-                "multiple_choice": _head("BertForMultipleChoice")},
-    qa_layout="question_first",
+    pretraining=Pretraining(
+        objectives={"mlm_nsp": _mlm_nsp, "mlm": _mlm_nsp},
+        data_config=BertDataConfig,
+        specials=("pad", "cls", "sep", "mask"),
+        artifacts={"pairing_plan": _pairing_plan},
+    ),
+    layout=ParamLayout(
+        trunk="bert",
+        stack="encoder",
+        heads=("encoder", "pretraining", "masked_lm", "sequence_classification", "token_classification",
+               "question_answering", "multiple_choice"),
+        infer_head=_infer_head,
+    ),
+    finetuning=Finetuning(
+        classifier=_classifier,
+        tasks={t: _task(t) for t in ("squad", "squad_v2", "conll2003", "swag")},
+        task_heads={"encoder": _head("BertModel"),
+                    "sequence_classification": _head("BertForSequenceClassification"),
+                    "token_classification": _head("BertForTokenClassification"),
+                    "question_answering": _head("BertForQuestionAnswering"),
+                    "multiple_choice": _head("BertForMultipleChoice")},
+        qa_layout="question_first",
+        packs_examples=True,
+    ),
+    interop=Interop(
+        hf=HfConverter(model_types=("bert",), import_dir=lazy(HF, "import_hf_to_params_dir"),
+                       export_dir=lazy(HF, "export_hf"), load=lazy(HF, "import_hf"), fallback=True),
+    ),
+    inspection=Inspection(
+        word_features=lazy("ptm_jax.families.bert.features", "word_features"),
+        word_encoder=lazy("ptm_jax.families.bert.features", "word_encoder"),
+        attention_maps=lazy("ptm_jax.families.bert.features", "attention_maps"),
+    ),
+    bench=Bench(
+        flops=lazy("ptm_jax.families.bert.flops", "step_flops"),
+        synthetic_batch=lazy(BENCH, "synthetic_batch"),
+        variants={"dense": lazy(BENCH, "DenseMlmHead")},
+    ),
     tiny_preset="bert_tiny",
 ))

@@ -1,6 +1,6 @@
 """What ``ptm bench`` asks of BERT: a synthetic batch with BERT-like masking (google-research/bert
 create_pretraining_data.py: short sequences with ``short_seq_prob``, ``masked_lm_prob`` of the tokens picked) and
-the ``dense`` MLM-head variant (``Family.bench_variants``, the ``--mlm-head dense`` switch)."""
+the ``dense`` MLM-head variant (``Bench.variants``, the ``--mlm-head dense`` switch)."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,7 +11,8 @@ import numpy as np
 
 def synthetic_batch(example: dict[str, np.ndarray], cfg: Any, rng: np.random.Generator
                     ) -> dict[str, np.ndarray]:
-    """``Family.synthetic_batch``: random ids and BERT masking in the shapes and dtypes of ``example`` (one global batch)."""
+    """``Bench.synthetic_batch``: random ids and BERT masking in the shapes and dtypes of ``example`` (one global
+    batch)."""
     out = {k: np.array(v) for k, v in example.items()}
     v = cfg.model.vocab_size
     if "input_ids" not in out:

@@ -1,4 +1,4 @@
-"""BERT's ``Family.word_features`` hook: every layer's hidden states at each word's first WordPiece.
+"""BERT's ``Inspection.word_features`` hook: every layer's hidden states at each word's first WordPiece.
 
 Input ``[CLS] pieces [SEP]`` (one segment, ids 0), as the BERT paper's feature-based NER experiment
 (Devlin et al. 2019 Sec. 5.4, which reads the first sub-token of each word). Layer 0 is the embedding output
@@ -37,7 +37,7 @@ def hidden_states_fn(cfg: Any):
 
 
 def word_encoder(model_cfg: Any, tokenizer: Any):
-    """``Family.word_encoder``: the encoder (no pooler) as ``evaluate/features.WordEncoder``; the trunk key is the
+    """``Inspection.word_encoder``: the encoder (no pooler) as ``evaluate/features.WordEncoder``; the trunk key is the
     family's (BERT's "bert"; a family that reuses BERT's network under its own key registers this too)."""
     import jax.numpy as jnp
 
@@ -60,7 +60,7 @@ def word_features(params: dict, model_cfg: Any, tokenizer: Any, sentences: list[
 
 
 def attention_maps(params: dict, model_cfg: Any, tokenizer: Any, text: str) -> tuple[list[str], np.ndarray]:
-    """``Family.attention_maps``: ``[CLS] text [SEP]`` -> (tokens, float32 [layers, heads, S, S])."""
+    """``Inspection.attention_maps``: ``[CLS] text [SEP]`` -> (tokens, float32 [layers, heads, S, S])."""
     from ptm_jax.evaluate.attention_maps import sown_probs
     from ptm_jax.evaluate.features import inference_model, trunk_of
     from ptm_jax.families.bert.model import BertModel

@@ -1,4 +1,4 @@
-"""Analytic FLOPs of a BERT pretraining step (``Family.flops``; conventions in ``ptm_jax/bench/flops.py``).
+"""Analytic FLOPs of a BERT pretraining step (``Bench.flops``; conventions in ``ptm_jax/bench/flops.py``).
 
 BERT (Devlin et al. 2019; google-research/bert modeling.py, run_pretraining.py), batch B, length S,
 hidden H, FFN I, layers L, vocabulary V, P gathered masked positions per sequence. Forward MACs:

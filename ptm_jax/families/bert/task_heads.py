@@ -33,7 +33,7 @@ class BertForSequenceClassification(nn.Module):
     num_labels: int
     classifier_dropout: float = 0.1
     trunk: str = "bert"
-    """params key of the encoder (``Family.trunk``): a family reusing these heads names its own."""
+    """params key of the encoder (``ParamLayout.trunk``): a family reusing these heads names its own."""
     encoder_class: ClassVar[type] = BertModel
     """The encoder module (a family reusing these heads on a subclass of BERT's encoder names it)."""
 
@@ -58,7 +58,7 @@ class BertForTokenClassification(nn.Module):
     num_labels: int
     classifier_dropout: float = 0.1
     trunk: str = "bert"
-    """params key of the encoder (``Family.trunk``): a family reusing these heads names its own."""
+    """params key of the encoder (``ParamLayout.trunk``): a family reusing these heads names its own."""
     encoder_class: ClassVar[type] = BertModel
     """The encoder module (a family reusing these heads on a subclass of BERT's encoder names it)."""
 
@@ -75,7 +75,7 @@ class BertForQuestionAnswering(nn.Module):
 
     cfg: BertConfig
     trunk: str = "bert"
-    """params key of the encoder (``Family.trunk``): a family reusing these heads names its own."""
+    """params key of the encoder (``ParamLayout.trunk``): a family reusing these heads names its own."""
     encoder_class: ClassVar[type] = BertModel
     """The encoder module (a family reusing these heads on a subclass of BERT's encoder names it)."""
 
@@ -93,7 +93,7 @@ class BertForMultipleChoice(nn.Module):
     cfg: BertConfig
     classifier_dropout: float = 0.1
     trunk: str = "bert"
-    """params key of the encoder (``Family.trunk``): a family reusing these heads names its own."""
+    """params key of the encoder (``ParamLayout.trunk``): a family reusing these heads names its own."""
     encoder_class: ClassVar[type] = BertModel
     """The encoder module (a family reusing these heads on a subclass of BERT's encoder names it)."""
 

@@ -69,7 +69,7 @@ def vocab_char_table(tokenizer, width: int = 50) -> np.ndarray:
 
 
 def build_char_table(cfg, corpus, directory) -> np.ndarray:
-    """``Family.artifacts['char_ids']``: the word vocabulary's character table (:func:`vocab_char_table`), built
+    """``Pretraining.artifacts['char_ids']``: the word vocabulary's character table (:func:`vocab_char_table`), built
     from the corpus's tokenizer after the token cache exists. Every process computes it (a pass over the
     vocabulary, no file), so no barrier is needed; ``directory`` is unused."""
     return vocab_char_table(corpus.tokenizer, cfg.model.max_characters_per_token)

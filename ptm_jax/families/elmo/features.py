@@ -1,4 +1,4 @@
-"""ELMo's per-word, per-layer features (``Family.word_features``; Peters et al. 2018 Sec. 3.2, allenai/bilm-tf
+"""ELMo's per-word, per-layer features (``Inspection.word_features``; Peters et al. 2018 Sec. 3.2, allenai/bilm-tf
 ``bilm/model.py`` ``BidirectionalLanguageModel`` and ``usage_character.py``).
 
 Each sentence is read as bilm-tf's ``Batcher`` lays it out: ``<S>`` words ``</S>``, every word as its 50

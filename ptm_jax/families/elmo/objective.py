@@ -40,7 +40,7 @@ class ElmoObjective(SourceStreams, LanguageModelReport):
         self.model = ElmoLanguageModel(cfg.model)
         self.train_source, self.eval_source = train_source, eval_source
         self.eos_id, self.pad_id = int(tokenizer.eos_id), int(tokenizer.pad_id)
-        self.char_table = np.asarray(char_table, np.int32)      # Family.artifacts['char_ids'] (chars.py)
+        self.char_table = np.asarray(char_table, np.int32)      # Pretraining.artifacts['char_ids'] (chars.py)
 
     @property
     def length(self) -> int:

@@ -1,7 +1,7 @@
 """ERNIE 1.0 (Sun et al. 2019, "ERNIE: Enhanced Representation through Knowledge Integration") as one family
 package: BERT's network with knowledge masking, i.e. whole phrase and entity units masked in three stages
 (basic, phrase, entity). ``config.py`` the sections, ``units.py`` the unit annotations (lexicon, word2phrase PMI
-phrases, span file) built once beside the token cache (``Family.artifacts["units"]``), ``data.py`` the tf.data
+phrases, span file) built once beside the token cache (``Pretraining.artifacts["units"]``), ``data.py`` the tf.data
 stream (BERT's, via ``families/bert/mlm_nsp_data.py``), ``model.py`` the network (BERT's modules under the trunk
 key "ernie"), ``objective.py`` the objectives ``ernie_mlm`` and ``ernie_mlm_nsp``.
 
@@ -26,7 +26,8 @@ from ptm_jax.families.ernie.config import ErnieConfig, ErnieDataConfig
 from ptm_jax.families.ernie.continual import Ernie2Config, Ernie2DataConfig
 from ptm_jax.families.ernie.continual_model import TRUNK as TRUNK_2
 from ptm_jax.families.ernie.model import TRUNK
-from ptm_jax.families.registry import Family, HfConverter, lazy, register
+from ptm_jax.families.registry import (
+    Bench, Family, Finetuning, HfConverter, Inspection, Interop, ParamLayout, Pretraining, lazy, register)
 
 HF = "ptm_jax.families.ernie.hf"
 HEADS = ("encoder", "pretraining", "masked_lm", "sequence_classification", "token_classification",
@@ -100,24 +101,36 @@ def _task_heads(prefix: str, encoder: str) -> dict:
 FAMILY = register(Family(
     name="ernie",
     model_config=ErnieConfig,
-    data_config=ErnieDataConfig,
-    objectives={"ernie_mlm": _objective, "ernie_mlm_nsp": _objective, "ernie_dlm": _dialogue_lm},
-    specials=("pad", "cls", "sep", "mask"),
-    artifacts={"units": _units, "dialogues": _dialogues, "pairing_plan": _bert._pairing_plan},
-    trunk=TRUNK,
-    stack="encoder",
-    heads=HEADS,
-    infer_head=_infer_head_of(TRUNK, "nsp"),
-    classifier=_bert.FAMILY.classifier,
-    tasks=dict(_bert.FAMILY.tasks),
-    task_heads=_task_heads("Ernie", "encoder"),
-    capabilities=frozenset({"embed", "classify", "word_features", "attention_maps"}),
-    word_features=_bert.FAMILY.word_features,  # BERT's network: the hooks read the trunk key of model.family
-    word_encoder=_bert.FAMILY.word_encoder,
-    attention_maps=_bert.FAMILY.attention_maps,
-    hf=_hf(("ernie",)),
+    pretraining=Pretraining(
+        objectives={"ernie_mlm": _objective, "ernie_mlm_nsp": _objective, "ernie_dlm": _dialogue_lm},
+        data_config=ErnieDataConfig,
+        specials=("pad", "cls", "sep", "mask"),
+        artifacts={"units": _units, "dialogues": _dialogues, "pairing_plan": _bert._pairing_plan},
+    ),
+    layout=ParamLayout(
+        trunk=TRUNK,
+        stack="encoder",
+        heads=HEADS,
+        infer_head=_infer_head_of(TRUNK, "nsp"),
+    ),
+    finetuning=Finetuning(
+        classifier=_bert.FAMILY.finetuning.classifier,
+        tasks=dict(_bert.FAMILY.finetuning.tasks),
+        task_heads=_task_heads("Ernie", "encoder"),
+    ),
+    interop=Interop(
+        hf=_hf(("ernie",)),
+    ),
+    inspection=Inspection(
+        # BERT's network: the hooks read the trunk key of model.family
+        word_features=_bert.FAMILY.inspection.word_features,
+        word_encoder=_bert.FAMILY.inspection.word_encoder,
+        attention_maps=_bert.FAMILY.inspection.attention_maps,
+    ),
+    bench=Bench(
+        corpus="configured",  # knowledge units and dialogues come from real text
+    ),
     tiny_preset="ernie_tiny",
-    bench_corpus="configured",  # knowledge units and dialogues come from real text
 ))
 
 
@@ -144,23 +157,32 @@ def _prepare_finetune_2(model_cfg: Any, tokenizer: Any) -> Any:
 FAMILY_2 = register(Family(
     name="ernie2",
     model_config=Ernie2Config,
-    data_config=Ernie2DataConfig,
-    objectives={"ernie2": _continual},
-    tokenizer_kinds=("wordpiece",),
-    specials=("pad", "cls", "sep", "mask"),
-    artifacts={"units": _units, "case": _case},
-    trunk=TRUNK_2,
-    stack="encoder",
-    heads=HEADS,
-    infer_head=_infer_head_of(TRUNK_2, "capitalisation"),
-    classifier=_bert.FAMILY.classifier,
-    tasks=dict(_bert.FAMILY.tasks),
-    task_heads=_task_heads("Ernie2", "encoder_2"),
-    prepare_finetune=_prepare_finetune_2,
-    capabilities=frozenset({"embed", "classify"}),
-    hf=_hf(()),
+    pretraining=Pretraining(
+        objectives={"ernie2": _continual},
+        data_config=Ernie2DataConfig,
+        tokenizer_kinds=("wordpiece",),
+        specials=("pad", "cls", "sep", "mask"),
+        artifacts={"units": _units, "case": _case},
+    ),
+    layout=ParamLayout(
+        trunk=TRUNK_2,
+        stack="encoder",
+        heads=HEADS,
+        infer_head=_infer_head_of(TRUNK_2, "capitalisation"),
+    ),
+    finetuning=Finetuning(
+        classifier=_bert.FAMILY.finetuning.classifier,
+        tasks=dict(_bert.FAMILY.finetuning.tasks),
+        task_heads=_task_heads("Ernie2", "encoder_2"),
+        prepare_finetune=_prepare_finetune_2,
+    ),
+    interop=Interop(
+        hf=_hf(()),
+    ),
+    bench=Bench(
+        corpus="configured",  # capitalisation and sentence tasks read the real text
+    ),
     tiny_preset="ernie2_tiny",
-    bench_corpus="configured",  # capitalisation and sentence tasks read the real text
 ))
 """ERNIE 2.0 (``continual*.py``, ``case.py``) is a family of its own: its encoder adds the task embedding to
 ERNIE 1.0's (``continual_model.Ernie2Model``) and its pretraining carries five task heads. Finetuning uses BERT's

@@ -4,7 +4,7 @@ whether the word is capitalized or not"; the input stays lower-cased, so the cas
 A word is what BERT's pre-tokenizer makes of the original sentence (``data/tokenizers.py:bert_pre_tokenizer``:
 whitespace split, punctuation and CJK ideographs on their own). Its label, given to each of its pieces:
 ``CAPITALISED`` (1) when ``word.istitle() or word.isupper()`` ("Romeo", "ROMEO", "I", "O'er"), else
-``LOWER`` (0) ("romeo", "mcBeth", ",", "42"). The labels are built once beside the token cache (``Family.artifacts
+``LOWER`` (0) ("romeo", "mcBeth", ",", "42"). The labels are built once beside the token cache (``Pretraining.artifacts
 ["case"]``): the corpus is read again chunk by chunk in the cache's order, each sentence's words are tokenized one
 by one, and the pieces must equal the cache's tokens of that sentence; a sentence where they do not gets
 ``UNKNOWN`` (2, never trained on) and is counted in ``case.json``.
@@ -76,7 +76,7 @@ def annotate(cfg: Any, cache: Any, tokenizer: Any) -> tuple[np.ndarray, np.ndarr
 
 
 def build_case(cfg: Any, corpus: Any, directory: Any):
-    """``Family.artifacts["case"]``: the labels of the whole token cache as a ``units.UnitSource`` (same
+    """``Pretraining.artifacts["case"]``: the labels of the whole token cache as a ``units.UnitSource`` (same
     documents and sentences as the cache), computed once by process 0 into ``<cache_dir>/artifacts/case``."""
     import jax
 

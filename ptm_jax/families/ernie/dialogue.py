@@ -1,6 +1,6 @@
 """Dialogues for ERNIE's dialogue language model (Sun et al. 2019, Sec. 3.3 "Dialogue Language Model"): reading
 dialogue files, the query/response roles, and the tokenized dialogues built once beside the token cache
-(``Family.artifacts["dialogues"]``).
+(``Pretraining.artifacts["dialogues"]``).
 
 Two file formats (``data.dialogue_format``):
 
@@ -212,7 +212,7 @@ def _fingerprint(dcfg: Any, files: list[str], tokenizer: Any) -> str:
 
 
 def build_dialogues(cfg: Any, corpus: Any, directory: Any) -> DialogueSource | None:
-    """``Family.artifacts["dialogues"]``: the tokenized dialogues of an ``ernie_dlm`` run (None for the other
+    """``Pretraining.artifacts["dialogues"]``: the tokenized dialogues of an ``ernie_dlm`` run (None for the other
     objectives), computed once by process 0 into ``<cache_dir>/artifacts/dialogues`` (rebuilt when the files,
     the format or the tokenizer change) and loaded by every process."""
     if cfg.objective != "ernie_dlm":

@@ -2,7 +2,7 @@
 
 ERNIE (Sun et al. 2019, Sec. 3.2) masks whole *units*: basic units (a token; the WordPiece pre-tokenizer makes
 every CJK ideograph its own word, so a Chinese character is a basic unit), phrases and entities. Units are found
-once per corpus (the ``Family.artifacts`` entry "units", built beside the token cache by
+once per corpus (the ``Pretraining.artifacts`` entry "units", built beside the token cache by
 ``train/stages.py:prepare_corpus``) from three sources, applied in this order of precedence (a later source only
 claims tokens no earlier unit holds):
 
@@ -318,7 +318,7 @@ def in_memory_units(cfg: Any, corpus: Any) -> tuple[UnitSource, UnitSource | Non
 
 
 def build_units(cfg: Any, corpus: Any, directory: Any) -> UnitSource:
-    """``Family.artifacts["units"]``: the unit codes of the whole token cache, computed once by process 0 into
+    """``Pretraining.artifacts["units"]``: the unit codes of the whole token cache, computed once by process 0 into
     ``<cache_dir>/artifacts/units`` (rebuilt when the fingerprint changes), loaded by every process."""
     import jax
 

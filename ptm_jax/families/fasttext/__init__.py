@@ -16,7 +16,7 @@ from ptm_jax.families.fasttext import hooks
 from ptm_jax.families.fasttext.config import FastTextConfig, FastTextDataConfig
 from ptm_jax.families.fasttext.model import TRUNK
 from ptm_jax.families.fasttext.subwords import ARTIFACT
-from ptm_jax.families.registry import Family, lazy, register
+from ptm_jax.families.registry import Bench, Family, Inspection, ParamLayout, Pretraining, lazy, register
 
 
 def _builder(name: str):
@@ -52,20 +52,27 @@ def _builder(name: str):
 FAMILY = register(Family(
     name="fasttext",
     model_config=FastTextConfig,
-    data_config=FastTextDataConfig,
-    objectives={"fasttext_skipgram": _builder("fasttext_skipgram"), "fasttext_cbow": _builder("fasttext_cbow")},
-    tokenizer_kinds=("word",),
-    specials=("pad", "eos"),
-    artifacts={ARTIFACT: lazy("ptm_jax.families.fasttext.subwords", "build_subwords")},
-    trunk=TRUNK,
-    heads=("word_vectors",),
-    infer_head=hooks.infer_head,
-    layer_of=hooks.layer_of,
-    flops=hooks.step_flops,
-    synthetic_batch=hooks.synthetic_batch,
+    pretraining=Pretraining(
+        objectives={"fasttext_skipgram": _builder("fasttext_skipgram"), "fasttext_cbow": _builder("fasttext_cbow")},
+        data_config=FastTextDataConfig,
+        tokenizer_kinds=("word",),
+        specials=("pad", "eos"),
+        artifacts={ARTIFACT: lazy("ptm_jax.families.fasttext.subwords", "build_subwords")},
+    ),
+    layout=ParamLayout(
+        trunk=TRUNK,
+        heads=("word_vectors",),
+        infer_head=hooks.infer_head,
+        layer_of=hooks.layer_of,
+    ),
+    inspection=Inspection(
+        subword_vectors=hooks.subword_vectors,
+    ),
+    bench=Bench(
+        flops=hooks.step_flops,
+        synthetic_batch=hooks.synthetic_batch,
+    ),
     tiny_preset="fasttext_tiny",
-    subword_vectors=hooks.subword_vectors,
-    capabilities=frozenset({"word_vectors"}),
 ))
 
 __all__ = ["FAMILY", "FastTextConfig", "FastTextDataConfig"]

@@ -1,5 +1,5 @@
 """What the spine asks of the fastText family besides its model and objective: the vectors of words given as
-strings (in the vocabulary or not; ``Family.subword_vectors``), gradient-norm groups and a synthetic batch for
+strings (in the vocabulary or not; ``Inspection.subword_vectors``), gradient-norm groups and a synthetic batch for
 ``ptm bench``."""
 from __future__ import annotations
 

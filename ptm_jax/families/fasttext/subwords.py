@@ -1,4 +1,4 @@
-"""The n-gram ids of every vocabulary word: the fastText family's ``Family.artifacts`` entry ``subwords``, built
+"""The n-gram ids of every vocabulary word: the fastText family's ``Pretraining.artifacts`` entry ``subwords``, built
 once beside the token cache (fastText's ``Dictionary::initNgrams``, which fills each word's ``subwords`` when
 the dictionary is built).
 
@@ -99,7 +99,7 @@ def artifact_key(model_cfg: Any, tokenizer: Any) -> str:
 
 def build_subwords(cfg: Any, corpus: Any, directory: Any, *, process_index: int | None = None,
                    barrier: Callable[[str], None] | None = None) -> Subwords:
-    """The ``Family.artifacts`` builder (module doc). A complete folder is reused."""
+    """The ``Pretraining.artifacts`` builder (module doc). A complete folder is reused."""
     import jax
 
     from ptm_jax.parallel.distributed import barrier as jax_barrier

@@ -11,7 +11,7 @@ from typing import Any
 
 from ptm_jax.families.glove import hooks
 from ptm_jax.families.glove.config import GloveConfig, GloveDataConfig
-from ptm_jax.families.registry import Family, register
+from ptm_jax.families.registry import Bench, Family, Inspection, ParamLayout, Pretraining, register
 
 ARTIFACT = "cooccurrence"
 
@@ -44,17 +44,24 @@ def build_cooccurrence(cfg: Any, corpus: Any, directory: Any):
 FAMILY = register(Family(
     name="glove",
     model_config=GloveConfig,
-    data_config=GloveDataConfig,
-    objectives={"glove": build_glove},
-    tokenizer_kinds=("word",),
-    specials=("pad",),
-    artifacts={ARTIFACT: build_cooccurrence},
-    trunk=hooks.TRUNK,
-    heads=(hooks.HEAD,),
-    infer_head=hooks.infer_head,
-    layer_of=hooks.layer_of,
-    synthetic_batch=hooks.synthetic_batch,
-    word_vectors=hooks.word_vectors,
-    capabilities=frozenset({"word_vectors"}),
+    pretraining=Pretraining(
+        objectives={"glove": build_glove},
+        data_config=GloveDataConfig,
+        tokenizer_kinds=("word",),
+        specials=("pad",),
+        artifacts={ARTIFACT: build_cooccurrence},
+    ),
+    layout=ParamLayout(
+        trunk=hooks.TRUNK,
+        heads=(hooks.HEAD,),
+        infer_head=hooks.infer_head,
+        layer_of=hooks.layer_of,
+    ),
+    inspection=Inspection(
+        word_vectors=hooks.word_vectors,
+    ),
+    bench=Bench(
+        synthetic_batch=hooks.synthetic_batch,
+    ),
     tiny_preset="glove_tiny",
 ))

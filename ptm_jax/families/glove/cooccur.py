@@ -177,7 +177,7 @@ def artifact_key(cfg: Any, corpus: Any) -> str:
 def build_cooccurrence(cfg: Any, corpus: Any, directory: Any, *, process_index: int | None = None,
                        process_count: int | None = None, barrier: Callable[[str], None] | None = None
                        ) -> Cooccurrence:
-    """The ``Family.artifacts`` builder: X of ``corpus.train`` under ``directory/<key>/``, built once.
+    """The ``Pretraining.artifacts`` builder: X of ``corpus.train`` under ``directory/<key>/``, built once.
 
     Process p counts its documents into ``partial-p-of-P.npz``; after a barrier process 0 merges them into
     ``cooccurrence.npz`` and marks the folder complete; after a second barrier every process reads it. A

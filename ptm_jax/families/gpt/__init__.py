@@ -9,7 +9,8 @@ import dataclasses
 from typing import Any
 
 from ptm_jax.families.gpt.config import GptConfig
-from ptm_jax.families.registry import Family, HfConverter, lazy, register
+from ptm_jax.families.registry import (
+    Bench, Family, Finetuning, HfConverter, Inspection, Interop, ParamLayout, Pretraining, lazy, register)
 
 
 def _causal_lm(cfg: Any, corpus: Any):
@@ -84,25 +85,36 @@ def _lm_model() -> type:
 FAMILY = register(Family(
     name="gpt",
     model_config=GptConfig,
-    objectives={"causal_lm": _causal_lm},
-    specials=("pad", "eos"),
-    trunk="gpt",
-    stack="decoder",
-    heads=("causal_lm", "sequence_classification", "multiple_choice"),
-    infer_head=_infer_head,
-    classifier=_classifier,
-    tasks={"swag": _swag},
-    task_objectives={"multiple_choice": _multiple_choice},
-    task_heads={"causal_lm": _lm_model},
-    prepare_finetune=_prepare_finetune,
-    hf=_hf(),
-    flops=lazy("ptm_jax.families.gpt.flops", "step_flops"),
-    synthetic_batch=lazy("ptm_jax.bench.harness", "packed_lm_batch"),
-    generate=lazy("ptm_jax.families.gpt.decode", "generate"),
-    perplexity=lazy("ptm_jax.evaluate.perplexity", "perplexity"),
-    capabilities=frozenset({"causal_lm", "word_features", "attention_maps"}),
-    word_features=lazy("ptm_jax.families.gpt.features", "word_features"),
-    word_encoder=lazy("ptm_jax.families.gpt.features", "word_encoder"),
-    attention_maps=lazy("ptm_jax.families.gpt.features", "attention_maps"),
+    pretraining=Pretraining(
+        objectives={"causal_lm": _causal_lm},
+        specials=("pad", "eos"),
+    ),
+    layout=ParamLayout(
+        trunk="gpt",
+        stack="decoder",
+        heads=("causal_lm", "sequence_classification", "multiple_choice"),
+        infer_head=_infer_head,
+    ),
+    finetuning=Finetuning(
+        classifier=_classifier,
+        tasks={"swag": _swag},
+        task_heads={"causal_lm": _lm_model},
+        task_objectives={"multiple_choice": _multiple_choice},
+        prepare_finetune=_prepare_finetune,
+    ),
+    interop=Interop(
+        hf=_hf(),
+    ),
+    inspection=Inspection(
+        generate=lazy("ptm_jax.families.gpt.decode", "generate"),
+        perplexity=lazy("ptm_jax.evaluate.perplexity", "perplexity"),
+        word_features=lazy("ptm_jax.families.gpt.features", "word_features"),
+        word_encoder=lazy("ptm_jax.families.gpt.features", "word_encoder"),
+        attention_maps=lazy("ptm_jax.families.gpt.features", "attention_maps"),
+    ),
+    bench=Bench(
+        flops=lazy("ptm_jax.families.gpt.flops", "step_flops"),
+        synthetic_batch=lazy("ptm_jax.bench.harness", "packed_lm_batch"),
+    ),
     tiny_preset="gpt_tiny",
 ))

@@ -1,4 +1,4 @@
-"""GPT's ``Family.word_features`` hook: every layer's hidden states at each word's first BPE piece.
+"""GPT's ``Inspection.word_features`` hook: every layer's hidden states at each word's first BPE piece.
 
 The words are one causal row with no special tokens (the feature-extraction layout of transformers'
 ``GPT2Model``); with a byte-level BPE every word after the first is tokenized with its leading space
@@ -39,7 +39,7 @@ def hidden_states_fn(cfg: Any):
 
 
 def word_encoder(model_cfg: Any, tokenizer: Any):
-    """``Family.word_encoder``: the decoder trunk (no LM head) as ``evaluate/features.WordEncoder``."""
+    """``Inspection.word_encoder``: the decoder trunk (no LM head) as ``evaluate/features.WordEncoder``."""
     import jax.numpy as jnp
 
     from ptm_jax.data.byte_bpe import ByteBPETokenizer
@@ -62,7 +62,7 @@ def word_features(params: dict, model_cfg: Any, tokenizer: Any, sentences: list[
 
 
 def attention_maps(params: dict, model_cfg: Any, tokenizer: Any, text: str) -> tuple[list[str], np.ndarray]:
-    """``Family.attention_maps``: the text's pieces as one causal row -> (tokens, float32 [layers, heads, S, S])."""
+    """``Inspection.attention_maps``: the text's pieces as one causal row -> (tokens, float32 [layers, heads, S, S])."""
     from ptm_jax.evaluate.attention_maps import sown_probs
     from ptm_jax.evaluate.features import inference_model
     from ptm_jax.families.gpt.model import GPTModel

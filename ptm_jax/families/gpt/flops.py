@@ -1,4 +1,4 @@
-"""Analytic FLOPs of a GPT causal-LM step (``Family.flops``; conventions in ``ptm_jax/bench/flops.py``)."""
+"""Analytic FLOPs of a GPT causal-LM step (``Bench.flops``; conventions in ``ptm_jax/bench/flops.py``)."""
 from __future__ import annotations
 
 from typing import Any

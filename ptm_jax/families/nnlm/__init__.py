@@ -10,7 +10,7 @@ from typing import Any
 
 from ptm_jax.families.nnlm import hooks
 from ptm_jax.families.nnlm.config import NnlmConfig
-from ptm_jax.families.registry import Family, lazy, register
+from ptm_jax.families.registry import Bench, Family, Inspection, ParamLayout, Pretraining, lazy, register
 
 
 def build_nnlm(cfg: Any, corpus: Any):
@@ -31,18 +31,25 @@ def build_nnlm(cfg: Any, corpus: Any):
 FAMILY = register(Family(
     name="nnlm",
     model_config=NnlmConfig,
-    objectives={"nnlm": build_nnlm},
-    tokenizer_kinds=("word",),
-    specials=("pad", "eos"),
-    trunk=hooks.TRUNK,
-    heads=("language_model",),
-    infer_head=hooks.infer_head,
-    param_groups=hooks.param_groups,
-    layer_of=hooks.layer_of,
-    flops=hooks.step_flops,
-    synthetic_batch=hooks.synthetic_batch,
+    pretraining=Pretraining(
+        objectives={"nnlm": build_nnlm},
+        tokenizer_kinds=("word",),
+        specials=("pad", "eos"),
+    ),
+    layout=ParamLayout(
+        trunk=hooks.TRUNK,
+        heads=("language_model",),
+        infer_head=hooks.infer_head,
+        param_groups=hooks.param_groups,
+        layer_of=hooks.layer_of,
+    ),
+    inspection=Inspection(
+        perplexity=lazy("ptm_jax.families.nnlm.perplexity", "perplexity"),
+        word_vectors=hooks.word_vectors,
+    ),
+    bench=Bench(
+        flops=hooks.step_flops,
+        synthetic_batch=hooks.synthetic_batch,
+    ),
     tiny_preset="nnlm_tiny",
-    word_vectors=hooks.word_vectors,
-    perplexity=lazy("ptm_jax.families.nnlm.perplexity", "perplexity"),
-    capabilities=frozenset({"perplexity", "word_vectors"}),
 ))

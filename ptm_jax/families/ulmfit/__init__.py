@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ptm_jax.families.registry import Family, lazy, register
+from ptm_jax.families.registry import Bench, Family, Finetuning, Inspection, ParamLayout, Pretraining, lazy, register
 from ptm_jax.families.ulmfit import hooks
 from ptm_jax.families.ulmfit.config import UlmfitConfig, UlmfitDataConfig
 
@@ -26,20 +26,29 @@ def build_lm(cfg: Any, corpus: Any):
 FAMILY = register(Family(
     name="ulmfit",
     model_config=UlmfitConfig,
-    data_config=UlmfitDataConfig,
-    objectives={"awd_lstm_lm": build_lm},
-    tokenizer_kinds=("word",),
-    specials=("pad", "eos"),
-    trunk=hooks.TRUNK,
-    heads=("language_model", "sequence_classification"),
-    infer_head=hooks.infer_head,
-    param_groups=hooks.param_groups,
-    layer_of=hooks.layer_of,
-    classifier=lazy("ptm_jax.families.ulmfit.classification", "classifier"),
-    flops=hooks.step_flops,
-    synthetic_batch=hooks.synthetic_batch,
-    perplexity=lazy("ptm_jax.families.ulmfit.perplexity", "perplexity"),
-    stages=lazy("ptm_jax.families.ulmfit.pipeline", "run"),
+    pretraining=Pretraining(
+        objectives={"awd_lstm_lm": build_lm},
+        data_config=UlmfitDataConfig,
+        tokenizer_kinds=("word",),
+        specials=("pad", "eos"),
+    ),
+    layout=ParamLayout(
+        trunk=hooks.TRUNK,
+        heads=("language_model", "sequence_classification"),
+        infer_head=hooks.infer_head,
+        param_groups=hooks.param_groups,
+        layer_of=hooks.layer_of,
+    ),
+    finetuning=Finetuning(
+        classifier=lazy("ptm_jax.families.ulmfit.classification", "classifier"),
+        stages=lazy("ptm_jax.families.ulmfit.pipeline", "run"),
+    ),
+    inspection=Inspection(
+        perplexity=lazy("ptm_jax.families.ulmfit.perplexity", "perplexity"),
+    ),
+    bench=Bench(
+        flops=hooks.step_flops,
+        synthetic_batch=hooks.synthetic_batch,
+    ),
     tiny_preset="ulmfit_tiny",
-    capabilities=frozenset({"perplexity"}),
 ))

@@ -102,7 +102,7 @@ def _require_finished(stage: Path, steps: int, what: str) -> None:
 
 
 def run(cfg: Any, lm_finetune_steps: int | None = None, *, skip_target_lm: bool = False) -> dict[str, Any]:
-    """The three stages (``Family.stages``: ``ptm run`` with ``finetune.task`` set). ``lm_finetune_steps``:
+    """The three stages (``Finetuning.stages``: ``ptm run`` with ``finetune.task`` set). ``lm_finetune_steps``:
     stage 2's steps (default ``data.target_lm_steps``); ``skip_target_lm`` or 0 steps: the classifier starts
     from stage 1 (the paper's ablation 'no LM fine-tuning')."""
     lm_finetune_steps = cfg.data.target_lm_steps if lm_finetune_steps is None else lm_finetune_steps

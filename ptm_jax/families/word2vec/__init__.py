@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ptm_jax.families.registry import Family, lazy, register
+from ptm_jax.families.registry import Bench, Family, Inspection, ParamLayout, Pretraining, lazy, register
 from ptm_jax.families.word2vec import hooks
 from ptm_jax.families.word2vec.config import Word2VecConfig, Word2VecDataConfig, steps_for_epochs
 from ptm_jax.families.word2vec.model import TRUNK
@@ -49,20 +49,27 @@ def _builder(name: str):
 FAMILY = register(Family(
     name="word2vec",
     model_config=Word2VecConfig,
-    data_config=Word2VecDataConfig,
-    objectives={"skipgram": _builder("skipgram"), "cbow": _builder("cbow")},
-    tokenizer_kinds=("word",),
-    specials=("pad", "eos"),
-    artifacts={"sampling_tables": lazy("ptm_jax.families.word2vec.artifacts", "build_sampling_tables")},
-    trunk=TRUNK,
-    heads=("word_vectors",),
-    infer_head=hooks.infer_head,
-    layer_of=hooks.layer_of,
-    flops=hooks.step_flops,
-    synthetic_batch=hooks.synthetic_batch,
+    pretraining=Pretraining(
+        objectives={"skipgram": _builder("skipgram"), "cbow": _builder("cbow")},
+        data_config=Word2VecDataConfig,
+        tokenizer_kinds=("word",),
+        specials=("pad", "eos"),
+        artifacts={"sampling_tables": lazy("ptm_jax.families.word2vec.artifacts", "build_sampling_tables")},
+    ),
+    layout=ParamLayout(
+        trunk=TRUNK,
+        heads=("word_vectors",),
+        infer_head=hooks.infer_head,
+        layer_of=hooks.layer_of,
+    ),
+    inspection=Inspection(
+        word_vectors=hooks.word_vectors,
+    ),
+    bench=Bench(
+        flops=hooks.step_flops,
+        synthetic_batch=hooks.synthetic_batch,
+    ),
     tiny_preset="word2vec_tiny",
-    word_vectors=hooks.word_vectors,
-    capabilities=frozenset({"word_vectors"}),
 ))
 
 __all__ = ["FAMILY", "Word2VecConfig", "Word2VecDataConfig", "steps_for_epochs"]

@@ -1,4 +1,4 @@
-"""word2vec's sampling tables as a ``Family.artifacts`` entry: the subsampling keep probabilities, the
+"""word2vec's sampling tables as a ``Pretraining.artifacts`` entry: the subsampling keep probabilities, the
 unigram^0.75 distribution of the negatives and the Huffman tree of the hierarchical softmax (``sampling.py``,
 word2vec.c ``InitUnigramTable`` / ``CreateBinaryTree``), built once from the vocabulary's counts and cached
 beside the token cache (``<cache_dir>/artifacts/sampling_tables/<key>/tables.npz``), instead of for every
@@ -87,7 +87,7 @@ def from_bytes(data: bytes, where: str) -> Tables:
 
 def build_sampling_tables(cfg: Any, corpus: Any, directory: Any, *, process_index: int | None = None,
                           barrier: Callable[[str], None] | None = None) -> Tables:
-    """The ``Family.artifacts`` builder: the tables of ``corpus``'s counts under ``directory/<key>/``, built
+    """The ``Pretraining.artifacts`` builder: the tables of ``corpus``'s counts under ``directory/<key>/``, built
     once (by process 0) and read by every process; a complete folder is reused."""
     import jax
 

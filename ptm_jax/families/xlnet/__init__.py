@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from ptm_jax.families.xlnet.config import XlnetConfig, XlnetDataConfig
-from ptm_jax.families.registry import Family, HfConverter, lazy, register
+from ptm_jax.families.registry import (
+    Bench, Family, Finetuning, HfConverter, Inspection, Interop, ParamLayout, Pretraining, lazy, register)
 
 HF = "ptm_jax.families.xlnet.hf"
 
@@ -51,24 +52,35 @@ def _qa_model() -> type:
 FAMILY = register(Family(
     name="xlnet",
     model_config=XlnetConfig,
-    data_config=XlnetDataConfig,
-    objectives={"plm": _plm},
-    specials=("pad", "cls", "sep", "mask"),
-    trunk="xlnet",
-    stack="encoder",
-    heads=("plm", "sequence_classification", "question_answering"),
-    infer_head=_infer_head,
-    classifier=_classifier,
-    tasks={"squad": _task("squad"), "squad_v2": _task("squad_v2")},
-    task_heads={"question_answering": _qa_model},
-    qa_layout="document_first",
-    hf=HfConverter(model_types=("xlnet",), import_dir=lazy(HF, "import_hf_xlnet_to_params_dir"),
-                   export_dir=lazy(HF, "export_hf_xlnet"), load=lazy(HF, "import_hf_xlnet")),
-    flops=lazy("ptm_jax.families.xlnet.flops", "step_flops"),
-    synthetic_batch=lazy("ptm_jax.bench.harness", "packed_lm_batch"),
-    capabilities=frozenset({"word_features", "attention_maps"}),
-    word_features=lazy("ptm_jax.families.xlnet.features", "word_features"),
-    word_encoder=lazy("ptm_jax.families.xlnet.features", "word_encoder"),
-    attention_maps=lazy("ptm_jax.families.xlnet.features", "attention_maps"),
+    pretraining=Pretraining(
+        objectives={"plm": _plm},
+        data_config=XlnetDataConfig,
+        specials=("pad", "cls", "sep", "mask"),
+    ),
+    layout=ParamLayout(
+        trunk="xlnet",
+        stack="encoder",
+        heads=("plm", "sequence_classification", "question_answering"),
+        infer_head=_infer_head,
+    ),
+    finetuning=Finetuning(
+        classifier=_classifier,
+        tasks={"squad": _task("squad"), "squad_v2": _task("squad_v2")},
+        task_heads={"question_answering": _qa_model},
+        qa_layout="document_first",
+    ),
+    interop=Interop(
+        hf=HfConverter(model_types=("xlnet",), import_dir=lazy(HF, "import_hf_xlnet_to_params_dir"),
+                       export_dir=lazy(HF, "export_hf_xlnet"), load=lazy(HF, "import_hf_xlnet")),
+    ),
+    inspection=Inspection(
+        word_features=lazy("ptm_jax.families.xlnet.features", "word_features"),
+        word_encoder=lazy("ptm_jax.families.xlnet.features", "word_encoder"),
+        attention_maps=lazy("ptm_jax.families.xlnet.features", "attention_maps"),
+    ),
+    bench=Bench(
+        flops=lazy("ptm_jax.families.xlnet.flops", "step_flops"),
+        synthetic_batch=lazy("ptm_jax.bench.harness", "packed_lm_batch"),
+    ),
     tiny_preset="xlnet_tiny",
 ))

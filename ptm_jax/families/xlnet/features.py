@@ -1,4 +1,4 @@
-"""XLNet's ``Family.word_features`` hook: every layer's content-stream states at each word's first piece.
+"""XLNet's ``Inspection.word_features`` hook: every layer's content-stream states at each word's first piece.
 
 Input ``pieces <sep> <cls>`` with segment ids 0 (the words and <sep>) and 2 (<cls>), the finetuning layout of
 ``classification.py`` (transformers' XLNetTokenizer), padded on the right and masked; no memory, no query
@@ -44,7 +44,7 @@ def hidden_states_fn(cfg: Any):
 
 
 def word_encoder(model_cfg: Any, tokenizer: Any):
-    """``Family.word_encoder``: the content stream of the trunk as ``evaluate/features.WordEncoder``."""
+    """``Inspection.word_encoder``: the content stream of the trunk as ``evaluate/features.WordEncoder``."""
     import jax.numpy as jnp
 
     from ptm_jax.evaluate.features import WordEncoder, inference_config
@@ -67,7 +67,7 @@ def word_features(params: dict, model_cfg: Any, tokenizer: Any, sentences: list[
 
 
 def attention_maps(params: dict, model_cfg: Any, tokenizer: Any, text: str) -> tuple[list[str], np.ndarray]:
-    """``Family.attention_maps``: ``text <sep> <cls>`` -> (tokens, content-stream float32 [layers, heads, S, S])."""
+    """``Inspection.attention_maps``: ``text <sep> <cls>`` -> (tokens, content-stream float32 [layers, heads, S, S])."""
     from ptm_jax.evaluate.attention_maps import sown_probs
     from ptm_jax.evaluate.features import inference_model
     from ptm_jax.families.xlnet.model import XLNetModel

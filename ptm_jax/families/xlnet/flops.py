@@ -1,4 +1,4 @@
-"""Analytic FLOPs of an XLNet permutation-LM step (``Family.flops``; conventions in ``ptm_jax/bench/flops.py``).
+"""Analytic FLOPs of an XLNet permutation-LM step (``Bench.flops``; conventions in ``ptm_jax/bench/flops.py``).
 
 XLNet (Yang et al. 2019, Sec. 2.3; zihangdai/xlnet modeling.py ``two_stream_rel_attn``) as
 ``families/xlnet/model.py`` and ``two_stream.py`` run it: batch B, length L, memory M (``model.mem_len``),

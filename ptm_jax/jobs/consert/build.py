@@ -26,10 +26,10 @@ def build_consert(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: 
     f = cfg.finetune
     c = config_lib.section(cfg, "consert")
     mode = supervision(c)
-    if "encoder" not in registry.get(model_cfg.family).task_heads:
-        who = [n for n, fam in registry.families().items() if "encoder" in fam.task_heads]
+    if "encoder" not in registry.get(model_cfg.family).finetuning.task_heads:
+        who = [n for n, fam in registry.families().items() if "encoder" in fam.finetuning.task_heads]
         raise ConfigError(f"finetune.job=consert encodes sentences with a family's bare encoder "
-                          f"(Family.task_heads['encoder']), which model.family={model_cfg.family!r} does not have; "
+                          f"(Finetuning.task_heads['encoder']), which model.family={model_cfg.family!r} does not have; "
                           f"families with one: {', '.join(who)}")
     if eval_split != "dev":
         raise ConfigError(f"finetune.job=consert: the STS-B {eval_split} split has no public scores; evaluate "

@@ -23,7 +23,7 @@ class FeaturesConfig:
     """Static vectors: keep them fixed (Kim's CNN-static); false trains them (CNN-non-static)."""
     freeze_features: bool = True
     """A model of per-layer features: keep the model frozen (its features computed once and cached); false
-    finetunes it end to end under the head (a family with ``Family.word_encoder``: BERT, GPT, XLNet, ERNIE), its
+    finetunes it end to end under the head (a family with ``Inspection.word_encoder``: BERT, GPT, XLNet, ERNIE), its
     layers recomputed at every step and mixed by the scalar mix."""
     feature_cache: str = ""
     """Per-layer features: their cache folder, keyed by model and data (empty: <output_dir>/feature_cache)."""

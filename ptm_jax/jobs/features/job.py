@@ -127,7 +127,7 @@ def finetune_features(cfg: RunConfig, *, stop_after: int | None = None) -> dict[
             "max_seq_length": f.max_seq_length, "head_hidden": h.head_hidden, "head_pool": h.head_pool,
             "label_names": list(getattr(objective.spec, "labels", None) or []) or None,
             "num_labels": objective.num_labels, "frozen_embeddings": frozen,
-            "pair": getattr(objective, "pair", False), "end_to_end": features.encoder is not None,
+            "pair": objective.pair, "end_to_end": features.encoder is not None,
             "words": table.words if table is not None else None, "word_init": h.word_init,
             "feature_norm": h.feature_norm, "data_dir": f.data_dir, "train_subset": f.train_subset,
             "subset_seed": f.subset_seed, "freeze_features": h.freeze_features}

@@ -67,7 +67,7 @@ def mtdnn(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     pre = load_pretrained(cfg)
     model_cfg, init = pre.model_cfg, pre.init
     fam = registry.get(model_cfg.family)
-    if "encoder" not in fam.task_heads:
+    if "encoder" not in fam.finetuning.task_heads:
         raise ConfigError(f"finetune.job=mtdnn needs a shared encoder: model.family={model_cfg.family!r} has no "
                           "'encoder' task head")
     tasks = [read_task(cfg, n, pre.tokenizer) for n in names]
@@ -76,7 +76,7 @@ def mtdnn(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     groups = [*DEFAULT_RULES, *rules_from_config(f.param_groups, "finetune.param_groups")]
     if f.layerwise_lr_decay != 1.0:
         groups[1:1] = layerwise_decay_rules(f.layerwise_lr_decay, model_cfg.num_layers)
-    trunk = fam.trunk
+    trunk = fam.layout.trunk
 
     def keeper(t, index):
         return KeepBest(root / t.name, task_view(t, m), model_cfg, t.name, pre.tok_info, pre.tok_files,
