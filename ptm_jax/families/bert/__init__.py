@@ -86,7 +86,7 @@ FAMILY = register(Family(
     heads=("encoder", "pretraining", "masked_lm", "sequence_classification", "token_classification",
            "question_answering", "multiple_choice"),
     infer_head=_infer_head,
-    classifier=_classifier,
+    classifier=lazy("ptm_jax.objectives.classification", "sequence_classifier"),
     tasks={t: _task(t) for t in ("squad", "squad_v2", "conll2003", "swag")},
     hf=HfConverter(model_types=("bert",), import_dir=lazy(HF, "import_hf_to_params_dir"),
                    export_dir=lazy(HF, "export_hf"), load=lazy(HF, "import_hf"), fallback=True),
