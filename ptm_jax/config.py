@@ -212,8 +212,9 @@ class FinetuneConfig:
     job: str = "task"
     """The finetuning job (``ptm_jax/jobs``): 'task' (one task, finetune.task, with the family's task head),
     'mtdnn' (multi-task learning over mtdnn.tasks, then per-task finetuning), 'consert' (contrastive sentence
-    embeddings) or 'features' (a classic head over word features, features.head). A job's own settings are in
-    the config section of its name ([mtdnn], [consert], [features])."""
+    embeddings), 'features' (a classic head over word features, features.head) or 'ulmfit' (ULMFiT's target-task
+    LM, then its classifier on finetune.task). A job's own settings are in the config section of its name
+    ([mtdnn], [consert], [features], [ulmfit])."""
     task: str = "embedded"
     """'embedded' (derived from the embedded corpus), a GLUE task (sst2, cola, mrpc, stsb, qqp, mnli, qnli,
     rte, wnli), 'squad', 'squad_v2', 'conll2003' or 'swag' (``data/tasks/registry.py``); the task of the 'task'
@@ -348,6 +349,13 @@ def _unknown_key(key: str, valid: list[str], where: str, family: str | None = No
     hint = (f" Did you mean: {', '.join(where + c for c in close)}?" if close
             else f" Valid keys under '{where or '(top level)'}': {', '.join(valid)}.")
     section = where.rstrip(".")
+    if section not in ("", "finetune"):
+        from ptm_jax.jobs import registry as jobs
+
+        moved = jobs.moved_key(key, section)
+        if moved:
+            return ConfigError(f"unknown config key '{where}{key}': it moved to the finetuning job's own section, "
+                               f"{moved}.")
     if section == "finetune":
         from ptm_jax.data.tasks import sections as task_sections
         from ptm_jax.jobs import registry as jobs

@@ -14,12 +14,12 @@ from ptm_jax.errors import ConfigError
 from ptm_jax.jobs import registry as jobs
 
 
-def test_the_four_jobs_are_registered_with_their_sections():
+def test_the_five_jobs_are_registered_with_their_sections():
     table = jobs.jobs()
-    assert set(table) == {"task", "mtdnn", "consert", "features"}
-    assert jobs.sections().keys() == {"mtdnn", "consert", "features"}
+    assert set(table) == {"task", "mtdnn", "consert", "features", "ulmfit"}
+    assert jobs.sections().keys() == {"mtdnn", "consert", "features", "ulmfit"}
     assert [n for n, j in sorted(table.items()) if j.adapters] == ["consert", "task"]
-    assert [n for n, j in sorted(table.items()) if j.build is not None] == ["consert", "task"]
+    assert [n for n, j in sorted(table.items()) if j.build is not None] == ["consert", "task", "ulmfit"]
     assert FinetuneConfig().job == "task" and len(FinetuneConfig.__dataclass_fields__) == 22
 
 
@@ -52,6 +52,8 @@ def test_a_job_section_is_read_checked_and_written_back_at_top_level():
     ("finetune.pack_examples=true", "it moved to packing.pack_examples (the [packing] section"),
     ("finetune.max_examples_per_row=4", "it moved to packing.max_examples_per_row"),
     ("finetune.lm_coef=0.0", "it moved to gpt_finetune.lm_coef (the [gpt_finetune] section of GPT's finetuning)"),
+    ("data.target_lm_steps=5", "'data.target_lm_steps': it moved to the finetuning job's own section, "
+     "ulmfit.target_lm_steps (with finetune.job='ulmfit')"),
     ("finetune.task=mtdnn", "set finetune.job=mtdnn"),
     ("finetune.task=consert", "set finetune.job=consert"),
     ("finetune.job=mtdn", "not a registered finetuning job .* Did you mean 'mtdnn'"),
@@ -90,6 +92,18 @@ def test_task_and_family_sections_are_read_checked_defaulted_and_written_back():
         load_config("bert_tiny", ["squad.doc_stride=0"])
     with pytest.raises(ConfigError, match=r"gpt_finetune.lm_coef: expected float"):
         load_config("gpt_tiny", ["gpt_finetune.lm_coef='big'"])
+
+
+def test_ulmfit_presets_pick_the_ulmfit_job_and_its_section_reaches_it():
+    for preset in ("ulmfit", "ulmfit_tiny"):
+        assert load_config(preset).finetune.job == "ulmfit"
+    from ptm_jax.config import section
+
+    cfg = load_config("ulmfit_tiny", ["ulmfit.target_lm_steps=7"])
+    assert section(cfg, "ulmfit").target_lm_steps == 7
+    assert section(load_config("ulmfit_tiny"), "ulmfit").target_lm_steps == 0
+    with pytest.raises(ConfigError, match=r"ulmfit.target_lm_steps must be >= 0"):
+        load_config("ulmfit_tiny", ["ulmfit.target_lm_steps=-1"])
 
 
 def test_an_adapter_is_refused_for_a_job_it_does_not_wrap_and_eval_for_a_job_without_a_model_reader(tmp_path):

@@ -43,8 +43,8 @@ class Job:
     adapters: bool = False
     """Whether ``finetune.adapter`` may wrap the job's objective in the finetuning stage."""
     moved: dict[str, str] = dataclasses.field(default_factory=dict)
-    """Former ``finetune.<field>`` -> its field in the job's section (``mtdnn.tasks``): the unknown-key error of an
-    old config names the new place."""
+    """Former ``finetune.<field>`` (a former key of another section in full: 'data.target_lm_steps') -> its field in
+    the job's section (``mtdnn.tasks``): the unknown-key error of an old config names the new place."""
     task_values: tuple[str, ...] = ()
     """Former ``finetune.task`` values that picked this job (``finetune.task=mtdnn``): refused with a message
     naming ``finetune.job``."""
@@ -60,11 +60,12 @@ sections = _TABLE.sections
 """``sections()``: config section name -> dataclass, for every registered job that has one."""
 
 
-def moved_key(field: str) -> str | None:
-    """Where a former ``finetune.<field>`` lives now ('mtdnn.tasks (with finetune.job='mtdnn')'), or None."""
+def moved_key(field: str, section: str = "finetune") -> str | None:
+    """Where a former ``<section>.<field>`` lives now ('mtdnn.tasks (with finetune.job='mtdnn')'), or None."""
+    key = field if section == "finetune" else f"{section}.{field}"
     for j in jobs().values():
-        if field in j.moved:
-            return f"{j.name}.{j.moved[field]} (with finetune.job={j.name!r})"
+        if key in j.moved:
+            return f"{j.name}.{j.moved[key]} (with finetune.job={j.name!r})"
     return None
 
 

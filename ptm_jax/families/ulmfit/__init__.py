@@ -39,7 +39,6 @@ FAMILY = register(Family(
     flops=hooks.step_flops,
     synthetic_batch=hooks.synthetic_batch,
     perplexity=lazy("ptm_jax.families.ulmfit.perplexity", "perplexity"),
-    stages=lazy("ptm_jax.families.ulmfit.pipeline", "run"),
     tiny_preset="ulmfit_tiny",
     capabilities=frozenset({"perplexity"}),
 ))
