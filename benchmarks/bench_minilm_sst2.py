@@ -23,7 +23,7 @@ from a clock read after each step. The first 25 steps are reported separately fo
     python benchmarks/bench_minilm_sst2.py --which both             # both, side by side, one invocation
     python benchmarks/bench_minilm_sst2.py --which ptm --pack       # ptm_jax on packed rows (fast path)
 
-``--pack`` (ptm_jax only) packs several training sentences into each row of 64 (``finetune.pack_examples``):
+``--pack`` (ptm_jax only) packs several training sentences into each row of 64 (``packing.pack_examples``):
 a batch is then 32 rows holding about 3.5 times as many sentences, one epoch is fewer steps, and
 examples/s counts sentences.
 
@@ -73,7 +73,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--skip-steps", type=int, default=25,
                     help="steps left out of examples/s on both sides (compilation, first-call allocations)")
-    ap.add_argument("--pack", action="store_true", help="ptm_jax: finetune.pack_examples=true (batch = 32 rows)")
+    ap.add_argument("--pack", action="store_true", help="ptm_jax: packing.pack_examples=true (batch = 32 rows)")
     ap.add_argument("--parity", action="store_true",
                     help="both sides, dropout off, ptm_jax from torch's initial classifier; per-step loss gaps")
     ap.add_argument("--control-threads", type=int, default=0,
@@ -223,7 +223,7 @@ def run_ptm(args: argparse.Namespace, data: dict) -> dict:
         "train.adam_bias_correction=true", "train.lr_decay='from_peak'",
         f"train.log_every={1 if args.parity else 5 if args.pack else args.skip_steps}",
         "train.progress_bar=false",
-        "mesh.data=-1", f"finetune.pack_examples={str(args.pack).lower()}",
+        "mesh.data=-1", f"packing.pack_examples={str(args.pack).lower()}",
     ] + (["finetune.keep_head=true", "finetune.classifier_dropout=0.0"] if args.parity else [])
     cfg = load_config("bert_small", overrides)
     t0 = time.perf_counter()

@@ -66,8 +66,8 @@ def squad_lengths(max_positions: int) -> list[str]:
     """run_squad's 384 / 128 / 64 where the model has 512 positions, else scaled to what it has."""
     length = min(384, max_positions)
     stride, query = (128, 64) if length >= 384 else (length // 2, length // 4)
-    return [f"finetune.max_seq_length={length}", f"finetune.doc_stride={stride}",
-            f"finetune.max_query_length={query}"]
+    return [f"finetune.max_seq_length={length}", f"squad.doc_stride={stride}",
+            f"squad.max_query_length={query}"]
 
 
 def kv(key: str, value) -> str:

@@ -88,7 +88,8 @@ def main(argv=None) -> int:
         (out / "pretrain").symlink_to(Path(args.lm).resolve() / "pretrain")
         (out / "tokenizer").symlink_to(Path(args.lm).resolve() / "tokenizer")
     per_epoch = math.ceil(args.train_subset / args.batch_size)
-    fine = [f"finetune.task=sst2", f"finetune.data_dir={GLUE}", f"finetune.train_subset={args.train_subset}",
+    fine = ["finetune.job=task", "finetune.task=sst2", f"finetune.data_dir={GLUE}",
+            f"finetune.train_subset={args.train_subset}",
             f"finetune.epochs={args.epochs}", f"finetune.batch_size={args.batch_size}",
             f"finetune.max_seq_length={args.max_len}", f"finetune.learning_rate={args.lr}",
             "finetune.warmup_proportion=0.1", "finetune.weight_decay=0.01", "finetune.clip_norm=0.4",

@@ -225,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--task", default=None, help="finetune.task: embedded | sst2 | cola | mrpc | stsb | "
                            "qqp | mnli | qnli | rte | wnli | squad | squad_v2 | conll2003 | swag")
             p.add_argument("--job", default=None, help="finetune.job: task (default: one task) | mtdnn (the tasks "
-                           "of mtdnn.tasks=[...]) | consert | features (a head over word features)")
+                           "of mtdnn.tasks=[...]) | consert | features (a head over word features) | ulmfit "
+                           "(target-task LM, then the classifier)")
             p.add_argument("--glue-dir", default=None, help="finetune.data_dir for GLUE tasks")
             p.add_argument("--data-dir", default=None, help="finetune.data_dir (SQuAD/CoNLL folder, or 'tfds')")
         if name in ("finetune", "eval"):

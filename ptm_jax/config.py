@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import functools
 import re
 import types
 import typing
@@ -204,13 +205,16 @@ class MeshConfig:
 
 @dataclass
 class FinetuneConfig:
-    """Task finetuning (google-research/bert run_classifier.py / run_squad.py defaults)."""
+    """Task finetuning, what every job shares (google-research/bert run_classifier.py / run_squad.py defaults).
+    What one task or one family reads is in a section of its own (``data/tasks/sections.py``: ``[squad]``,
+    ``[packing]``, ``[gpt_finetune]``); a job's settings in the section of its name (``jobs/registry.py``)."""
 
     job: str = "task"
     """The finetuning job (``ptm_jax/jobs``): 'task' (one task, finetune.task, with the family's task head),
     'mtdnn' (multi-task learning over mtdnn.tasks, then per-task finetuning), 'consert' (contrastive sentence
-    embeddings) or 'features' (a classic head over word features, features.head). A job's own settings are in
-    the config section of its name ([mtdnn], [consert], [features])."""
+    embeddings), 'features' (a classic head over word features, features.head) or 'ulmfit' (ULMFiT's target-task
+    LM, then its classifier on finetune.task). A job's own settings are in the config section of its name
+    ([mtdnn], [consert], [features], [ulmfit])."""
     task: str = "embedded"
     """'embedded' (derived from the embedded corpus), a GLUE task (sst2, cola, mrpc, stsb, qqp, mnli, qnli,
     rte, wnli), 'squad', 'squad_v2', 'conll2003' or 'swag' (``data/tasks/registry.py``); the task of the 'task'
@@ -251,18 +255,6 @@ class FinetuneConfig:
     keep_head: bool = False
     """Start from the task head stored in finetune.init (e.g. a Hugging Face BertForSequenceClassification) instead
     of a fresh one; its shapes must fit the task."""
-    doc_stride: int = 128
-    max_query_length: int = 64
-    n_best_size: int = 20
-    max_answer_length: int = 30
-    null_score_threshold: float = 0.0
-    lm_coef: float = 0.5
-    """gpt: weight of the auxiliary language-model loss during finetuning (Radford et al. 2018 Sec. 3.2)."""
-    pack_examples: bool = False
-    """bert sequence classification: pack several short training examples into each row, attention kept inside
-    each example (data/tasks/packing.py); batch_size then counts rows. Evaluation stays one example per row."""
-    max_examples_per_row: int = 8
-    """With pack_examples: at most this many examples share a row."""
 
 
 @dataclass
@@ -281,8 +273,9 @@ class RunConfig:
     mesh: MeshConfig = field(default_factory=MeshConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     plugins: dict[str, Any] = field(default_factory=dict)
-    """Sections owned by plug-ins, by section name: an adapter's (``[lora]``: ``ptm_jax/adapters/registry.py``),
-    read into the plug-in's dataclass. Written back as top-level sections (:func:`to_dict`); read them with
+    """Sections owned by plug-ins, by section name: an adapter's (``[lora]``: ``ptm_jax/adapters/registry.py``), a
+    finetuning job's (``[mtdnn]``), a task's or a family's finetuning (``[squad]``: ``data/tasks/sections.py``),
+    read into the owner's dataclass. Written back as top-level sections (:func:`to_dict`); read them with
     :func:`section`, which gives the plug-in's defaults for a section the run does not set."""
 
     def __post_init__(self) -> None:
@@ -356,13 +349,24 @@ def _unknown_key(key: str, valid: list[str], where: str, family: str | None = No
     hint = (f" Did you mean: {', '.join(where + c for c in close)}?" if close
             else f" Valid keys under '{where or '(top level)'}': {', '.join(valid)}.")
     section = where.rstrip(".")
+    if section not in ("", "finetune"):
+        from ptm_jax.jobs import registry as jobs
+
+        moved = jobs.moved_key(key, section)
+        if moved:
+            return ConfigError(f"unknown config key '{where}{key}': it moved to the finetuning job's own section, "
+                               f"{moved}.")
     if section == "finetune":
+        from ptm_jax.data.tasks import sections as task_sections
         from ptm_jax.jobs import registry as jobs
 
         moved = jobs.moved_key(key)
         if moved:
             return ConfigError(f"unknown config key 'finetune.{key}': it moved to the finetuning job's own section, "
                                f"{moved}.")
+        moved = task_sections.moved_key(key)
+        if moved:
+            return ConfigError(f"unknown config key 'finetune.{key}': it moved to {moved}.")
     owners = _owners(section, key) if section in ("model", "data") else []
     if owners and family:
         hint = (f" It belongs to the [{section}] section of family {', '.join(map(repr, owners))}, not to that "
@@ -455,11 +459,13 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
 
 def _plugin_sections() -> dict[str, type]:
-    """Top-level sections owned by plug-ins (adapters, finetuning jobs) -> their dataclasses."""
+    """Top-level sections owned by plug-ins (adapters, finetuning jobs) and by tasks or a family's finetuning
+    (``data/tasks/sections.py``) -> their dataclasses."""
     from ptm_jax.adapters import registry as adapters
+    from ptm_jax.data.tasks import sections as task_sections
     from ptm_jax.jobs import registry as jobs
 
-    return {**adapters.sections(), **jobs.sections()}
+    return {**adapters.sections(), **jobs.sections(), **task_sections.sections()}
 
 
 def section(cfg: RunConfig, name: str) -> Any:
@@ -470,6 +476,14 @@ def section(cfg: RunConfig, name: str) -> Any:
     if name not in table:
         raise ConfigError(f"[{name}] is not a registered plug-in section (registered: {', '.join(sorted(table))})")
     return table[name]()
+
+
+def bind_sections(cls: Any, cfg: RunConfig) -> Any:
+    """``cls`` with the sections it reads bound from ``cfg``: an objective class names them in its
+    ``config_sections`` (each the keyword argument of its constructor that takes that section), so the spine can
+    build a family's objective (``Finetuning.classifier``, ``Finetuning.task_objectives``) without knowing them."""
+    names = getattr(cls, "config_sections", ())
+    return functools.partial(cls, **{n: section(cfg, n) for n in names}) if names else cls
 
 
 def _parse_literal(text: str) -> Any:
@@ -537,8 +551,6 @@ def validate(cfg: RunConfig) -> None:
         (t.spike_window >= 2, f"train.spike_window must be >= 2, got {t.spike_window}"),
         (t.prefetch_batches >= 0, f"train.prefetch_batches must be >= 0, got {t.prefetch_batches}"),
         (t.steps_per_call >= 1, f"train.steps_per_call must be >= 1, got {t.steps_per_call}"),
-        (cfg.finetune.max_examples_per_row >= 1, "finetune.max_examples_per_row must be >= 1, got "
-         f"{cfg.finetune.max_examples_per_row}"),
     ]
     for section, groups in (("train", t.param_groups), ("finetune", cfg.finetune.param_groups)):
         for i, g in enumerate(groups):

@@ -10,6 +10,7 @@ This module sits at the bottom of the import graph: it imports nothing of ptm_ja
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import pkgutil
@@ -18,6 +19,20 @@ from typing import Any, Callable, Generic, TypeVar
 from ptm_jax.errors import ConfigError
 
 T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigSection:
+    """A top-level config section that a task or a family's finetuning reads (``[squad]``, ``[gpt_finetune]``);
+    ``data/tasks/sections.py`` holds the tasks' and gathers the families' (``Finetuning.sections``)."""
+
+    name: str
+    config: type
+    """Its dataclass (with an optional ``validate(where)``)."""
+    owner: str
+    """Who reads it, for messages ('the span-QA tasks squad and squad_v2')."""
+    moved: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Former ``finetune.<field>`` -> its field here: the unknown-key error of an old config names the new key."""
 
 
 def lazy(module: str, attr: str) -> Callable[..., Any]:
@@ -36,10 +51,11 @@ class PluginTable(Generic[T]):
     """The registered records of one kind, keyed by their ``name``.
 
     ``package``: the package whose sub-packages register themselves; ``kind``: how an error names a record
-    ('finetuning job'); ``field``: the config field that names one ('finetune.job')."""
+    ('finetuning job'); ``field``: the config field that names one ('finetune.job'); ``also``: other packages whose
+    sub-packages may register records of this kind (a family package its own job: ULMFiT's stages)."""
 
-    def __init__(self, package: str, kind: str, field: str):
-        self.package, self.kind, self.field = package, kind, field
+    def __init__(self, package: str, kind: str, field: str, also: tuple[str, ...] = ()):
+        self.package, self.kind, self.field, self.also = package, kind, field, also
         self._items: dict[str, T] = {}
         self._loaded = False
 
@@ -59,13 +75,15 @@ class PluginTable(Generic[T]):
         return dict(self._items)
 
     def load_all(self) -> None:
-        """Imports every sub-package of ``package`` once, in name order (each registers itself)."""
+        """Imports every sub-package of ``package`` (then of each of ``also``) once, in name order (each registers
+        itself)."""
         if self._loaded:
             return
-        pkg = importlib.import_module(self.package)
-        for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-            if info.ispkg:
-                importlib.import_module(f"{self.package}.{info.name}")
+        for package in (self.package, *self.also):
+            pkg = importlib.import_module(package)
+            for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+                if info.ispkg:
+                    importlib.import_module(f"{package}.{info.name}")
         self._loaded = True
 
     def all(self) -> dict[str, T]:

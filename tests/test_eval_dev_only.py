@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from ptm_jax.config import FinetuneConfig, RunConfig
+from ptm_jax.data.tasks.sections import SquadConfig
 from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import save_params
@@ -88,7 +89,7 @@ def task_folders(task: str, shared, tmp):
         squad_slice(src, full / f"train-{ver}.json", slice(1, 3), 40, v2)
         squad_slice(src, full / f"dev-{ver}.json", slice(0, 1), 30, v2)
         shutil.copy(full / f"dev-{ver}.json", dev_only / f"dev-{ver}.json")
-        return full, dev_only, {"max_seq_length": 128, "doc_stride": 64, "max_query_length": 32}
+        return full, dev_only, {"max_seq_length": 128, "squad": SquadConfig(doc_stride=64, max_query_length=32)}
     if task == "conll2003":  # the first 3000 / 4000 lines of eng.train / eng.testa (all 9 tags occur)
         head(shared / "conll2003" / "eng.train", full / "eng.train", 3000)
         head(shared / "conll2003" / "eng.testa", full / "eng.testa", 4000)
@@ -109,10 +110,11 @@ def files_text(paths) -> dict[str, str]:
 @pytest.mark.parametrize("task", ["rte", "squad", "squad_v2", "conll2003", "swag", "embedded"])
 def test_eval_with_only_the_dev_split_matches_the_full_folder(task, shared_data, minilm_tok, minilm_vocab, tmp_path):
     full, dev_only, extra = task_folders(task, shared_data, tmp_path)
+    plugins = {"squad": extra.pop("squad")} if "squad" in extra else {}
     fcfg = {"task": task, "max_seq_length": 64, "batch_size": 16, **extra}
     if task == "embedded":
         fcfg["train_subset"] = 64
-    cfg = RunConfig(finetune=FinetuneConfig(data_dir=str(full) if full else "", **fcfg))
+    cfg = RunConfig(finetune=FinetuneConfig(data_dir=str(full) if full else "", **fcfg), plugins=plugins)
     model_cfg = tiny_bert(minilm_tok)
     # what finetuning builds (reads the training split) and what it saves as <stage>/best
     objective, _ = build_task(cfg, model_cfg, minilm_tok)
@@ -130,7 +132,7 @@ def test_eval_with_only_the_dev_split_matches_the_full_folder(task, shared_data,
     want_files = files_text(objective.write_predictions(outputs, tmp_path / "want", "dev"))
 
     # `ptm eval`: the folder holds the evaluated split alone
-    dev_cfg = RunConfig(finetune=FinetuneConfig(data_dir=str(dev_only) if dev_only else "", **fcfg))
+    dev_cfg = RunConfig(finetune=FinetuneConfig(data_dir=str(dev_only) if dev_only else "", **fcfg), plugins=plugins)
     got = evaluate_task(dev_cfg, str(model_dir), split="dev", out_dir=str(tmp_path / "got"))
     assert "train" not in got["description"]
     assert set(got["metrics"]) == set(want) and len(want) >= 2

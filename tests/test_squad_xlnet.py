@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from ptm_jax.config import FinetuneConfig, MeshConfig, load_config
+from ptm_jax.data.tasks.sections import SquadConfig
 from ptm_jax.data.tasks.squad import read_squad
 from ptm_jax.data.tasks.squad_features import convert_examples_to_features
 from ptm_jax.evaluate.squad_eval import normalize_answer
@@ -84,10 +85,10 @@ def test_xlnet_gold_logits_round_trip_to_the_answers_and_null_is_read_at_cls(squ
 def test_xlnet_squad_finetunes_through_the_loop_and_scores_officially(squad_sp, tmp_path):
     subset, sp = squad_sp
     model_cfg = dataclasses.replace(load_config("xlnet_tiny").model, vocab_size=sp.vocab_size, mem_len=0)
-    fcfg = FinetuneConfig(max_seq_length=LEN, doc_stride=STRIDE, max_query_length=QUERY, batch_size=16,
-                          learning_rate=2e-3)
+    fcfg = FinetuneConfig(max_seq_length=LEN, batch_size=16, learning_rate=2e-3)
     train, dev = subset[:96], subset[:48]
-    obj = SpanQAObjective(model_cfg, fcfg, train, dev, sp, name="squad", do_lower_case=False)
+    obj = SpanQAObjective(model_cfg, fcfg, train, dev, sp, name="squad", do_lower_case=False,
+                          squad=SquadConfig(doc_stride=STRIDE, max_query_length=QUERY))
     assert type(obj.model).__name__ == "XLNetForQuestionAnswering"
     cfg = load_config("xlnet_tiny", ["train.batch_size=16", "train.steps=40", "train.warmup_steps=4",
                                      "train.learning_rate=2e-3", "train.eval_every=1000",

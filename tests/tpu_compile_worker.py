@@ -68,6 +68,7 @@ def task_report(kind: str, topology: str) -> dict:
     from ptm_jax.bench.aot import _state_bytes_per_device, mesh_devices
     from ptm_jax.bench.harness import batch_specs, memory_figures, param_count, rng_spec
     from ptm_jax.config import FinetuneConfig, MeshConfig, RunConfig
+    from ptm_jax.data.tasks.sections import SquadConfig
     from ptm_jax.data.tokenizers import WordPieceTokenizer
     from ptm_jax.families.bert.config import BertConfig
     from ptm_jax.parallel.mesh import make_mesh
@@ -79,8 +80,8 @@ def task_report(kind: str, topology: str) -> dict:
     model_cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_layers=2, num_heads=2,
                            intermediate_size=64, max_position_embeddings=128)
     fcfg = FinetuneConfig(task=task, data_dir=str(data_dir or _swag_dir()), max_seq_length=64, batch_size=BATCH,
-                          train_subset=64, doc_stride=32, max_query_length=16)
-    cfg = RunConfig(finetune=fcfg)
+                          train_subset=64)
+    cfg = RunConfig(finetune=fcfg, plugins={"squad": SquadConfig(doc_stride=32, max_query_length=16)})
     objective, _ = build_task(cfg, model_cfg, tok)
     tcfg = finetune_train_config(cfg, objective.num_train)
     mcfg = MeshConfig(*MESH)

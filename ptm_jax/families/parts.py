@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence
+
+from ptm_jax.plugins import ConfigSection
 
 if TYPE_CHECKING:  # annotations only
     import numpy as np
@@ -219,11 +221,12 @@ class Finetuning:
     """Span-QA feature layout (``data/tasks/squad_features.py``): [CLS] q [SEP] d [SEP], or d <sep> q <sep> <cls>."""
     prepare_finetune: PrepareFinetune | None = None
     """The model config before finetuning (GPT grows its vocabulary for the task tokens)."""
+    sections: tuple[ConfigSection, ...] = ()
+    """Config sections its finetuning reads (GPT's ``[gpt_finetune]``), each a top-level section of the run config
+    (``config.section``; an objective class binds it by ``config_sections``)."""
     packs_examples: bool = False
-    """Its sequence classifier packs several short examples into a row (``finetune.pack_examples``)."""
-    stages: Callable[..., Any] | None = None
-    """(cfg: RunConfig) -> summary dict: the family's own chain of stages that ``ptm run`` runs in place of
-    pretrain -> finetune when ``finetune.task`` is set (ULMFiT: general LM -> target-task LM -> classifier)."""
+    """Its sequence classification finetunes on packed rows, several short examples a row (``[packing]``
+    ``pack_examples``, ``objectives/packed_classification.py``)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,8 @@ def _cell(fam: registry.Family, part: str) -> str:
         items = (["classifier"] if p.classifier is not None else []) + sorted(p.tasks)
         items += [f"{h} head" for h in sorted(set(p.task_heads) - {"sequence_classification"})]
         items += [f"own {k}" for k in sorted(p.task_objectives)]
-        items += [n for n, v in (("packing", p.packs_examples), ("stages", p.stages)) if v]
+        items += ["packing"] if p.packs_examples else []
+        items += [f"[{sec.name}]" for sec in p.sections]
         return ", ".join(items) or "-"
     if part == "interop":
         items = [f"HF {'/'.join(p.hf.model_types) or '(no model_type of its own)'}"] if p.hf is not None else []

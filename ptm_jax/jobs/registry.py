@@ -1,7 +1,8 @@
 """The job registry: what ``ptm finetune`` (and ``ptm run``'s finetuning stage) can run.
 
-A job is one package under ``ptm_jax/jobs/`` whose ``__init__`` builds a :class:`Job` and calls :func:`register`;
-jobs are found by importing every package there (:func:`load_all`), as families and adapters are. ONE field
+A job is one package under ``ptm_jax/jobs/`` whose ``__init__`` builds a :class:`Job` and calls :func:`register`
+(or a family's own chain of stages, registered by its family package: ULMFiT's); jobs are found by importing
+every package there and every family package (:func:`load_all`), as families and adapters are. ONE field
 picks the job of a run, ``finetune.job``; the job owns the top-level config section of its own name (``[mtdnn]``,
 ``[consert]``, ``[features]``), read into its ``config`` dataclass the way a family owns ``[model]``
 (``config.py``: ``RunConfig.plugins``, :func:`sections`). ``[finetune]`` keeps what every job shares.
@@ -43,15 +44,16 @@ class Job:
     adapters: bool = False
     """Whether ``finetune.adapter`` may wrap the job's objective in the finetuning stage."""
     moved: dict[str, str] = dataclasses.field(default_factory=dict)
-    """Former ``finetune.<field>`` -> its field in the job's section (``mtdnn.tasks``): the unknown-key error of an
-    old config names the new place."""
+    """Former ``finetune.<field>`` (a former key of another section in full: 'data.target_lm_steps') -> its field in
+    the job's section (``mtdnn.tasks``): the unknown-key error of an old config names the new place."""
     task_values: tuple[str, ...] = ()
     """Former ``finetune.task`` values that picked this job (``finetune.task=mtdnn``): refused with a message
     naming ``finetune.job``."""
     description: str = ""
 
 
-_TABLE: PluginTable[Job] = PluginTable("ptm_jax.jobs", "finetuning job", "finetune.job")
+_TABLE: PluginTable[Job] = PluginTable("ptm_jax.jobs", "finetuning job", "finetune.job", also=("ptm_jax.families",))
+"""A family package may register a job of its own chain of stages (``families/ulmfit``: 'ulmfit')."""
 register = _TABLE.register
 load_all = _TABLE.load_all
 jobs = _TABLE.all
@@ -60,11 +62,12 @@ sections = _TABLE.sections
 """``sections()``: config section name -> dataclass, for every registered job that has one."""
 
 
-def moved_key(field: str) -> str | None:
-    """Where a former ``finetune.<field>`` lives now ('mtdnn.tasks (with finetune.job='mtdnn')'), or None."""
+def moved_key(field: str, section: str = "finetune") -> str | None:
+    """Where a former ``<section>.<field>`` lives now ('mtdnn.tasks (with finetune.job='mtdnn')'), or None."""
+    key = field if section == "finetune" else f"{section}.{field}"
     for j in jobs().values():
-        if field in j.moved:
-            return f"{j.name}.{j.moved[field]} (with finetune.job={j.name!r})"
+        if key in j.moved:
+            return f"{j.name}.{j.moved[key]} (with finetune.job={j.name!r})"
     return None
 
 

@@ -119,3 +119,10 @@ class SequenceClassificationObjective(ArrayTaskData):
         return [write_glue_submission(out_dir, self.spec.name, preds, split="test", indices=indices,
                                       suffix="" if split == "test" else f".{split}")]
 
+
+
+def sequence_classifier(fcfg: FinetuneConfig) -> type:
+    """``Finetuning.classifier`` of the families that classify with the pooled [CLS] of the task head
+    ``sequence_classification`` (BERT, ERNIE): this objective (packed rows are chosen by the spine,
+    ``train/finetune._classifier_objective``)."""
+    return SequenceClassificationObjective

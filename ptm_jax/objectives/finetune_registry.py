@@ -29,6 +29,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
+from ptm_jax import config as config_lib
 from ptm_jax.data.tasks.registry import take_subset
 from ptm_jax.errors import ConfigError
 
@@ -114,8 +115,9 @@ def build_squad(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, version_2
         source = str(dev_file) if not want_train else str(folder)
     if want_train:
         train = take_subset(train, f.train_subset, f.subset_seed)
+    squad = config_lib.section(cfg, "squad")
     obj = SpanQAObjective(model_cfg, f, train, dev, tokenizer, version_2=version_2, name=name,
-                          do_lower_case=getattr(tokenizer, "lower_case", True))
+                          do_lower_case=getattr(tokenizer, "lower_case", True), squad=squad)
     if want_train:
         skipped = len(train) - obj.num_train_questions
         head = (f"{len(train)} train questions ({obj.num_train} windows"
@@ -124,7 +126,7 @@ def build_squad(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, version_2
         head = ""
     desc = (f"SQuAD {ver}: {head}{len(dev)} dev "
             f"questions ({len(obj.dev_features)} windows) from {source}; max_seq_length {f.max_seq_length}, "
-            f"doc_stride {f.doc_stride}, max_query_length {f.max_query_length}")
+            f"squad.doc_stride {squad.doc_stride}, squad.max_query_length {squad.max_query_length}")
     return obj, desc
 
 
@@ -208,7 +210,7 @@ def build_swag(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: boo
 
     # the family's own objective, e.g. its input transformation
     own = registry.get(model_cfg.family).finetuning.task_objectives.get("multiple_choice")
-    objective_cls = own() if own is not None else MultipleChoiceObjective
+    objective_cls = config_lib.bind_sections(own() if own is not None else MultipleChoiceObjective, cfg)
     obj = objective_cls(model_cfg, f, train, held, tokenizer, name="swag")
     counts = f"{len(train)} train / " if want_train else ""
     return obj, f"SWAG: {counts}{len(held)} {eval_split} examples, 4 options, from {folder if want_train else held_file}"

@@ -1,6 +1,6 @@
-"""BERT sequence classification on packed rows (``finetune.pack_examples=true``; data/tasks/packing.py).
+"""BERT sequence classification on packed rows (``packing.pack_examples=true``; data/tasks/packing.py).
 
-Training rows hold up to ``finetune.max_examples_per_row`` examples, each attending only to itself
+Training rows hold up to ``packing.max_examples_per_row`` examples, each attending only to itself
 (``segment_mask`` of the pack ids), with positions from 0 and its own [CLS] pooled; the loss is the mean over the
 examples of the batch, as unpacked. ``finetune.batch_size`` counts rows, so a step sees about
 (row length / mean example length) times more examples: the step count of an epoch shrinks by that factor.
@@ -17,14 +17,19 @@ from ptm_jax.config import FinetuneConfig
 from ptm_jax.models.config import TransformerConfig
 from ptm_jax.data.tasks.glue import Example, TaskSpec
 from ptm_jax.data.tasks.packing import one_per_row, pack_examples
+from ptm_jax.data.tasks.sections import PackingConfig
 from ptm_jax.objectives.classification import SequenceClassificationObjective
 
 
 class PackedSequenceClassificationObjective(SequenceClassificationObjective):
+    """The ``[packing]`` section comes as ``packing`` (its defaults when None; ``config.bind_sections``)."""
+
+    config_sections = ("packing",)
+
     def __init__(self, model_cfg: TransformerConfig, spec: TaskSpec, train: Sequence[Example] | None,
-                 dev: Sequence[Example], tokenizer, fcfg: FinetuneConfig):
+                 dev: Sequence[Example], tokenizer, fcfg: FinetuneConfig, *, packing: PackingConfig | None = None):
         super().__init__(model_cfg, spec, train, dev, tokenizer, fcfg)
-        k = fcfg.max_examples_per_row
+        k = (packing or PackingConfig()).max_examples_per_row
         self.num_examples = self.num_train
         if self.train is not None:  # None: evaluation only
             self.train = pack_examples(self.train, k, fcfg.seed)

@@ -28,6 +28,7 @@ import optax
 
 from ptm_jax.config import FinetuneConfig
 from ptm_jax.models.config import TransformerConfig
+from ptm_jax.data.tasks.sections import SquadConfig
 from ptm_jax.data.tasks.squad import SquadExample
 from ptm_jax.data.tasks.squad_features import SquadFeature, convert_examples_to_features
 from ptm_jax.errors import ConfigError, DataError
@@ -78,10 +79,12 @@ class SpanQAObjective(ArrayTaskData):
 
     def __init__(self, model_cfg: TransformerConfig, fcfg: FinetuneConfig, train: Sequence[SquadExample] | None,
                  dev: Sequence[SquadExample], tokenizer, *, version_2: bool = False, name: str = "squad",
-                 do_lower_case: bool = True):
-        """``train=None`` (or empty): evaluation only, no training windows are built."""
+                 do_lower_case: bool = True, squad: SquadConfig | None = None):
+        """``train=None`` (or empty): evaluation only, no training windows are built. ``squad``: the ``[squad]``
+        section (its defaults when None)."""
         train = train or []
         self.name, self.fcfg, self.version_2 = f"finetune-{name}", fcfg, version_2
+        self.squad = squad = squad if squad is not None else SquadConfig()
         self.do_lower_case = do_lower_case
         from ptm_jax.families import registry
 
@@ -90,8 +93,8 @@ class SpanQAObjective(ArrayTaskData):
         if model_cls is None:
             raise ConfigError(f"model.family={model_cfg.family!r} has no question-answering head")
         self.model = model_cls()(model_cfg)
-        kw = dict(max_seq_length=fcfg.max_seq_length, doc_stride=fcfg.doc_stride,
-                  max_query_length=fcfg.max_query_length, layout=fam.finetuning.qa_layout)
+        kw = dict(max_seq_length=fcfg.max_seq_length, doc_stride=squad.doc_stride,
+                  max_query_length=squad.max_query_length, layout=fam.finetuning.qa_layout)
         train_features = convert_examples_to_features(list(train), tokenizer, is_training=True, **kw) if train else []
         if train and not train_features:
             raise DataError(f"{name}: none of the {len(train)} training questions has a locatable answer")
@@ -151,16 +154,16 @@ class SpanQAObjective(ArrayTaskData):
         start, end = outputs["start_logits"][:n], outputs["end_logits"][:n]
         if len(start) != n:
             raise DataError(f"{self.name}: {len(start)} predicted rows for {n} dev features")
-        f = self.fcfg
+        f = self.squad
         return postprocess(self.dev_examples, self.dev_features, start, end, n_best_size=f.n_best_size,
                            max_answer_length=f.max_answer_length, version_2=self.version_2,
                            null_threshold=math.inf, do_lower_case=self.do_lower_case)
 
     def _threshold(self, best: dict[str, str], null_odds: dict[str, float]) -> dict[str, str]:
-        """v2: the answer is "" iff null_odds > finetune.null_score_threshold (run_squad)."""
+        """v2: the answer is "" iff null_odds > squad.null_score_threshold (run_squad)."""
         if not self.version_2:
             return best
-        t = self.fcfg.null_score_threshold
+        t = self.squad.null_score_threshold
         return {q: ("" if null_odds[q] > t else a) for q, a in best.items()}
 
     def answers(self, outputs: dict[str, np.ndarray]) -> tuple[dict[str, str], dict, dict[str, float]]:

@@ -50,16 +50,24 @@ GLUE_DIRS = {name: spec.dirname for name, spec in GLUE_TASKS.items() if name != 
 """The GLUE tasks ``finetune.task`` names -> their folders (``data/tasks/glue.GLUE_TASKS``)."""
 
 
-def _classifier_objective(model_cfg, fcfg):
+def _classifier_objective(cfg: RunConfig, model_cfg):
     """Sequence classification for the model family (``Finetuning.classifier``: e.g. a pooled [CLS], a decoder's
-    input transformation or the final <cls> state)."""
+    input transformation or the final <cls> state), with the sections it reads bound (``config.bind_sections``);
+    packed rows (``packing.pack_examples``) for a family with the capability 'pack_examples'."""
     from ptm_jax.families import registry
 
     fam = registry.get(model_cfg.family)
-    if fcfg.pack_examples and "pack_examples" not in fam.capabilities:
-        raise ConfigError(f"finetune.pack_examples=true is not implemented for model.family={model_cfg.family!r}: "
-                          "set finetune.pack_examples=false")
-    return registry.require(fam, "finetuning.classifier", "sequence classification finetuning")(fcfg)
+    if config_lib.section(cfg, "packing").pack_examples:
+        if "pack_examples" not in fam.capabilities:
+            packs = ", ".join(n for n, f in registry.families().items() if "pack_examples" in f.capabilities)
+            raise ConfigError(f"packing.pack_examples=true is not implemented for model.family="
+                              f"{model_cfg.family!r} (families that pack: {packs}): set packing.pack_examples=false")
+        from ptm_jax.objectives.packed_classification import PackedSequenceClassificationObjective
+
+        cls = PackedSequenceClassificationObjective
+    else:
+        cls = registry.require(fam, "finetuning.classifier", "sequence classification finetuning")(cfg.finetune)
+    return config_lib.bind_sections(cls, cfg)
 
 
 def _check_num_labels(model_info: dict | None, spec, task: str) -> None:
@@ -84,7 +92,7 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev", *,
         spec, train_rows, dev = embedded_task()
         _check_num_labels(model_info, spec, task)
         train_rows = take_subset(train_rows, f.train_subset, f.subset_seed) if train else None
-        return _classifier_objective(model_cfg, f)(model_cfg, spec, train_rows, dev, tokenizer, f), DESCRIPTION
+        return _classifier_objective(cfg, model_cfg)(model_cfg, spec, train_rows, dev, tokenizer, f), DESCRIPTION
     decl = tasks.get(task, among=tasks.FINETUNE_TASKS)
     if decl.glue:
         from ptm_jax.data.tasks.glue import get_task
@@ -100,7 +108,7 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev", *,
         if (model_info or {}).get("head") == SAN_HEAD:  # an MT-DNN pair task's best model (mtdnn_answer=san)
             return SanClassificationObjective(model_cfg, spec, train_rows, dev, tokenizer, f, model_info,
                                               mcfg=config_lib.section(cfg, "mtdnn")), desc
-        return _classifier_objective(model_cfg, f)(model_cfg, spec, train_rows, dev, tokenizer, f), desc
+        return _classifier_objective(cfg, model_cfg)(model_cfg, spec, train_rows, dev, tokenizer, f), desc
     from ptm_jax.families import registry
 
     fam = registry.get(model_cfg.family)

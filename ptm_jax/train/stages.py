@@ -143,16 +143,11 @@ def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | 
 
 
 def run(cfg: RunConfig) -> dict[str, Any]:
-    """The main job: pretrain, then the finetuning/evaluation stages when configured; a family with its own chain
-    of stages (``Finetuning.stages``) runs that instead when ``finetune.task`` is set."""
-    from ptm_jax.families import registry
-
+    """The main job: pretrain, then the finetuning job ``finetune.job`` (``ptm_jax/jobs``; ULMFiT's target-task LM
+    and classifier: the 'ulmfit' job) when ``finetune.task`` is set."""
     # every stage's batch, before any stage runs: a finetuning batch the mesh cannot divide must not wait for
     # the end of pretraining to fail
     check_stage_batches(cfg, ["pretrain", "finetune"] if cfg.finetune.task else ["pretrain"])
-    own = registry.family_of_objective(cfg.objective).finetuning.stages
-    if cfg.finetune.task and own is not None:
-        return own(cfg)
     summary = {"pretrain": pretrain(cfg)}
     if cfg.finetune.task and not summary["pretrain"]["preempted"]:
         from ptm_jax.train.finetune import finetune

@@ -22,7 +22,7 @@ def pack_examples(features: dict[str, np.ndarray], max_per_row: int, seed: int) 
     """One-example-per-row features (input_ids/input_mask/segment_ids [N, L], labels/weights [N]) -> packed
     rows: token arrays [R, L] plus cls_positions/labels/weights [R, max_per_row] (weight 0 = empty slot)."""
     if max_per_row < 1:
-        raise ConfigError(f"finetune.max_examples_per_row must be >= 1, got {max_per_row}")
+        raise ConfigError(f"packing.max_examples_per_row must be >= 1, got {max_per_row}")
     ids, mask = features["input_ids"], features["input_mask"]
     n, length = ids.shape
     lengths = mask.sum(axis=1).astype(np.int64)

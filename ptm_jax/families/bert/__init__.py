@@ -44,18 +44,6 @@ def _infer_head(params: dict) -> str:
     return "encoder"
 
 
-def _classifier(fcfg: Any) -> type:
-    if fcfg.pack_examples:
-        from ptm_jax.objectives.packed_classification import (
-            PackedSequenceClassificationObjective,
-        )
-
-        return PackedSequenceClassificationObjective
-    from ptm_jax.objectives.classification import SequenceClassificationObjective
-
-    return SequenceClassificationObjective
-
-
 def _head(name: str):
     def get() -> type:
         from ptm_jax.families.bert import model, task_heads
@@ -92,7 +80,7 @@ FAMILY = register(Family(
         infer_head=_infer_head,
     ),
     finetuning=Finetuning(
-        classifier=_classifier,
+        classifier=lazy("ptm_jax.objectives.classification", "sequence_classifier"),
         tasks={t: _task(t) for t in ("squad", "squad_v2", "conll2003", "swag")},
         task_heads={"encoder": _head("BertModel"),
                     "sequence_classification": _head("BertForSequenceClassification"),

@@ -8,9 +8,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ptm_jax.families.gpt.config import GptConfig
+from ptm_jax.families.gpt.config import GptConfig, GptFinetuneConfig
 from ptm_jax.families.registry import (
-    Bench, Family, Finetuning, HfConverter, Inspection, Interop, ParamLayout, Pretraining, lazy, register)
+    Bench, ConfigSection, Family, Finetuning, HfConverter, Inspection, Interop, ParamLayout, Pretraining, lazy,
+    register)
 
 
 def _causal_lm(cfg: Any, corpus: Any):
@@ -101,6 +102,7 @@ FAMILY = register(Family(
         task_heads={"causal_lm": _lm_model},
         task_objectives={"multiple_choice": _multiple_choice},
         prepare_finetune=_prepare_finetune,
+        sections=(ConfigSection("gpt_finetune", GptFinetuneConfig, "GPT's finetuning", {"lm_coef": "lm_coef"}),),
     ),
     interop=Interop(
         hf=_hf(),

@@ -1,8 +1,8 @@
 """GPT finetuning through the input transformations (Radford et al. 2018 Sec. 3.2-3.3): GLUE-style
 classification / regression and multiple choice (SWAG).
 
-L3 = L2(task) + lambda * L1(LM on the task's own tokens), lambda = ``finetune.lm_coef`` (0.5 in the
-paper). The classifier is a linear layer on the final ``[e]`` state; for similarity tasks the ``[e]`` states
+L3 = L2(task) + lambda * L1(LM on the task's own tokens), lambda = ``gpt_finetune.lm_coef`` (0.5 in
+the paper). The classifier is a linear layer on the final ``[e]`` state; for similarity tasks the ``[e]`` states
 of both orders are summed first. Metrics, predictions files and best-checkpoint selection are the BERT
 path's (``ptm_jax.objectives.classification``), so GPT and BERT numbers are scored identically.
 """
@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ptm_jax.config import FinetuneConfig
-from ptm_jax.families.gpt.config import GptConfig
+from ptm_jax.families.gpt.config import GptConfig, GptFinetuneConfig
 from ptm_jax.data.tasks.glue import Example, TaskSpec
 from ptm_jax.errors import DataError
 from ptm_jax.families.gpt.transforms import gpt_features, transform_for
@@ -49,8 +49,10 @@ def with_lm_loss(total, terms, lm_logits, batch, normalizers, coef: float):
 
 class GptViews:
     """What the GPT task objectives share: inputs of V views per example ([B, V, L] ids, [B, V] extract index),
-    a model returning (task logits, LM logits), and the loss task + lm_coef x LM."""
+    a model returning (task logits, LM logits), and the loss task + lm_coef x LM. The constructors take the
+    ``[gpt_finetune]`` section as ``gpt_finetune`` (its defaults when None; ``config.bind_sections``)."""
 
+    config_sections = ("gpt_finetune",)
     lm_coef: float
 
     def init(self, rng, batch):
@@ -78,9 +80,9 @@ class GptClassificationObjective(GptViews, SequenceClassificationObjective):
     """Sequence classification / regression with a GPT trunk; scoring is inherited from the BERT objective."""
 
     def __init__(self, model_cfg: GptConfig, spec: TaskSpec, train: Sequence[Example], dev: Sequence[Example],
-                 tokenizer, fcfg: FinetuneConfig):
+                 tokenizer, fcfg: FinetuneConfig, *, gpt_finetune: GptFinetuneConfig | None = None):
         self.mode = transform_for(spec.name, spec.is_pair)
-        self.lm_coef = fcfg.lm_coef
+        self.lm_coef = (gpt_finetune or GptFinetuneConfig()).lm_coef
         super().__init__(model_cfg, spec, train, dev, tokenizer, fcfg)
 
     def build_model(self, model_cfg: GptConfig):
@@ -96,8 +98,9 @@ class GptMultipleChoiceObjective(GptViews, MultipleChoiceObjective):
     """Multiple choice with a GPT trunk: ``[s] context $ option [e]`` per option, a score per option,
     softmax over the options, plus lambda x LM (Radford et al. 2018 Sec. 3.3)."""
 
-    def __init__(self, model_cfg: GptConfig, fcfg: FinetuneConfig, train, dev, tokenizer, *, name: str = "swag"):
-        self.lm_coef = fcfg.lm_coef
+    def __init__(self, model_cfg: GptConfig, fcfg: FinetuneConfig, train, dev, tokenizer, *, name: str = "swag",
+                 gpt_finetune: GptFinetuneConfig | None = None):
+        self.lm_coef = (gpt_finetune or GptFinetuneConfig()).lm_coef
         super().__init__(model_cfg, fcfg, train, dev, tokenizer, name=name)
 
     def build_model(self, model_cfg: GptConfig):

@@ -109,9 +109,6 @@ class UlmfitDataConfig(DataConfig):
     bptt_p: float = 0.95
     bptt_std: float = 5.0
     bptt_bucket: int = 16
-    target_lm_steps: int = 0
-    """ULMFiT stage 2 (``ptm run`` with finetune.task set): steps of LM finetuning on the task's training
-    sentences; 0: the classifier starts from the general-domain LM."""
 
     def validate(self, where: str = "data") -> None:
         super().validate(where)

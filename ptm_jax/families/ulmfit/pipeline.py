@@ -1,20 +1,20 @@
-"""ULMFiT's three stages in one job (Howard & Ruder 2018 Sec. 3, Fig. 1):
+"""ULMFiT's target-task LM stage (Howard & Ruder 2018 Sec. 3.2, Fig. 1b) and the checks between its stages.
 
-1. general-domain LM pretraining: ``stages.pretrain`` on ``data.corpus`` -> ``<output_dir>/pretrain``;
-2. target-task LM finetuning: the same LM objective, from stage 1's weights, on the text of the target task's
-   training sentences (written once to ``<output_dir>/target_text/train.txt``, one sentence per line, tokenized
-   with stage 1's vocabulary) for ``lm_finetune_steps`` steps -> ``<output_dir>/lm_finetune``;
-3. the classifier (``finetune.task``; ``families/ulmfit/classification.py``) from stage 2's trunk, with the
-   family's discriminative rates and gradual unfreezing (``hooks.py``) and ``train.lr_decay``
-   ('slanted_triangular' in ULMFiT) -> ``<output_dir>/finetune-<task>``.
+The stages: 1. general-domain LM pretraining (``ptm run``'s ``stages.pretrain`` on ``data.corpus`` ->
+``<output_dir>/pretrain``); 2. target-task LM finetuning (:func:`lm_finetune`): the same LM objective, from stage
+1's weights, on the text of the target task's training sentences (written once to
+``<output_dir>/target_text/train.txt``, one sentence per line, tokenized with stage 1's vocabulary) ->
+``<output_dir>/lm_finetune``; 3. the classifier (``families/ulmfit/classification.py``) with the family's
+discriminative rates and gradual unfreezing (``hooks.py``). Stages 2 and 3 are the ``ulmfit`` finetuning job
+(``families/ulmfit/job.py``: ``finetune.job = "ulmfit"``, ``ulmfit.target_lm_steps``).
 
-Every stage resumes from its checkpoints; stage 3 refuses to start without a finished stage 2 (a ConfigError).
-``benchmarks/ulmfit_sst2.py`` runs it with each technique switched off in turn.
+Every stage resumes from its checkpoints; a stage refuses to start without a finished one before it
+(:func:`_require_finished`, a ConfigError). ``benchmarks/ulmfit_sst2.py`` runs stage 2 and stage 3 with each
+technique switched off in turn.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +42,11 @@ def target_text(cfg: Any, out: Path) -> Path:
     return path
 
 
-def lm_finetune(cfg: Any, steps: int, *, stop_after: int | None = None) -> dict[str, Any]:
-    """Stage 2: the LM objective on the target text, from stage 1's weights (same vocabulary)."""
+def lm_finetune(cfg: Any, steps: int, *, first: Path | None = None, first_steps: int | None = -1,
+                stop_after: int | None = None) -> dict[str, Any]:
+    """Stage 2: the LM objective on the target text, from stage 1's weights (same vocabulary). ``first``: stage
+    1's folder (default ``<output_dir>/pretrain``), which must have finished ``first_steps`` steps (-1:
+    ``train.steps``; None: not checked, a run ``finetune.init`` names)."""
     from ptm_jax.export.params import load_params
     from ptm_jax.objectives.registry import build_objective
     from ptm_jax.parallel.mesh import make_mesh
@@ -52,8 +55,10 @@ def lm_finetune(cfg: Any, steps: int, *, stop_after: int | None = None) -> dict[
     from ptm_jax.train.stages import prepare_corpus
 
     out = fs.path(cfg.output_dir)
-    first = out / "pretrain"
-    _require_finished(first, cfg.train.steps, "the general-domain LM (stage 1)")
+    first = out / "pretrain" if first is None else first
+    if first_steps is not None:
+        _require_finished(first, cfg.train.steps if first_steps == -1 else first_steps,
+                          "the general-domain LM (stage 1)")
     pretrained, _, _, tok_dir = load_params(first)
     text = target_text(cfg, out)
     vocab = tok_dir / "vocab.tsv" if tok_dir is not None else None
@@ -99,26 +104,3 @@ def _require_finished(stage: Path, steps: int, what: str) -> None:
         raise ConfigError(f"ULMFiT: {what} is not finished ({stage}: "
                           f"{'no checkpoint' if last is None else f'step {last} of {steps}'}); run its stage "
                           "first (the classifier starts from a finished language model)")
-
-
-def run(cfg: Any, lm_finetune_steps: int | None = None, *, skip_target_lm: bool = False) -> dict[str, Any]:
-    """The three stages (``Finetuning.stages``: ``ptm run`` with ``finetune.task`` set). ``lm_finetune_steps``:
-    stage 2's steps (default ``data.target_lm_steps``); ``skip_target_lm`` or 0 steps: the classifier starts
-    from stage 1 (the paper's ablation 'no LM fine-tuning')."""
-    lm_finetune_steps = cfg.data.target_lm_steps if lm_finetune_steps is None else lm_finetune_steps
-    skip_target_lm = skip_target_lm or lm_finetune_steps == 0
-    from ptm_jax.train.finetune import finetune
-    from ptm_jax.train.stages import pretrain
-
-    out = fs.path(cfg.output_dir)
-    summary: dict[str, Any] = {"pretrain": pretrain(cfg)}
-    init = out / "pretrain"
-    if not skip_target_lm:
-        summary["lm_finetune"] = lm_finetune(cfg, lm_finetune_steps)
-        init = out / "lm_finetune" / "pretrain"
-        _require_finished(init, lm_finetune_steps, "the target-task LM (stage 2)")
-    summary["classifier"] = finetune(dataclasses.replace(cfg, finetune=dataclasses.replace(
-        cfg.finetune, init=str(init))))
-    if jax.process_index() == 0:
-        fs.write_text_atomic(out / "ulmfit_summary.json", json.dumps(summary, indent=2, default=str))
-    return summary
