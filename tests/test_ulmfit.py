@@ -335,3 +335,41 @@ def nn_unbox(tree):
     import flax.linen as nn
 
     return nn.meta.unbox(tree)
+
+
+def test_ptm_run_pretrains_then_the_ulmfit_job_runs_the_target_lm_and_the_classifier(tmp_path, shared_data):
+    """``ptm run`` of the tiny preset with a task: stage 1 (4 steps), the 'ulmfit' job's target-task LM (2 steps,
+    from stage 1's weights) and the classifier from stage 2's trunk, each finished and summarised;
+    ``ulmfit.target_lm_steps=0`` runs no stage 2 and starts the classifier from stage 1."""
+    import json
+
+    from ptm_jax import config as config_lib
+    from ptm_jax.train.stages import run
+
+    base = [f"data.corpus={shared_data / 'corpus/tinyshakespeare/input.txt'}", "data.eval_documents=2",
+            "model.vocab_size=256", "tokenizer.vocab_size=256", "train.steps=4", "train.eval_every=0",
+            "train.checkpoint_every=4", "train.log_every=2", "finetune.task=sst2",
+            f"finetune.data_dir={shared_data / 'glue'}", "finetune.train_subset=48", "finetune.epochs=1",
+            "finetune.batch_size=16", "finetune.max_seq_length=24"]
+    cfg = config_lib.load_config("ulmfit_tiny", [*base, f"output_dir={tmp_path / 'with'}",
+                                                 "ulmfit.target_lm_steps=2"])
+    assert cfg.finetune.job == "ulmfit"
+    summary = run(cfg)
+    stage2 = summary["finetune"]["lm_finetune"]
+    assert summary["pretrain"]["step"] == 4 and stage2["step"] == 2 and not stage2["preempted"]
+    best = summary["finetune"]["best"]["metrics"]
+    assert summary["finetune"]["step"] == 3 and summary["finetune"]["train_examples"] == 48  # 48 rows / 16
+    assert 0.0 <= best["accuracy"] <= 1.0 and 0.5 < best["loss"] < 1.0  # ln 2 = 0.69 at two untrained classes
+    assert summary["finetune"]["init"] == str(tmp_path / "with" / "lm_finetune" / "pretrain")  # stage 2's trunk
+    written = json.loads((tmp_path / "with" / "ulmfit_summary.json").read_text())
+    assert written["lm_finetune"]["step"] == 2 and written["classifier"]["best"] == summary["finetune"]["best"]
+    assert (tmp_path / "with" / "finetune-sst2" / "best").is_dir()
+
+    cfg0 = config_lib.load_config("ulmfit_tiny", [*base, f"output_dir={tmp_path / 'without'}",
+                                                  "ulmfit.target_lm_steps=0"])
+    summary0 = run(cfg0)
+    assert summary0["finetune"]["lm_finetune"] is None and not (tmp_path / "without" / "lm_finetune").exists()
+    assert summary0["finetune"]["init"] == str(tmp_path / "without" / "pretrain")  # stage 1's trunk
+    # same stage 1 (same config and seed): the two classifiers differ only by stage 2's trunk
+    assert summary0["pretrain"]["train"]["lm_loss"] == summary["pretrain"]["train"]["lm_loss"]
+    assert summary0["finetune"]["best"] != summary["finetune"]["best"]
