@@ -4,7 +4,7 @@
 
 - Input: one sentence per line, words separated by whitespace (as CoNLL-2003 and bilm-tf's ``Batcher`` read
   them). An empty line is a DataError naming the line (a sentence needs a word); non-UTF-8 bytes are one too
-  (``export/commands.read_lines``).
+  (``export/inference.read_lines``).
 - Features: ``evaluate/features.word_features`` asks the model's family (``Inspection.word_features``): ELMo's token
   representation and biLSTM layers, BERT/GPT/XLNet's hidden states at each word's first subword, or one layer of
   static vectors. ``--layers all | top | i,j,...`` picks layers (0 = the context-free token representation,

@@ -76,7 +76,7 @@ def find_word(sentence: Sequence[str], word: str) -> int:
 
 
 def read_reference(path: str, limit: int) -> list[list[str]]:
-    from ptm_jax.export.commands import read_lines
+    from ptm_jax.export.inference import read_lines
 
     sentences = [line.split() for line in read_lines(path) if line.strip()]
     return sentences[:limit] if limit else sentences
@@ -103,7 +103,7 @@ def vector_map(model: str, words: Sequence[str], out: str | Path, *, neighbors: 
                method: str = "pca", ignore_case: bool = True) -> dict:
     """Writes the map PNG; returns {'words': [...], 'labelled': [...], 'method': ...}."""
     from ptm_jax.evaluate.plots import plot_word_map, project_2d
-    from ptm_jax.evaluate.vector_commands import load_word_vectors
+    from ptm_jax.evaluate.vector_loading import load_word_vectors
 
     wv = load_word_vectors(model)
     rows: list[int] = []
