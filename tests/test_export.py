@@ -18,7 +18,8 @@ from ptm_jax.checkpoint import Checkpointer
 from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.config import RunConfig, to_dict
 from ptm_jax.errors import CheckpointError, ConfigError, DataError
-from ptm_jax.export import commands, inference
+from ptm_jax.commands import export as commands
+from ptm_jax.export import inference
 from ptm_jax.export import params as params_lib
 from ptm_jax.families.bert import hf as hf_bert
 from ptm_jax.families.bert.heads import BertForPreTraining

@@ -1,10 +1,9 @@
-"""`ptm neighbors | analogy | eval-vectors`, and `ptm export --format text_vectors|binary_vectors`: static word
-vectors on the command line, for every family with the ``Inspection.word_vectors`` hook.
+"""`ptm neighbors | analogy | eval-vectors`: static word vectors on the command line, for every family with the
+``Inspection.word_vectors`` hook, and for vector files trained by other tools.
 
-MODEL is a run directory or params directory (``export/params.load_params``; the family's ``word_vectors`` hook
-gives the matrix and the run's word vocabulary its words) or a vector file (word2vec.c's text or binary format,
-or GloVe's headerless text, ``export/vector_files.py``), so vectors trained by other tools are queried and scored
-the same way. The queries and scores are ``evaluate/word_vectors.py``.
+MODEL is what ``evaluate/vector_loading.load_word_vectors`` reads (a run or params directory, or a word2vec.c /
+GloVe vector file); the queries and scores are ``evaluate/word_vectors.py``. Here are the handlers, their arguments
+and the printing of the results.
 """
 from __future__ import annotations
 

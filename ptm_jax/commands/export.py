@@ -1,7 +1,9 @@
-"""`ptm import-hf | export | embed | predict`: command handlers; the batched inference is ``export/inference.py``.
+"""`ptm import-hf | import | export | embed | predict`: weights in and out, and inference on lines of text.
 
-The lead registers them in ``ptm_jax/cli.py`` with ``register(subparsers)``; each handler returns an exit
-code and raises ``PtmError`` subclasses for user errors.
+The conversions are ``export/`` and the families' ``Interop`` parts, the batched inference
+``export/inference.py`` and the per-layer word features ``evaluate/feature_export.py``; here are the handlers
+(each returns an exit code and raises ``PtmError`` subclasses for user errors), their arguments and the writing
+of the results.
 """
 from __future__ import annotations
 
@@ -133,9 +135,7 @@ def _write_embeddings(vectors: np.ndarray, texts: list[str], out: str | None) ->
 
 def cmd_embed(args: argparse.Namespace) -> int:
     if args.layers or args.mix:  # per-word, per-layer features of any family (evaluate/feature_export.py)
-        from ptm_jax.evaluate.feature_export import cmd_embed_layers
-
-        return cmd_embed_layers(args, read_lines(args.input))
+        return _embed_layers(args, read_lines(args.input))
     params, cfg, info, tok = _load(args.model)
     st = info.get("sentence_transformers") or {}
     texts = read_lines(args.input)
@@ -147,6 +147,19 @@ def cmd_embed(args: argparse.Namespace) -> int:
     if args.out:
         print(f"{len(texts)} embeddings of size {vectors.shape[1] if vectors.ndim == 2 else 0} -> {args.out}",
               file=sys.stderr)
+    return 0
+
+
+def _embed_layers(args: argparse.Namespace, lines: list[str]) -> int:
+    """``ptm embed MODEL FILE --layers ...``: per-word, per-layer features of any family."""
+    from ptm_jax.evaluate.feature_export import export_features, write
+
+    arrays = export_features(args.model, lines, layers=args.layers or "all", mix=args.mix, gamma=args.gamma,
+                             layer_norm=args.layer_norm, batch_size=args.batch_size,
+                             where="<stdin>" if args.input == "-" else args.input)
+    what = write(arrays, lines, args.out)
+    if args.out:
+        print(f"{what} -> {args.out}", file=sys.stderr)
     return 0
 
 
