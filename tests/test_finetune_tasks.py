@@ -19,7 +19,9 @@ from ptm_jax.data.tasks.conll import IGNORE_INDEX, read_conll
 from ptm_jax.data.tasks.squad import read_squad
 from ptm_jax.data.tasks.squad_features import convert_examples_to_features
 from ptm_jax.errors import ConfigError, DataError
-from ptm_jax.objectives.finetune_registry import TASK_BUILDERS, article_folds, conll_files, parse_fold
+from ptm_jax.data.tasks import registry as tasks
+from ptm_jax.data.tasks.splits import article_folds, conll_file, parse_fold
+from ptm_jax.objectives.finetune_registry import TASK_BUILDERS
 from ptm_jax.objectives.multiple_choice import ChoiceExample, MultipleChoiceObjective, read_swag
 from ptm_jax.objectives.span_qa import SpanQAObjective
 from ptm_jax.objectives.tagging import TaggingObjective
@@ -172,10 +174,18 @@ def test_squad_builder_folds_and_missing_train_file(shared_data, minilm_tok, squ
 
 def test_conll_gold_tags_score_f1_1_and_files_resolve(shared_data, minilm_tok, tmp_path):
     root = shared_data / "conll2003"
-    assert conll_files(str(root), "dev") == (root / "eng.train", root / "eng.testa")
-    assert conll_files(str(root / "iob2"), "test") == (root / "iob2" / "train.txt", root / "iob2" / "test.txt")
-    with pytest.raises(ConfigError, match="eng.train/eng.testb"):
-        conll_files(str(tmp_path), "test")
+    assert [conll_file(str(root), s) for s in ("train", "dev")] == [root / "eng.train", root / "eng.testa"]
+    assert conll_file(str(root / "iob2"), "test") == root / "iob2" / "test.txt"
+    with pytest.raises(ConfigError, match="no CoNLL-2003 file for split 'test'; expected eng.testb or test.txt"):
+        conll_file(str(tmp_path), "test")
+    # the task registry reads every split through the task's split reader (TaskDecl.reader)
+    testb, source = tasks.read("conll2003", str(root), "test")
+    assert source == str(root / "eng.testb") and len(testb) == 3453
+    with pytest.raises(ConfigError, match="split must be 'train', 'dev' or 'test'"):
+        tasks.read("conll2003", str(root), "valid")
+    glue = str(shared_data / "glue")
+    assert len(tasks.read("sst2", glue, "dev")[0]) == 872 and len(tasks.read("rte", glue, "train")[0]) == 2490
+    assert tasks.read("mrpc_rank", glue, "dev")[0] == tasks.read("mrpc", glue, "dev")[0]  # its GLUE task's rows
     sents, _ = read_conll(root / "eng.testb")
     dev = sents[:200]
     obj = TaggingObjective(tiny_bert(minilm_tok), FinetuneConfig(task="conll2003"), sents[200:400], dev, minilm_tok)

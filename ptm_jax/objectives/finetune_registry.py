@@ -5,114 +5,40 @@ Each builder takes (cfg, model_cfg, tokenizer, eval_split, *, train=True, model_
 what training would derive from the training split (CoNLL's label list) comes from ``model_info``, the
 saved model's ptm.json (``label_names``).
 
-``finetune.data_dir`` per task:
-
-- ``squad`` / ``squad_v2``: a folder holding train-v1.1.json and dev-v1.1.json (train-v2.0.json and
-  dev-v2.0.json), or 'tfds' (``squad/v1.1`` / ``squad/v2.0``). Article folds of one file:
-  ``PATH/dev-v1.1.json#fold=K/N`` trains on the articles a with a % N != K and evaluates on those with
-  a % N == K (a = article index in file order), so N runs cover every question of the file exactly once
-  (used where only the dev file is at hand; merge the N predictions.json files and score them together).
-- ``conll2003``: a folder with eng.train / eng.testa / eng.testb (original IOB1, converted to IOB2) or
-  train.txt / valid.txt / test.txt (also under iob2/), or 'tfds'. Evaluation split 'dev' = testa,
-  'test' = testb.
-- ``swag``: a folder with train.csv / val.csv / test.csv of the SWAG release; 'test' is unlabelled.
-
-Evaluation (``train=False``) needs only the split it reads: dev-v1.1.json / dev-v2.0.json, eng.testa
-(valid.txt) or eng.testb (test.txt), val.csv or test.csv.
+``finetune.data_dir`` per task, and the files each split reads, are the task's split reader's
+(``data/tasks/splits.py``, through ``data/tasks/registry.read``): SQuAD's folder, 'tfds' or
+``PATH/dev-v1.1.json#fold=K/N`` (train on the articles a % N != K, evaluate on a % N == K; N runs cover every
+question of the file once), CoNLL-2003's eng.train / eng.testa / eng.testb (or train/valid/test.txt, also under
+iob2/; 'dev' = testa, 'test' = testb), SWAG's train.csv / val.csv / test.csv ('test' unlabelled). Evaluation
+(``train=False``) reads only the split it scores.
 
 ``finetune.train_subset`` keeps the first N training examples (questions, sentences, SWAG items) after
 ``random.Random(finetune.subset_seed).shuffle``, as for the GLUE tasks.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Callable
 
 from ptm_jax import config as config_lib
+from ptm_jax.data.tasks import registry as tasks
 from ptm_jax.data.tasks.registry import take_subset
 from ptm_jax.errors import ConfigError
-
-_FOLD = re.compile(r"^fold=(\d+)/(\d+)$")
-CONLL_LAYOUTS = (("eng.train", "eng.testa", "eng.testb"), ("train.txt", "valid.txt", "test.txt"),
-                 ("iob2/train.txt", "iob2/valid.txt", "iob2/test.txt"))
-
-
-def parse_fold(data_dir: str) -> tuple[str, int, int] | None:
-    """'path#fold=K/N' -> (path, K, N); None without a '#' suffix."""
-    if "#" not in data_dir:
-        return None
-    path, _, spec = data_dir.rpartition("#")
-    m = _FOLD.match(spec.strip())
-    if not m or not 0 <= int(m.group(1)) < int(m.group(2)) or int(m.group(2)) < 2:
-        raise ConfigError(f"finetune.data_dir={data_dir!r}: the suffix after '#' must be fold=K/N with "
-                          f"N >= 2 and 0 <= K < N (e.g. '{path}#fold=0/2')")
-    return path, int(m.group(1)), int(m.group(2))
-
-
-def article_folds(examples: list, k: int, n: int) -> tuple[list, list]:
-    """(train, eval): questions of articles a with a % n != k, and with a % n == k. Articles are runs of
-    consecutive questions with one title, in file order."""
-    train, held = [], []
-    article, title = -1, object()
-    for e in examples:
-        if e.title != title:
-            article, title = article + 1, e.title
-        (held if article % n == k else train).append(e)
-    return train, held
-
-
-def _need_data_dir(f, what: str) -> str:
-    if not f.data_dir:
-        raise ConfigError(f"finetune.task={f.task}: set finetune.data_dir (--data-dir) to {what}")
-    return f.data_dir
-
 
 # ---------------------------------------------------------------------------------------------- SQuAD
 
 def build_squad(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, version_2: bool = False,
                 train: bool = True, model_info: dict | None = None) -> tuple[Any, str]:
-    from ptm_jax.data.tasks.squad import read_squad, squad_from_tfds
     from ptm_jax.objectives.span_qa import SpanQAObjective
 
     f = cfg.finetune
     ver = "v2.0" if version_2 else "v1.1"
     name = "squad_v2" if version_2 else "squad"
-    if eval_split != "dev":
-        raise ConfigError(f"finetune.task={f.task}: SQuAD has no public labelled test split; evaluate "
-                          f"--split dev")
-    data_dir = _need_data_dir(f, f"a folder with train-{ver}.json and dev-{ver}.json, "
-                                 f"'PATH/dev-{ver}.json#fold=K/N' or 'tfds'")
-    fold = parse_fold(data_dir)
     want_train = train
-    if data_dir == "tfds":
-        train = squad_from_tfds(f"squad/{ver}", "train")[0] if want_train else None
-        dev, _ = squad_from_tfds(f"squad/{ver}", "validation")
-        source = f"tfds squad/{ver}"
-    elif fold is not None:
-        path, k, n = fold
-        if not Path(path).is_file():
-            raise ConfigError(f"finetune.data_dir={data_dir!r}: {path} is not a file; the fold form names "
-                              f"one SQuAD JSON file, e.g. '.../dev-{ver}.json#fold=0/2'")
-        examples, _ = read_squad(path)
-        train, dev = article_folds(examples, k, n)
-        train = train if want_train else None
-        source = f"{path}, article fold {k} of {n} (train: the other folds)"
-    else:
-        folder = Path(data_dir)
-        train_file, dev_file = folder / f"train-{ver}.json", folder / f"dev-{ver}.json"
-        if not want_train and not dev_file.is_file():
-            raise ConfigError(f"finetune.data_dir={data_dir!r}: {dev_file} does not exist; evaluation reads "
-                              f"dev-{ver}.json from this folder (or use 'tfds')")
-        if want_train and not train_file.is_file():
-            hint = (f"; only {dev_file.name} is here: set finetune.data_dir='{dev_file}#fold=0/2' (and "
-                    f"#fold=1/2) to train and evaluate on article folds of the dev file" if dev_file.is_file()
-                    else "")
-            raise ConfigError(f"finetune.data_dir={data_dir!r}: {train_file} does not exist; download SQuAD "
-                              f"{ver} (train-{ver}.json, dev-{ver}.json) into it or use 'tfds'{hint}")
-        train = read_squad(train_file)[0] if want_train else None
-        dev, _ = read_squad(dev_file)
-        source = str(dev_file) if not want_train else str(folder)
+    train = tasks.read(name, f.data_dir, "train")[0] if want_train else None
+    dev, source = tasks.read(name, f.data_dir, eval_split)
+    if want_train and f.data_dir not in ("tfds",) and "#" not in f.data_dir:
+        source = str(Path(f.data_dir))  # the folder both files come from
     if want_train:
         train = take_subset(train, f.train_subset, f.subset_seed)
     squad = config_lib.section(cfg, "squad")
@@ -132,21 +58,6 @@ def build_squad(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, version_2
 
 # ---------------------------------------------------------------------------------------------- CoNLL
 
-def conll_files(data_dir: str, eval_split: str, train: bool = True) -> tuple[Path | None, Path]:
-    """(train file, evaluation file) of the first complete layout found in ``data_dir``; ``train=False``:
-    (None, evaluation file), the training file need not exist."""
-    col = {"dev": 1, "test": 2}.get(eval_split)
-    if col is None:
-        raise ConfigError(f"CoNLL-2003 evaluation split must be 'dev' (testa) or 'test' (testb), got {eval_split!r}")
-    folder = Path(data_dir)
-    for layout in CONLL_LAYOUTS:
-        if (not train or (folder / layout[0]).is_file()) and (folder / layout[col]).is_file():
-            return (folder / layout[0] if train else None), folder / layout[col]
-    names = " or ".join("/".join((layout[0], layout[col])[1 - train:]) for layout in CONLL_LAYOUTS)
-    raise ConfigError(f"finetune.data_dir={data_dir!r}: no CoNLL-2003 files for split {eval_split!r}; "
-                      f"expected {names} in it, or use 'tfds'")
-
-
 def saved_labels(model_info: dict | None, task: str) -> list[str]:
     """The label list a finetuned model was trained with (its ptm.json ``label_names``)."""
     names = (model_info or {}).get("label_names")
@@ -162,22 +73,17 @@ def saved_labels(model_info: dict | None, task: str) -> list[str]:
 
 def build_conll(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: bool = True,
                 model_info: dict | None = None) -> tuple[Any, str]:
-    from ptm_jax.data.tasks.conll import conll_from_tfds, label_list, read_conll
+    from ptm_jax.data.tasks.conll import label_list
     from ptm_jax.objectives.tagging import TaggingObjective
 
     f = cfg.finetune
     want_train = train
-    data_dir = _need_data_dir(f, "the CoNLL-2003 folder (eng.train/eng.testa/eng.testb) or 'tfds'")
-    if data_dir == "tfds":
-        if eval_split not in ("dev", "test"):
-            raise ConfigError(f"CoNLL-2003 evaluation split must be 'dev' or 'test', got {eval_split!r}")
-        train, held = (conll_from_tfds("train") if want_train else None), conll_from_tfds(eval_split)
-        source = "tfds conll2003"
-    else:
-        train_file, eval_file = conll_files(data_dir, eval_split, train=want_train)
-        train = read_conll(train_file)[0] if want_train else None
-        held, _ = read_conll(eval_file)
-        source = f"{train_file} -> {eval_file}" if want_train else str(eval_file)
+    if eval_split not in ("dev", "test"):
+        raise ConfigError(f"CoNLL-2003 evaluation split must be 'dev' (testa) or 'test' (testb), got "
+                          f"{eval_split!r}")
+    train, train_source = tasks.read("conll2003", f.data_dir, "train") if want_train else (None, "")
+    held, held_source = tasks.read("conll2003", f.data_dir, eval_split)
+    source = f"{train_source} -> {held_source}" if want_train and f.data_dir != "tfds" else held_source
     if want_train:
         labels = label_list(train)  # of the whole training file: a subset keeps the same label ids
         train = take_subset(train, f.train_subset, f.subset_seed)
@@ -196,16 +102,16 @@ def build_conll(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: bo
 
 def build_swag(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: bool = True,
                model_info: dict | None = None) -> tuple[Any, str]:
-    from ptm_jax.objectives.multiple_choice import MultipleChoiceObjective, read_swag
+    from ptm_jax.objectives.multiple_choice import MultipleChoiceObjective
 
     f = cfg.finetune
-    folder = Path(_need_data_dir(f, "the SWAG folder (train.csv, val.csv, test.csv)"))
     if eval_split not in ("dev", "test"):
         raise ConfigError(f"SWAG evaluation split must be 'dev' or 'test', got {eval_split!r}")
     want_train = train
-    train = take_subset(read_swag(folder / "train.csv"), f.train_subset, f.subset_seed) if want_train else None
-    held_file = folder / ("val.csv" if eval_split == "dev" else "test.csv")
-    held = read_swag(held_file, labelled=eval_split == "dev")
+    train = take_subset(tasks.read("swag", f.data_dir, "train")[0], f.train_subset, f.subset_seed) \
+        if want_train else None
+    held, held_file = tasks.read("swag", f.data_dir, eval_split)
+    folder = Path(held_file).parent
     from ptm_jax.families import registry
 
     # the family's own objective, e.g. its input transformation
@@ -213,7 +119,8 @@ def build_swag(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: boo
     objective_cls = config_lib.bind_sections(own() if own is not None else MultipleChoiceObjective, cfg)
     obj = objective_cls(model_cfg, f, train, held, tokenizer, name="swag")
     counts = f"{len(train)} train / " if want_train else ""
-    return obj, f"SWAG: {counts}{len(held)} {eval_split} examples, 4 options, from {folder if want_train else held_file}"
+    source = folder if want_train else held_file
+    return obj, f"SWAG: {counts}{len(held)} {eval_split} examples, 4 options, from {source}"
 
 
 def build_squad_v2(cfg, model_cfg, tokenizer, eval_split: str = "dev", **kw) -> tuple[Any, str]:

@@ -197,8 +197,8 @@ def read_task(cfg: Any, name: str, tokenizer, *, train: bool = True) -> TaskData
     ranking = name.endswith(RANK_SUFFIX)
     base = name[: -len(RANK_SUFFIX)] if ranking else name
     spec = get_task(base)
-    train_rows = tasks.glue_rows(f.data_dir, base, "train") if train else None
-    dev_rows = tasks.glue_rows(f.data_dir, base, "dev")
+    train_rows = tasks.read(base, f.data_dir, "train")[0] if train else None
+    dev_rows = tasks.read(base, f.data_dir, "dev")[0]
     max_len = f.max_seq_length
     if not ranking:
         if train:

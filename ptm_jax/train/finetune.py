@@ -89,9 +89,11 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev", *,
     if task == "embedded":
         from ptm_jax.data.tasks.embedded_task import DESCRIPTION, embedded_task
 
-        spec, train_rows, dev = embedded_task()
+        spec = embedded_task()[0]
         _check_num_labels(model_info, spec, task)
-        train_rows = take_subset(train_rows, f.train_subset, f.subset_seed) if train else None
+        train_rows = take_subset(tasks.read(task, f.data_dir, "train")[0], f.train_subset, f.subset_seed) \
+            if train else None
+        dev = tasks.read(task, f.data_dir, "dev")[0]
         return _classifier_objective(cfg, model_cfg)(model_cfg, spec, train_rows, dev, tokenizer, f), DESCRIPTION
     decl = tasks.get(task, among=tasks.FINETUNE_TASKS)
     if decl.glue:
@@ -99,8 +101,8 @@ def build_task(cfg: RunConfig, model_cfg, tokenizer, eval_split: str = "dev", *,
 
         spec = get_task(task)
         _check_num_labels(model_info, spec, task)
-        train_rows = tasks.glue_rows(f.data_dir, task, "train") if train else None
-        dev = tasks.glue_rows(f.data_dir, task, eval_split)
+        train_rows = tasks.read(task, f.data_dir, "train")[0] if train else None
+        dev = tasks.read(task, f.data_dir, eval_split)[0]
         counts = f"{len(train_rows)} train / " if train else ""
         desc = f"GLUE {spec.name}: {counts}{len(dev)} {eval_split} examples from {f.data_dir}"
         if train:

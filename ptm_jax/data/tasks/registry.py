@@ -27,6 +27,7 @@ from ptm_jax.errors import ConfigError
 from ptm_jax.plugins import lazy
 
 RANK_SUFFIX = "_rank"
+_SPLITS = "ptm_jax.data.tasks.splits"
 PRIMARY = {"cola": "mcc", "stsb": "spearman", "mrpc": "f1", "qqp": "f1"}
 """GLUE tasks whose best model is not chosen by accuracy (GLUE's headline metric of the task)."""
 
@@ -42,7 +43,9 @@ class TaskDecl:
     """The task head it needs of a family (``Finetuning.task_heads``): 'sequence_classification', 'question_answering',
     'token_classification', 'multiple_choice', 'encoder'."""
     reader: str
-    """'module:function' that reads its files."""
+    """'module:function' that reads its files. For the finetuning tasks (:data:`FINETUNE_TASKS`, the ranking tasks)
+    a split reader of ``data/tasks/splits.py``, ``(task, data_dir, split, where) -> (examples, source)``, that
+    :func:`read` calls; ConSERT's sources name their readers of a path (``jobs/consert/data.py``)."""
     splits: tuple[str, ...]
     metrics: tuple[str, ...]
     """The dev metrics; ``primary`` keeps the best model."""
@@ -63,7 +66,7 @@ class TaskDecl:
 def _glue(name: str) -> TaskDecl:
     spec = GLUE_TASKS[name]
     return TaskDecl(name, "regression" if spec.labels is None else "classification", "sequence_classification",
-                    "ptm_jax.data.tasks.glue:read_glue", tuple(spec.splits), spec.metrics,
+                    f"{_SPLITS}:glue", tuple(spec.splits), spec.metrics,
                     PRIMARY.get(name, "accuracy"), f"the GLUE folder (holding {spec.dirname}/) or 'tfds'",
                     tuple(spec.labels) if spec.labels else None, glue=True, pair=spec.is_pair)
 
@@ -72,21 +75,21 @@ _SPINE = "ptm_jax.objectives.finetune_registry"
 TASKS: dict[str, TaskDecl] = {
     **{name: _glue(name) for name in GLUE_TASKS},
     "embedded": TaskDecl("embedded", "classification", "sequence_classification",
-                         "ptm_jax.data.tasks.embedded_task:embedded_task", ("train", "dev"), ("accuracy",),
+                         f"{_SPLITS}:embedded", ("train", "dev"), ("accuracy",),
                          "accuracy", "nothing (derived from the embedded corpus)", ("0", "1")),
-    "squad": TaskDecl("squad", "span_qa", "question_answering", "ptm_jax.data.tasks.squad:read_squad",
+    "squad": TaskDecl("squad", "span_qa", "question_answering", f"{_SPLITS}:squad",
                       ("train", "dev"), ("exact_match", "f1"), "f1",
                       "a folder with train-v1.1.json and dev-v1.1.json, 'PATH/dev-v1.1.json#fold=K/N' or 'tfds'",
                       builder=f"{_SPINE}:build_squad"),
-    "squad_v2": TaskDecl("squad_v2", "span_qa", "question_answering", "ptm_jax.data.tasks.squad:read_squad",
+    "squad_v2": TaskDecl("squad_v2", "span_qa", "question_answering", f"{_SPLITS}:squad",
                          ("train", "dev"), ("exact_match", "f1"), "f1",
                          "a folder with train-v2.0.json and dev-v2.0.json, 'PATH/dev-v2.0.json#fold=K/N' or 'tfds'",
                          builder=f"{_SPINE}:build_squad_v2"),
-    "conll2003": TaskDecl("conll2003", "tagging", "token_classification", "ptm_jax.data.tasks.conll:read_conll",
+    "conll2003": TaskDecl("conll2003", "tagging", "token_classification", f"{_SPLITS}:conll",
                           ("train", "dev", "test"), ("f1", "precision", "recall"), "f1",
                           "the CoNLL-2003 folder (eng.train/eng.testa/eng.testb) or 'tfds'",
                           builder=f"{_SPINE}:build_conll"),
-    "swag": TaskDecl("swag", "multiple_choice", "multiple_choice", "ptm_jax.objectives.multiple_choice:read_swag",
+    "swag": TaskDecl("swag", "multiple_choice", "multiple_choice", f"{_SPLITS}:swag",
                      ("train", "dev", "test"), ("accuracy",), "accuracy",
                      "the SWAG folder (train.csv, val.csv, test.csv)", ("0", "1", "2", "3"),
                      builder=f"{_SPINE}:build_swag"),
@@ -153,6 +156,14 @@ def glue_rows(data_dir: str, name: str, split: str, where: str = "finetune.data_
                           f"or to 'tfds' (--glue-dir)")
     split = glue_split(task, split)
     return glue_from_tfds(task, split) if data_dir == "tfds" else read_glue(data_dir, task, split)[0]
+
+
+def read(name: str, data_dir: str, split: str, where: str = "finetune.data_dir") -> tuple[list, str]:
+    """(examples, source) of task ``name``'s ``split`` ('train', 'dev', 'test') from ``data_dir`` (what ``where``
+    names), through the task's split reader (``TaskDecl.reader``). Every finetuning job reads its tasks here."""
+    decl, task = get(name, among=(*FINETUNE_TASKS, RANK_SUFFIX)), key(name)
+    base = task[: -len(RANK_SUFFIX)] if task.endswith(RANK_SUFFIX) else task  # a ranking task reads its GLUE task
+    return lazy(*decl.reader.split(":"))(base, data_dir, split, where)
 
 
 def take_subset(examples: list, n: int, seed: int) -> list:

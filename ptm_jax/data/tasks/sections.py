@@ -1,5 +1,6 @@
-"""The config sections of finetuning tasks and of a family's finetuning: ``[squad]``, ``[packing]`` here, and
-those the families declare (``Finetuning.sections``: GPT's ``[gpt_finetune]``).
+"""The config sections that one task or one family's finetuning reads: ``[squad]``, ``[packing]``, the families' own
+
+The tasks' are declared here; a family declares its own in its ``Finetuning.sections`` (GPT's ``[gpt_finetune]``).
 
 A finetuning job owns the section of its name (``jobs/registry.py``); the settings that only one task or one
 family reads live in a section of their own (``plugins.ConfigSection``), declared once (the tasks' here, a

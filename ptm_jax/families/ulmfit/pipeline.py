@@ -34,7 +34,7 @@ def target_text(cfg: Any, out: Path) -> Path:
     if not f.data_dir:
         raise ConfigError(f"finetune.task={f.task}: set finetune.data_dir to the GLUE folder for ULMFiT's "
                           "target-task LM stage")
-    rows = tasks.take_subset(tasks.glue_rows(f.data_dir, f.task, "train"), f.train_subset, f.subset_seed)
+    rows = tasks.take_subset(tasks.read(f.task, f.data_dir, "train")[0], f.train_subset, f.subset_seed)
     path = out / "target_text" / "train.txt"
     if jax.process_index() == 0 and not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ from ptm_jax import config as config_lib
 from ptm_jax import fs
 from ptm_jax.config import RunConfig
 from ptm_jax.data.tasks import registry as tasks
-from ptm_jax.data.tasks.conll import conll_from_tfds, label_list, read_conll
+from ptm_jax.data.tasks.conll import label_list
 from ptm_jax.data.tasks.registry import take_subset
 from ptm_jax.errors import ConfigError
 from ptm_jax.models.text_heads import HEADS, TAGGERS
@@ -24,7 +24,6 @@ from ptm_jax.objectives.feature_tasks import (
     KeepBestFeatures,
     scalar_mix,
 )
-from ptm_jax.objectives.finetune_registry import conll_files
 from ptm_jax.train.finetune import run_stage
 from ptm_jax.train.param_groups import DEFAULT_RULES, Rule, rules_from_config
 
@@ -36,8 +35,8 @@ def _sentence_task(cfg: RunConfig):
     if task == "embedded":
         from ptm_jax.data.tasks.embedded_task import DESCRIPTION, embedded_task
 
-        spec, train, dev = embedded_task()
-        return spec, take_subset(train, f.train_subset, f.subset_seed), dev, DESCRIPTION
+        train, dev = tasks.read(task, f.data_dir, "train")[0], tasks.read(task, f.data_dir, "dev")[0]
+        return embedded_task()[0], take_subset(train, f.train_subset, f.subset_seed), dev, DESCRIPTION
     decl = tasks.TASKS.get(task)
     if decl is None or not decl.glue or task == "ax":
         head = config_lib.section(cfg, "features").head
@@ -46,7 +45,7 @@ def _sentence_task(cfg: RunConfig):
                           f"'embedded', got {f.task!r}")
     from ptm_jax.data.tasks.glue import get_task
 
-    train, dev = tasks.glue_rows(f.data_dir, task, "train"), tasks.glue_rows(f.data_dir, task, "dev")
+    train, dev = tasks.read(task, f.data_dir, "train")[0], tasks.read(task, f.data_dir, "dev")[0]
     kept = take_subset(train, f.train_subset, f.subset_seed)
     desc = (f"GLUE {task}: {len(kept)} train (of {len(train)}) / {len(dev)} dev examples from {f.data_dir}")
     return get_task(task), kept, dev, desc
@@ -69,13 +68,8 @@ def build_feature_task(cfg: RunConfig, eval_split: str = "dev") -> tuple[Any, Fe
         if eval_split not in ("dev", "test"):
             raise ConfigError(f"CoNLL-2003 evaluation split must be 'dev' (eng.testa) or 'test' (eng.testb), got "
                               f"{eval_split!r}")
-        if f.data_dir == "tfds":
-            train, dev = conll_from_tfds("train"), conll_from_tfds("dev")
-            scored = dev if eval_split == "dev" else conll_from_tfds("test")
-        else:
-            train_file, dev_file = conll_files(f.data_dir, "dev")
-            train, dev = read_conll(train_file)[0], read_conll(dev_file)[0]
-            scored = dev if eval_split == "dev" else read_conll(conll_files(f.data_dir, "test")[1])[0]
+        train, dev = tasks.read("conll2003", f.data_dir, "train")[0], tasks.read("conll2003", f.data_dir, "dev")[0]
+        scored = dev if eval_split == "dev" else tasks.read("conll2003", f.data_dir, "test")[0]
         labels, total = label_list(train), len(train)  # labels of the whole file: a subset keeps the same ids
         train = take_subset(train, f.train_subset, f.subset_seed)
         features = FeatureInputs(source, f, h, [s.words for s in train], [s.words for s in dev], cache)
