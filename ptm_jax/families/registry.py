@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.parts import (  # noqa: F401  (the families' __init__ import the parts from here)
     Bench, Finetuning, HfConverter, Importer, Inspection, Interop, ParamLayout, Pretraining)
-from ptm_jax.plugins import ConfigSection, PluginTable, lazy  # noqa: F401  (lazy: the families' __init__ name their hooks with it)
+from ptm_jax.plugins import ConfigSection, PluginTable, lazy  # noqa: F401  (the families' __init__ import them here)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,8 +18,8 @@ class GptConfig(TransformerConfig):
 
 @dataclass
 class GptFinetuneConfig:
-    """GPT's ``[gpt_finetune]`` section (``Finetuning.sections`` of the family): its finetuning loss, task + lm_coef x LM
-    (``classification.py``)."""
+    """GPT's ``[gpt_finetune]`` section (``Finetuning.sections`` of the family): its finetuning loss, task +
+    lm_coef x LM (``classification.py``)."""
 
     lm_coef: float = 0.5
     """Weight of the auxiliary language-model loss on the task's own tokens during finetuning (Radford et al. 2018
