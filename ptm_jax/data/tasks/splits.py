@@ -16,6 +16,7 @@ names. ``source`` says where the examples came from, for the run's description.
 """
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -73,6 +74,20 @@ def article_folds(examples: list, k: int, n: int) -> tuple[list, list]:
     return train, held
 
 
+def _squad_file(path: str) -> tuple:
+    """The questions of one SQuAD file, parsed once for both folds of a ``#fold=K/N`` run (train and eval); a file
+    rewritten in between (another size or mtime) is read again."""
+    stat = Path(path).stat()
+    return _parsed_squad(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=1)
+def _parsed_squad(path: str, size: int, mtime_ns: int) -> tuple:
+    from ptm_jax.data.tasks.squad import read_squad
+
+    return tuple(read_squad(path)[0])
+
+
 def squad(task: str, data_dir: str, split: str, where: str = "finetune.data_dir") -> tuple[list, str]:
     from ptm_jax.data.tasks.squad import read_squad, squad_from_tfds
 
@@ -90,7 +105,7 @@ def squad(task: str, data_dir: str, split: str, where: str = "finetune.data_dir"
         if not Path(path).is_file():
             raise ConfigError(f"{where}={data_dir!r}: {path} is not a file; the fold form names one SQuAD JSON "
                               f"file, e.g. '.../dev-{ver}.json#fold=0/2'")
-        train, held = article_folds(read_squad(path)[0], k, n)
+        train, held = article_folds(_squad_file(path), k, n)
         return (train if split == "train" else held), f"{path}, article fold {k} of {n} (train: the other folds)"
     folder = Path(data_dir)
     train_file, dev_file = folder / f"train-{ver}.json", folder / f"dev-{ver}.json"
