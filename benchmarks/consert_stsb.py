@@ -71,7 +71,7 @@ def dev_spearman(model: str, glue: str, max_length: int) -> float:
 
     from ptm_jax.data.tasks.glue import read_glue
     from ptm_jax.evaluate.glue_metrics import spearman
-    from ptm_jax.export.commands import embed_texts
+    from ptm_jax.export.inference import embed_texts
     from ptm_jax.export.params import load_params, load_tokenizer
 
     params, cfg, info, tok_dir = load_params(model)

@@ -8,7 +8,8 @@ import math
 import pytest
 from xla_env import xla_flags
 
-from ptm_jax.bench import aot, commands, harness
+from ptm_jax.bench import aot, harness
+from ptm_jax.commands import bench as commands
 from ptm_jax.config import load_config
 from ptm_jax.errors import ConfigError
 

@@ -241,7 +241,7 @@ def test_bad_input_names_the_file_or_field(minilm_tok, tmp_path, sentences, shar
 
 def test_finetune_on_real_sentences_lowers_the_loss_and_serves_embed(minilm_tok, minilm_vocab, sentences, shared_data,
                                                                     tmp_path):
-    from ptm_jax.export.commands import embed_texts
+    from ptm_jax.export.inference import embed_texts
     from ptm_jax.export.params import load_params, load_tokenizer, save_params
     from ptm_jax.families.bert.model import BertModel
     from ptm_jax.train.finetune import finetune
@@ -436,7 +436,7 @@ def test_nli_variants_refuse_bad_values_and_unlabelled_or_regression_tasks(minil
 
 def test_joint_finetune_on_real_rte_rows_trains_evaluates_and_keeps_a_bare_encoder(minilm_tok, minilm_vocab,
                                                                                    shared_data, tmp_path):
-    from ptm_jax.export.commands import embed_texts
+    from ptm_jax.export.inference import embed_texts
     from ptm_jax.export.params import load_params, load_tokenizer, save_params
     from ptm_jax.families.bert.model import BertModel
     from ptm_jax.train.finetune import finetune

@@ -18,7 +18,8 @@ from ptm_jax.checkpoint import Checkpointer
 from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.config import RunConfig, to_dict
 from ptm_jax.errors import CheckpointError, ConfigError, DataError
-from ptm_jax.export import commands
+from ptm_jax.commands import export as commands
+from ptm_jax.export import inference
 from ptm_jax.export import params as params_lib
 from ptm_jax.families.bert import hf as hf_bert
 from ptm_jax.families.bert.heads import BertForPreTraining
@@ -260,14 +261,14 @@ def test_embeddings_do_not_depend_on_batching_or_padding(tmp_path, vocab_file):
 
     params = pretraining_params()
     tok = WordPieceTokenizer(vocab_file)
-    full = commands.embed_texts(params, TINY, tok, TEXTS, batch_size=8)
-    ones = commands.embed_texts(params, TINY, tok, TEXTS, batch_size=1)
+    full = inference.embed_texts(params, TINY, tok, TEXTS, batch_size=8)
+    ones = inference.embed_texts(params, TINY, tok, TEXTS, batch_size=1)
     assert full.shape == (5, 32) and np.abs(full - ones).max() < 1e-5
     ids = [2] + tok.encode(TEXTS[0]) + [3]  # one unpadded sequence, mean over its tokens
     x = jnp.asarray([ids])
     h, _ = jax.jit(BertModel(TINY).apply)({"params": params["bert"]}, x, jnp.ones_like(x), jnp.zeros_like(x))
     assert np.abs(full[0] - np.asarray(h[0]).mean(0)).max() < 1e-5
-    cls = commands.embed_texts(params, TINY, tok, TEXTS, pooling="cls", normalize=True, batch_size=1)
+    cls = inference.embed_texts(params, TINY, tok, TEXTS, pooling="cls", normalize=True, batch_size=1)
     assert np.abs(cls[0] - np.asarray(h[0, 0]) / np.linalg.norm(h[0, 0])).max() < 1e-5
 
 

@@ -22,8 +22,8 @@ The justified exceptions, each a (file, token) pair (any other use in the same f
   ``bert_schedule`` is that schedule;
 - ``data/tokenizers.py`` ``bert_normalizer`` / ``bert_pre_tokenizer``: BERT's BasicTokenizer normalization, which
   the ``wordpiece`` tokenizer kind (any family's) and the word vocabulary apply;
-- ``cli.py`` / ``bench/commands.py`` ``"bert_small"`` / ``"bert_base"``: the default presets of the commands
-  (files under ``configs/``).
+- ``commands/stages.py`` / ``commands/bench.py`` ``"bert_small"`` / ``"bert_base"``: the default presets of the
+  commands (files under ``configs/``).
 """
 from __future__ import annotations
 
@@ -45,9 +45,9 @@ EXCEPTIONS = {
     ("ptm_jax/train/optim.py", "bert_schedule"),
     ("ptm_jax/data/tokenizers.py", "bert_normalizer"),
     ("ptm_jax/data/tokenizers.py", "bert_pre_tokenizer"),
-    ("ptm_jax/cli.py", '"bert_small"'),
-    ("ptm_jax/bench/commands.py", '"bert_small"'),
-    ("ptm_jax/bench/commands.py", '"bert_base"'),
+    ("ptm_jax/commands/stages.py", '"bert_small"'),
+    ("ptm_jax/commands/bench.py", '"bert_small"'),
+    ("ptm_jax/commands/bench.py", '"bert_base"'),
 }
 
 

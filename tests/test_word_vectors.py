@@ -1,4 +1,4 @@
-"""Static word vectors (ptm_jax/evaluate/word_vectors.py, evaluate/vector_commands.py): analogy accuracy with the
+"""Static word vectors (ptm_jax/evaluate/word_vectors.py, commands/vectors.py): analogy accuracy with the
 compute-accuracy protocol equals gensim's KeyedVectors.evaluate_word_analogies section by section (same
 restrict_vocab, case ignored), Spearman equals gensim's evaluate_word_pairs on WordSim353 and SimLex-999,
 neighbours equal gensim's most_similar; case variants of the question words are excluded; malformed analogy and

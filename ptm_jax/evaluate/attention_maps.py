@@ -13,7 +13,6 @@ no CDN, no network.
 """
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import re
@@ -183,53 +182,3 @@ def head_view_html(tokens: list[str], probs: np.ndarray, layers: list[int], head
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
     return out
-
-
-# ----------------------------------------------------------------------------------------------------
-# Command
-
-
-def _ints(text: str | None, what: str) -> list[int] | None:
-    if not text:
-        return None
-    try:
-        return [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise ConfigError(f"--{what}={text!r}: expected comma-separated integers such as 0,3,5") from None
-
-
-def cmd_attention(args: argparse.Namespace) -> int:
-    from ptm_jax.evaluate.features import load_model
-
-    params, cfg, tok = load_model(args.model)
-    layers, n = _ints(args.layers, "layers"), int(getattr(cfg, "num_layers", 0))
-    for x in layers or []:
-        if x == 0 or not -n <= x <= n:
-            raise ConfigError(f"--layers {x}: the model has layers 1..{n} (-1 = the last; 0 is not a layer)")
-    layers = [x - 1 if x > 0 else x for x in layers] if layers else None
-    tokens, probs, lay, hd = attention_maps(params, cfg, tok, args.text, layers=layers,
-                                            heads=_ints(args.heads, "heads"))
-    out = Path(args.out)
-    title = f"{args.name or Path(str(args.model).rstrip('/')).name}: {args.text[:80]}"
-    png = save_png(tokens, probs, lay, hd, out / "attention.png", title)
-    page = head_view_html(tokens, probs, lay, hd, out / "attention.html", title)
-    print(json.dumps({"tokens": tokens, "layers": [x + 1 for x in lay], "heads": hd, "png": str(png),
-                      "html": str(page)}, indent=2))
-    return 0
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "attention", help="attention maps of a sentence as a PNG grid and an interactive HTML head view",
-        description="Runs MODEL (a params directory, training run or Hugging Face folder of a family with "
-        "attention maps: BERT, GPT, XLNet's content stream) on TEXT and writes OUT/attention.png (one heatmap "
-        "per chosen layer and head, queries as rows) and OUT/attention.html (a self-contained head view: no "
-        "network needed).")
-    p.add_argument("model")
-    p.add_argument("text")
-    p.add_argument("--layers", default=None, help="comma-separated layers, 1 = the first block, -1 = the last "
-                   "(default: all)")
-    p.add_argument("--heads", default=None, help="comma-separated heads from 0 (default: all)")
-    p.add_argument("--name", default=None, help="model name in the titles (default: the folder's name)")
-    p.add_argument("--out", default="attention", help="output folder (default ./attention)")
-    p.set_defaults(handler=cmd_attention)

@@ -28,7 +28,6 @@ vs contextual, unidirectional vs bidirectional, feature vs finetune, with a majo
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from pathlib import Path
@@ -173,28 +172,3 @@ def compare(path: str | Path, *, stop_after: int | None = None, steps_from: str 
     plot(rows, baseline, columns, out / "compare.png", cmp.get("name", out.name))
     print(table)
     return result
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    compare(args.config, stop_after=args.stop_after, steps_from=args.steps_from, output_dir=args.output_dir)
-    return 0
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "compare", help="pretrain several objectives on one corpus and budget, evaluate each, one table",
-        description="Pretrains each [[entries]] preset of the compare config on its corpus under the same budget "
-        "(budget_s wall seconds of training, or train.steps; the steps reached, wall seconds and FLOPs are "
-        "recorded), probes each as a frozen feature extractor on CoNLL-2003 (POS, NER), evaluates it on the "
-        "[glue] tasks and [conll] CoNLL-2003 NER on frozen features and, where its family has a classifier or a "
-        "tagger, finetuned, and writes OUTPUT_DIR/compare.json, compare.md (the table in the seeds' terms) and "
-        "compare.png. Finished stages are skipped and stopped ones resume, so rerunning continues a stopped "
-        "comparison.")
-    p.add_argument("-c", "--config", required=True, help="compare TOML (path, or a name in configs/compare/)")
-    p.add_argument("--stop-after", type=int, default=None,
-                   help="stop the first unfinished pretraining after N steps (checkpoint saved) and exit")
-    p.add_argument("--steps-from", default=None, metavar="COMPARE_JSON",
-                   help="train every entry to the steps this earlier compare.json (or its folder) records, in "
-                   "place of the wall budget: the comparison reproduced")
-    p.add_argument("--output-dir", default=None, help="write here instead of the config's output_dir")
-    p.set_defaults(handler=cmd_compare)

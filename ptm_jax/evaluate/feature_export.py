@@ -4,7 +4,7 @@
 
 - Input: one sentence per line, words separated by whitespace (as CoNLL-2003 and bilm-tf's ``Batcher`` read
   them). An empty line is a DataError naming the line (a sentence needs a word); non-UTF-8 bytes are one too
-  (``export/commands.read_lines``).
+  (``export/inference.read_lines``).
 - Features: ``evaluate/features.word_features`` asks the model's family (``Inspection.word_features``): ELMo's token
   representation and biLSTM layers, BERT/GPT/XLNet's hidden states at each word's first subword, or one layer of
   static vectors. ``--layers all | top | i,j,...`` picks layers (0 = the context-free token representation,
@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -176,14 +176,3 @@ def write(arrays: list[np.ndarray], lines: Sequence[str], out: str | None) -> st
         raise ConfigError(f"--out {out}: use .npz, .hdf5/.h5 or .jsonl with --layers (or omit it for JSON lines "
                           "on stdout)")
     return what
-
-
-def cmd_embed_layers(args: Any, lines: list[str]) -> int:
-    """``ptm embed MODEL FILE --layers ...``."""
-    arrays = export_features(args.model, lines, layers=args.layers or "all", mix=args.mix, gamma=args.gamma,
-                             layer_norm=args.layer_norm, batch_size=args.batch_size,
-                             where="<stdin>" if args.input == "-" else args.input)
-    what = write(arrays, lines, args.out)
-    if args.out:
-        print(f"{what} -> {args.out}", file=sys.stderr)
-    return 0

@@ -17,10 +17,8 @@ per layer, one line per task).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -183,51 +181,3 @@ def parse_tasks(text: str) -> list[str]:
     if bad or not tasks:
         raise ConfigError(f"--task {text!r}: expected a comma-separated subset of {', '.join(TASKS)}")
     return tasks
-
-
-def cmd_probe(args: argparse.Namespace) -> int:
-    from ptm_jax import fs
-    from ptm_jax.evaluate.features import load_model, supports_features
-    from ptm_jax.evaluate.plots import plot_layer_curves
-
-    tasks = parse_tasks(args.task)
-    params, cfg, tok = load_model(args.model)
-    if not supports_features(cfg):
-        raise ConfigError(f"{args.model}: model.family={cfg.family!r} gives no word features to probe")
-    settings = ProbeSettings(steps=args.steps, batch_size=args.probe_batch_size, learning_rate=args.lr,
-                             seed=args.seed)
-    result = {"model": str(args.model), "family": cfg.family,
-              **probe(params, cfg, tok, args.data_dir, tasks, train_sentences=args.train_sentences,
-                      dev_sentences=args.dev_sentences, settings=settings, batch_size=args.batch_size)}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    fs.write_text_atomic(out / "probe.json", json.dumps(result, indent=2) + "\n")
-    name = args.name or Path(str(args.model).rstrip("/")).name
-    plot_layer_curves(probe_curves(result), out / "probe.png", title=f"linear probes per layer: {name} (CoNLL-2003 dev, "
-                      f"{result['dev_words']} words)", ylabel="dev accuracy / F1")
-    print(json.dumps({t: {k: r[k] for k in ("accuracy", "f1") if k in r} for t, r in result["tasks"].items()},
-                     indent=2))
-    return 0
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "probe", help="linear probes (POS, chunk, NER) on every layer's frozen word features",
-        description="Trains one softmax-regression probe per layer on MODEL's frozen word features (first "
-        "subword; layer 0 = embeddings; static vectors as one layer) of the first --train-sentences of "
-        "CoNLL-2003 train, for a fixed budget, and reports dev word accuracy per layer (NER: also entity F1). "
-        "Writes OUT/probe.json and OUT/probe.png.")
-    p.add_argument("model", help="params directory, training run or Hugging Face folder")
-    p.add_argument("--task", default="pos,chunk,ner", help="comma-separated: pos, chunk, ner (default all three)")
-    p.add_argument("--data-dir", default="../shared/data/conll2003",
-                   help="CoNLL-2003 folder with eng.train/eng.testa (default ../shared/data/conll2003)")
-    p.add_argument("--train-sentences", type=int, default=2000, help="first N train sentences (default 2000)")
-    p.add_argument("--dev-sentences", type=int, default=1000, help="first N dev sentences (default 1000)")
-    p.add_argument("--steps", type=int, default=1000, help="Adam steps per probe (default 1000)")
-    p.add_argument("--probe-batch-size", type=int, default=512, help="words per probe step (default 512)")
-    p.add_argument("--lr", type=float, default=1e-2, help="probe Adam learning rate (default 1e-2)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=32, help="sentences per feature forward (default 32)")
-    p.add_argument("--name", default=None, help="model name in the plot title (default: the folder's name)")
-    p.add_argument("--out", default="probe", help="output folder (default ./probe)")
-    p.set_defaults(handler=cmd_probe)

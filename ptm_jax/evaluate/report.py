@@ -11,7 +11,6 @@ which ``benchmarks/report_in_browser.py`` reads from headless Chromium.
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import json
@@ -144,23 +143,3 @@ def build_report(directory: str | Path) -> str:
         parts.append(f"<h2>Config</h2><pre>{html.escape(cfg_text)}</pre>")
     parts.append(CHECK_SCRIPT + "</body></html>")
     return "\n".join(parts)
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    out = Path(args.out or Path(args.directory) / "report.html")
-    page = build_report(args.directory)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
-    print(f"wrote {out} ({len(page.encode()) / 1024:.0f} KiB, self-contained)")
-    return 0
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "report", help="one self-contained HTML page of a run or a ptm compare folder",
-        description="Writes one HTML page (images inlined as data URIs, no network): the config, every training "
-        "stage's curves (from metrics.jsonl) and final figures (summary.json), a comparison's table and plot, and "
-        "attention pictures found under the folder.")
-    p.add_argument("directory", help="a run's output_dir or a ptm compare folder")
-    p.add_argument("-o", "--out", default=None, help="output HTML file (default DIRECTORY/report.html)")
-    p.set_defaults(handler=cmd_report)

@@ -10,12 +10,10 @@ depend on the context.
 
 Vector map: the chosen words, their nearest neighbours and a background of the most frequent words, projected
 to 2-D with PCA (numpy) or t-SNE (scikit-learn; ``evaluate/plots.project_2d``) and drawn with the chosen words
-and their neighbours labelled. MODEL is anything ``ptm neighbors`` reads (``evaluate/vector_commands.py``).
+and their neighbours labelled. MODEL is anything ``ptm neighbors`` reads (``evaluate/vector_loading.py``).
 """
 from __future__ import annotations
 
-import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -76,34 +74,17 @@ def find_word(sentence: Sequence[str], word: str) -> int:
 
 
 def read_reference(path: str, limit: int) -> list[list[str]]:
-    from ptm_jax.export.commands import read_lines
+    from ptm_jax.export.inference import read_lines
 
     sentences = [line.split() for line in read_lines(path) if line.strip()]
     return sentences[:limit] if limit else sentences
-
-
-def cmd_context_neighbors(args: argparse.Namespace) -> int:
-    from ptm_jax.evaluate.features import load_model
-
-    params, cfg, tok = load_model(args.model)
-    sentence = args.context.split()
-    reference = read_reference(args.reference, args.max_sentences)
-    hits = context_neighbors(params, cfg, tok, sentence, find_word(sentence, args.word), reference,
-                             layer=args.layer, k=args.k, center=args.center)
-    if args.json:
-        print(json.dumps({"word": args.word, "context": args.context, "neighbors": hits}, indent=2))
-    else:
-        print(f"{args.word} in: {args.context}")
-        for h in hits:
-            print(f"  {h['cosine']:.4f}\t{h['word']}\t| {h['sentence'][:100]}")
-    return 0
 
 
 def vector_map(model: str, words: Sequence[str], out: str | Path, *, neighbors: int = 5, background: int = 300,
                method: str = "pca", ignore_case: bool = True) -> dict:
     """Writes the map PNG; returns {'words': [...], 'labelled': [...], 'method': ...}."""
     from ptm_jax.evaluate.plots import plot_word_map, project_2d
-    from ptm_jax.evaluate.vector_commands import load_word_vectors
+    from ptm_jax.evaluate.vector_loading import load_word_vectors
 
     wv = load_word_vectors(model)
     rows: list[int] = []
@@ -121,42 +102,3 @@ def vector_map(model: str, words: Sequence[str], out: str | Path, *, neighbors: 
     plot_word_map(names, points, out, labelled=labelled,
                   title=f"{Path(str(model).rstrip('/')).name}: {method.upper()} of {len(rows)} word vectors")
     return {"words": list(words), "labelled": labelled, "points": len(rows), "method": method, "png": str(out)}
-
-
-def cmd_vector_map(args: argparse.Namespace) -> int:
-    print(json.dumps(vector_map(args.model, args.words, args.out, neighbors=args.neighbors,
-                                background=args.background, method=args.method, ignore_case=args.ignore_case),
-                     indent=2))
-    return 0
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "context-neighbors", help="nearest neighbours of a word in context, over a reference text's words",
-        description="Ranks every word occurrence of --reference (one sentence per line) by the cosine of its "
-        "layer --layer features with WORD's in the --context sentence, and prints the top K with their sentences.")
-    p.add_argument("model", help="params directory, training run or Hugging Face folder")
-    p.add_argument("--context", required=True, help="the sentence (words split on whitespace)")
-    p.add_argument("--word", required=True, help="the query word (its first occurrence in --context)")
-    p.add_argument("--reference", required=True, help="text file, one sentence per line ('-' = stdin)")
-    p.add_argument("--max-sentences", type=int, default=2000, help="first N reference lines (0 = all; 2000)")
-    p.add_argument("--layer", type=int, default=-1, help="feature layer (0 = embeddings, -1 = last; default -1)")
-    p.add_argument("-k", type=int, default=10, help="neighbours to print (default 10)")
-    p.add_argument("--center", action="store_true", help="subtract the reference words' mean feature before the "
-                   "cosine (compares what occurrences do not share; for anisotropic features)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(handler=cmd_context_neighbors)
-
-    p = subparsers.add_parser(
-        "vector-map", help="2-D PCA / t-SNE map of static word vectors with chosen words labelled",
-        description="Projects the chosen WORDs, their --neighbors nearest words and the --background most "
-        "frequent words to 2-D (PCA with numpy; t-SNE needs scikit-learn) and writes a PNG with the chosen "
-        "words and their neighbours labelled.")
-    p.add_argument("model", help="run or params directory of a static-vector family, or a vector file")
-    p.add_argument("words", nargs="+", metavar="WORD")
-    p.add_argument("--neighbors", type=int, default=5, help="nearest words added per WORD (default 5)")
-    p.add_argument("--background", type=int, default=300, help="most frequent words drawn unlabelled (300)")
-    p.add_argument("--method", choices=("pca", "tsne"), default="pca")
-    p.add_argument("--ignore-case", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--out", default="vector_map.png", help="PNG path (default ./vector_map.png)")
-    p.set_defaults(handler=cmd_vector_map)

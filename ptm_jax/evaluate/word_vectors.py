@@ -1,8 +1,8 @@
 """Static word vectors: lookup, cosine neighbours, analogies and word-similarity correlation.
 
 Every family that exports static vectors (``Inspection.word_vectors``) is evaluated and queried through this one
-module; ``evaluate/vector_commands.py`` puts it on the command line and ``export/vector_files.py`` reads and
-writes the vectors as files.
+module; ``commands/vectors.py`` puts it on the command line, ``evaluate/vector_loading.py`` loads a model's
+vectors and ``export/vector_files.py`` reads and writes the vectors as files.
 
 * :class:`WordVectors`: the words in vocabulary order (for a count-ordered vocabulary, the most frequent first),
   their float32 vectors and, once asked, their L2-normalised copies. Lookup can ignore case: words are folded

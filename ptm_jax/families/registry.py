@@ -128,6 +128,11 @@ def hf_family(model_type: str) -> Family:
                       f"{', '.join(t for f in fams for t in f.interop.hf.model_types)}")
 
 
+def importers() -> dict[str, tuple[str, Any]]:
+    """Every registered family's weight importers (``Interop.importers``): format -> (family name, Importer)."""
+    return {fmt: (f.name, imp) for f in families().values() for fmt, imp in f.interop.importers.items()}
+
+
 def family_of_params(params: dict) -> Family | None:
     """The family whose trunk key is at the top of a params tree (None when no family claims it)."""
     for fam in families().values():

@@ -31,8 +31,8 @@ def dtype_of(name: str) -> Dtype:
 @functools.lru_cache(maxsize=None)
 def _auto_dtype(platform: str) -> Dtype:
     dtype = jnp.bfloat16 if platform in ("gpu", "tpu") else jnp.float32
-    logging.getLogger("ptm_jax").info("model.dtype=auto: %s compute on %s (parameters and optimizer state "
-                                      "float32)", jnp.dtype(dtype).name, platform)
+    logging.getLogger(__name__).info("model.dtype=auto: %s compute on %s (parameters and optimizer state "
+                                    "float32)", jnp.dtype(dtype).name, platform)
     return dtype
 
 

@@ -1,8 +1,8 @@
 """`ptm bench` and `ptm compile`: argument parsing, a printed table and a JSON file.
 
-The lead wires ``register(subparsers)`` into ``ptm_jax/cli.py``; until then the same commands run as
-``python -m ptm_jax.bench.commands bench ...`` / ``... compile ...``. Each handler returns an exit code and
-raises ``PtmError`` subclasses for user errors.
+The timing and compiling are ``bench/harness.py`` and ``bench/aot.py``. The same commands also run stand-alone,
+without the rest of the CLI, as ``python -m ptm_jax.commands.bench bench ...`` / ``... compile ...``. Each
+handler returns an exit code and raises ``PtmError`` subclasses for user errors.
 
     ptm bench -c bert_small --steps 20 --warmup 3 --json runs/bench/bert_small.json
     ptm bench -c bert_base model.dtype='bfloat16' --peak-tflops 989
@@ -77,7 +77,8 @@ def print_train(r: dict[str, Any]) -> None:
             ("step CPU time median", f"{r['step_cpu_s_median'] * 1e3:.2f} ms (all threads)"),
             ("tokens/s", _num(r["tokens_per_s"], ",.0f")),
             ("examples/s", _num(r["examples_per_s"], ",.1f")),
-            ("model FLOPs/step", f"{r['model_flops_per_step']:.4g} (XLA matmul {_num(r['xla_matmul_flops_per_step'], '.4g')}, "
+            ("model FLOPs/step", f"{r['model_flops_per_step']:.4g} "
+                                 f"(XLA matmul {_num(r['xla_matmul_flops_per_step'], '.4g')}, "
                                  f"XLA all ops {_num(r['xla_flops_per_step'], '.4g')})"),
             ("model TFLOP/s", f"{r['model_tflops_per_s']:.3f}"),
             ("MFU", "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}% of {r['peak_tflops_per_device']} "
@@ -287,7 +288,7 @@ def register(subparsers) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point until ``register`` is wired into ``ptm``: python -m ptm_jax.bench.commands ..."""
+    """Stand-alone entry point: python -m ptm_jax.commands.bench bench|compile ..."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from ptm_jax.errors import PtmError
 

@@ -1,9 +1,9 @@
 """`ptm generate MODEL --prompt TEXT ...`: text completions from a causal-LM params directory, run or HF folder.
 
-The lead registers it in ``ptm_jax/cli.py`` with ``register(subparsers)``; the parser gets ``handler=``,
-which returns an exit code and raises ``PtmError`` subclasses for bad input. Prompts are generated in
-fixed-size batches (the last one is filled with copies of its first prompt), so a file of prompts compiles
-the decode loop once; batch i samples with seed ``seed + i``.
+The sampling filters are ``generate/sampling.py`` and the decode loop the family's ``Inspection.generate``; the
+parser gets ``handler=``, which returns an exit code and raises ``PtmError`` subclasses for bad input. Prompts
+are generated in fixed-size batches (the last one is filled with copies of its first prompt), so a file of
+prompts compiles the decode loop once; batch i samples with seed ``seed + i``.
 """
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""`ptm perplexity`: held-out perplexity of a causal LM (a family with Inspection.perplexity) on a text file."""
+"""`ptm perplexity`: held-out perplexity of a causal LM (a family with Inspection.perplexity) on a text file.
+
+The scoring is the family's ``Inspection.perplexity`` (``evaluate/perplexity.py`` for the causal LMs); here are the
+handler, its arguments and the printing of the figures.
+"""
 from __future__ import annotations
 
 import argparse
