@@ -3,7 +3,8 @@
 
     python launch/stopped_early.py SINCE_EPOCH_SECONDS -- <ptm command line>   # exit 0: yes (start it again)
     python launch/stopped_early.py SINCE_EPOCH_SECONDS --command-file FILE     # the command line, shell-quoted
-                                                                              # exit 1: no; 2: usage
+                                                                              # exit 1: no; 2: usage;
+                                                                              # 3: cannot tell (one line says why)
 The output directory is resolved from the command line exactly as ``ptm`` resolves it (preset, overrides,
 --output-dir). Then the ``summary.json`` files every stage writes (``<output_dir>/summary.json`` of ``ptm run``,
 ``<output_dir>/pretrain/summary.json``, ``<output_dir>/finetune-<task>/summary.json``) that were written at or
@@ -49,11 +50,12 @@ def stopped_early(output_dir: str, since: float) -> list[str]:
 
 def output_dir_of(ptm_args: list[str]) -> str:
     """The output_dir ``ptm <ptm_args>`` writes to."""
-    from ptm_jax.cli import _load, build_parser
+    from ptm_jax.cli import build_parser
+    from ptm_jax.commands.stages import config_of
 
     args, extra = build_parser().parse_known_args(ptm_args)
     args.overrides = list(getattr(args, "overrides", [])) + [a for a in extra if "=" in a and not a.startswith("-")]
-    return _load(args).output_dir
+    return config_of(args).output_dir
 
 
 def main(argv: list[str]) -> int:
@@ -67,7 +69,13 @@ def main(argv: list[str]) -> int:
     else:
         print(__doc__, file=sys.stderr)
         return 2
-    found = stopped_early(output_dir_of(ptm_args), float(argv[0]))
+    try:
+        output_dir = output_dir_of(ptm_args)
+    except Exception as e:  # noqa: BLE001 -- a launcher must not read "cannot tell" as "finished"
+        print(f"stopped_early: cannot resolve the output_dir of `ptm {' '.join(ptm_args)}`: "
+              f"{type(e).__name__}: {e}", file=sys.stderr)
+        return 3
+    found = stopped_early(output_dir, float(argv[0]))
     for path in found:
         print(f"stopped early: {path}")
     return 0 if found else 1

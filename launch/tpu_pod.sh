@@ -178,7 +178,15 @@ run_state() {
   elif (( killed > 0 )); then echo killed
   elif [[ -n "$failed" ]]; then echo "failed:$failed"
   elif (( exited0 == total )); then
-    if stopped_early_on_worker0 >/dev/null; then echo stopped-early; else echo done; fi
+    local early=0 said
+    said="$(stopped_early_on_worker0)" || early=$?
+    case "$early" in
+      0) echo stopped-early ;;
+      1) echo done ;;
+      *) echo "tpu_pod.sh: cannot tell whether the run stopped early (launch/stopped_early.py on worker 0," \
+           "exit $early): $(grep -v '^stopped early: ' <<<"$said" | tail -n 3)" >&2
+         echo unknown ;;
+    esac
   else echo none
   fi
 }
@@ -188,7 +196,7 @@ stopped_early_on_worker0() {
   gcloud compute tpus tpu-vm ssh "$TPU_NAME" "${GCLOUD_FLAGS[@]}" --worker=0 --command="
     set -a; [[ -f ~/ptm-logs/ptm.env ]] && source ~/ptm-logs/ptm.env; set +a
     cd ~/$REMOTE_DIR && PYTHONPATH=. $(venv_python) launch/stopped_early.py \"\$(cat ~/ptm-logs/ptm.started)\" \
-      --command-file ~/ptm-logs/ptm.cmd" 2>/dev/null
+      --command-file ~/ptm-logs/ptm.cmd 2>&1" 2>/dev/null
 }
 
 venv_python() {
@@ -294,7 +302,7 @@ cmd_stop() {
   fi
   state="$(run_state)"
   case "$state" in
-    stopped-early) echo "stopped early with a checkpoint ($(stopped_early_on_worker0 | sed 's/^stopped early: //' | \
+    stopped-early) echo "stopped early with a checkpoint ($(stopped_early_on_worker0 | sed -n 's/^stopped early: //p' | \
       paste -sd, -)); launch/tpu_pod.sh resume continues it" ;;
     done) echo "the run had finished: nothing to resume" ;;
     killed) echo "killed: no checkpoint at the stop; resume starts from the last saved one" ;;

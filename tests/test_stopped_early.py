@@ -52,3 +52,4 @@ def test_output_dir_is_resolved_like_ptm_and_the_exit_status_answers(tmp_path):
                           text=True, timeout=120)
     assert done.returncode == 0 and f"stopped early: {out}/pretrain/summary.json" in done.stdout, done.stderr
     assert main(["not-enough"]) == 2
+    assert main([str(since), "--", "pretrain", "-c", "no_such_preset"]) == 3  # cannot tell: never "finished"

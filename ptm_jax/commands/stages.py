@@ -26,7 +26,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--process-id", type=int, default=None)
 
 
-def _load(args: argparse.Namespace):
+def config_of(args: argparse.Namespace):
+    """The RunConfig of a parsed stage command line (preset, overrides, --output-dir); also what
+    ``launch/stopped_early.py`` reads output_dir from."""
     from ptm_jax.config import load_config
 
     overrides = list(args.overrides)
@@ -53,12 +55,12 @@ def cmd_presets(args) -> int:
 def cmd_config(args) -> int:
     from ptm_jax.config import to_dict
 
-    print(json.dumps(to_dict(_load(args)), indent=2))
+    print(json.dumps(to_dict(config_of(args)), indent=2))
     return 0
 
 
 def cmd_data(args) -> int:
-    cfg = _load(args)
+    cfg = config_of(args)
     _start(args)
     from ptm_jax.train.stages import prepare_corpus, write_config
 
@@ -91,7 +93,7 @@ def _report_pretrain(summary: dict[str, Any]) -> None:
 
 
 def cmd_pretrain(args) -> int:
-    cfg = _load(args)
+    cfg = config_of(args)
     _start(args)
     from ptm_jax.train.stages import pretrain
 
@@ -124,7 +126,7 @@ def _task_overrides(args) -> list[str]:
 
 def cmd_run(args) -> int:
     args.overrides = list(args.overrides) + _task_overrides(args)
-    cfg = _load(args)
+    cfg = config_of(args)
     _start(args)
     from ptm_jax.train.stages import run
 
@@ -138,7 +140,7 @@ def cmd_run(args) -> int:
 
 def cmd_finetune(args) -> int:
     args.overrides = list(args.overrides) + _task_overrides(args)
-    cfg = _load(args)
+    cfg = config_of(args)
     _start(args)
     from ptm_jax.train.finetune import finetune
 
@@ -148,7 +150,7 @@ def cmd_finetune(args) -> int:
 
 def cmd_eval(args) -> int:
     args.overrides = list(args.overrides) + _task_overrides(args)
-    cfg = _load(args)
+    cfg = config_of(args)
     _start(args)
     from ptm_jax.train.evaluation import evaluate_task
 
