@@ -4,10 +4,10 @@ Protocol (both runs): the real all-MiniLM-L6-v2 checkpoint (pip package ``gt-all
 2-way classifier; SST-2 training sentences: the held-out split (``--heldout`` sentences, the first ones after
 ``random.Random(1).shuffle`` of train.tsv) is set aside, and each run trains on the first ``steps x batch`` of
 the rest after ``random.Random(0).shuffle`` (``finetune.train_subset``, one pass in that order); max length 64,
-batch 32, the same steps, finetune.seed 0; AdamW with bias correction, 10% warmup then linear decay from the peak,
-clip 1.0. Full finetuning: lr ``--full-lr`` (5e-5, as ``bench_minilm_sst2.py``). LoRA: rank 8, alpha 16, on the
-query and value kernels, classifier trained, lr chosen among ``--lora-lrs`` by accuracy on the held-out split
-(``--select``), never on SST-2 dev.
+batch 32, the same steps, finetune.seed 0 (``--seeds``: one pair of runs per seed); AdamW with bias correction,
+10% warmup then linear decay from the peak, clip 1.0. Full finetuning: lr ``--full-lr`` (5e-5, as
+``bench_minilm_sst2.py``). LoRA: rank 8, alpha 16, on the query and value kernels, classifier trained, lr chosen
+among ``--lora-lrs`` by accuracy on the held-out split (``--select``), never on SST-2 dev.
 
 Reported on all 872 SST-2 dev sentences (``--report``): trained parameters, step time (the loop's
 examples/s over the steps after the first ``--skip-steps``), peak resident memory of the process that ran each
@@ -15,6 +15,7 @@ examples/s over the steps after the first ``--skip-steps``), peak resident memor
 
     python benchmarks/lora_sst2.py --select                 # held-out accuracy per LoRA lr (and full ft)
     python benchmarks/lora_sst2.py --report --lora-lr 1e-3  # dev: full finetuning vs LoRA
+    python benchmarks/lora_sst2.py --report --lora-lr 1e-3 --seeds 0 1 2   # a pair of runs per seed
 """
 from __future__ import annotations
 
@@ -54,6 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--alpha", type=float, default=16.0)
     ap.add_argument("--skip-steps", type=int, default=20)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0],
+                    help="--report: finetune.seed of each pair of runs (initialisation, dropout; same sentences)")
     ap.add_argument("--no-full", action="store_true", help="--select: LoRA lrs only")
     ap.add_argument("--out", default="", help="write the results as JSON here too")
     return ap.parse_args(argv)
@@ -109,7 +112,7 @@ def run_one(spec: dict) -> dict:
         f"output_dir={str(out)!r}", "finetune.task='sst2'", f"finetune.data_dir={spec['glue']!r}",
         f"finetune.init={model_path()!r}", f"finetune.max_seq_length={spec['max_length']}",
         "finetune.shuffle=false", f"finetune.batch_size={b}", "finetune.epochs=1.0",
-        f"finetune.train_subset={steps * b}", "finetune.subset_seed=0", "finetune.seed=0",
+        f"finetune.train_subset={steps * b}", "finetune.subset_seed=0", f"finetune.seed={spec.get('seed', 0)}",
         f"finetune.learning_rate={spec['lr']}", "finetune.weight_decay=0.01", "finetune.warmup_proportion=0.1",
         "finetune.clip_norm=1.0", f"finetune.eval_every={steps}", "train.adam_eps=1e-6",
         "train.adam_bias_correction=true", "train.lr_decay='from_peak'", f"train.log_every={spec['skip_steps']}",
@@ -127,7 +130,7 @@ def run_one(spec: dict) -> dict:
     first = [r for r in rows if r["step"] == w][0]
     last = rows[-1]
     trained = _trained_parameters(stage, spec["lora"])
-    return {"lora": spec["lora"], "lr": spec["lr"], "steps": summary["step"],
+    return {"lora": spec["lora"], "lr": spec["lr"], "seed": spec.get("seed", 0), "steps": summary["step"],
             "trained_parameters": trained,
             "step_seconds": round((last["time"] - first["time"]) / (last["step"] - w), 4),
             "examples_per_s": round((last["step"] - w) * b / (last["time"] - first["time"]), 1),
@@ -145,9 +148,10 @@ def _trained_parameters(stage: Path, lora: bool) -> int:
     return int(sum(np.size(v) for v in params_lib.flatten(tree).values()))
 
 
-def spawn(args: argparse.Namespace, glue: Path, lora: bool, lr: float) -> dict:
+def spawn(args: argparse.Namespace, glue: Path, lora: bool, lr: float, seed: int = 0) -> dict:
     """One run in a child process (its own peak memory)."""
-    spec = {"glue": str(glue), "lora": lora, "lr": lr, "steps": args.steps, "batch_size": args.batch_size,
+    spec = {"glue": str(glue), "lora": lora, "lr": lr, "seed": seed, "steps": args.steps,
+            "batch_size": args.batch_size,
             "max_length": args.max_length, "rank": args.rank, "alpha": args.alpha, "skip_steps": args.skip_steps}
     cmd = [sys.executable, __file__, "--one", json.dumps(spec)]
     res = subprocess.run(cmd, capture_output=True, text=True)
@@ -178,9 +182,18 @@ def main(argv=None) -> int:
         results["chosen_lora_lr"] = best["lr"]
     else:
         glue = make_glue(args, "dev")
-        results["dev"] = {"full": spawn(args, glue, False, args.full_lr), "lora": spawn(args, glue, True, args.lora_lr)}
-        f, lo = results["dev"]["full"], results["dev"]["lora"]
-        results["lora_minus_full_accuracy_points"] = round(100 * (lo["accuracy"] - f["accuracy"]), 2)
+        pairs = []
+        for seed in args.seeds:  # each pair: full then LoRA, one after the other in this invocation
+            pairs.append({"seed": seed, "full": spawn(args, glue, False, args.full_lr, seed),
+                          "lora": spawn(args, glue, True, args.lora_lr, seed)})
+        results["dev"] = pairs
+        gaps = [round(100 * (p["lora"]["accuracy"] - p["full"]["accuracy"]), 2) for p in pairs]
+        results["lora_minus_full_accuracy_points"] = gaps
+        results["pairs"] = len(pairs)
+        results["pairs_lora_more_than_1_point_below"] = sum(g < -1.0 for g in gaps)
+        for arm in ("full", "lora"):
+            acc = [p[arm]["accuracy"] for p in pairs]
+            results[f"{arm}_mean_accuracy"] = round(sum(acc) / len(acc), 4)
     results["machine"] = machine_info.describe(torch_too=False)
     results["machine"]["load_average_before"] = load_before
     results["machine"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
