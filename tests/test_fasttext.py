@@ -443,3 +443,22 @@ def test_sequential_fasttext_cbow_fit_evaluates_with_units_and_resumes_bit_equal
     with pytest.raises(jax.errors.JaxRuntimeError, match="none is registered under this step's key"):
         jax.block_until_ready(cpu_kernel.fused_step("fasttext_cbow", tables, batch, 0.1, block=16, cap=0.0,
                                                     sequential=True, subwords=12345))
+
+
+def test_feature_heads_take_a_vector_for_every_word_from_the_fasttext_ngrams(run, vectors):
+    """finetune.job=features over a fastText run: every training and held-out word gets its composed vector
+    (out-of-vocabulary words included, from their n-grams), equal to what `ptm neighbors` composes; rows 0/1 are
+    padding (zeros) and the unknown word."""
+    from ptm_jax.objectives.feature_inputs import UNK, resolve_source, word_table
+
+    source = resolve_source(str(run))
+    assert source.kind == "static" and source.dim == 32 and "subword vectors" in source.description
+    train = [["the", "king", "fatherly"], ["lord", "the"]]
+    held = [["unkindest", "king"]]
+    table = word_table(source, train, held)
+    assert table.words == ["<pad>", "<unk>", "the", "king", "fatherly", "lord", "unkindest"]
+    assert table.found == 5 and not np.any(table.matrix[0]) and np.any(table.matrix[UNK])
+    want = vectors.oov(table.words[2:])
+    np.testing.assert_allclose(table.matrix[2:], want, rtol=1e-6)
+    i = vectors.index()["king"]
+    np.testing.assert_allclose(table.matrix[3], vectors.vectors[i], rtol=1e-6)

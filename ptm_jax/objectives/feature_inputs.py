@@ -11,6 +11,8 @@ Four kinds of source, one rule each:
   words and the evaluation words that the vectors know; a word the vectors lack gets U(-a, a) with a chosen so
   that it has the variance of the pretrained rows (Kim Sec. 3.1). A file lookup takes the exact word, else its
   first case-insensitive match; a model's lookup follows its tokenizer's case rule (``evaluate/features.py``).
+  A subword family (``Inspection.subword_vectors``: fastText, Bojanowski et al. 2017 Sec. 3.2) has a vector for
+  every word, composed from its character n-grams: the table holds every training and evaluation word.
 * a model whose family gives per-layer features (``Inspection.word_features``: BERT, GPT, XLNet, ELMo, ...):
   ``evaluate/features.word_features`` of every sentence, computed once and cached on disk
   (:func:`cached_features`, keyed by the model's files and the sentences), held as one float16 array of all
@@ -70,14 +72,16 @@ RANDOM_DIM = 100
 
 @dataclasses.dataclass
 class Source:
-    """A resolved ``finetune.init``. ``kind``: 'random', 'static' (``lookup(word) -> vector or None``) or
-    'layers' (``params``, ``model_cfg``, ``tokenizer``, ``num_layers``)."""
+    """A resolved ``finetune.init``. ``kind``: 'random', 'static' (``lookup(word) -> vector or None``, or for a
+    subword family ``vectors_of(words) -> [n, dim]``, a vector for every word) or 'layers' (``params``,
+    ``model_cfg``, ``tokenizer``, ``num_layers``)."""
 
     kind: str
     description: str
     dim: int
     key: str = ""
     lookup: Any = None
+    vectors_of: Any = None
     params: Any = None
     model_cfg: Any = None
     tokenizer: Any = None
@@ -135,6 +139,15 @@ def resolve_source(init: str) -> Source:
         return Source("layers", f"frozen per-layer features of {path} (family {model_cfg.family}, {n} layers)",
                       0, key=_files_key(path), params=params, model_cfg=model_cfg, tokenizer=tokenizer,
                       num_layers=n)
+    if fam.inspection.subword_vectors is not None:  # fastText: any word's vector from its character n-grams
+        hook = fam.inspection.subword_vectors
+
+        def vectors_of(words: Sequence[str]) -> np.ndarray:
+            return np.asarray(hook(params, model_cfg, tokenizer, list(words)), np.float32)
+
+        dim = int(vectors_of(["a"]).shape[1])
+        return Source("static", f"subword vectors of {path} (family {model_cfg.family}, dim {dim})", dim,
+                      vectors_of=vectors_of)
     if fam.inspection.word_vectors is not None:
         matrix = np.asarray(fam.inspection.word_vectors(params, model_cfg), np.float32)
 
@@ -186,6 +199,14 @@ def word_table(source: Source, train: Sequence[Sequence[str]], held: Sequence[Se
                 words.append(w)
     if source.kind == "random":
         return WordTable(words, None, 0)
+    if source.vectors_of is not None:  # every word has a vector: the held-out words join the table too
+        for s in held:
+            for w in s:
+                if w not in seen:
+                    seen.add(w)
+                    words.append(w)
+        known = source.vectors_of(words[UNK + 1:])
+        return WordTable(words, _with_pad_and_unk(known, source.dim, seed), len(words) - UNK - 1)
     rows: dict[int, np.ndarray] = {}
     for i, w in enumerate(words):
         v = source.lookup(w) if i > UNK else None
@@ -207,6 +228,15 @@ def word_table(source: Source, train: Sequence[Sequence[str]], held: Sequence[Se
     for i, v in rows.items():
         matrix[i] = v
     return WordTable(words, matrix, len(rows))
+
+
+def _with_pad_and_unk(known: np.ndarray, dim: int, seed: int) -> np.ndarray:
+    """Rows PAD (zeros) and UNK (uniform with the variance of ``known``, as a missing word's row) above
+    ``known``."""
+    known = np.asarray(known, np.float32)
+    a = float(np.sqrt(3.0 * np.var(known)))
+    unk = np.random.default_rng(seed).uniform(-a, a, (1, dim)).astype(np.float32)
+    return np.concatenate([np.zeros((1, dim), np.float32), unk, known])
 
 
 # ---------------------------------------------------------------------------------------------- frozen layers
