@@ -60,6 +60,7 @@ def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str |
         fs.write_bytes_atomic(out / "outputs.npz", raw.getvalue())
     result = {"task": cfg.finetune.task if job.name in ("task", "features") else job.name, "split": split,
               "description": description, "model": str(model), "metrics": metrics,
+              "primary_metric": objective.primary_metric,
               "prediction_files": [str(f) for f in files]}
     if jax.process_index() == 0:
         fs.write_text_atomic(out / "eval.json", json.dumps(result, indent=2))
