@@ -41,6 +41,11 @@ class Job:
     model_marker: str = ""
     """A file that this job's kept models hold (``feature_model.json``): ``ptm eval`` hands such a model to this job
     whatever ``finetune.job`` says."""
+    needs: tuple[str, ...] = ()
+    """Capabilities (``families/registry.CAPABILITIES``) that the family of the model the job trains must have
+    (``("embed",)``: a bare encoder); :func:`check_family` refuses the others before any work."""
+    family: str = ""
+    """A family's own job (ULMFiT's 'ulmfit'): only a model of that family runs it."""
     adapters: bool = False
     """Whether ``finetune.adapter`` may wrap the job's objective in the finetuning stage."""
     moved: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -60,6 +65,35 @@ jobs = _TABLE.all
 get = _TABLE.get
 sections = _TABLE.sections
 """``sections()``: config section name -> dataclass, for every registered job that has one."""
+
+
+def refusal(job: Job, family: str) -> str | None:
+    """Why ``job`` cannot train a model of ``family`` (its own family, its ``needs``), or None."""
+    from ptm_jax.families import registry as families
+
+    if job.family and family != job.family:
+        return (f"finetune.job={job.name} is the {job.family} family's own job; model.family={family!r} is not "
+                f"{job.family} (for a classifier of this family: finetune.job=task)")
+    missing = [n for n in job.needs if n not in families.get(family).capabilities]
+    if missing:
+        able = sorted(n for n, f in families.families().items() if set(job.needs) <= f.capabilities)
+        return (f"finetune.job={job.name} needs a family with {', '.join(repr(m) for m in missing)} "
+                f"({'; '.join(CAPABILITY_WORDS.get(m, m) for m in missing)}), which model.family={family!r} "
+                f"does not have; families with it: {', '.join(able) or 'none'}")
+    return None
+
+
+CAPABILITY_WORDS = {"embed": "a bare encoder, Finetuning.task_heads['encoder']",
+                    "classify": "a sequence classification head"}
+
+
+def check_family(job: Job, family: str) -> None:
+    """A ConfigError when ``job`` cannot train a model of ``family`` (:func:`refusal`)."""
+    from ptm_jax.errors import ConfigError
+
+    reason = refusal(job, family)
+    if reason:
+        raise ConfigError(reason)
 
 
 def moved_key(field: str, section: str = "finetune") -> str | None:

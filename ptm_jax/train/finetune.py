@@ -270,4 +270,6 @@ def single_task(cfg: RunConfig, build: Callable[..., tuple[Any, str]], *, task: 
 def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     """Runs the finetuning job ``finetune.job`` (``ptm_jax/jobs``); returns its summary."""
     check_stage_batches(cfg, ["finetune"])  # every job trains and evaluates on finetune.batch_size
-    return job_registry.get(cfg.finetune.job).run(cfg, stop_after=stop_after)
+    job = job_registry.get(cfg.finetune.job)
+    job_registry.check_family(job, cfg.model.family)  # the loaded model's family is checked again by the job
+    return job.run(cfg, stop_after=stop_after)

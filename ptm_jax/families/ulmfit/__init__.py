@@ -60,6 +60,7 @@ FAMILY = register(Family(
 JOB = register_job(Job(
     name="ulmfit",
     run=lazy("ptm_jax.families.ulmfit.job", "run"),
+    family="ulmfit",
     config=UlmfitJobConfig,
     build=lazy("ptm_jax.train.finetune", "build_task"),
     moved={"data.target_lm_steps": "target_lm_steps"},

@@ -15,6 +15,7 @@ from ptm_jax.plugins import lazy
 JOB = register(Job(
     name="consert",
     run=lazy("ptm_jax.jobs.consert.build", "run"),
+    needs=("embed",),
     config=ConsertConfig,
     build=lazy("ptm_jax.jobs.consert.build", "build_consert"),
     adapters=True,

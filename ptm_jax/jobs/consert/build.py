@@ -8,6 +8,7 @@ from ptm_jax import config as config_lib
 from ptm_jax.data.tasks.glue import read_glue
 from ptm_jax.data.tasks.registry import take_subset
 from ptm_jax.errors import ConfigError, DataError
+from ptm_jax.jobs import registry as job_registry
 from ptm_jax.jobs.consert.data import glue_task_of, labelled_pairs, positive_pairs, read_sentences, supervision
 from ptm_jax.objectives.base import check_grad_accum
 from ptm_jax.objectives.consert_nli import JointObjective, NliObjective
@@ -21,16 +22,11 @@ def build_consert(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: 
     labelled pairs) or a GLUE folder (STS-B/train.tsv).
     Evaluation reads STS-B/dev.tsv of ``consert.eval_data_dir``, else of the GLUE folder that holds the
     training data."""
-    from ptm_jax.families import registry
 
     f = cfg.finetune
     c = config_lib.section(cfg, "consert")
     mode = supervision(c)
-    if "encoder" not in registry.get(model_cfg.family).finetuning.task_heads:
-        who = [n for n, fam in registry.families().items() if "encoder" in fam.finetuning.task_heads]
-        raise ConfigError(f"finetune.job=consert encodes sentences with a family's bare encoder "
-                          f"(Finetuning.task_heads['encoder']), which model.family={model_cfg.family!r} does not have; "
-                          f"families with one: {', '.join(who)}")
+    job_registry.check_family(job_registry.get("consert"), model_cfg.family)  # sentences by a bare encoder
     if eval_split != "dev":
         raise ConfigError(f"finetune.job=consert: the STS-B {eval_split} split has no public scores; evaluate "
                           "--split dev")

@@ -10,6 +10,7 @@ from ptm_jax.plugins import lazy
 JOB = register(Job(
     name="mtdnn",
     run=lazy("ptm_jax.jobs.mtdnn.job", "mtdnn"),
+    needs=("embed",),
     config=MtdnnConfig,
     moved={"tasks": "tasks", "task_weights": "task_weights", "mtdnn_finetune_epochs": "finetune_epochs",
            "ranking_candidates": "ranking_candidates", "mtdnn_answer": "answer", "san_steps": "san_steps",

@@ -1,0 +1,18 @@
+"""Every registered finetuning job (and the single-task job under every adapter) on every Transformer family's
+tiny preset: it runs, keeps a model that `ptm eval` scores as recorded, or is refused as its declarations say
+(tests/job_conformance_checks.py; the other families: tests/test_job_conformance_lineage.py)."""
+from __future__ import annotations
+
+import pytest
+from job_conformance_checks import Pretrained, cases, check_pair
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    return Pretrained(tmp_path_factory.mktemp("pretrained"))
+
+
+@pytest.mark.parametrize("job,adapter,family", cases(transformers=True))
+def test_job_runs_and_its_kept_model_scores_as_recorded_or_is_refused_as_declared(job, adapter, family, pretrained,
+                                                                                shared_data, tmp_path, capsys):
+    check_pair(job, adapter, family, pretrained, shared_data / "glue", tmp_path, capsys)
