@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from ptm_jax.config import TokenizerConfig
 from ptm_jax.data.byte_bpe import SPECIAL_TOKENS, ByteBPETokenizer, train_byte_bpe
-from ptm_jax.data.tokenizers import load_tokenizer
+from ptm_jax.data.tokenizer_loading import load_tokenizer
 from ptm_jax.errors import ConfigError, DataError
 
 SYNTHETIC = [

@@ -12,7 +12,7 @@ import pytest
 
 from ptm_jax import fs
 from ptm_jax.config import DataConfig, RunConfig, TokenizerConfig
-from ptm_jax.data.tokenizers import load_tokenizer
+from ptm_jax.data.tokenizer_loading import load_tokenizer
 from ptm_jax.data.word_vocab import count_words
 from ptm_jax.errors import ConfigError
 from ptm_jax.families import registry

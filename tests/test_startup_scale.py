@@ -59,7 +59,7 @@ import json, os, sys
 from pathlib import Path
 from ptm_jax.config import DataConfig, TokenizerConfig
 from ptm_jax.data.corpus import sample_sentences
-from ptm_jax.data.tokenizers import load_tokenizer
+from ptm_jax.data.tokenizer_loading import load_tokenizer
 from ptm_jax.parallel import distributed
 distributed.initialize()
 import jax

@@ -13,8 +13,9 @@ import pytest
 import tensorflow as tf
 
 from ptm_jax.config import TokenizerConfig
+from ptm_jax.data.tokenizer_loading import load_tokenizer
 from ptm_jax.data.tokenizers import (SPECIALS, SentencePieceTokenizer, WordPieceTokenizer, bert_normalizer,
-                                     bert_pre_tokenizer, load_tokenizer, train_sentencepiece, train_wordpiece)
+                                     bert_pre_tokenizer, train_sentencepiece, train_wordpiece)
 from ptm_jax.errors import DataError
 
 # ----------------------------------------------------------------------------------------------------

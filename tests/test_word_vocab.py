@@ -88,7 +88,7 @@ def test_wikitext2_round_trips_through_the_tokenizer_and_the_token_cache(tmp_pat
 
 def test_load_tokenizer_kind_word_builds_vocab_tsv_once_and_reuses_it(tmp_path):
     from ptm_jax.config import TokenizerConfig
-    from ptm_jax.data.tokenizers import load_tokenizer
+    from ptm_jax.data.tokenizer_loading import load_tokenizer
 
     cfg = TokenizerConfig(kind="word", vocab_size=6, lower_case=True)
     tok = load_tokenizer(cfg, lambda: ["Z a é b", "a B b é"], tmp_path)

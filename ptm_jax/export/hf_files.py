@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ptm_jax.errors import CheckpointError
-from ptm_jax.export import params as params_lib
+from ptm_jax.export.staging import commit_dir, staging_dir
 
 ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
@@ -268,11 +268,11 @@ def write_hf_dir(out: str | Path, tensors: dict[str, np.ndarray], config: dict[s
                  overwrite: bool = False) -> Path:
     """An HF model folder: ``model.safetensors``, ``config.json``, ``files`` (name in the folder -> file to
     copy: the tokenizer's) and ``json_files`` (name -> JSON value: tokenizer settings). Written into a staging
-    folder and renamed into place (``params.staging_dir`` / ``commit_dir``), so ``out`` is whole or absent."""
+    folder and renamed into place (``export/staging.py``), so ``out`` is whole or absent."""
     from safetensors.numpy import save_file
 
     out = Path(out)
-    stage = params_lib.staging_dir(out, overwrite)
+    stage = staging_dir(out, overwrite)
     try:
         save_file(tensors, str(stage / "model.safetensors"), metadata={"format": "pt"})
         (stage / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -280,7 +280,7 @@ def write_hf_dir(out: str | Path, tensors: dict[str, np.ndarray], config: dict[s
             shutil.copyfile(src, stage / name)
         for name, value in (json_files or {}).items():
             (stage / name).write_text(json.dumps(value, indent=2) + "\n")
-        params_lib.commit_dir(stage, out)
+        commit_dir(stage, out)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

@@ -18,7 +18,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,6 +28,7 @@ import numpy as np
 from ptm_jax import fs
 from ptm_jax.config import model_from_dict, to_dict
 from ptm_jax.errors import CheckpointError, ConfigError
+from ptm_jax.export.staging import commit_dir, staging_dir
 
 log = logging.getLogger(__name__)
 
@@ -187,57 +187,6 @@ def infer_head(params: dict, hint: str | None = None) -> str:
 # leaves). The staging folder's name is the same on every process; process 0 alone creates, renames and
 # removes folders, and a barrier (ptm_jax.parallel.distributed) after each step keeps the others from going
 # on before it is done. Folders of plain files (Hugging Face exports) are written by one process alone.
-
-
-def _barrier(name: str) -> None:
-    from ptm_jax.parallel.distributed import barrier
-
-    barrier(name)
-
-
-def staging_dir(out: Path, overwrite: bool, shared: bool = False) -> Path:
-    """``.<name>.partial`` beside ``out``, empty. ``shared``: every process calls this and gets the same
-    path; process 0 makes it."""
-    out = fs.path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise ConfigError(f"{out} already exists and is not empty; choose another output path or remove it")
-    if fs.is_remote(out):  # no directory rename on an object store: write in place, the marker commits it
-        if not shared or jax.process_index() == 0:
-            fs.rmtree(out / fs.MARKER)  # readers treat ``out`` as absent from here on
-            fs.rmtree(out)
-        if shared:
-            _barrier("ptm_params_stage")
-        return out
-    stage = out.parent / f".{out.name}.partial"
-    if not shared or jax.process_index() == 0:
-        shutil.rmtree(stage, ignore_errors=True)
-        stage.mkdir(parents=True)
-    if shared:
-        _barrier("ptm_params_stage")
-    return stage
-
-
-def commit_dir(stage: Path, out: Path, shared: bool = False) -> None:
-    """Renames the finished staging folder into place (the old ``out``, if any, is removed first).
-    ``shared``: every process calls this after its last write; process 0 renames once all have arrived, and
-    all return after it has."""
-    out = fs.path(out)
-    if shared:
-        _barrier("ptm_params_written")
-    if fs.is_remote(out):
-        if not shared or jax.process_index() == 0:
-            fs.mark_complete(out)
-    elif not shared or jax.process_index() == 0:
-        if out.exists():
-            old = out.parent / f".{out.name}.old"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(stage, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(stage, out)
-    if shared:
-        _barrier("ptm_params_committed")
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # annotations only
     import numpy as np
 
     from ptm_jax.config import RunConfig
-    from ptm_jax.data.corpus import Corpus
+    from ptm_jax.train.stages import Corpus
     from ptm_jax.export.hf_files import HfExport
     from ptm_jax.objectives.base import Objective
 

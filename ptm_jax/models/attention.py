@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from ptm_jax.errors import ConfigError
 from ptm_jax.models.dropout import dropout
-from ptm_jax.models.layers import partitioned
+from ptm_jax.models.layers import backend_platform, partitioned
 
 IMPLEMENTATIONS = ("auto", "einsum", "xla", "cudnn", "splash")
 SPLASH_MIN_LENGTH = 1024
@@ -113,17 +113,6 @@ def sow_probs(module: nn.Module, q: jax.Array, k: jax.Array, mask: AttentionMask
     made it mutable (``ptm attention``: ``evaluate/attention_maps.py``); a no-op otherwise."""
     if module.is_mutable_collection("intermediates"):
         module.sow("intermediates", "attention_probs", attention_probs(q, k, mask))
-
-
-def backend_platform() -> str:
-    """'cpu' | 'gpu' | 'tpu' of the mesh being traced for (an AOT compile for a TPU topology on a CPU host
-    says 'tpu'), else of JAX's default backend."""
-    mesh = jax.sharding.get_abstract_mesh()
-    platform = None
-    if not mesh.empty:
-        platform = getattr(getattr(mesh, "abstract_device", None), "platform", None)
-    platform = (platform or jax.default_backend()).lower()
-    return "gpu" if platform in ("cuda", "rocm", "gpu") else platform
 
 
 def cudnn_supports(q: jax.Array, k: jax.Array, mask: AttentionMask) -> bool:

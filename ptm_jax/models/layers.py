@@ -22,10 +22,19 @@ def dtype_of(name: str) -> Dtype:
     """``model.dtype`` -> the compute dtype. 'auto': bfloat16 when the model is traced for a GPU or TPU (the
     mesh in context, else JAX's default backend), float32 on CPU; parameters stay float32 either way."""
     if name == "auto":
-        from ptm_jax.models.attention import backend_platform
-
         return _auto_dtype(backend_platform())
     return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[name]
+
+
+def backend_platform() -> str:
+    """'cpu' | 'gpu' | 'tpu' of the mesh being traced for (an AOT compile for a TPU topology on a CPU host
+    says 'tpu'), else of JAX's default backend."""
+    mesh = jax.sharding.get_abstract_mesh()
+    platform = None
+    if not mesh.empty:
+        platform = getattr(getattr(mesh, "abstract_device", None), "platform", None)
+    platform = (platform or jax.default_backend()).lower()
+    return "gpu" if platform in ("cuda", "rocm", "gpu") else platform
 
 
 @functools.lru_cache(maxsize=None)

@@ -221,7 +221,7 @@ class LSTM(LSTMWeights):
             weights["recurrent_kernel"] = recurrent_fn(weights["recurrent_kernel"])
         impl = self.implementation
         if impl == "auto":
-            from ptm_jax.models.attention import backend_platform
+            from ptm_jax.models.layers import backend_platform
 
             plain = cudnn_applies(weights, self.cell_clip, self.proj_clip)
             impl = "cudnn" if plain and backend_platform() == "gpu" else "scan"

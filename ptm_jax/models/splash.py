@@ -99,6 +99,6 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask) -> jax.Arra
 
 
 def _platform_is_cpu() -> bool:
-    from ptm_jax.models.attention import backend_platform
+    from ptm_jax.models.layers import backend_platform
 
     return backend_platform() == "cpu"

@@ -371,7 +371,8 @@ class KeepBestFeatures(Hook):
             return
         import orbax.checkpoint as ocp
 
-        from ptm_jax.export.params import _on_host, commit_dir, staging_dir
+        from ptm_jax.export.params import _on_host
+        from ptm_jax.export.staging import commit_dir, staging_dir
 
         self.best.update(step=run.step, value=value, metrics=metrics)
         out = self.stage / "best"

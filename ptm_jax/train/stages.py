@@ -21,7 +21,8 @@ from ptm_jax.config import RunConfig
 from ptm_jax.data.cache import TokenCache, build_or_load_cache
 from ptm_jax.data.corpus import prepare_tfds, sample_sentences
 from ptm_jax.data.pretraining.source import SpecialIds, SubsetSource
-from ptm_jax.data.tokenizers import Tokenizer, load_tokenizer
+from ptm_jax.data.tokenizer_loading import load_tokenizer
+from ptm_jax.data.tokenizers import Tokenizer
 from ptm_jax.errors import ConfigError
 from ptm_jax.parallel.batch_check import check_stage_batches
 from ptm_jax.parallel.distributed import barrier
