@@ -44,7 +44,7 @@ def build(args) -> tuple[object, object, float, float]:
     from ptm_jax.config import DataConfig
     from ptm_jax.data.byte_bpe import ByteBPETokenizer, train_byte_bpe
     from ptm_jax.data.cache import TokenCache, build_cache
-    from ptm_jax.data.corpus import iter_documents
+    from ptm_jax.data.chunks import iter_documents
     from ptm_jax.errors import DataError
 
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench_clm_"))

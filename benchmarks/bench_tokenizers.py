@@ -67,7 +67,8 @@ def main(argv=None) -> None:
 
     from ptm_jax.config import DataConfig
     from ptm_jax.data.cache import build_cache
-    from ptm_jax.data.corpus import iter_documents, resolve_files
+    from ptm_jax.data.chunks import iter_documents
+    from ptm_jax.data.corpus import resolve_files
     from ptm_jax.data.tokenizers import train_sentencepiece, train_wordpiece
 
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench_tok_"))

@@ -42,7 +42,7 @@ class TokenizerConfig:
     lower_case: bool = True
     train_sample_bytes: int = 100_000_000
     """Training a vocabulary reads at most about this many bytes of the corpus: 1 MiB windows spread evenly
-    over it, the same on every process and run (``corpus.sample_sentences``); 0 = the whole corpus."""
+    over it, the same on every process and run (``chunks.sample_sentences``); 0 = the whole corpus."""
 
 
 @dataclass

@@ -12,7 +12,8 @@ import pytest
 from ptm_jax.config import DataConfig
 from ptm_jax.data.cache import TokenCache, build_cache, build_chunks, build_or_load_cache
 from ptm_jax.data.chunks import ChunkLayout
-from ptm_jax.data.corpus import iter_documents, read_documents
+from ptm_jax.data.chunks import iter_documents
+from ptm_jax.data.corpus import read_documents
 from ptm_jax.data.tokenizers import WordPieceTokenizer, train_wordpiece
 from ptm_jax.errors import DataError
 

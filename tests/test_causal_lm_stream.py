@@ -10,7 +10,7 @@ import pytest
 from ptm_jax.config import DataConfig
 from ptm_jax.data.byte_bpe import train_byte_bpe
 from ptm_jax.data.cache import TokenCache, build_cache
-from ptm_jax.data.corpus import iter_documents
+from ptm_jax.data.chunks import iter_documents
 from ptm_jax.data.pretraining.nsp import doc_permutation
 from ptm_jax.data.pretraining.source import ArraySource, SubsetSource
 from ptm_jax.errors import ConfigError, DataError

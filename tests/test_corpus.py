@@ -17,8 +17,9 @@ import tensorflow as tf
 
 from ptm_jax.config import DataConfig
 from ptm_jax.data.chunks import ChunkLayout, document_boundary
-from ptm_jax.data.corpus import (detect_format, iter_documents, parse_tfds_spec, read_documents, record_to_document,
-                                 resolve_files, sample_sentences, split_sentences, dataset_documents)
+from ptm_jax.data.chunks import iter_documents, sample_sentences
+from ptm_jax.data.corpus import (dataset_documents, detect_format, parse_tfds_spec, read_documents, record_to_document,
+                                 resolve_files, split_sentences)
 from ptm_jax.data.embedded import embedded_corpus_stats, embedded_documents
 from ptm_jax.errors import ConfigError, DataError
 

@@ -15,7 +15,8 @@ import pytest
 from ptm_jax.config import DataConfig
 from ptm_jax.data import hf_datasets
 from ptm_jax.data.chunks import ChunkLayout
-from ptm_jax.data.corpus import iter_keyed_documents, record_to_document
+from ptm_jax.data.chunks import iter_keyed_documents
+from ptm_jax.data.corpus import record_to_document
 from ptm_jax.errors import DataError
 
 

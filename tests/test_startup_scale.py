@@ -58,7 +58,7 @@ _CHILD = """
 import json, os, sys
 from pathlib import Path
 from ptm_jax.config import DataConfig, TokenizerConfig
-from ptm_jax.data.corpus import sample_sentences
+from ptm_jax.data.chunks import sample_sentences
 from ptm_jax.data.tokenizer_loading import load_tokenizer
 from ptm_jax.parallel import distributed
 distributed.initialize()
@@ -139,7 +139,8 @@ import tensorflow_datasets as tfds
 from ptm_jax.config import DataConfig
 from ptm_jax.data.byte_bpe import train_byte_bpe
 from ptm_jax.data.cache import build_chunks, build_or_load_cache
-from ptm_jax.data.corpus import iter_documents, prepare_tfds, sample_sentences
+from ptm_jax.data.chunks import iter_documents, sample_sentences
+from ptm_jax.data.corpus import prepare_tfds
 
 
 class PtmTinyCorpus(tfds.core.GeneratorBasedBuilder):

@@ -4,7 +4,7 @@ One shard directory holds
   tokens.int32.bin             all token ids, sentence after sentence
   sentence_offsets.int64.bin   [num_sentences + 1] token offset of each sentence (first 0, last num_tokens)
   doc_offsets.int64.bin        [num_docs + 1] sentence offset of each document (first 0, last num_sentences)
-  doc_keys.int64.bin           [num_docs] the document's source key (``corpus.iter_keyed_documents``)
+  doc_keys.int64.bin           [num_docs] the document's source key (``chunks.iter_keyed_documents``)
   meta.json                    counts, tokenizer, sources (paths, sizes, mtimes), format settings
   COMPLETE                     written last
 A shard is built in a temporary sibling directory and ``os.replace``d into place, so an interrupted build
@@ -317,7 +317,7 @@ def build_cache(documents: Callable[[], Iterable[Document]] | Iterable[Document]
                 directory, *, fingerprint: str, meta: dict | None = None, keyed: bool = False,
                 batch_sentences: int = 4096, background: bool = True) -> TokenCache:
     """Tokenizes ``documents`` into the shard directory ``directory`` (atomically) and opens it.
-    ``keyed``: the iterable yields (int64 source key, document) pairs (``corpus.iter_keyed_documents``);
+    ``keyed``: the iterable yields (int64 source key, document) pairs (``chunks.iter_keyed_documents``);
     otherwise a document's key is its position in the stream."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)

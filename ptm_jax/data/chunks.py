@@ -1,6 +1,7 @@
 """The corpus as fixed chunks that do not depend on the number of processes: the unit in which the token cache
 is built, split between hosts and reused (``data/cache.py``), and the windows the tokenizer's sample is read
-from (``corpus.sample_sentences``). The rules are in the ``ChunkLayout`` docstring: files are cut by bytes at
+from (:func:`sample_sentences`); a process reads its share of the documents chunk by chunk
+(:func:`iter_documents`). The rules are in the ``ChunkLayout`` docstring: files are cut by bytes at
 document boundaries; 'embedded' is one chunk; TFDS is ``TFDS_CHUNKS`` even sub-splits (``tfds.even_splits``);
 a Hugging Face dataset (``hf:``) is ``hf_datasets.HF_CHUNKS`` even row ranges.
 """
@@ -14,8 +15,8 @@ from pathlib import Path
 
 from ptm_jax.config import DataConfig
 from ptm_jax.data import hf_datasets
-from ptm_jax.data.corpus import (Document, _keyed_tfds_documents, _sniff, parse_tfds_spec, read_documents,
-                                 record_to_document, resolve_files)
+from ptm_jax.data.corpus import (Document, _keyed_tfds_documents, _sniff, check_file, check_process,
+                                 parse_tfds_spec, read_documents, record_to_document, resolve_files)
 from ptm_jax.errors import ConfigError
 
 
@@ -172,3 +173,55 @@ def tfds_chunk_split(split: str, c: int) -> str:
     import tensorflow_datasets as tfds
 
     return tfds.even_splits(split, n=TFDS_CHUNKS)[c]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Reading the corpus by chunks
+
+def sample_sentences(cfg: DataConfig, budget_bytes: int | None = None,
+                     window_bytes: int = 1 << 20) -> Iterator[str]:
+    """A bounded, deterministic sample of the corpus's sentences for training a tokenizer (at most about
+    ``budget_bytes``, default ``tokenizer``'s ``train_sample_bytes`` passed by the caller; 0 = everything).
+
+    Files: the corpus is cut into windows of ``window_bytes`` (``ChunkLayout``) and ``budget / window`` of them,
+    evenly spaced over the whole corpus, are read; a corpus within the budget is read whole. 'embedded' is
+    read whole; TFDS records are read in order until the budget. The same sample on every process and run:
+    it depends only on the files' bytes."""
+    budget = int(budget_bytes or 0)
+    if budget and budget < window_bytes:
+        window_bytes = budget
+    layout = ChunkLayout(cfg, window_bytes)
+    if layout.kind == "files":
+        for f in layout.files:  # empty, missing or binary files are named before anything is read
+            check_file(f)
+        n = layout.num_chunks
+        k = n if not budget or layout.total_bytes <= budget else max(1, budget // layout.chunk_bytes)
+        for c in sorted({i * n // k for i in range(k)}):
+            for _, doc in layout.documents(c):
+                yield from doc
+        return
+    seen = 0
+    docs = (d for c in range(layout.num_chunks) for _, d in layout.documents(c))
+    for doc in docs:
+        for s in doc:
+            yield s
+            seen += len(s.encode("utf-8"))
+        if budget and seen >= budget and layout.kind in ("tfds", "hf"):
+            return
+
+
+def iter_documents(cfg: DataConfig, process_index: int = 0, process_count: int = 1) -> Iterator[Document]:
+    """This process's documents of ``cfg.corpus``: those of the chunks c with c % count == index
+    (``ChunkLayout``), in corpus order."""
+    return (doc for _, doc in iter_keyed_documents(cfg, process_index, process_count))
+
+
+def iter_keyed_documents(cfg: DataConfig, process_index: int = 0,
+                         process_count: int = 1) -> Iterator[tuple[int, Document]]:
+    """(key, document) pairs of ``iter_documents``; keys order the whole corpus independently of the number
+    of processes (``ChunkLayout.documents``). Files are validated before anything is read."""
+    check_process(process_index, process_count)
+    layout = ChunkLayout(cfg)
+    for f in layout.files:
+        check_file(f)
+    return (item for c in range(process_index, layout.num_chunks, process_count) for item in layout.documents(c))

@@ -1,5 +1,6 @@
 """Pretraining corpora as streams of documents (lists of sentences), from files, TFDS, Hugging Face datasets
-(``hf:``, ``data/hf_datasets.py``) or the embedded text.
+(``hf:``, ``data/hf_datasets.py``) or the embedded text. A run reads them chunk by chunk (``data/chunks.py``:
+``iter_documents``, ``sample_sentences``).
 
 File formats (google-research/bert create_pretraining_data.py reads the first):
   lines       one sentence per line, a blank line between documents; empty documents are dropped.
@@ -279,40 +280,6 @@ def read_documents(path: Path, fmt: str = "auto", doc_max_sentences: int = 256,
                         "markers); remove it from data.corpus")
 
 
-def sample_sentences(cfg: DataConfig, budget_bytes: int | None = None,
-                     window_bytes: int = 1 << 20) -> Iterator[str]:
-    """A bounded, deterministic sample of the corpus's sentences for training a tokenizer (at most about
-    ``budget_bytes``, default ``tokenizer``'s ``train_sample_bytes`` passed by the caller; 0 = everything).
-
-    Files: the corpus is cut into windows of ``window_bytes`` (``ChunkLayout``) and ``budget / window`` of them,
-    evenly spaced over the whole corpus, are read; a corpus within the budget is read whole. 'embedded' is
-    read whole; TFDS records are read in order until the budget. The same sample on every process and run:
-    it depends only on the files' bytes."""
-    from ptm_jax.data.chunks import ChunkLayout
-
-    budget = int(budget_bytes or 0)
-    if budget and budget < window_bytes:
-        window_bytes = budget
-    layout = ChunkLayout(cfg, window_bytes)
-    if layout.kind == "files":
-        for f in layout.files:  # empty, missing or binary files are named before anything is read
-            check_file(f)
-        n = layout.num_chunks
-        k = n if not budget or layout.total_bytes <= budget else max(1, budget // layout.chunk_bytes)
-        for c in sorted({i * n // k for i in range(k)}):
-            for _, doc in layout.documents(c):
-                yield from doc
-        return
-    seen = 0
-    docs = (d for c in range(layout.num_chunks) for _, d in layout.documents(c))
-    for doc in docs:
-        for s in doc:
-            yield s
-            seen += len(s.encode("utf-8"))
-        if budget and seen >= budget and layout.kind in ("tfds", "hf"):
-            return
-
-
 # ----------------------------------------------------------------------------------------------------
 # TFDS
 
@@ -412,22 +379,3 @@ def prepare_tfds(cfg: DataConfig, process_index: int, barrier: Callable[..., Non
 
 
 # ----------------------------------------------------------------------------------------------------
-
-
-def iter_documents(cfg: DataConfig, process_index: int = 0, process_count: int = 1) -> Iterator[Document]:
-    """This process's documents of ``cfg.corpus``: those of the chunks c with c % count == index
-    (``ChunkLayout``), in corpus order."""
-    return (doc for _, doc in iter_keyed_documents(cfg, process_index, process_count))
-
-
-def iter_keyed_documents(cfg: DataConfig, process_index: int = 0,
-                         process_count: int = 1) -> Iterator[tuple[int, Document]]:
-    """(key, document) pairs of ``iter_documents``; keys order the whole corpus independently of the number
-    of processes (``ChunkLayout.documents``). Files are validated before anything is read."""
-    from ptm_jax.data.chunks import ChunkLayout
-
-    check_process(process_index, process_count)
-    layout = ChunkLayout(cfg)
-    for f in layout.files:
-        check_file(f)
-    return (item for c in range(process_index, layout.num_chunks, process_count) for item in layout.documents(c))

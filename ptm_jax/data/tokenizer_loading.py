@@ -58,7 +58,7 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
                    corpus_key: str = "", process_index: int = 0,
                    barrier: Callable[..., None] = lambda *a, **k: None) -> Tokenizer:
     """``cfg.vocab_file`` set (local or gs://): load it (``cfg.kind`` picks the class). Otherwise train on
-    ``train_texts()`` (the caller passes a bounded sample: ``corpus.sample_sentences``) into
+    ``train_texts()`` (the caller passes a bounded sample: ``chunks.sample_sentences``) into
     ``out_dir/tokenizer/`` on process 0, or reuse the one there when its settings (kind, vocab_size,
     lower_case, train_sample_bytes, ``corpus_key``) are unchanged. The other processes wait at
     ``barrier(name, timeout_s)`` (a timeout that fits the training), then get it:

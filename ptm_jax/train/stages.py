@@ -19,7 +19,8 @@ from ptm_jax import config as config_lib
 from ptm_jax import fs
 from ptm_jax.config import RunConfig
 from ptm_jax.data.cache import TokenCache, build_or_load_cache
-from ptm_jax.data.corpus import prepare_tfds, sample_sentences
+from ptm_jax.data.chunks import sample_sentences
+from ptm_jax.data.corpus import prepare_tfds
 from ptm_jax.data.pretraining.source import SpecialIds, SubsetSource
 from ptm_jax.data.tokenizer_loading import load_tokenizer
 from ptm_jax.data.tokenizers import Tokenizer
