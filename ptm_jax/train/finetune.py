@@ -271,5 +271,6 @@ def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]
     """Runs the finetuning job ``finetune.job`` (``ptm_jax/jobs``); returns its summary."""
     check_stage_batches(cfg, ["finetune"])  # every job trains and evaluates on finetune.batch_size
     job = job_registry.get(cfg.finetune.job)
-    job_registry.check_family(job, cfg.model.family)  # the loaded model's family is checked again by the job
+    if not cfg.finetune.init:  # this run's pretraining, a model of cfg.model.family; a model that finetune.init
+        job_registry.check_family(job, cfg.model.family)  # names is checked by the job once it has read it
     return job.run(cfg, stop_after=stop_after)
