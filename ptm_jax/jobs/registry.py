@@ -68,6 +68,11 @@ sections = _TABLE.sections
 """``sections()``: config section name -> dataclass, for every registered job that has one."""
 
 
+CAPABILITY_WORDS = {"embed": "a bare encoder, Finetuning.task_heads['encoder']",
+                    "classify": "a sequence classification head"}
+"""What a capability in ``Job.needs`` means, for the refusal message."""
+
+
 def refusal(job: Job, family: str) -> str | None:
     """Why ``job`` cannot train a model of ``family`` (its own family, its ``needs``), or None."""
     from ptm_jax.families import registry as families
@@ -82,10 +87,6 @@ def refusal(job: Job, family: str) -> str | None:
                 f"({'; '.join(CAPABILITY_WORDS.get(m, m) for m in missing)}), which model.family={family!r} "
                 f"does not have; families with it: {', '.join(able) or 'none'}")
     return None
-
-
-CAPABILITY_WORDS = {"embed": "a bare encoder, Finetuning.task_heads['encoder']",
-                    "classify": "a sequence classification head"}
 
 
 def check_family(job: Job, family: str) -> None:
