@@ -92,7 +92,12 @@ class Checkpointer:
                     if self._plain else ocp.args.StandardRestore(target))
             out = self._mngr.restore(step, args=ocp.args.Composite(state=item, meta=ocp.args.JsonRestore()))
         except (ValueError, KeyError, FileNotFoundError) as e:
-            raise CheckpointError(f"checkpoint {self.directory}/{step} does not match this model/config: {e}") from e
+            first = str(e).strip().splitlines()[0].rstrip(":") if str(e).strip() else type(e).__name__
+            raise CheckpointError(
+                f"checkpoint {self.directory}/{step} does not match this model/config ({first[:300]}); it was "
+                "written by another configuration (model shape, adapter, task head or optimizer): resume with the "
+                f"config that wrote it, or start afresh with another output_dir (or remove {self.directory})"
+            ) from e
         state = out.state
         if dataclasses.is_dataclass(abstract_state):
             state = abstract_state.replace(**state)

@@ -78,3 +78,31 @@ def test_uncompressed_checkpoints_are_larger_sharded_and_load_through_either_han
             assert back["table"].sharding == state["table"].sharding
             np.testing.assert_array_equal(np.asarray(back["table"]), table)
     assert sizes[False] > table.nbytes > 10 * sizes[True], sizes
+
+
+def test_a_checkpoint_of_another_configuration_is_one_error_naming_the_folder_and_what_to_do(tmp_path):
+    """Restoring a step into a state of another structure (a full-finetuning checkpoint read by a LoRA run that
+    reuses its output_dir) is a CheckpointError naming the checkpoint and the ways out, in one bounded line; the
+    checkpoint is left as it was."""
+    import pytest
+
+    from ptm_jax.errors import CheckpointError
+
+    mesh = jax.make_mesh((8,), ("data",))
+    rep = NamedSharding(mesh, P())
+    state = {"kernel": jax.device_put(np.ones((4, 4), np.float32), rep)}
+    directory = tmp_path / "checkpoints"
+    ckpt = Checkpointer(directory)
+    ckpt.save(2, state, {"cursor": 0})
+    ckpt.close()
+    other = {"kernel": state["kernel"], "lora_a": jax.device_put(np.zeros((4, 2), np.float32), rep)}
+    reader = Checkpointer(directory)
+    with pytest.raises(CheckpointError) as err:
+        reader.restore(abstract_with_shardings(other, jax.tree.map(lambda a: a.sharding, other)))
+    reader.close()
+    msg = str(err.value)
+    assert msg.startswith(f"checkpoint {directory}/2 does not match this model/config (") and "\n" not in msg
+    assert f"another output_dir (or remove {directory})" in msg and len(msg) < 700, msg
+    back, _ = Checkpointer(directory).restore(abstract_with_shardings(state, jax.tree.map(lambda a: a.sharding,
+                                                                                          state)))
+    np.testing.assert_array_equal(np.asarray(back["kernel"]), np.ones((4, 4)))
