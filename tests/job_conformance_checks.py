@@ -68,7 +68,8 @@ def expected_refusal(job_name: str, adapter: str, family: str) -> str | None:
 
 
 class Pretrained:
-    """Each family's tiny preset pretrained for 2 steps, once per module, on first use."""
+    """Each family's tiny preset pretrained for 2 steps, once per module, on first use (the ``pretrained``
+    fixture)."""
 
     def __init__(self, root: Path):
         self.root, self.done = root, {}
@@ -83,6 +84,11 @@ class Pretrained:
                          "train.progress_bar=false"]) == 0
             self.done[family] = out
         return preset, self.done[family]
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> Pretrained:
+    return Pretrained(tmp_path_factory.mktemp("pretrained"))
 
 
 def _finite(tree) -> bool:

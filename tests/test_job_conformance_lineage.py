@@ -5,12 +5,7 @@ tests/test_job_conformance.py)."""
 from __future__ import annotations
 
 import pytest
-from job_conformance_checks import Pretrained, cases, check_pair
-
-
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory):
-    return Pretrained(tmp_path_factory.mktemp("pretrained"))
+from job_conformance_checks import cases, check_pair, pretrained  # noqa: F401  (the fixture)
 
 
 @pytest.mark.parametrize("job,adapter,family", cases(transformers=False))

@@ -43,8 +43,9 @@ class Job:
     whatever ``finetune.job`` says."""
     needs: tuple[str, ...] = ()
     """Capabilities (``families/registry.CAPABILITIES``) that the family of the model the job trains must have
-    (``("embed",)``: a bare encoder); :func:`check_family` refuses the others before any work (``ptm finetune``
-    for this run's model; the job itself for a model ``finetune.init`` names, once it has read it)."""
+    (``("embed",)``: a bare encoder); :func:`check_family` refuses the others before any work: from the config
+    for this run's own model (``train/finetune.check_job_family``, before ``ptm run`` pretrains), and where a model
+    is loaded for a job (``train/pretrained.load_pretrained``, ``ptm eval``)."""
     family: str = ""
     """A family's own job (ULMFiT's 'ulmfit'): only a model of that family runs it."""
     adapters: bool = False

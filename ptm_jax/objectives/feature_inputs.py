@@ -206,7 +206,7 @@ def word_table(source: Source, train: Sequence[Sequence[str]], held: Sequence[Se
                     seen.add(w)
                     words.append(w)
         known = source.vectors_of(words[UNK + 1:])
-        return WordTable(words, _with_pad_and_unk(known, source.dim, seed), len(words) - UNK - 1)
+        return WordTable(words, _with_pad_and_unk(known, seed), len(words) - UNK - 1)
     rows: dict[int, np.ndarray] = {}
     for i, w in enumerate(words):
         v = source.lookup(w) if i > UNK else None
@@ -230,13 +230,13 @@ def word_table(source: Source, train: Sequence[Sequence[str]], held: Sequence[Se
     return WordTable(words, matrix, len(rows))
 
 
-def _with_pad_and_unk(known: np.ndarray, dim: int, seed: int) -> np.ndarray:
+def _with_pad_and_unk(known: np.ndarray, seed: int) -> np.ndarray:
     """Rows PAD (zeros) and UNK (uniform with the variance of ``known``, as a missing word's row) above
     ``known``."""
     known = np.asarray(known, np.float32)
     a = float(np.sqrt(3.0 * np.var(known)))
-    unk = np.random.default_rng(seed).uniform(-a, a, (1, dim)).astype(np.float32)
-    return np.concatenate([np.zeros((1, dim), np.float32), unk, known])
+    unk = np.random.default_rng(seed).uniform(-a, a, (1, known.shape[1])).astype(np.float32)
+    return np.concatenate([np.zeros_like(unk), unk, known])
 
 
 # ---------------------------------------------------------------------------------------------- frozen layers

@@ -36,6 +36,7 @@ def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str |
         cfg, objective, tree, description = job.load_model(cfg, model, split)
     elif job.build is not None:
         params, model_cfg, info, tok_dir = load_params(model)
+        job_registry.check_family(job, model_cfg.family)
         tokenizer = load_tokenizer(info, tok_dir)
         # the objective of the job that trained the model (finetune.job: the single task, ConSERT, ...); only the
         # split that is scored is read; label lists come from the saved model's ptm.json (info)

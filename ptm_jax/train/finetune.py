@@ -267,10 +267,16 @@ def single_task(cfg: RunConfig, build: Callable[..., tuple[Any, str]], *, task: 
     return done.summary
 
 
+def check_job_family(cfg: RunConfig) -> None:
+    """Before any stage runs (``ptm run`` before pretraining, ``ptm finetune`` before loading): a job that the
+    family of this run's own model cannot run (``jobs/registry.check_family``). A model that ``finetune.init``
+    names is checked where it is loaded (``train/pretrained.load_pretrained``)."""
+    if not cfg.finetune.init:
+        job_registry.check_family(job_registry.get(cfg.finetune.job), cfg.model.family)
+
+
 def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     """Runs the finetuning job ``finetune.job`` (``ptm_jax/jobs``); returns its summary."""
     check_stage_batches(cfg, ["finetune"])  # every job trains and evaluates on finetune.batch_size
-    job = job_registry.get(cfg.finetune.job)
-    if not cfg.finetune.init:  # this run's pretraining, a model of cfg.model.family; a model that finetune.init
-        job_registry.check_family(job, cfg.model.family)  # names is checked by the job once it has read it
-    return job.run(cfg, stop_after=stop_after)
+    check_job_family(cfg)
+    return job_registry.get(cfg.finetune.job).run(cfg, stop_after=stop_after)

@@ -18,6 +18,7 @@ import numpy as np
 from ptm_jax import fs
 from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import load_params, load_tokenizer
+from ptm_jax.jobs import registry as job_registry
 
 
 @dataclasses.dataclass
@@ -44,12 +45,14 @@ class Pretrained:
 
 def load_pretrained(cfg: Any) -> Pretrained:
     """``finetune.init`` (empty: ``<output_dir>/pretrain``) loaded with this run's compute settings, checked
-    against ``finetune.max_seq_length`` and prepared by the family for finetuning."""
+    against ``finetune.job`` (a job its family cannot run) and ``finetune.max_seq_length``, and prepared by the
+    family for finetuning."""
     from ptm_jax.families import registry
 
     f = cfg.finetune
     init = f.init or fs.to_str(fs.path(cfg.output_dir) / "pretrain")
     params, model_cfg, info, tok_dir = load_params(init)
+    job_registry.check_family(job_registry.get(f.job), model_cfg.family)  # the model's own family decides
     # architecture from the checkpoint; compute settings (dtype, attention, remat, and the fields a family's config
     # class lists in ``run_settings``: ULMFiT's classifier-stage switches) from this run's config
     keep = ("dtype", "attention_impl", "remat", *getattr(type(model_cfg), "run_settings", ()))

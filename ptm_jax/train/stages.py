@@ -150,9 +150,12 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     # every stage's batch, before any stage runs: a finetuning batch the mesh cannot divide must not wait for
     # the end of pretraining to fail
     check_stage_batches(cfg, ["pretrain", "finetune"] if cfg.finetune.task else ["pretrain"])
+    if cfg.finetune.task:  # nor a job this family cannot run
+        from ptm_jax.train.finetune import check_job_family, finetune
+
+        check_job_family(cfg)
     summary = {"pretrain": pretrain(cfg)}
     if cfg.finetune.task and not summary["pretrain"]["preempted"]:
-        from ptm_jax.train.finetune import finetune
 
         summary["finetune"] = finetune(cfg)
     if jax.process_index() == 0:

@@ -43,11 +43,6 @@ def run(cfg: Any, *, stop_after: int | None = None) -> dict[str, Any]:
     steps = config_lib.section(cfg, "ulmfit").target_lm_steps
     out = fs.path(cfg.output_dir)
     first, first_steps = general_lm(cfg)
-    if cfg.finetune.init:  # stage 1 is another run's model: refuse one of another family before any work
-        from ptm_jax.export.params import load_params
-        from ptm_jax.jobs import registry as job_registry
-
-        job_registry.check_family(job_registry.get("ulmfit"), load_params(first)[1].family)
     init, stage2 = first, None
     if steps:
         stage2 = pipeline.lm_finetune(cfg, steps, first=first, first_steps=first_steps, stop_after=stop_after)

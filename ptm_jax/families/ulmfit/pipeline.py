@@ -23,6 +23,7 @@ import jax
 from ptm_jax import config as config_lib
 from ptm_jax import fs
 from ptm_jax.errors import ConfigError
+from ptm_jax.jobs import registry as job_registry
 
 
 def target_text(cfg: Any, out: Path) -> Path:
@@ -50,7 +51,6 @@ def lm_finetune(cfg: Any, steps: int, *, first: Path | None = None, first_steps:
     from ptm_jax.export.params import load_params
     from ptm_jax.objectives.registry import build_objective
     from ptm_jax.parallel.mesh import make_mesh
-    from ptm_jax.train.pretrained import merge_encoder as _merge_encoder
     from ptm_jax.train.loop import fit
     from ptm_jax.train.stages import prepare_corpus
 
@@ -59,7 +59,8 @@ def lm_finetune(cfg: Any, steps: int, *, first: Path | None = None, first_steps:
     if first_steps is not None:
         _require_finished(first, cfg.train.steps if first_steps == -1 else first_steps,
                           "the general-domain LM (stage 1)")
-    pretrained, _, _, tok_dir = load_params(first)
+    pretrained, first_cfg, _, tok_dir = load_params(first)
+    job_registry.check_family(job_registry.get("ulmfit"), first_cfg.family)  # a model finetune.init names
     text = target_text(cfg, out)
     vocab = tok_dir / "vocab.tsv" if tok_dir is not None else None
     if vocab is None or not vocab.exists():

@@ -8,7 +8,6 @@ from ptm_jax import config as config_lib
 from ptm_jax.data.tasks.glue import read_glue
 from ptm_jax.data.tasks.registry import take_subset
 from ptm_jax.errors import ConfigError, DataError
-from ptm_jax.jobs import registry as job_registry
 from ptm_jax.jobs.consert.data import glue_task_of, labelled_pairs, positive_pairs, read_sentences, supervision
 from ptm_jax.objectives.base import check_grad_accum
 from ptm_jax.objectives.consert_nli import JointObjective, NliObjective
@@ -26,7 +25,6 @@ def build_consert(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: 
     f = cfg.finetune
     c = config_lib.section(cfg, "consert")
     mode = supervision(c)
-    job_registry.check_family(job_registry.get("consert"), model_cfg.family)  # sentences by a bare encoder
     if eval_split != "dev":
         raise ConfigError(f"finetune.job=consert: the STS-B {eval_split} split has no public scores; evaluate "
                           "--split dev")

@@ -30,7 +30,6 @@ from ptm_jax import config as config_lib
 from ptm_jax import fs
 from ptm_jax.config import RunConfig
 from ptm_jax.errors import ConfigError
-from ptm_jax.jobs import registry as job_registry
 from ptm_jax.objectives.multi_task import (
     MultiTaskObjective,
     read_task,
@@ -68,7 +67,6 @@ def mtdnn(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     pre = load_pretrained(cfg)
     model_cfg, init = pre.model_cfg, pre.init
     fam = registry.get(model_cfg.family)
-    job_registry.check_family(job_registry.get("mtdnn"), model_cfg.family)  # a shared encoder
     tasks = [read_task(cfg, n, pre.tokenizer) for n in names]
     objective = MultiTaskObjective(model_cfg, tasks, weights, f, m)
     root = fs.path(cfg.output_dir) / "mtdnn"
