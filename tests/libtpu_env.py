@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-MISSING = ("libtpu is not installed: `pip install --target .venv/libtpu libtpu==0.0.52` (the README's test "
+MISSING = ("libtpu is not installed: `pip install --target .venv/libtpu libtpu==0.0.42.1` (the README's test "
            "command does) or set PTM_LIBTPU_DIR")
 
 
