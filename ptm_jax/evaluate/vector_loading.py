@@ -36,7 +36,8 @@ def load_word_vectors(model: str) -> WordVectors:
                           f"that do: {', '.join(able)} (or pass a text vector file)")
     tokenizer = load_tokenizer(info, tok_dir)
     if fam.inspection.subword_vectors is None:
-        return WordVectors.from_vocab(fam.inspection.word_vectors(params, cfg), tokenizer, source=str(model))
+        return WordVectors.from_vocab(fam.inspection.word_vectors(params, cfg), tokenizer, source=str(model),
+                                      distance=fam.inspection.vector_distance)
 
     def vectors_of(words):  # a subword family: any word's vector from its units
         return fam.inspection.subword_vectors(params, cfg, tokenizer, list(words))
