@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ptm_jax.data.corpus import numbered_lines
 from ptm_jax.errors import ConfigError, DataError
 
 GENERATED = "generated"
@@ -76,31 +77,25 @@ def read_edge_list(path: str | Path, *, directed: bool, weighted: bool) -> Graph
                           f"lines) or data.graph='{GENERATED}'")
     edges: dict[tuple[str, str], float] = {}
     want = 3 if weighted else 2
-    with p.open("rb") as f:
-        for lineno, raw in enumerate(f, 1):
+    for lineno, line in numbered_lines(p):
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        if len(fields) != want:
+            hint = " (a weighted edge list? set data.weighted=true)" if len(fields) == 3 and not weighted else ""
+            raise DataError(f"{p}:{lineno}: expected {'SOURCE TARGET WEIGHT' if weighted else 'SOURCE TARGET'}"
+                            f", got {len(fields)} field(s){hint}: {line.strip()[:80]!r}")
+        w = 1.0
+        if weighted:
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(f"{p}:{lineno}: not UTF-8 ({e.reason}); re-encode the edge list") from None
-            fields = line.split("#", 1)[0].split()
-            if not fields:
-                continue
-            if len(fields) != want:
-                hint = (" (a weighted edge list? set data.weighted=true)" if len(fields) == 3 and not weighted
-                        else "")
-                raise DataError(f"{p}:{lineno}: expected {'SOURCE TARGET WEIGHT' if weighted else 'SOURCE TARGET'}"
-                                f", got {len(fields)} field(s){hint}: {line.strip()[:80]!r}")
-            w = 1.0
-            if weighted:
-                try:
-                    w = float(fields[2])
-                except ValueError:
-                    w = math.nan
-                if not (math.isfinite(w) and w > 0):
-                    raise DataError(f"{p}:{lineno}: the weight {fields[2]!r} is not a positive finite number")
-            edges[(fields[0], fields[1])] = w
-            if not directed:
-                edges[(fields[1], fields[0])] = w
+                w = float(fields[2])
+            except ValueError:
+                w = math.nan
+            if not (math.isfinite(w) and w > 0):
+                raise DataError(f"{p}:{lineno}: the weight {fields[2]!r} is not a positive finite number")
+        edges[(fields[0], fields[1])] = w
+        if not directed:
+            edges[(fields[1], fields[0])] = w
     if not edges:
         raise DataError(f"{p}: holds no edges ('SOURCE TARGET [WEIGHT]' lines)")
     return from_edges(edges, directed)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ptm_jax.data.corpus import numbered_lines
 from ptm_jax.errors import ConfigError, DataError
 
 GENERATED = "generated"
@@ -59,25 +60,20 @@ def read_relations(path: str | Path) -> Hierarchy:
                           f"the reference's id1,id2,weight CSV) or data.hierarchy='{GENERATED}'")
     csv = p.suffix.lower() == ".csv"
     pairs: dict[tuple[str, str], None] = {}
-    with p.open("rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(f"{p}:{lineno}: not UTF-8 ({e.reason}); re-encode the file") from None
-            text = line.split("#", 1)[0].strip()
-            if not text:
-                continue
-            fields = [x.strip() for x in text.split(",")] if csv else text.split()
-            if csv and lineno == 1 and fields[:2] == ["id1", "id2"]:
-                continue
-            if len(fields) < 2 or not fields[1]:
-                raise DataError(f"{p}:{lineno}: node {fields[0]!r} has no parent: expected "
-                                f"{'id1,id2,weight' if csv else 'CHILD PARENT'}, one relation a line")
-            if len(fields) > (3 if csv else 2):
-                raise DataError(f"{p}:{lineno}: expected {'id1,id2,weight' if csv else 'CHILD PARENT'}, got "
-                                f"{len(fields)} fields: {text[:80]!r}")
-            pairs[(fields[0], fields[1])] = None
+    layout = "id1,id2,weight" if csv else "CHILD PARENT"
+    for lineno, line in numbered_lines(p):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        fields = [x.strip() for x in text.split(",")] if csv else text.split()
+        if csv and lineno == 1 and fields[:2] == ["id1", "id2"]:
+            continue
+        if len(fields) < 2 or not fields[1]:
+            raise DataError(f"{p}:{lineno}: node {fields[0]!r} has no parent: expected {layout}, one relation a "
+                            "line")
+        if len(fields) > (3 if csv else 2):
+            raise DataError(f"{p}:{lineno}: expected {layout}, got {len(fields)} fields: {text[:80]!r}")
+        pairs[(fields[0], fields[1])] = None
     if not pairs:
         raise DataError(f"{p}: holds no relations")
     return from_pairs(list(pairs))
