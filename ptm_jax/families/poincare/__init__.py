@@ -16,7 +16,7 @@ import numpy as np
 from ptm_jax.families.poincare.config import PoincareConfig, PoincareDataConfig
 from ptm_jax.families.poincare.geometry import distances_np
 from ptm_jax.families.poincare.model import TRUNK
-from ptm_jax.families.registry import Family, Inspection, ParamLayout, Pretraining, lazy, register
+from ptm_jax.families.registry import Bench, Family, Inspection, ParamLayout, Pretraining, lazy, register
 
 
 def _build(cfg: Any, corpus: Any):
@@ -36,6 +36,15 @@ def _layer_of(keys: Sequence[str]) -> str:
     return "embedding"
 
 
+def synthetic_batch(example: dict, cfg: Any, rng: np.random.Generator) -> dict:
+    """Random node ids (specials excluded), every target live, no burn-in: ``ptm bench``'s batch."""
+    out = {k: np.array(v) for k, v in example.items()}
+    for k in ("u", "targets"):
+        out[k] = rng.integers(3, max(cfg.model.vocab_size, 4), out[k].shape).astype(np.int32)
+    out["target_weight"] = np.ones(out["target_weight"].shape, np.float32)
+    return out
+
+
 FAMILY = register(Family(
     name="poincare",
     model_config=PoincareConfig,
@@ -49,6 +58,7 @@ FAMILY = register(Family(
     layout=ParamLayout(trunk=TRUNK, heads=("word_vectors",), infer_head=lambda params: "word_vectors",
                        layer_of=_layer_of),
     inspection=Inspection(word_vectors=word_vectors, vector_distance=distances_np),
+    bench=Bench(synthetic_batch=synthetic_batch),
     tiny_preset="poincare_tiny",
 ))
 
