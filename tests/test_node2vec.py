@@ -158,3 +158,34 @@ def test_node2vec_run_recovers_communities_and_its_vectors_round_trip_through_ge
     y = np.array(list(community.values()))
     scores = quality.node_classification(x, y, quality.label_split(len(y), 0))
     assert scores["test_micro_f1"] > 0.8, scores
+
+
+def test_two_hosts_build_the_one_hosts_batch_each_walking_only_its_own_rows(tmp_path, monkeypatch):
+    from ptm_jax.config import load_config
+    from ptm_jax.families import registry
+    from ptm_jax.families.node2vec import walks as walks_lib
+    from ptm_jax.train.stages import prepare_corpus
+
+    cfg = load_config("node2vec_tiny", [f"output_dir={tmp_path}", "train.batch_size=128", "data.pack_rows=64"])
+    corpus = prepare_corpus(cfg)
+    obj = registry.family_of_objective("node2vec").pretraining.objectives["node2vec"](cfg, corpus)
+    walked: list[np.ndarray] = []
+    nodes = walks_lib.Walks.nodes
+
+    def spy(self, slots, seed):
+        walked.append(np.asarray(slots))
+        return nodes(self, slots, seed)
+
+    monkeypatch.setattr(walks_lib.Walks, "nodes", spy)
+    one, _ = obj.batch_maker(corpus.train, 0, 128, 0, 1, True)
+    whole = one(3)
+    walked.clear()
+    halves = []
+    for pi in range(2):
+        make, _ = obj.batch_maker(corpus.train, 0, 128, pi, 2, True)
+        halves.append(make(3))
+        # a host walks the walks around its own 64 running words (its share, the window's reach): a handful
+        assert max(len(w) for w in walked) <= 16 and set(np.concatenate(walked).tolist()) < set(range(200))
+        walked.clear()
+    for k in whole:
+        np.testing.assert_array_equal(np.concatenate([h[k] for h in halves]), whole[k], err_msg=k)
