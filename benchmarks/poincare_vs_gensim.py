@@ -29,7 +29,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 GENSIM = """import sys, logging
 from gensim.models.poincare import PoincareModel
-tsv, out, dim, epochs, neg, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+tsv, out = sys.argv[1], sys.argv[2]
+dim, epochs, neg, seed = (int(a) for a in sys.argv[3:7])
 rel = [tuple(line.rstrip("\\n").split("\\t")) for line in open(tsv, encoding="utf-8") if line.strip()]
 m = PoincareModel(rel, size=dim, negative=neg, seed=seed)
 m.train(epochs=epochs, batch_size=10)

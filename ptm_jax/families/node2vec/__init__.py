@@ -8,7 +8,7 @@ DeepWalk is ``data.p = data.q = 1`` (``configs/deepwalk.toml``). Importing this 
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
