@@ -31,7 +31,7 @@ def load_word_vectors(model: str) -> WordVectors:
     params, cfg, info, tok_dir = load_params(model)
     fam = registry.get(cfg.family)
     if fam.inspection.word_vectors is None and fam.inspection.subword_vectors is None:
-        able = sorted(n for n, f in registry.families().items() if "word_vectors" in f.capabilities)
+        able = sorted(n for n, f in registry.families().items() if {"word_vectors", "node_vectors"} & f.capabilities)
         raise ConfigError(f"{model}: model.family={cfg.family!r} exports no static word vectors; the families "
                           f"that do: {', '.join(able)} (or pass a text vector file)")
     tokenizer = load_tokenizer(info, tok_dir)
