@@ -90,6 +90,8 @@ def prepare_corpus(cfg: RunConfig) -> Corpus:
 
     family = registry.family_of_objective(cfg.objective)
     _check_tokenizer_kind(cfg, family)
+    if family.pretraining.corpus is not None:  # a graph or a hierarchy: the family reads its own input
+        return family.pretraining.corpus(cfg)
     out = fs.makedirs(cfg.output_dir)
     prepare_tfds(cfg.data, jax.process_index(), barrier)
     tok = load_tokenizer(cfg.tokenizer, _sentences(cfg), out, corpus_key=cfg.data.corpus,
