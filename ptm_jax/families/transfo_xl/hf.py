@@ -105,7 +105,7 @@ def model_config_from_hf(hf: Any, where: Path) -> TransfoXlConfig:
         same_length=_number(hf, "same_length", bool, where, False), untie_r=_number(hf, "untie_r", bool, where, True),
         pre_lnorm=_number(hf, "pre_lnorm", bool, where, False), hidden_act="relu", hidden_dropout=dropout,
         attention_dropout=dropatt, layer_norm_eps=eps, initializer_range=_number(hf, "init_std", float, where, 0.02),
-        proj_init_std=_number(hf, "proj_init_std", float, where, 0.01), max_position_embeddings=0)
+        proj_init_std=_number(hf, "proj_init_std", float, where, 0.01))
     try:
         cfg.validate("config.json")
     except Exception as e:  # noqa: BLE001  (a ConfigError about the folder's config.json)
