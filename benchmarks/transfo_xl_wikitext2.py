@@ -52,9 +52,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--segment", type=int, default=64, help="tokens per segment (tgt_len), training and evaluation")
     ap.add_argument("--long-memory", type=int, default=192, help="the longer evaluation memory")
     ap.add_argument("--batch", type=int, default=16, help="rows per step")
-    ap.add_argument("--steps", type=int, default=600)
-    ap.add_argument("--candidates", default="300,600", help="steps of the schedule whose models are scored on dev")
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--candidates", default="250,500", help="steps of the schedule whose models are scored on dev")
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--warmup", type=int, default=50, help="linear warmup steps, then linear decay to 0")
     ap.add_argument("--arms", default="memory,none")
     ap.add_argument("--eval-rows", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=0, help="score only the first N tokens (0 = all; smoke runs)")
@@ -118,7 +119,7 @@ def main(argv=None) -> dict:
                                   hidden_dropout=args.dropout, dtype="float32"),
             data=DataConfig(max_seq_length=args.segment, seed=0),
             train=TrainConfig(batch_size=args.batch, steps=args.steps, learning_rate=args.lr, optimizer="adam",
-                              lr_decay="bert", warmup_steps=0, weight_decay=0.0, clip_norm=0.25,
+                              lr_decay="bert", warmup_steps=args.warmup, weight_decay=0.0, clip_norm=0.25,
                               log_every=50, eval_every=10 ** 9, checkpoint_every=candidates[0], progress_bar=False))
         corpus = types.SimpleNamespace(tokenizer=vocab, train=cache, eval=None)
         objective = FAMILY.pretraining.objectives["transfo_xl_lm"](cfg, corpus)
