@@ -245,7 +245,8 @@ def test_greedy_decoding_with_the_memory_equals_argmax_of_the_full_causal_pass_a
 
 @pytest.mark.parametrize("override, message", [
     ("model.cutoffs=[500,100]", "model.cutoffs=[500, 100] must be integers ascending strictly inside"),
-    ("model.vocab_size=100", "model.cutoffs=[64, 128] must be integers ascending strictly inside (0, model.vocab_size=100)"),
+    ("model.vocab_size=100", "model.cutoffs=[64, 128] must be integers ascending strictly inside (0, "
+                             "model.vocab_size=100)"),
     ("model.scan_layers=true", "model.scan_layers=true: the Transformer-XL family runs its layers in a Python loop"),
     ("model.div_val=8", "leaves the last of 3 clusters no embedding dimension"),
     ("model.attention_impl=splash", "relative attention has one path"),
@@ -270,17 +271,22 @@ def test_malformed_hugging_face_folders_are_checkpoint_errors_naming_the_field_o
     cfg = txl_hf.model_config_from_hf(good, Path("config.json"))
     params = TransfoXLLMHeadModel(cfg).init(jax.random.key(0), jnp.zeros((1, 3), jnp.int32))["params"]
     tensors = txl_hf.params_to_hf(jax.device_get(nn.meta.unbox(params)), cfg)
-    del tensors["transformer.layers.1.dec_attn.r_net.weight"]
-    tensors["crit.out_layers.0.weight"] = np.zeros((16, 16), np.float32)  # a tied copy that differs
+    r_net = tensors.pop("transformer.layers.1.dec_attn.r_net.weight")
     with pytest.raises(CheckpointError, match="missing tensors: transformer.layers.1.dec_attn.r_net.weight"):
+        txl_hf.hf_to_params(tensors, cfg, Path("hf"))
+    tensors["transformer.layers.1.dec_attn.r_net.weight"] = r_net
+    tensors["crit.out_layers.0.weight"] = np.zeros((16, 16), np.float32)  # a tied copy that differs
+    with pytest.raises(CheckpointError, match="crit.out_layers.0.weight differs from "
+                                              "transformer.word_emb.emb_layers.0.weight"):
         txl_hf.hf_to_params(tensors, cfg, Path("hf"))
 
 
 def test_training_steps_match_transformers_from_the_same_init_on_the_same_batches(transformers_txl, shared_data):
     """Training like the reference: transformers' model and ours from the same (imported) parameters, the same 24
-    batches of the contiguous stream with the memory carried on both sides (and emptied at a pass start), dropout off, Adam at a constant rate
-    with gradient clipping: the per-step losses agree within 2e-5 (relative), and after the last step 99% of the
-    parameters within 2e-5 (half within 1e-6) and all within a third of one Adam step. transformers' first segment gets a zero-length memory, which is our empty (masked) one."""
+    batches of the contiguous stream with the memory carried on both sides (and emptied at a pass start), dropout
+    off, Adam at a constant rate with gradient clipping: the per-step losses agree within 2e-5 (relative), and after
+    the last step 99% of the parameters within 2e-5 (half within 1e-6) and all within a third of one Adam step.
+    transformers' first segment gets a zero-length memory, which is our empty (masked) one."""
     torch, _ = transformers_txl
     from transformers.models.deprecated.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel as HfModel
 
@@ -301,7 +307,8 @@ def test_training_steps_match_transformers_from_the_same_init_on_the_same_batche
     for _ in range(24):
         b = next(batches)
         if b["reset"].all():  # a pass starts (the corpus is short: 24 steps cross a pass end)
-            hf_mems, passes = [torch.zeros(0, 8, cfg.model.hidden_size) for _ in range(cfg.model.num_layers)], passes + 1
+            hf_mems = [torch.zeros(0, 8, cfg.model.hidden_size) for _ in range(cfg.model.num_layers)]
+            passes += 1
         ours, metrics = compiled.train_step(ours, to_global(b, mesh, compiled.batch_keys), jax.random.key(0))
         ours_losses.append(float(metrics["loss"]))
         out = hf_model(torch.tensor(b["input_ids"]), mems=hf_mems)
