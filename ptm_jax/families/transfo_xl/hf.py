@@ -191,7 +191,7 @@ def _tied(cfg: TransfoXlConfig) -> dict[str, str]:
     return out
 
 
-def _joined(tensors: dict[str, np.ndarray], cfg: TransfoXlConfig, where: Path) -> dict[str, np.ndarray]:
+def _joined(tensors: dict[str, np.ndarray], cfg: TransfoXlConfig) -> dict[str, np.ndarray]:
     """The checkpoint's tensors with ``qkv_net`` split (name#q/#k/#v) and the output biases joined (``BIAS``)."""
     out = dict(tensors)
     n, d = cfg.num_heads, cfg.d_head
@@ -211,7 +211,7 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: TransfoXlConfig, where: Pa
     if not any(n.startswith("crit.") for n in tensors):
         raise CheckpointError(f"{where}: a TransfoXLModel without its adaptive softmax ('crit.'); import a "
                               f"{ARCHITECTURE} checkpoint")
-    joined = _joined(tensors, cfg, where)
+    joined = _joined(tensors, cfg)
     rules, tied = all_rules(cfg), _tied(cfg)
     expected = {r.hf for r in rules}
     unexpected = set(joined) - expected - set(tied) - set(IGNORED)
