@@ -62,6 +62,15 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+def pytest_configure(config):
+    """The skip check (tests/expected_skips.py) runs where every test's report arrives: the only process, or the
+    xdist controller (not in its workers, which see only their share)."""
+    if not hasattr(config, "workerinput"):
+        from expected_skips import SkipCheck
+
+        config.pluginmanager.register(SkipCheck(), "expected_skips")
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """../shared/data beside the checkout (real public data; never copied into the repo)."""
