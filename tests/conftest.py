@@ -64,11 +64,21 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 def pytest_configure(config):
     """The skip check (tests/expected_skips.py) runs where every test's report arrives: the only process, or the
-    xdist controller (not in its workers, which see only their share)."""
+    xdist controller (not in its workers, which see only their share). xdist keeps the collection's file order
+    (tests/suite_order.py) instead of putting the files with the most tests first."""
     if not hasattr(config, "workerinput"):
         from expected_skips import SkipCheck
 
         config.pluginmanager.register(SkipCheck(), "expected_skips")
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    """The heaviest test files first (tests/suite_order.py), so that the two workers finish together."""
+    from suite_order import heaviest_first
+
+    heaviest_first(items)
 
 
 @pytest.fixture(scope="session")
