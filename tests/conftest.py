@@ -49,9 +49,10 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ or "PTM_EMBEDDED_CACHE" not in 
     _RUN = _run_dir()
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_RUN, "xla"))
     os.environ.setdefault("PTM_EMBEDDED_CACHE", os.path.join(_RUN, "embedded"))
-    # only programs that took 1 s or more to compile (jax's default; the step functions): caching every small
-    # jit costs more in writes than it saves. No size bound: a bound makes jax lock and scan the folder on
-    # every write, which cost more than the hits saved (a full run with one took 33 min against 29)
+    # only programs that took 1 s or more to compile (jax's default; the step functions). Caching every compile
+    # saved 2 of 15 CPU-s in a repeated `ptm pretrain` process (one pair on a loaded machine, docs/benchmarks.md):
+    # not yet decided. No size bound: a bound makes jax lock and scan the folder on every write, which cost more
+    # than the hits saved (a full run with one took 33 min against 29)
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
 
 from pathlib import Path  # noqa: E402
