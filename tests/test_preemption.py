@@ -1,6 +1,6 @@
 """Preemption: SIGTERM to a running ``ptm pretrain`` makes it checkpoint at the next step boundary and exit 0
-there (events checked: the steps logged and saved, not seconds); the same command then resumes from that step and ends with the parameters of an
-uninterrupted run (docs/reliability.md, "Preemption (SIGTERM)": a save at the preemption sync point).
+there (events checked: the steps logged and saved, not seconds); the same command then resumes from that step and
+ends with the parameters of an uninterrupted run (docs/reliability.md, "Preemption (SIGTERM)": a save at the preemption sync point).
 
 Every run is a real ``python -m ptm_jax.cli pretrain`` subprocess; they share one tokenizer, token cache and
 JAX persistent compilation cache (compiled executables are reused, numerics are unchanged).
