@@ -239,6 +239,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if (args.device_type or "").lower() == "cpu" and mesh is not None and -1 not in mesh:
         virtual_cpu_devices(mesh[0] * mesh[1] * mesh[2])  # before anything starts the JAX backends
     cfg = _load(args)
+    from ptm_jax import versions
+    from ptm_jax.parallel import compile_cache
+
+    versions.log_versions()
+    compile_cache.enable(cfg.output_dir)  # one process: only with PTM_COMPILE_CACHE=<path>
     result = compile_report(cfg, mesh, args.device_type)
     print_compile(result)
     _write(result, args.json)
