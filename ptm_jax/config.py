@@ -236,6 +236,10 @@ class FinetuneConfig:
     """Pretrained weights: a run output dir, params dir or Hugging Face folder. Empty: this run's pretraining."""
     max_seq_length: int = 128
     batch_size: int = 32
+    devices_per_host: int = 0
+    """Finetune (and evaluate) on a sub-mesh: this many devices of every host (process), 0 = all of them. A
+    v5e-256 (64 hosts x 4 chips) that pretrains on 256 chips finetunes in the same ``ptm run`` on 64 with 1, where
+    a batch of 64 divides; an 8-GPU host with 4 on 4 GPUs. ``mesh`` then shapes those devices."""
     epochs: float = 3.0
     learning_rate: float = 5e-5
     warmup_proportion: float = 0.1

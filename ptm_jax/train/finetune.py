@@ -37,7 +37,7 @@ from ptm_jax.jobs import registry as job_registry
 from ptm_jax.objectives.base import PacksExamples, SavesParams
 from ptm_jax.objectives.san_classification import SAN_HEAD, SanClassificationObjective
 from ptm_jax.parallel.batch_check import check_stage_batches
-from ptm_jax.parallel.mesh import make_mesh
+from ptm_jax.parallel.mesh import finetune_devices, make_mesh
 from ptm_jax.train.hooks import Hook, Run
 from ptm_jax.train.pretrained import Pretrained, load_pretrained, merge_encoder
 from ptm_jax.train.param_groups import (
@@ -231,7 +231,7 @@ def run_stage(cfg: RunConfig, *, stage: Path, objective: Any, task: str, descrip
     else:
         hooks = keepers(objective)
     meta = meta or {"config": config_lib.to_dict(cfg), "head": objective.head, "task": task, "init": str(init)}
-    result = fit(objective, tcfg, make_mesh(cfg.mesh), stage, init_params=init_params, param_groups=param_groups,
+    result = fit(objective, tcfg, make_mesh(cfg.mesh, finetune_devices(cfg)), stage, init_params=init_params, param_groups=param_groups,
                  meta=meta, stop_after=stop_after, hooks=hooks)
     best = hooks[0].best if hooks else {"step": -1, "metrics": {}}
     summary = {"stage": "finetune", "task": task, "description": description, "step": result.step,
