@@ -112,7 +112,7 @@ clear_stale() {
   local pid what
   for pid in $(device_holders); do
     [[ "$pid" == "$$" ]] && continue
-    what="$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-120)"
+    what="$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-120 | sed 's/ *$//')"
     if kill -KILL "$pid" 2>/dev/null || sudo -n kill -KILL "$pid" 2>/dev/null; then
       echo "=== $(date -u '+%F %T') cleared: killed stale process $pid ($what), which held the TPU" | tee -a "$LOGS/ptm.log"
     else

@@ -388,7 +388,7 @@ def test_watch_takes_a_run_without_new_steps_for_a_hang_writes_the_stacks_stops_
     device, lockfile = tmp_path / "dev/accel0", tmp_path / "libtpu_lockfile"
     device.parent.mkdir()
     device.write_text("")
-    env = {**slice_of(tmp_path, 1), "HANG_SECONDS": "6", "STACKS_WAIT": "2", "TPU_DEVICE_FILES": str(device),
+    env = {**slice_of(tmp_path, 1), "HANG_SECONDS": "15", "STACKS_WAIT": "2", "TPU_DEVICE_FILES": str(device),
            "LIBTPU_LOCKFILE": str(lockfile)}
     home, out = tmp_path / "slice/worker-0", tmp_path / "run"
     args = [*pretrain_args(data, out)[:-4], "train.steps=60", "train.log_every=1", "train.eval_every=0"]
@@ -412,7 +412,7 @@ def test_watch_takes_a_run_without_new_steps_for_a_hang_writes_the_stacks_stops_
             stale.kill()
     assert watched.returncode == 0, watched.stdout[-3000:] + watched.stderr[-3000:]
     said = watched.stdout
-    assert re.search(r"hang: no new step for \d+ s \(last step: \d+; limit 6 s\): collecting stacks, stopping", said)
+    assert re.search(r"hang: no new step for \d+ s \(last step: \d+; limit 15 s\): collecting stacks, stopping", said)
     assert f"  stacks: {socket.gethostname()} pid {pid}: faulthandler stacks requested (SIGUSR1)" in said
     assert "exited 0 after" in said and "run: stopped-early" in said and said.splitlines()[-1] == "run finished"
     text = log.read_text()
