@@ -17,7 +17,10 @@ if [[ $# -lt 2 ]]; then
 fi
 lock="$1" venv="$2" python_version="${3:-3.11}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-[[ -f "$lock" ]] || { echo "install_env.sh: $lock: no such lock file (requirements/compile.sh makes them)" >&2; exit 2; }
+if [[ ! -f "$lock" ]]; then
+  echo "install_env.sh: $lock: no such lock file (requirements/compile.sh makes them)" >&2
+  exit 2
+fi
 uv="$(command -v uv || true)"
 if [[ -z "$uv" ]]; then
   python3 -m pip install -q --user "uv==$UV_VERSION" ||

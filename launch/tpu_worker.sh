@@ -114,7 +114,8 @@ clear_stale() {
     [[ "$pid" == "$$" ]] && continue
     what="$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-120 | sed 's/ *$//')"
     if kill -KILL "$pid" 2>/dev/null || sudo -n kill -KILL "$pid" 2>/dev/null; then
-      echo "=== $(date -u '+%F %T') cleared: killed stale process $pid ($what), which held the TPU" | tee -a "$LOGS/ptm.log"
+      echo "=== $(date -u '+%F %T') cleared: killed stale process $pid ($what), which held the TPU" |
+        tee -a "$LOGS/ptm.log"
     else
       fail 3 "process $pid ($what) holds the TPU and cannot be killed here: sudo kill -9 $pid"
     fi

@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 # distribution names, in the order they are printed; the accelerator plugins only when installed
 DISTRIBUTIONS = ("jax", "jaxlib", "libtpu", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin",
                  "flax", "optax", "orbax-checkpoint", "tensorflow-cpu", "tensorflow", "numpy")
+SHOWN_AS = {"tensorflow-cpu": "tf-cpu", "tensorflow": "tf"}  # the start-up log hides lines naming TensorFlow
 
 
 def commit() -> str | None:
@@ -42,7 +43,7 @@ def versions() -> dict[str, str]:
     found = {"python": sys.version.split()[0]}
     for name in DISTRIBUTIONS:
         try:
-            found[name] = importlib.metadata.version(name)
+            found[SHOWN_AS.get(name, name)] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             continue
     try:

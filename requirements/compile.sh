@@ -11,9 +11,9 @@
 #   transformers5.lock  Transformers 5 and its dependencies                pip install --target .venv/transformers5
 #   lamb_reference.lock the LAMB the optimizer parity test compares with   pip install --target .venv/lamb_reference
 # All for CPython 3.11 on x86-64 Linux with glibc 2.31 or later (manylinux_2_31, libtpu's floor): the TPU VMs'
-# environment (tpu_pod.sh's PYTHON_VERSION) and CI's. torch's CPU build (a +cpu local version) is not on PyPI: give the folder or index that serves it as
-# TORCH_CPU_FIND_LINKS (default: pip's own find-links setting). uv comes from PATH, else from PyPI into a
-# temporary folder (never into the project's environment).
+# environment (tpu_pod.sh's PYTHON_VERSION) and CI's. torch's CPU build (a +cpu local version) is not on PyPI:
+# give the folder or index that serves it as TORCH_CPU_FIND_LINKS (default: pip's own find-links setting). uv
+# comes from PATH, else from PyPI into a temporary folder (never into the project's environment).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 UV_VERSION=0.13.8

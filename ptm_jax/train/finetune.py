@@ -231,8 +231,8 @@ def run_stage(cfg: RunConfig, *, stage: Path, objective: Any, task: str, descrip
     else:
         hooks = keepers(objective)
     meta = meta or {"config": config_lib.to_dict(cfg), "head": objective.head, "task": task, "init": str(init)}
-    result = fit(objective, tcfg, make_mesh(cfg.mesh, finetune_devices(cfg)), stage, init_params=init_params, param_groups=param_groups,
-                 meta=meta, stop_after=stop_after, hooks=hooks)
+    result = fit(objective, tcfg, make_mesh(cfg.mesh, finetune_devices(cfg)), stage, init_params=init_params,
+                 param_groups=param_groups, meta=meta, stop_after=stop_after, hooks=hooks)
     best = hooks[0].best if hooks else {"step": -1, "metrics": {}}
     summary = {"stage": "finetune", "task": task, "description": description, "step": result.step,
                "steps": tcfg.steps, "preempted": result.preempted, "init": str(init),

@@ -12,11 +12,11 @@ decayed leaves) times the trust ratio |param| / |update| of each leaf (1 when ei
 take weight decay only: the excluded LayerNorm and bias leaves keep the plain update, as NVIDIA's FusedLAMB does
 (a trust ratio only where weight_decay != 0).
 
-Learning rate: linear warmup to ``learning_rate`` over ``warmup_steps``, and a decay to 0 at ``steps``
-counted from step 0 (polynomial_decay, power ``lr_decay_power``: 1 linear, 0.5 NVIDIA's LAMB recipe), or with ``lr_decay='from_peak'`` from the peak at the end of
-warmup (transformers' get_linear_schedule_with_warmup), or none (``lr_decay='constant'``), or ULMFiT's slanted
-triangular rates (``lr_decay='slanted_triangular'``: the rise is ``warmup_steps`` long, the ratio 1 / ``min_lr_ratio``,
-32 when that is 0).
+Learning rate: linear warmup to ``learning_rate`` over ``warmup_steps``, and a decay to 0 at ``steps`` counted from
+step 0 (polynomial_decay, power ``lr_decay_power``: 1 linear, 0.5 NVIDIA's LAMB recipe), or with
+``lr_decay='from_peak'`` from the peak at the end of warmup (transformers' get_linear_schedule_with_warmup), or none
+(``lr_decay='constant'``), or ULMFiT's slanted triangular rates (``lr_decay='slanted_triangular'``: the rise is
+``warmup_steps`` long, the ratio 1 / ``min_lr_ratio``, 32 when that is 0).
 
 Parameter groups with a ``start_step`` (gradual unfreezing) are frozen until then: ``train_from`` wraps the chain
 so that their gradients are zeroed before clipping, their optimizer state stays put and their update is zero;
