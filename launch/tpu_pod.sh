@@ -155,7 +155,7 @@ cmd_setup() {
     "$stage/.ptm_commit"
   # the working tree as it is (uncommitted edits included), without runs, caches and VCS data
   tar -C "$REPO" --exclude=./.git --exclude=./runs --exclude='*/__pycache__' --exclude=./.venv \
-    --exclude=./.ptm_commit -czf "$tarball" . -C "$stage" .ptm_commit
+    --exclude=./tpu-logs --exclude=./.ptm_commit -czf "$tarball" . -C "$stage" .ptm_commit
   rm -rf "$stage"
   # (each command checked: watch runs setup where errexit does not apply)
   gcloud compute tpus tpu-vm scp "$tarball" "$TPU_NAME:ptm_jax.tgz" "${GCLOUD_FLAGS[@]}" --worker=all ||

@@ -391,7 +391,7 @@ def test_watch_takes_a_run_without_new_steps_for_a_hang_writes_the_stacks_stops_
     env = {**slice_of(tmp_path, 1), "HANG_SECONDS": "15", "STACKS_WAIT": "2", "TPU_DEVICE_FILES": str(device),
            "LIBTPU_LOCKFILE": str(lockfile)}
     home, out = tmp_path / "slice/worker-0", tmp_path / "run"
-    args = [*pretrain_args(data, out)[:-4], "train.steps=60", "train.log_every=1", "train.eval_every=0"]
+    args = [*pretrain_args(data, out)[:-4], "train.steps=30", "train.log_every=1", "train.eval_every=0"]
     assert pod(env, "run", *args).returncode == 0
     log = home / "ptm-logs/ptm.log"
     deadline = time.time() + 400
@@ -421,4 +421,4 @@ def test_watch_takes_a_run_without_new_steps_for_a_hang_writes_the_stacks_stops_
     assert f"cleared: killed stale process {stale.pid} (sleep 600), which held the TPU" in text
     assert f"cleared: removed libtpu's lock file {lockfile}" in text and not lockfile.exists()
     summary = json.loads((out / "pretrain/summary.json").read_text())
-    assert summary["step"] == 60 and summary["preempted"] is False
+    assert summary["step"] == 30 and summary["preempted"] is False
