@@ -75,3 +75,35 @@ def test_phase_presets_follow_the_lamb_recipe():
     assert (two.data.max_seq_length, two.data.max_predictions_per_seq, two.train.batch_size, two.train.steps,
             two.train.learning_rate) == (512, 80, 32768, 1563, 4e-3)
     assert two.train.warmup_steps == round(0.128 * 1563) and two.train.init_from == one.output_dir
+    # finetuning from phase 2 (the runbook's MNLI) neither starts from phase 1 nor takes LAMB's decay power
+    from ptm_jax.train.finetune import finetune_train_config
+
+    tuned = finetune_train_config(two, 1000)
+    assert (tuned.init_from, tuned.lr_decay_power, tuned.optimizer) == ("", 1.0, "adamw")
+
+
+@pytest.mark.slow
+def test_ptm_pretrain_phase_two_starts_at_step_one_from_phase_ones_checkpoint(shared_data, tmp_path, caplog):
+    """Two real `ptm pretrain` stages of bert_tiny with LAMB: seq 32, then seq 64 from the first's checkpoint."""
+    import json
+    import logging
+
+    from ptm_jax.cli import main
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes((shared_data / "corpus/tinyshakespeare/input.txt").read_bytes()[:40_000])
+    common = ["-c", "bert_tiny", f"data.corpus={corpus}", "data.format=lines", "tokenizer.vocab_size=400",
+              f"data.cache_dir={tmp_path / 'cache'}", "train.optimizer='lamb'", "train.adam_bias_correction=true",
+              "train.log_every=1", "train.eval_every=0", "train.batch_size=8"]
+    one, two = tmp_path / "phase1", tmp_path / "phase2"
+    assert main(["pretrain", *common, f"output_dir={one}", "data.max_seq_length=32", "train.steps=3",
+                 "train.checkpoint_every=3"]) == 0
+    with caplog.at_level(logging.INFO, logger="ptm_jax.train.loop"):
+        assert main(["pretrain", *common, f"output_dir={two}", "data.max_seq_length=64", "train.steps=2",
+                     "train.warmup_steps=2", f"train.init_from={one}",
+                     f"tokenizer.vocab_file={one / 'tokenizer/vocab.txt'}"]) == 0
+    assert f"pretrain: parameters and optimizer state from {one} (step 3); step, schedule and data from 0" \
+        in caplog.text
+    records = [json.loads(x) for x in (two / "pretrain/metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["split"] == "train"]
+    assert [r["step"] for r in train] == [1, 2] and train[0]["learning_rate"] == 0.0  # the warmup starts again

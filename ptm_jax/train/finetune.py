@@ -132,7 +132,8 @@ def finetune_train_config(cfg: RunConfig, num_train: int) -> TrainConfig:
         cfg.train, batch_size=f.batch_size, steps=steps, learning_rate=f.learning_rate,
         warmup_steps=int(f.warmup_proportion * steps), weight_decay=f.weight_decay, clip_norm=f.clip_norm,
         grad_accum_steps=1, eval_every=every, checkpoint_every=every, log_every=min(cfg.train.log_every, every),
-        seed=f.seed, optimizer=f.optimizer, param_groups=[])
+        seed=f.seed, optimizer=f.optimizer, param_groups=[],
+        init_from="", lr_decay_power=1.0)  # pretraining's: phase 2's start and LAMB's decay are not finetuning's
 
 
 class KeepBest(Hook):
