@@ -1,8 +1,8 @@
 """A failed install fails the test gate: `.ci/run` and the README's test command, typed as a user types it, both exit
 non-zero when pip cannot install, and pytest never starts.
 
-Each runs for real in a copy of the checkout's files that the command reads (README.md, pyproject.toml, .ci/run):
-a real venv is created, and a real ``pip install -e '.[test]'`` fails because its package index refuses every
+Each runs for real in a copy of the checkout's files that the command reads (README.md, pyproject.toml, .ci/run, requirements/):
+a real venv is created, and a real ``pip install -r requirements/test.lock`` fails because its package index refuses every
 connection (``PIP_INDEX_URL`` at a local port where nothing listens; no other index, find-links or config). No
 package is installed. Bash does not stop a ``set -e`` script at a failure inside an ``a && b && c`` list, so before
 .ci/run took the list's status itself, this run printed its wall time and exited 0."""
@@ -35,6 +35,7 @@ def checkout(tmp_path_factory) -> Path:
     (root / ".ci").mkdir(parents=True)
     for name in ("README.md", "pyproject.toml", ".ci/run"):
         shutil.copy2(REPO / name, root / name)
+    shutil.copytree(REPO / "requirements", root / "requirements")
     return root
 
 
