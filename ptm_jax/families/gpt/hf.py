@@ -85,18 +85,24 @@ def model_config_from_hf_gpt2(hf: dict[str, Any], where: Path) -> GptConfig:
     if not isinstance(act, str) or act not in ACT_FROM_HF:
         raise CheckpointError(f"{where}: field 'activation_function'={act!r:.80} is not supported; expected one of "
                               f"{', '.join(ACT_FROM_HF)}")
+    inner = None if hf.get("n_inner") is None else _field(hf, "n_inner", int, where)
+    return _config(hf, where, "pre", ACT_FROM_HF[act], inner)
+
+
+def _config(hf: dict[str, Any], where: Path, layer_norm_position: str, hidden_act: str,
+            intermediate_size: int | None) -> GptConfig:
+    """The fields GPT-2's and OpenAI GPT's config.json share (intermediate_size None: 4 x n_embd)."""
     h = _field(hf, "n_embd", int, where)
-    inner = hf.get("n_inner")
     resid, embd = (_field(hf, k, float, where, 0.1) for k in ("resid_pdrop", "embd_pdrop"))
     if resid != embd:
         log.warning("%s: embd_pdrop=%s differs from resid_pdrop=%s; both use model.hidden_dropout=%s",
                     where, embd, resid, resid)
     cfg = GptConfig(
-        family="gpt", layer_norm_position="pre", vocab_size=_field(hf, "vocab_size", int, where), hidden_size=h,
-        num_layers=_field(hf, "n_layer", int, where), num_heads=_field(hf, "n_head", int, where),
-        intermediate_size=4 * h if inner is None else _field(hf, "n_inner", int, where),
+        family="gpt", layer_norm_position=layer_norm_position, vocab_size=_field(hf, "vocab_size", int, where),
+        hidden_size=h, num_layers=_field(hf, "n_layer", int, where), num_heads=_field(hf, "n_head", int, where),
+        intermediate_size=4 * h if intermediate_size is None else intermediate_size,
         max_position_embeddings=_field(hf, "n_positions", int, where),
-        hidden_act=ACT_FROM_HF[act], hidden_dropout=resid,
+        hidden_act=hidden_act, hidden_dropout=resid,
         attention_dropout=_field(hf, "attn_pdrop", float, where, 0.1),
         layer_norm_eps=_field(hf, "layer_norm_epsilon", float, where, 1e-5),
         initializer_range=_field(hf, "initializer_range", float, where, 0.02))
@@ -121,22 +127,7 @@ def model_config_from_hf_openai(hf: dict[str, Any], where: Path) -> GptConfig:
     if not isinstance(act, str) or act not in OPENAI_ACT_FROM_HF:
         raise CheckpointError(f"{where}: field 'afn'={act!r:.80} is not supported; expected one of "
                               f"{', '.join(OPENAI_ACT_FROM_HF)}")
-    h = _field(hf, "n_embd", int, where)
-    resid, embd = (_field(hf, k, float, where, 0.1) for k in ("resid_pdrop", "embd_pdrop"))
-    if resid != embd:
-        log.warning("%s: embd_pdrop=%s differs from resid_pdrop=%s; both use model.hidden_dropout=%s",
-                    where, embd, resid, resid)
-    cfg = GptConfig(
-        family="gpt", layer_norm_position="post", vocab_size=_field(hf, "vocab_size", int, where), hidden_size=h,
-        num_layers=_field(hf, "n_layer", int, where), num_heads=_field(hf, "n_head", int, where),
-        intermediate_size=4 * h, max_position_embeddings=_field(hf, "n_positions", int, where),
-        hidden_act=OPENAI_ACT_FROM_HF[act], hidden_dropout=resid,
-        attention_dropout=_field(hf, "attn_pdrop", float, where, 0.1),
-        layer_norm_eps=_field(hf, "layer_norm_epsilon", float, where, 1e-5),
-        initializer_range=_field(hf, "initializer_range", float, where, 0.02))
-    if cfg.hidden_size % cfg.num_heads:
-        raise CheckpointError(f"{where}: n_embd={cfg.hidden_size} is not divisible by n_head={cfg.num_heads}")
-    return cfg
+    return _config(hf, where, "post", OPENAI_ACT_FROM_HF[act], None)
 
 
 def hf_openai_config(cfg: GptConfig) -> dict[str, Any]:
