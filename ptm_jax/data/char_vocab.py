@@ -20,7 +20,6 @@ file and entry. The sentences of a document are joined by a space in the token c
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import os
 from collections.abc import Iterable
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptm_jax.data.tokenizers import Tokenizer
+from ptm_jax.data.word_vocab import WordVocab
 from ptm_jax.errors import ConfigError, DataError
 
 PAD, UNK, EOS = "<pad>", "<unk>", "<eos>"
@@ -97,24 +96,13 @@ def read_chars(path: Path) -> list[tuple[str, int]]:
     return entries
 
 
-class CharVocab(Tokenizer):
+class CharVocab(WordVocab):
     """A ``chars.json`` as a :class:`Tokenizer` (``kind='char'``): one id per character, ``<unk>`` for one the
-    vocabulary lacks. No [CLS]/[SEP]/[MASK]: ``cls_id`` and ``sep_id`` are ``eos_id``, ``mask_id`` is
-    ``unk_id``, for code that asks for them."""
+    vocabulary lacks. The id maps, specials and fingerprint are the word vocabulary's (no [CLS]/[SEP]/[MASK]:
+    ``cls_id`` and ``sep_id`` are ``eos_id``, ``mask_id`` is ``unk_id``)."""
 
     kind = "char"
-
-    def __init__(self, path, lower_case: bool = False):
-        self.path = Path(path)
-        self.lower_case = bool(lower_case)
-        entries = read_chars(self.path)
-        self._tokens = [c for c, _ in entries]
-        self.counts = np.array([n for _, n in entries], dtype=np.int64)
-        self._vocab = {c: i for i, c in enumerate(self._tokens)}
-        self.vocab_size = len(self._tokens)
-        self.pad_id, self.unk_id, self.eos_id = (self._vocab[s] for s in SPECIALS)
-        self.cls_id = self.sep_id = self.eos_id
-        self.mask_id = self.unk_id
+    read_entries = staticmethod(read_chars)
 
     def _ids(self, text: str) -> np.ndarray:
         """int32 ids of ``text``'s characters: one lookup per distinct character."""
@@ -138,34 +126,13 @@ class CharVocab(Tokenizer):
         return self._ids("".join(texts)), lengths
 
     def decode(self, ids) -> str:
-        out = []
-        for i in ids:
-            i = int(i)
-            if i != self.pad_id:
-                out.append("\n" if i == self.eos_id else self._tokens[i])
-        return "".join(out)
-
-    def token_to_id(self, tok: str) -> int:
-        return self._vocab.get(tok, self.unk_id)
-
-    def id_to_token(self, i: int) -> str:
-        return self._tokens[int(i)]
-
-    def special_ids(self) -> list[int]:
-        return [self.pad_id, self.unk_id, self.eos_id]
-
-    def _continuation_mask(self) -> np.ndarray:
-        return np.zeros(self.vocab_size, dtype=bool)
+        """The characters of ``ids`` (``<eos>`` as a line break, padding dropped)."""
+        return "".join("\n" if int(i) == self.eos_id else self._tokens[int(i)] for i in ids if int(i) != self.pad_id)
 
     def save(self, directory) -> list[Path]:
         out = Path(directory) / CHARS_FILE
         write_chars(list(zip(self._tokens, self.counts.tolist())), out)
         return [out]
-
-    def fingerprint(self) -> str:
-        h = hashlib.sha256(self.path.read_bytes())
-        h.update(f"lower_case={self.lower_case}".encode())
-        return f"char-{h.hexdigest()}"
 
 
 def build_char_vocab(texts: Iterable[str], out_dir, *, min_count: int = 1, max_vocab: int = 0,

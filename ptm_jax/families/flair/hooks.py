@@ -1,11 +1,12 @@
 """What the spine asks of the Flair family besides its model and objective: gradient-norm groups, the head of a
-params tree, a synthetic batch for ``ptm bench`` and the analytic FLOPs of a train step."""
+params tree, a synthetic batch for ``ptm bench`` (ELMo's: the batches have the same lanes) and the analytic FLOPs
+of a train step."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
+from ptm_jax.families.elmo.hooks import synthetic_batch  # noqa: F401  (the same lanes: random ids in full rows)
 
 TRUNK = "flair"
 
@@ -21,17 +22,6 @@ def layer_of(keys: Sequence[str]) -> str:
 
 def infer_head(params: dict) -> str:
     return "language_model"
-
-
-def synthetic_batch(example: dict[str, np.ndarray], cfg: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Random character ids (specials excluded) in full rows."""
-    out = {k: np.array(v) for k, v in example.items()}
-    for k in ("fwd_ids", "bwd_ids"):
-        out[k] = rng.integers(3, max(cfg.model.vocab_size, 4), out[k].shape).astype(np.int32)
-    out["target_ids"] = out["fwd_ids"][:, 1:]
-    for k in ("target_weights", "bwd_weights"):
-        out[k] = np.ones(out[k].shape, np.float32)
-    return out
 
 
 def forward_flops(cfg: Any) -> dict[str, float]:

@@ -17,17 +17,17 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ptm_jax.errors import ConfigError
+from ptm_jax.families.elmo.objective import ElmoObjective
 from ptm_jax.families.flair.model import DIRECTIONS, FlairLanguageModels, init_carry
 from ptm_jax.models.layers import Partitioned
-from ptm_jax.objectives.base import SourceStreams
-from ptm_jax.objectives.language_model import LanguageModelReport, lm_terms
+from ptm_jax.objectives.language_model import lm_terms
 
 
-class FlairObjective(SourceStreams, LanguageModelReport):
-    primary_metric = "lm_loss"
+class FlairObjective(ElmoObjective):
+    """ELMo's biLM objective with its batches (``example_batch``, ``dataset``, ``normalizers``), over character ids
+    read directly (no character table) by two LMs that share nothing, with the full softmax over the characters."""
 
     def __init__(self, cfg: Any, train_source, eval_source, tokenizer):
         cfg.model.validate()
@@ -38,18 +38,6 @@ class FlairObjective(SourceStreams, LanguageModelReport):
         self.model = FlairLanguageModels(cfg.model)
         self.train_source, self.eval_source = train_source, eval_source
         self.eos_id, self.pad_id = int(tokenizer.eos_id), int(tokenizer.pad_id)
-
-    @property
-    def length(self) -> int:
-        return int(self.cfg.data.max_seq_length)
-
-    def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
-        L = self.length
-        return {"target_weights": np.zeros((batch_size, L), np.float32),
-                "fwd_ids": np.zeros((batch_size, L + 1), np.int32),
-                "bwd_ids": np.zeros((batch_size, L + 1), np.int32),
-                "bwd_weights": np.zeros((batch_size, L), np.float32),
-                "target_ids": np.zeros((batch_size, L), np.int32)}
 
     def _inputs(self, batch):
         rows = {"forward": batch["fwd_ids"], "backward": batch["bwd_ids"]}
@@ -67,14 +55,6 @@ class FlairObjective(SourceStreams, LanguageModelReport):
         zero = init_carry(self.cfg.model, global_batch)
         return {d: [type(c)(*(Partitioned(v, ("batch", "act_mlp")) for v in c)) for c in zero[d]] for d in DIRECTIONS}
 
-    def normalizers(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
-        return {"forward": jnp.sum(batch["target_weights"].astype(jnp.float32)),
-                "backward": jnp.sum(batch["bwd_weights"].astype(jnp.float32))}
-
-    def loss(self, params, batch, rng, normalizers, train: bool):
-        loss, terms, _ = self.loss_carrying(params, batch, None, rng, normalizers, train)
-        return loss, terms
-
     def loss_carrying(self, params, batch, carry, rng, normalizers, train: bool):
         ids, mask, targets, weights = self._inputs(batch)
         rngs = {"dropout": rng} if train and rng is not None else {}
@@ -88,10 +68,3 @@ class FlairObjective(SourceStreams, LanguageModelReport):
             f, b = terms[f"forward_{name}"], terms[f"backward_{name}"]
             terms[f"lm_{name}"] = (f[0] + b[0], f[1] + b[1])
         return loss, terms, {d: out[d][2] for d in DIRECTIONS}
-
-    def dataset(self, source, start: int, global_batch: int, pi: int, pc: int, repeat: bool):
-        from ptm_jax.families.elmo.data import elmo_dataset
-
-        return elmo_dataset(source, self.eos_id, self.pad_id, self.length, seed=self.cfg.data.seed,
-                            start_index=start, global_batch=global_batch, process_index=pi, process_count=pc,
-                            repeat=repeat, shuffle=repeat)
