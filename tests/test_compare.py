@@ -216,7 +216,7 @@ overrides = ["train.steps=6", "train.checkpoint_every=6", "train.eval_every=6", 
     row = result["rows"][0]
     assert row["family"] == "flair" and row["representation"] == "contextual" and row["steps"] == 6
     probe = json.loads((tmp_path / "cmp" / "flair" / "probe.json").read_text())
-    assert len(probe["tasks"]["ner"]["accuracy"]) == 1 and row["probe_ner_acc"] == probe["tasks"]["ner"]["accuracy"][0]
+    assert len(probe["tasks"]["ner"]["f1"]) == 1 and row["probe_ner_f1"] == probe["tasks"]["ner"]["f1"][0]
     tagged = json.loads((tmp_path / "cmp" / "flair" / "conll-feature" / "finetune-conll2003" / "summary.json")
                         .read_text())
     assert "crf output" in tagged["description"] and 0.0 <= row["feature_conll2003"] <= 1.0

@@ -31,9 +31,10 @@ class FlairObjective(ElmoObjective):
 
     def __init__(self, cfg: Any, train_source, eval_source, tokenizer):
         cfg.model.validate()
-        if tokenizer.vocab_size > cfg.model.vocab_size:
+        chars = getattr(tokenizer, "vocab_size", None)  # None: a stream of ids without its vocabulary
+        if chars is not None and chars > cfg.model.vocab_size:
             raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is below the character vocabulary's "
-                              f"{tokenizer.vocab_size} entries; raise it (or lower tokenizer.vocab_size)")
+                              f"{chars} entries; raise it (or lower tokenizer.vocab_size)")
         self.cfg, self.name = cfg, "flair"
         self.model = FlairLanguageModels(cfg.model)
         self.train_source, self.eval_source = train_source, eval_source
