@@ -27,18 +27,19 @@ from ptm_jax.presets import preset_path, read_toml
 
 @dataclass
 class TokenizerConfig:
-    kind: Literal["wordpiece", "sentencepiece_unigram", "sentencepiece_bpe", "byte_bpe", "word"] = "wordpiece"
+    kind: Literal["wordpiece", "sentencepiece_unigram", "sentencepiece_bpe", "byte_bpe", "word", "char"] = "wordpiece"
     """A subword kind, or 'word': a word vocabulary with counts (``data/word_vocab.py``) for the families that
-    read whole words (``Pretraining.tokenizer_kinds``)."""
+    read whole words, or 'char': a character vocabulary (``data/char_vocab.py``) for character-level language
+    models (``Pretraining.tokenizer_kinds``)."""
     vocab_file: str = ""
     """A BERT vocab.txt, a SentencePiece .model, (byte_bpe) a GPT-2 vocab.json with merges.txt beside it, or
     (word) a vocab.tsv. Empty: train one on the corpus into the output dir."""
     vocab_size: int = 8000
-    """Size of a vocabulary trained on the corpus (ignored when vocab_file is set); word: the most entries kept
-    (the specials included), the most frequent words first."""
+    """Size of a vocabulary trained on the corpus (ignored when vocab_file is set); word (and char): the most
+    entries kept (the specials included), the most frequent first."""
     min_count: int = 1
     """word: a word enters the vocabulary only when the sample holds it at least this often (word2vec.c
-    min_count); the others read as <unk>."""
+    min_count); the others read as <unk>. char: a character, likewise."""
     lower_case: bool = True
     train_sample_bytes: int = 100_000_000
     """Training a vocabulary reads at most about this many bytes of the corpus: 1 MiB windows spread evenly

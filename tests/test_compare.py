@@ -187,3 +187,47 @@ def test_compare_config_errors_name_the_field(tmp_path):
                    '[[entries]]\nname = "a"\npreset = "bert_tiny"\ndirection = "bidirectional"\n')
     with pytest.raises(ConfigError, match=r"\[conll\] needs data_dir .*; unknown: \['data'\]"):
         load_compare_config(bad)
+
+
+def test_compare_includes_a_flair_entry_read_as_contextual_features(tmp_path, shared_data):
+    """The Flair family in a comparison as the registry describes it: pretrained, probed on its word embeddings
+    (one layer), its embeddings under the CoNLL BiLSTM tagger, no finetuned cell (no tagger of its own)."""
+    from ptm_jax.evaluate.compare import compare
+
+    (tmp_path / "corpus.txt").write_text(_head(shared_data / "corpus" / "gutenberg" / "84-0.txt", 600))
+    (tmp_path / "conll").mkdir()
+    for name, n in (("eng.train", 300), ("eng.testa", 200)):
+        (tmp_path / "conll" / name).write_text(_head(shared_data / "conll2003" / name, n))
+    path = tmp_path / "compare_flair.toml"
+    path.write_text(f"""
+name = "compare_flair"
+output_dir = "{tmp_path / 'cmp'}"
+corpus = "{tmp_path / 'corpus.txt'}"
+budget = "6 steps"
+budget_s = 0
+[probe]
+data_dir = "{shared_data / 'conll2003'}"
+tasks = ["ner"]
+train_sentences = 24
+dev_sentences = 12
+steps = 10
+[conll]
+data_dir = "{tmp_path / 'conll'}"
+train_subset = 12
+feature = ["finetune.epochs=1", "finetune.batch_size=8", "finetune.max_seq_length=40", "tagging.head=crf"]
+[[entries]]
+name = "flair"
+preset = "flair_tiny"
+direction = "bidirectional"
+note = "two one-way character LMs"
+overrides = ["train.steps=6", "train.checkpoint_every=6", "train.eval_every=6", "train.log_every=3"]
+""")
+    result = compare(str(path))
+    row = result["rows"][0]
+    assert row["family"] == "flair" and row["representation"] == "contextual" and row["steps"] == 6
+    probe = json.loads((tmp_path / "cmp" / "flair" / "probe.json").read_text())
+    assert len(probe["tasks"]["ner"]["f1"]) == 1 and row["probe_ner_f1"] == probe["tasks"]["ner"]["f1"][0]
+    tagged = json.loads((tmp_path / "cmp" / "flair" / "conll-feature" / "finetune-conll2003" / "summary.json")
+                        .read_text())
+    assert "crf output" in tagged["description"] and 0.0 <= row["feature_conll2003"] <= 1.0
+    assert row["finetune_conll2003"] == "n/a (no tagger)"
