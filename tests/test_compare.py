@@ -275,3 +275,34 @@ overrides = ["train.steps=6", "train.checkpoint_every=6", "train.eval_every=6", 
                         .read_text())
     assert "crf output" in tagged["description"] and 0.0 <= row["feature_conll2003"] <= 1.0
     assert row["finetune_conll2003"] == "n/a (no tagger)"
+
+
+def test_shipped_compare_configs_finetune_each_task_from_scratch_with_the_same_network_and_settings():
+    """Every comparison under configs/compare/ has its from-scratch rows: for each entry and finetuned task the
+    from-scratch run is the finetuned run's network, tokenizer, data and settings with ``finetune.from_scratch``,
+    differing only where the section's ``scratch`` overrides say (settings chosen for it on a selection split)."""
+    from conftest import REPO
+
+    from ptm_jax.evaluate.compare import load_compare_config
+    from ptm_jax.evaluate.compare_stages import compare_tasks, task_available, task_config, task_section
+
+    paths = sorted((REPO / "configs" / "compare").glob("*.toml"))
+    assert len(paths) >= 3 and any(p.stem == "bert_scratch_gutenberg" for p in paths)
+    checked = 0
+    for path in paths:
+        cmp = load_compare_config(path)
+        assert cmp["from_scratch"] is True
+        for entry in cmp["entries"]:
+            for task in compare_tasks(cmp, "finetune"):
+                if task_available(cmp, entry, task, "finetune"):
+                    continue
+                tuned, scratch = (task_config(cmp, entry, task, mode) for mode in ("finetune", "scratch"))
+                assert scratch.finetune.from_scratch and not tuned.finetune.from_scratch
+                assert scratch.model == tuned.model and scratch.tokenizer == tuned.tokenizer
+                assert scratch.finetune.init == tuned.finetune.init and scratch.finetune.task == task
+                named = {o.split("=")[0].split(".")[-1] for o in cmp[task_section(task)].get("scratch", [])}
+                differs = {f.name for f in dataclasses.fields(tuned.finetune)
+                           if getattr(tuned.finetune, f.name) != getattr(scratch.finetune, f.name)}
+                assert differs <= {"from_scratch", *named}, (path.name, differs)
+                checked += 1
+    assert checked >= 3
