@@ -261,7 +261,8 @@ def plot(rows: list[dict], baseline: dict, columns: list[tuple[str, str]], path:
     n = len(panels)
     ncols = min(3, n)
     nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.3 * nrows), squeeze=False)
+    # at least two panels wide, so that the title and the legend fit above and below a single panel
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * max(ncols, 2), 3.3 * nrows), squeeze=False)
     names = [r["entry"] for r in rows]
     x = list(range(len(rows)))
 
