@@ -269,6 +269,14 @@ class FinetuneConfig:
     keep_head: bool = False
     """Start from the task head stored in finetune.init (e.g. a Hugging Face BertForSequenceClassification) instead
     of a fresh one; its shapes must fit the task."""
+    from_scratch: bool = False
+    """The no-pretraining control: the network of finetune.init (its architecture and tokenizer) trained from a
+    random initialisation, not from its weights, with everything else the same. Its stages are named
+    ``finetune-<task>-from-scratch``; ``ptm compare`` runs it beside every finetuned cell."""
+    scratch_baseline: bool = False
+    """`ptm run`: after the finetuning stage, the same stage from random initialisation (finetune.from_scratch),
+    its figure printed beside the finetuned one and written to summary.json as ``from_scratch`` (on in the main
+    job's preset, bert_small)."""
 
 
 @dataclass

@@ -21,20 +21,31 @@ def ptm(*args, cwd=None, timeout=600):
 @pytest.mark.slow
 def test_embedded_run_pretrains_finetunes_and_evaluates_offline(tmp_path):
     out = tmp_path / "run"
-    r = ptm("run", "-c", "bert_tiny", f"output_dir={str(out)!r}", "train.steps=12", "finetune.epochs=0.1")
+    from ptm_jax.config import load_config
+
+    assert load_config("bert_small").finetune.scratch_baseline  # the main job prints its from-scratch figure
+    args = ("run", "-c", "bert_tiny", f"output_dir={str(out)!r}", "train.steps=12", "finetune.epochs=0.1",
+            "finetune.scratch_baseline=true")
+    r = ptm(*args)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "always predicting the most frequent token" in r.stdout
     assert "finetune [embedded]: pydoc-source" in r.stdout
     summary = json.loads((out / "summary.json").read_text())
-    pre, fin = summary["pretrain"], summary["finetune"]
+    pre, fin, fresh = summary["pretrain"], summary["finetune"], summary["from_scratch"]
     assert pre["step"] == 12 and 0.0 <= pre["eval"]["mlm_accuracy"] <= 1.0
     assert 0.0 <= pre["baseline"]["majority_accuracy"] <= 1.0 and pre["corpus"]["documents"] > 50
     assert fin["best"]["step"] > 0 and 0.0 <= fin["best"]["metrics"]["accuracy"] <= 1.0
+    # the same network from random initialisation, finetuned the same way, printed beside the finetuned figure
+    assert (fin["from_scratch"], fresh["from_scratch"]) == (False, True) and fresh["steps"] == fin["steps"]
+    acc, base = fin["final_eval"]["accuracy"], fresh["final_eval"]["accuracy"]
+    assert (f"dev accuracy after the last step (step {fin['step']}): {acc:.4f}  |  the same network from random "
+            f"initialisation, same finetuning: {base:.4f} (pretraining added {acc - base:+.4f})") in r.stdout
     assert (out / "pretrain" / "curves.png").stat().st_size > 1000
     assert (out / "finetune-embedded" / "best" / "ptm.json").exists()
+    assert (out / "finetune-embedded-from-scratch" / "best" / "ptm.json").exists()
     assert list((out / "pretrain" / "tb").iterdir()), "TensorBoard event files"
-    # a second run resumes: both stages are complete, nothing is retrained
-    r2 = ptm("run", "-c", "bert_tiny", f"output_dir={str(out)!r}", "train.steps=12", "finetune.epochs=0.1")
+    # a second run resumes: every stage is complete, nothing is retrained
+    r2 = ptm(*args)
     assert r2.returncode == 0 and "already at step 12" in r2.stdout + r2.stderr
 
 

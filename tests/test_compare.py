@@ -1,8 +1,10 @@
 """ptm compare: a real two-entry comparison (word2vec skip-gram under a wall-clock budget, a tiny BERT under a
 step budget) on a Gutenberg book, stopped mid-pretraining and continued, evaluated on MRPC and CoNLL-2003 NER as
-feature extractor and finetuned, and the budgeted entry reproduced from the steps it reached."""
+feature extractor, finetuned and finetuned from scratch (the same network, random initialisation), and the
+budgeted entry reproduced from the steps it reached."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -107,7 +109,7 @@ def test_compare_budget_stop_resume_glue_feature_and_finetune_columns_and_a_repr
     assert train_steps == list(range(3, reached + 1, 3))  # resumed at 3: no step trained twice, none skipped
     assert rows["w2v"]["representation"] == "static" and rows["bert"]["representation"] == "contextual"
     assert rows["w2v"]["train_flops"] and rows["w2v"]["flops_source"] == rows["bert"]["flops_source"] == "formula"
-    for name, r in rows.items():
+    for name, r in ((n, rows[n]) for n in ("w2v", "bert")):
         probe = json.loads((out / name / "probe.json").read_text())
         assert probe["train_sentences"] == 40 and probe["dev_sentences"] == 20
         assert r["probe_pos_acc"] == max(probe["tasks"]["pos"]["accuracy"])
@@ -120,17 +122,32 @@ def test_compare_budget_stop_resume_glue_feature_and_finetune_columns_and_a_repr
         assert r["feature_conll2003"] == tagged["final_eval"]["f1"] and 0.0 <= r["feature_conll2003"] <= 1.0
     assert rows["w2v"]["finetune_mrpc"] == "n/a (no classifier)" and not (out / "w2v" / "glue-finetune").exists()
     assert rows["w2v"]["finetune_conll2003"] == "n/a (no tagger)" and not (out / "w2v" / "conll-finetune").exists()
-    tuned = json.loads((out / "bert" / "glue-finetune" / "finetune-mrpc" / "summary.json").read_text())
-    assert rows["bert"]["finetune_mrpc"] == tuned["final_eval"]["f1"] and tuned["step"] == 3
-    tuned = json.loads((out / "bert" / "conll-finetune" / "finetune-conll2003" / "summary.json").read_text())
-    assert rows["bert"]["finetune_conll2003"] == tuned["final_eval"]["f1"] and tuned["step"] == 2
+    assert "w2v, from scratch" not in rows and not (out / "w2v" / "glue-scratch").exists()  # nothing it finetunes
+    scratch = rows["bert, from scratch"]  # the same network and finetuning from a random initialisation
+    assert scratch["from_scratch_of"] == "bert" and scratch["steps"] == 0 and "feature_mrpc" not in scratch
+    for section, task, metric, steps in (("glue", "mrpc", "f1", 3), ("conll", "conll2003", "f1", 2)):
+        tuned = json.loads((out / "bert" / f"{section}-finetune" / f"finetune-{task}" / "summary.json").read_text())
+        assert rows["bert"][f"finetune_{task}"] == tuned["final_eval"][metric] and tuned["step"] == steps
+        assert tuned["from_scratch"] is False
+        fresh = json.loads((out / "bert" / f"{section}-scratch" / f"finetune-{task}-from-scratch" /
+                            "summary.json").read_text())
+        assert fresh["from_scratch"] is True and fresh["step"] == steps and fresh["train_rows"] == tuned["train_rows"]
+        assert fresh["init"] == tuned["init"] == str(out / "bert" / "pretrain")  # the network it was given
+        assert scratch[f"finetune_{task}"] == fresh["final_eval"][metric]
+        added = next(a for a in result["added"] if a["entry"] == "bert")
+        assert added[f"finetune_{task}_value"] == pytest.approx(tuned["final_eval"][metric] -
+                                                                fresh["final_eval"][metric])
+        assert added[f"finetune_{task}"] == f"{added[f'finetune_{task}_value']:+.4f}"  # one seed: no range, no *
     base = result["baseline"]  # the majority label of the 24 training pairs, scored on the 40 dev pairs
     assert base["feature_mrpc"] in (0.0, pytest.approx(2 * 25 / (2 * 25 + 15), abs=1e-4))
     md = (out / "compare.md").read_text()
-    assert md.count("\n") == 5 and base["feature_conll2003"] == base["finetune_conll2003"] == 0.0
+    main, _, gains = md.partition("What pretraining added")
+    assert main.count("\n") == 7 and base["feature_conll2003"] == base["finetune_conll2003"] == 0.0
     assert "| MRPC F1 (feature) | CoNLL-2003 NER F1 (feature) | MRPC F1 (finetune) | CoNLL-2003 NER F1 (finetune) |" \
-        in md
-    assert "| w2v | static | window (no order) | skip-gram | 1 s |" in md and "n/a (no classifier)" in md
+        in main
+    assert "| w2v | static | window (no order) | skip-gram | 1 s |" in main and "n/a (no classifier)" in main
+    assert "| bert, from scratch | - | bidirectional | no pretraining" in main
+    assert "| entry | MRPC F1 added | CoNLL-2003 NER F1 added |" in gains and gains.count("| bert |") == 1
     assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"
 
     stamp = (out / "bert" / "glue-finetune" / "finetune-mrpc" / "summary.json").stat().st_mtime_ns
@@ -153,8 +170,27 @@ def test_compare_budget_stop_resume_glue_feature_and_finetune_columns_and_a_repr
         assert a[0] == b[0]
         np.testing.assert_array_equal(a[1], b[1])
 
-    page = build_report(out)  # the report of a comparison holds its table
-    assert "comparison" in page and f"{rows['bert']['probe_pos_acc']:.4g}" in page and "MRPC F1 (finetune)" in page
+    # from scratch is the network's random initialisation, not its pretrained weights: at learning rate 0 the kept
+    # encoder is the pretrained one when finetuned, and not when finetuned from scratch
+    from ptm_jax.evaluate.compare_stages import task_config
+    from ptm_jax.train.finetune import finetune
+
+    pre = dict(_leaves(load_params(str(out / "bert" / "pretrain"))[0]["bert"]))
+    for mode in ("finetune", "scratch"):
+        c = task_config(load_compare_config(cfg), load_compare_config(cfg)["entries"][1], "mrpc", mode)
+        c = dataclasses.replace(c, output_dir=str(tmp_path / f"lr0-{mode}"), finetune=dataclasses.replace(
+            c.finetune, learning_rate=0.0, train_subset=8))
+        stage = "finetune-mrpc" + ("-from-scratch" if mode == "scratch" else "")
+        assert finetune(c)["step"] == 1
+        kept = dict(_leaves(load_params(str(tmp_path / f"lr0-{mode}" / stage / "best"))[0]["bert"]))
+        shared = sorted(set(pre) & set(kept))
+        assert len(shared) > 10 and "/embeddings/word_embeddings/embedding" in shared
+        same = [k for k in shared if np.array_equal(pre[k], kept[k])]
+        assert same == (shared if mode == "finetune" else [])
+
+    page = build_report(out)  # the report of a comparison holds its table, the from-scratch row and the gains
+    assert "comparison" in page and f"{rows['bert']['probe_pos_acc']:.4f}" in page and "MRPC F1 (finetune)" in page
+    assert "bert, from scratch" in page and "What pretraining added" in page and added["finetune_mrpc"] in page
 
 
 def _leaves(tree, prefix=""):
@@ -186,6 +222,14 @@ def test_compare_config_errors_name_the_field(tmp_path):
     bad.write_text('output_dir = "x"\ncorpus = "embedded"\n[conll]\ndata = "c"\n'
                    '[[entries]]\nname = "a"\npreset = "bert_tiny"\ndirection = "bidirectional"\n')
     with pytest.raises(ConfigError, match=r"\[conll\] needs data_dir .*; unknown: \['data'\]"):
+        load_compare_config(bad)
+    bad.write_text('output_dir = "x"\ncorpus = "embedded"\n[glue]\ndata_dir = "g"\nseeds = [0, 0]\n'
+                   '[[entries]]\nname = "a"\npreset = "bert_tiny"\ndirection = "bidirectional"\n')
+    with pytest.raises(ConfigError, match=r"\[glue\] seeds=\[0, 0\]: write a list of distinct finetuning seeds"):
+        load_compare_config(bad)
+    bad.write_text('output_dir = "x"\ncorpus = "embedded"\nfrom_scratch = "yes"\n'
+                   '[[entries]]\nname = "a"\npreset = "bert_tiny"\ndirection = "bidirectional"\n')
+    with pytest.raises(ConfigError, match=r"from_scratch='yes' must be true"):
         load_compare_config(bad)
 
 
@@ -231,3 +275,34 @@ overrides = ["train.steps=6", "train.checkpoint_every=6", "train.eval_every=6", 
                         .read_text())
     assert "crf output" in tagged["description"] and 0.0 <= row["feature_conll2003"] <= 1.0
     assert row["finetune_conll2003"] == "n/a (no tagger)"
+
+
+def test_shipped_compare_configs_finetune_each_task_from_scratch_with_the_same_network_and_settings():
+    """Every comparison under configs/compare/ has its from-scratch rows: for each entry and finetuned task the
+    from-scratch run is the finetuned run's network, tokenizer, data and settings with ``finetune.from_scratch``,
+    differing only where the section's ``scratch`` overrides say (settings chosen for it on a selection split)."""
+    from conftest import REPO
+
+    from ptm_jax.evaluate.compare import load_compare_config
+    from ptm_jax.evaluate.compare_stages import compare_tasks, task_available, task_config, task_section
+
+    paths = sorted((REPO / "configs" / "compare").glob("*.toml"))
+    assert len(paths) >= 3 and any(p.stem == "bert_scratch_gutenberg" for p in paths)
+    checked = 0
+    for path in paths:
+        cmp = load_compare_config(path)
+        assert cmp["from_scratch"] is True
+        for entry in cmp["entries"]:
+            for task in compare_tasks(cmp, "finetune"):
+                if task_available(cmp, entry, task, "finetune"):
+                    continue
+                tuned, scratch = (task_config(cmp, entry, task, mode) for mode in ("finetune", "scratch"))
+                assert scratch.finetune.from_scratch and not tuned.finetune.from_scratch
+                assert scratch.model == tuned.model and scratch.tokenizer == tuned.tokenizer
+                assert scratch.finetune.init == tuned.finetune.init and scratch.finetune.task == task
+                named = {o.split("=")[0].split(".")[-1] for o in cmp[task_section(task)].get("scratch", [])}
+                differs = {f.name for f in dataclasses.fields(tuned.finetune)
+                           if getattr(tuned.finetune, f.name) != getattr(scratch.finetune, f.name)}
+                assert differs <= {"from_scratch", *named}, (path.name, differs)
+                checked += 1
+    assert checked >= 3

@@ -106,12 +106,24 @@ def cmd_pretrain(args) -> int:
     return 0
 
 
-def _report_finetune(summary: dict[str, Any]) -> None:
+def _report_finetune(summary: dict[str, Any], scratch: dict[str, Any] | None = None) -> None:
+    """The finetuning stage's figures: the dev metric after the last step (no choice made on dev) and the best
+    evaluation (chosen on dev, so optimistic); with ``scratch`` (``finetune.scratch_baseline``) the same network
+    finetuned from a random initialisation beside it, and the difference."""
     print(f"finetune [{summary['task']}]: {summary['description']}")
+    metric = summary.get("primary_metric", "")
+    final = (summary.get("final_eval") or {}).get(metric)
+    if isinstance(final, float):
+        line = f"  dev {metric} after the last step (step {summary['step']}): {final:.4f}"
+        other = (scratch or {}).get("final_eval", {}).get(metric)
+        if isinstance(other, float):
+            line += (f"  |  the same network from random initialisation, same finetuning: {other:.4f} "
+                     f"(pretraining added {final - other:+.4f})")
+        print(line)
     best = summary.get("best", {})
     if best.get("metrics"):
         figures = ", ".join(f"{k}={v:.4f}" for k, v in best["metrics"].items() if isinstance(v, float))
-        print(f"  best dev ({summary['primary_metric']}) at step {best['step']}: {figures}")
+        print(f"  best dev evaluation ({metric}, chosen on dev) at step {best['step']}: {figures}")
 
 
 def _task_overrides(args) -> list[str]:
@@ -138,7 +150,7 @@ def cmd_run(args) -> int:
     summary = run(cfg)
     _report_pretrain(summary["pretrain"])
     if "finetune" in summary:
-        _report_finetune(summary["finetune"])
+        _report_finetune(summary["finetune"], summary.get("from_scratch"))
     print(f"outputs in {cfg.output_dir} (summary.json, */metrics.jsonl, */curves.png, */tb/)")
     return 0
 

@@ -16,6 +16,13 @@ a classifier, finetuned (``evaluate/compare_stages.py``):
 * ``[conll]``: CoNLL-2003 NER (``data_dir`` with eng.train and eng.testa) on frozen features under a BiLSTM
   tagger (``feature`` overrides) and, where the family has a tagger, finetuned (``finetune`` overrides), on
   ``train_subset`` training sentences; entity F1 on the dev set (eng.testa).
+* from scratch (``from_scratch = true``, the default): every finetuned task of every entry again with the same
+  network, tokenizer, settings and seeds from a random initialisation (``finetune.from_scratch``): one more row
+  per finetuned entry, and a table of what pretraining added (finetuned minus from scratch).
+* ``seeds`` in ``[glue]`` or ``[conll]`` (default [0]): each task run once per finetuning seed
+  (``finetune.seed``); a cell is the mean over the seeds, with their range. ``scratch`` there: overrides for the
+  from-scratch runs alone, after ``finetune`` (settings chosen for them; default none, the same finetuning).
+* ``[probe] tasks = []``: no probes.
 
 Everything the comparison needs of a family comes from the registry (word features or vectors, the classifier,
 FLOPs); no family is named here. Every stage is cached under ``output_dir/<entry>``: a finished stage is
@@ -23,8 +30,8 @@ skipped, a stopped one resumes from its checkpoint with the budget it has left, 
 comparison continues where it stopped. ``--stop-after N`` stops the first unfinished pretraining after N steps
 (with a checkpoint) and ends the command: the real stop that tests use; SIGTERM stops any training stage the
 same way. Output: ``compare.json`` (every figure, config), ``compare.md`` (the table in the seeds' terms: static
-vs contextual, unidirectional vs bidirectional, feature vs finetune, with a majority-class row) and
-``compare.png``.
+vs contextual, unidirectional vs bidirectional, feature vs finetune, with a from-scratch row per finetuned entry
+and a majority-class row, then what pretraining added) and ``compare.png``.
 """
 from __future__ import annotations
 
@@ -37,19 +44,24 @@ import tomllib
 
 from ptm_jax.errors import ConfigError
 from ptm_jax.evaluate.compare_stages import (
+    MODES,
     compare_tasks,
     pretrain_entry,
     probe_entry,
     step_flops,
     task_available,
     task_entry,
+    task_seeds,
 )
 from ptm_jax.evaluate.compare_table import (
     DIRECTIONS,
+    added_columns,
     baseline_row,
     markdown_table,
     plot,
+    pretraining_added,
     row_of,
+    scratch_row_of,
     seeds_columns,
 )
 
@@ -57,8 +69,9 @@ log = logging.getLogger(__name__)
 
 ENTRY_KEYS = {"name", "preset", "direction", "note", "overrides", "budget_s", "glue_feature", "glue_finetune",
               "conll_feature", "conll_finetune"}
-GLUE_KEYS = {"data_dir", "tasks", "finetune_tasks", "train_subset", "subset_seed", "feature", "finetune"}
-CONLL_KEYS = {"data_dir", "train_subset", "subset_seed", "feature", "finetune"}
+GLUE_KEYS = {"data_dir", "tasks", "finetune_tasks", "train_subset", "subset_seed", "feature", "finetune", "seeds",
+             "scratch"}
+CONLL_KEYS = {"data_dir", "train_subset", "subset_seed", "feature", "finetune", "seeds", "scratch"}
 
 
 def load_compare_config(path: str | Path) -> dict[str, Any]:
@@ -95,6 +108,9 @@ def load_compare_config(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: entry names must be unique, got {names}")
     if float(cfg.get("budget_s", 0) or 0) < 0:
         raise ConfigError(f"{p}: budget_s={cfg['budget_s']} must be >= 0 (0: each entry's train.steps)")
+    if not isinstance(cfg.setdefault("from_scratch", True), bool):
+        raise ConfigError(f"{p}: from_scratch={cfg['from_scratch']!r} must be true (a from-scratch row per finetuned "
+                          "entry) or false")
     cfg.setdefault("probe", {})
     g = cfg.get("glue")
     if g is not None:
@@ -114,6 +130,12 @@ def load_compare_config(path: str | Path) -> dict[str, Any]:
             raise ConfigError(f"{p}: [conll] needs data_dir (the CoNLL-2003 folder with eng.train and eng.testa) "
                               f"and takes only {', '.join(sorted(CONLL_KEYS))}"
                               + (f"; unknown: {unknown}" if unknown else ""))
+    for name in ("glue", "conll"):
+        seeds = (cfg.get(name) or {}).get("seeds", [0])
+        if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and s >= 0 for s in seeds)
+                and len(set(seeds)) == len(seeds)):
+            raise ConfigError(f"{p}: [{name}] seeds={seeds!r}: write a list of distinct finetuning seeds >= 0, "
+                              "e.g. [0, 1, 2]")
     cfg["source"] = str(p)
     return cfg
 
@@ -124,16 +146,17 @@ def _steps_from(path: str | Path) -> dict[str, int]:
         p = p / "compare.json"
     try:
         rows = json.loads(p.read_text())["rows"]
-        return {r["entry"]: int(r["steps"]) for r in rows if r.get("steps")}
+        return {r["entry"]: int(r["steps"]) for r in rows if r.get("steps") and not r.get("from_scratch_of")}
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"--steps-from {path}: not a ptm compare result with the steps of each entry ({e})") from e
 
 
-def compare(path: str | Path, *, stop_after: int | None = None, steps_from: str | Path | None = None,
+def compare(path: str | Path | dict, *, stop_after: int | None = None, steps_from: str | Path | None = None,
             output_dir: str | Path | None = None) -> dict:
-    """Runs (or continues) the comparison of ``path``; returns compare.json's content, or {'stopped': entry, ...}
-    when a stage stopped before its end (``stop_after`` or SIGTERM)."""
-    cmp = load_compare_config(path)
+    """Runs (or continues) the comparison of ``path`` (or of a config :func:`load_compare_config` returned);
+    returns compare.json's content, or {'stopped': entry, ...} when a stage stopped before its end (``stop_after``
+    or SIGTERM)."""
+    cmp = dict(path) if isinstance(path, dict) else load_compare_config(path)
     if output_dir is not None:
         cmp["output_dir"] = str(output_dir)
     targets = _steps_from(steps_from) if steps_from else {}
@@ -151,23 +174,34 @@ def compare(path: str | Path, *, stop_after: int | None = None, steps_from: str 
             return {"stopped": entry["name"], "step": summary["step"]}
         step_flops(cmp, entry)
         probe_entry(cmp, entry)
-        for mode in ("feature", "finetune"):
+        for mode in MODES:
             for task in compare_tasks(cmp, mode):
                 if task_available(cmp, entry, task, mode):
                     continue
-                s = task_entry(cmp, entry, task, mode)
-                if s.get("preempted"):
-                    print(f"compare: {entry['name']} {task} ({mode}) stopped at step {s['step']}; run the same "
-                          "command to continue")
-                    return {"stopped": entry["name"], "stage": f"{mode}-{task}", "step": s["step"]}
-    rows = [row_of(cmp, e) for e in cmp["entries"]]
+                for seed in task_seeds(cmp, task):
+                    s = task_entry(cmp, entry, task, mode, seed)
+                    if s.get("preempted"):
+                        print(f"compare: {entry['name']} {task} ({mode}, seed {seed}) stopped at step {s['step']}; "
+                              "run the same command to continue")
+                        return {"stopped": entry["name"], "stage": f"{mode}-{task}", "seed": seed, "step": s["step"]}
+    rows = []
+    for e in cmp["entries"]:
+        rows.append(row_of(cmp, e))
+        scratch = scratch_row_of(cmp, e)
+        rows += [scratch] if scratch else []
     baseline = baseline_row(cmp)
     columns = seeds_columns(cmp)
+    added = pretraining_added(cmp, rows)
     result = {"columns": [k for k, _ in columns], "headers": [h for _, h in columns], "rows": rows,
-              "baseline": baseline, "budget": cmp.get("budget", ""),
-              "config": {k: v for k, v in cmp.items() if k != "source"}, "source": cmp["source"]}
+              "baseline": baseline, "added": added, "added_headers": [h for _, h in added_columns(cmp)],
+              "budget": cmp.get("budget", ""), "config": {k: v for k, v in cmp.items() if k != "source"},
+              "source": cmp["source"]}
     (out / "compare.json").write_text(json.dumps(result, indent=2))
     table = markdown_table(columns, [*rows, baseline])
+    if added:
+        table += ("\nWhat pretraining added: the finetuned figure minus the same network's from scratch (same "
+                  "finetuning and seeds); * where it exceeds the larger of the two seed ranges.\n\n"
+                  + markdown_table(added_columns(cmp), added))
     (out / "compare.md").write_text(table)
     plot(rows, baseline, columns, out / "compare.png", cmp.get("name", out.name))
     print(table)

@@ -17,10 +17,14 @@
    (``Finetuning.classifier``: BERT's pooled [CLS], GPT's input transformations, XLNet's <cls> summary), and
    CoNLL-2003 with the family's own tagger (``Finetuning.tasks['conll2003']``), trained end to end from the entry's
    pretraining through ``ptm finetune``'s stage; an entry whose family has none gets no finetuned cell.
+5. **The same finetuning from scratch** (``mode='scratch'``, unless the config sets ``from_scratch = false``):
+   every finetuned task again on the same network and tokenizer from a random initialisation
+   (``finetune.from_scratch``), with the same settings and seeds: what pretraining added is the difference.
 
-Stages 3-4 run ``fit`` in ``<entry>/<section>-<mode>/finetune-<task>`` (section ``glue`` or ``conll``): a finished
-one (``summary.json`` at its last step) is skipped, a stopped one resumes from its checkpoint. Each figure is the
-dev metric after the last step (no selection on dev).
+Stages 3-5 run ``fit`` in ``<entry>/<section>-<mode>[-seed<s>]/finetune-<task>[-from-scratch]`` (section ``glue``
+or ``conll``; one run per finetuning seed of the section's ``seeds``, the folder without suffix for seed 0): a
+finished one (``summary.json`` at its last step) is skipped, a stopped one resumes from its checkpoint. Each figure
+is the dev metric after the last step (no selection on dev).
 """
 from __future__ import annotations
 
@@ -35,6 +39,8 @@ from ptm_jax.train.hooks import Hook, Run
 log = logging.getLogger(__name__)
 
 GLUE_TASKS = ("sst2", "mrpc", "stsb", "rte")
+MODES = ("feature", "finetune", "scratch")
+"""Task modes: frozen features, finetuned from the entry's pretraining, finetuned from random initialisation."""
 
 
 def read_json(path: Path) -> dict | None:
@@ -182,6 +188,8 @@ def probe_entry(cmp: dict, entry: dict) -> dict:
     if cached:
         return cached
     pc = cmp["probe"]
+    if not pc.get("tasks", ["pos", "ner"]):  # [probe] tasks = []: no probes
+        return {"tasks": {}}
     params, model_cfg, tok = load_model(str(d / "pretrain"))
     settings = ProbeSettings(steps=pc.get("steps", 300), batch_size=pc.get("batch_size", 512),
                              learning_rate=pc.get("learning_rate", 1e-2), seed=pc.get("seed", 0))
@@ -203,10 +211,18 @@ def task_section(task: str) -> str:
 
 
 def compare_tasks(cmp: dict, mode: str) -> list[str]:
-    """The tasks of ``mode`` ('feature', 'finetune'): the ``[glue]`` ones, then CoNLL-2003 when ``[conll]`` is set."""
+    """The tasks of ``mode`` ('feature', 'finetune', 'scratch'): the ``[glue]`` ones, then CoNLL-2003 when
+    ``[conll]`` is set; none from scratch when the config sets ``from_scratch = false``."""
+    if mode == "scratch" and not cmp.get("from_scratch", True):
+        return []
     g = cmp.get("glue")
     tasks = list(g["tasks"] if mode == "feature" else g["finetune_tasks"]) if g else []
     return tasks + ([CONLL_TASK] if cmp.get("conll") else [])
+
+
+def task_seeds(cmp: dict, task: str) -> list[int]:
+    """The finetuning seeds (``finetune.seed``) of a task's section (``seeds``, default [0])."""
+    return [int(s) for s in cmp[task_section(task)].get("seeds", [0])]
 
 
 def task_available(cmp: dict, entry: dict, task: str, mode: str) -> str:
@@ -219,42 +235,56 @@ def task_available(cmp: dict, entry: dict, task: str, mode: str) -> str:
     cfg = entry_config(cmp, entry)
     if mode == "feature":
         return "" if supports_features(cfg.model) else "no word features"
-    family = registry.get(cfg.model.family)
+    family = registry.get(cfg.model.family)  # 'finetune' and 'scratch': the same classifier or tagger
     if task == CONLL_TASK:
         return "" if CONLL_TASK in family.finetuning.tasks else "no tagger"
     return "" if family.finetuning.classifier is not None else "no classifier"
 
 
-def task_config(cmp: dict, entry: dict, task: str, mode: str):
+def task_dir(cmp: dict, entry: dict, task: str, mode: str, seed: int = 0) -> Path:
+    """The stage folder of one task run (module doc)."""
+    runs = f"{task_section(task)}-{mode}" + (f"-seed{seed}" if seed else "")
+    return entry_dir(cmp, entry) / runs / (f"finetune-{task}" + ("-from-scratch" if mode == "scratch" else ""))
+
+
+def task_config(cmp: dict, entry: dict, task: str, mode: str, seed: int = 0):
+    """The run config of one task run: the section's data and overrides, then the entry's, then the seed; the
+    from-scratch run takes the finetuned run's overrides (the same finetuning) with ``finetune.from_scratch``, and
+    the section's ``scratch`` overrides last (settings chosen for the from-scratch runs themselves; default none)."""
     section = task_section(task)
     g = cmp[section]
     d = entry_dir(cmp, entry)
     common = [f"finetune.task={task}", f"finetune.data_dir={g['data_dir']!r}",
               f"finetune.init={str(d / 'pretrain')!r}", f"finetune.train_subset={int(g.get('train_subset', 0))}",
-              f"finetune.subset_seed={int(g.get('subset_seed', 0))}", f"output_dir={str(d / f'{section}-{mode}')!r}"]
+              f"finetune.subset_seed={int(g.get('subset_seed', 0))}",
+              f"output_dir={str(task_dir(cmp, entry, task, mode, seed).parent)!r}"]
     if mode == "feature":
         common += ["finetune.job=features", f"features.feature_cache={str(d / 'feature_cache')!r}"]
         if section == "conll":
             common.append("features.head=bilstm")  # the word tagger over frozen features (config may override)
-    return entry_config(cmp, entry, [*common, *g.get(mode, []), *entry.get(f"{section}_{mode}", [])])
+    kind = "feature" if mode == "feature" else "finetune"
+    last = [f"finetune.seed={seed}"] + (["finetune.from_scratch=true", *g.get("scratch", [])] if mode == "scratch"
+                                        else [])
+    return entry_config(cmp, entry, [*common, *g.get(kind, []), *entry.get(f"{section}_{kind}", []), *last])
 
 
-def task_summary(cmp: dict, entry: dict, task: str, mode: str) -> dict | None:
-    s = read_json(entry_dir(cmp, entry) / f"{task_section(task)}-{mode}" / f"finetune-{task}" / "summary.json")
+def task_summary(cmp: dict, entry: dict, task: str, mode: str, seed: int = 0) -> dict | None:
+    s = read_json(task_dir(cmp, entry, task, mode, seed) / "summary.json")
     return s if s and not s.get("preempted") and s["step"] >= s["steps"] else None
 
 
-def task_entry(cmp: dict, entry: dict, task: str, mode: str) -> dict:
-    """One task of one entry, feature-based or finetuned (module doc); cached and resumable."""
-    done = task_summary(cmp, entry, task, mode)
+def task_entry(cmp: dict, entry: dict, task: str, mode: str, seed: int = 0) -> dict:
+    """One task run of one entry: on frozen features, finetuned, or finetuned from scratch, with one finetuning
+    seed (module doc); cached and resumable."""
+    done = task_summary(cmp, entry, task, mode, seed)
     if done:
         return done
-    cfg = task_config(cmp, entry, task, mode)
+    cfg = task_config(cmp, entry, task, mode, seed)
     t0 = time.perf_counter()
     from ptm_jax.train.finetune import finetune
 
     summary = finetune(cfg)  # feature mode: finetune.job=features
-    stage = Path(cfg.output_dir) / f"finetune-{task}"
+    stage = task_dir(cmp, entry, task, mode, seed)
     wall = read_json(stage / "wall.json") or {"wall_s": 0.0, "calls": 0}
     (stage / "wall.json").write_text(json.dumps({"wall_s": round(wall["wall_s"] + time.perf_counter() - t0, 3),
                                                  "calls": wall["calls"] + 1}))

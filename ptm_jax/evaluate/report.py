@@ -95,13 +95,24 @@ def _stage_section(stage_dir: Path, root: Path) -> str:
 
 
 def _compare_section(d: Path) -> str:
-    """The comparison's table in the seeds' terms (``compare.json`` columns and headers, then the majority-class
-    row), its plot, and every figure of every entry (each row's remaining fields)."""
+    """The comparison's table in the seeds' terms (``compare.json`` columns and headers: each finetuned entry with
+    its from-scratch row, then the majority-class row; a mean over seeds with their range), what pretraining added
+    (finetuned minus from scratch), its plot, and every figure of every entry (each row's remaining fields)."""
+    from ptm_jax.evaluate.compare_table import cell_text
+
     data = json.loads((d / "compare.json").read_text())
     parts = ["<h2>Comparison</h2>", f"<p>{html.escape(data.get('budget', ''))}</p>"]
     cols = data["columns"]
     rows = [*data["rows"], *([data["baseline"]] if data.get("baseline") else [])]
-    parts.append(table(data.get("headers", cols), [[r.get(c, "") for c in cols] for r in rows], "comparison"))
+    parts.append(table(data.get("headers", cols), [[cell_text(r, c) for c in cols] for r in rows], "comparison"))
+    added = data.get("added") or []
+    if added:
+        keys = ["entry", *(c for c in cols if c.startswith("finetune_"))]
+        parts.append("<h3>What pretraining added</h3><p>The finetuned figure minus the same network's, finetuned "
+                     "the same way from a random initialisation (mean over the finetuning seeds); * where the "
+                     "gain exceeds the larger of the two seed ranges.</p>")
+        parts.append(table(data.get("added_headers", keys), [[r.get(k, "") for k in keys] for r in added],
+                           "comparison pretraining-added"))
     for png in sorted(d.glob("compare*.png")):
         parts.append(_img(png.read_bytes(), f"comparison plot: {png.name}"))
     rest = [k for k in dict.fromkeys(k for r in data["rows"] for k in r) if k not in cols]

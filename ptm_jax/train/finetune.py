@@ -217,6 +217,9 @@ def run_stage(cfg: RunConfig, *, stage: Path, objective: Any, task: str, descrip
     f = cfg.finetune
     tcfg = tcfg or finetune_train_config(cfg, objective.num_train)
     if f.adapter:  # a parameter-efficient adapter (ptm_jax/adapters) wraps the objective and its groups
+        if f.from_scratch:
+            raise ConfigError(f"finetune.adapter={f.adapter!r} trains updates of frozen pretrained weights; "
+                              "finetune.from_scratch=true has none: set one of them off")
         if pretrained is None:
             raise ConfigError(f"finetune.adapter={f.adapter!r} wraps a pretrained model; finetune.job={f.job!r} "
                               "starts from none: set finetune.adapter=''")
@@ -237,7 +240,7 @@ def run_stage(cfg: RunConfig, *, stage: Path, objective: Any, task: str, descrip
     best = hooks[0].best if hooks else {"step": -1, "metrics": {}}
     summary = {"stage": "finetune", "task": task, "description": description, "step": result.step,
                "steps": tcfg.steps, "preempted": result.preempted, "init": str(init),
-               "train": result.train_metrics, "final_eval": result.eval_metrics,
+               "from_scratch": f.from_scratch, "train": result.train_metrics, "final_eval": result.eval_metrics,
                "best": {"step": best["step"], "metrics": best["metrics"]},
                "primary_metric": objective.primary_metric, "train_rows": objective.num_train,
                **(summary_extra(result) if summary_extra else {})}
@@ -246,11 +249,17 @@ def run_stage(cfg: RunConfig, *, stage: Path, objective: Any, task: str, descrip
     return StageResult(result, summary, hooks, objective, tcfg)
 
 
+def stage_name(cfg: RunConfig, name: str) -> str:
+    """The folder of a job's stage under ``output_dir``: ``finetune-<name>`` (lower case), with
+    ``-from-scratch`` for the no-pretraining control (``finetune.from_scratch``), so both live side by side."""
+    return f"finetune-{name.lower()}" + ("-from-scratch" if cfg.finetune.from_scratch else "")
+
+
 def single_task(cfg: RunConfig, build: Callable[..., tuple[Any, str]], *, task: str,
                 stop_after: int | None = None) -> dict[str, Any]:
     """A job of one objective on the pretrained model (the single-task job, ConSERT): load the pretrained
-    weights, ``build(cfg, model_cfg, tokenizer)`` -> (objective, description), :func:`run_stage` into
-    ``<output_dir>/finetune-<task>`` (lower case)."""
+    weights (or only the network: ``finetune.from_scratch``), ``build(cfg, model_cfg, tokenizer)`` -> (objective,
+    description), :func:`run_stage` into ``<output_dir>/``:func:`stage_name`."""
     from ptm_jax.families import registry
 
     pre = load_pretrained(cfg)
@@ -260,7 +269,7 @@ def single_task(cfg: RunConfig, build: Callable[..., tuple[Any, str]], *, task: 
         description += (f"; packed: {examples} training examples in {objective.num_train} rows "
                         f"(batch_size counts rows)")
     trunk = registry.get(pre.model_cfg.family).layout.trunk
-    done = run_stage(cfg, stage=fs.path(cfg.output_dir) / f"finetune-{task.lower()}", objective=objective, task=task,
+    done = run_stage(cfg, stage=fs.path(cfg.output_dir) / stage_name(cfg, task), objective=objective, task=task,
                      description=description, init=pre.init, pretrained=pre,
                      init_params=merge_encoder(pre.params, trunk, cfg.finetune.keep_head, pre.init),
                      param_groups=stage_param_groups(cfg, pre.model_cfg), stop_after=stop_after,

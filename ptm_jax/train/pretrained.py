@@ -25,14 +25,16 @@ from ptm_jax.jobs import registry as job_registry
 class Pretrained:
     """The pretrained side of a finetuning stage."""
 
-    params: dict
+    params: dict | None
+    """The pretrained weights; None with ``finetune.from_scratch`` (the network alone, randomly initialised)."""
     model_cfg: Any
     info: dict
     """The checkpoint's ptm.json."""
     tok_dir: Path | None
     tokenizer: Any
     init: str
-    """Where the weights came from (``finetune.init``, or this run's ``pretrain``)."""
+    """Where the weights came from (``finetune.init``, or this run's ``pretrain``); with ``finetune.from_scratch``
+    where the network (architecture and tokenizer) came from."""
 
     @property
     def tok_info(self) -> dict:
@@ -46,7 +48,8 @@ class Pretrained:
 def load_pretrained(cfg: Any) -> Pretrained:
     """``finetune.init`` (empty: ``<output_dir>/pretrain``) loaded with this run's compute settings, checked
     against ``finetune.job`` (a job its family cannot run) and ``finetune.max_seq_length``, and prepared by the
-    family for finetuning."""
+    family for finetuning. ``finetune.from_scratch``: the weights are dropped (``params`` None), so the stage
+    trains the same network and tokenizer from its random initialisation."""
     from ptm_jax.families import registry
 
     f = cfg.finetune
@@ -65,6 +68,11 @@ def load_pretrained(cfg: Any) -> Pretrained:
     prepare = registry.get(model_cfg.family).finetuning.prepare_finetune
     if prepare is not None:  # e.g. a vocabulary grown by the task's special tokens
         model_cfg = prepare(model_cfg, tokenizer)
+    if f.from_scratch:
+        if f.keep_head:
+            raise ConfigError("finetune.from_scratch=true trains from a random initialisation; finetune.keep_head="
+                              "true keeps a pretrained head: set one of them false")
+        params = None
     return Pretrained(params, model_cfg, info, tok_dir, tokenizer, str(init))
 
 
@@ -89,10 +97,12 @@ def fit_tensor(fresh: Any, value: Any, where: str, strict: bool = False) -> Any:
     raise ConfigError(f"pretrained parameter '{where}' does not fit the finetuning model: {got} vs {ref}")
 
 
-def merge_encoder(pretrained: dict, trunk: str, keep_head: bool = False, where: str = "finetune.init"):
+def merge_encoder(pretrained: dict | None, trunk: str, keep_head: bool = False, where: str = "finetune.init"):
     """init_params for ``fit``: a fresh head + the pretrained trunk (a pooler missing from the checkpoint stays
     freshly initialised). ``keep_head``: the checkpoint's task head too (finetune.keep_head); it must exist
-    and fit."""
+    and fit. ``pretrained`` None (``finetune.from_scratch``): None, so ``fit`` keeps its fresh initialisation."""
+    if pretrained is None:
+        return None
 
     def merge(fresh):
         fresh = jax.tree.map(lambda x: x, fresh)

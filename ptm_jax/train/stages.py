@@ -158,7 +158,9 @@ def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | 
 
 def run(cfg: RunConfig) -> dict[str, Any]:
     """The main job: pretrain, then the finetuning job ``finetune.job`` (``ptm_jax/jobs``; ULMFiT's target-task LM
-    and classifier: the 'ulmfit' job) when ``finetune.task`` is set."""
+    and classifier: the 'ulmfit' job) when ``finetune.task`` is set, and with ``finetune.scratch_baseline`` the
+    same job on the same network from a random initialisation (``finetune.from_scratch``; summary key
+    ``from_scratch``): what pretraining added."""
     # every stage's batch, before any stage runs: a finetuning batch the mesh cannot divide must not wait for
     # the end of pretraining to fail
     check_stage_batches(cfg, ["pretrain", "finetune"] if cfg.finetune.task else ["pretrain"])
@@ -168,8 +170,10 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         check_job_family(cfg)
     summary = {"pretrain": pretrain(cfg)}
     if cfg.finetune.task and not summary["pretrain"]["preempted"]:
-
         summary["finetune"] = finetune(cfg)
+        if cfg.finetune.scratch_baseline and not summary["finetune"].get("preempted"):
+            summary["from_scratch"] = finetune(dataclasses.replace(
+                cfg, finetune=dataclasses.replace(cfg.finetune, from_scratch=True)))
     if jax.process_index() == 0:
         fs.write_text_atomic(fs.path(cfg.output_dir) / "summary.json", json.dumps(summary, indent=2))
     return summary

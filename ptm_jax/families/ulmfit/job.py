@@ -44,7 +44,7 @@ def run(cfg: Any, *, stop_after: int | None = None) -> dict[str, Any]:
     out = fs.path(cfg.output_dir)
     first, first_steps = general_lm(cfg)
     init, stage2 = first, None
-    if steps:
+    if steps and not cfg.finetune.from_scratch:  # from scratch: no weights to carry, stage 2 would be lost
         stage2 = pipeline.lm_finetune(cfg, steps, first=first, first_steps=first_steps, stop_after=stop_after)
         if stage2["preempted"]:
             return {"task": cfg.finetune.task, "lm_finetune": stage2, "preempted": True,

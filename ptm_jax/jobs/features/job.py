@@ -59,6 +59,9 @@ def build_feature_task(cfg: RunConfig, eval_split: str = "dev", tagging: Any = N
     ``tagging``: the tagger's output layer (a kept model's own; None: the run's ``[tagging]``)."""
     f = cfg.finetune
     h = config_lib.section(cfg, "features")
+    if f.from_scratch:
+        raise ConfigError("finetune.job=features trains a head over frozen pretrained features; "
+                          "finetune.from_scratch=true would freeze random ones: set it false (or finetune.job=task)")
     source = resolve_source(f.init)
     cache = h.feature_cache or fs.to_str(fs.path(cfg.output_dir) / "feature_cache")
     if h.head in TAGGERS:
