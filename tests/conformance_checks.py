@@ -1,7 +1,8 @@
 """The conformance checks (see tests/test_conformance.py), shared by the two test modules that split the
 registered families between them, so that the two xdist workers of the suite (``--dist loadfile``) can each take
 one. A test module imports the checks and defines ``runs`` over its objectives (the uninterrupted, stopped and resumed
-runs compile the same programs: the test run's compilation cache, tests/conftest.py, serves two of the three)."""
+runs share one ``compile_objective``: the stopped run and its resumption (from the checkpoint) run the programs
+the uninterrupted run compiled, without tracing or compiling them again)."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +17,7 @@ from ptm_jax.config import MeshConfig, load_config, section_types, to_dict
 from ptm_jax.export import params as params_lib
 from ptm_jax.families import registry
 from ptm_jax.parallel.mesh import make_mesh
-from ptm_jax.train.loop import fit
+from ptm_jax.train.loop import compile_objective, fit
 from ptm_jax.train.stages import prepare_corpus
 from ptm_jax.train.metrics import read_metrics
 
@@ -100,9 +101,10 @@ def objective_runs(objective: str, shared_data, tmp_path_factory):
     cfg, family, obj = _build(objective, shared_data, root)
     mesh = make_mesh(MeshConfig(2, 2, 2))
     meta = {"config": to_dict(cfg)}
-    whole = fit(obj, cfg.train, mesh, root / "whole", meta=meta)
-    first = fit(obj, cfg.train, mesh, root / "resumed", meta=meta, stop_after=1)
-    resumed = fit(obj, cfg.train, mesh, root / "resumed", meta=meta)
+    compiled = compile_objective(obj, cfg.train, mesh)  # the three runs on (2,2,2) run the same programs
+    whole = fit(obj, cfg.train, mesh, root / "whole", meta=meta, compiled=compiled)
+    first = fit(obj, cfg.train, mesh, root / "resumed", meta=meta, stop_after=1, compiled=compiled)
+    resumed = fit(obj, cfg.train, mesh, root / "resumed", meta=meta, compiled=compiled)
     one = fit(obj, cfg.train, make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1]), root / "one", meta=meta)
     return types.SimpleNamespace(objective=objective, cfg=cfg, family=family, root=root, whole=whole, first=first,
                                  resumed=resumed, one=one)

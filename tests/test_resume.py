@@ -30,7 +30,9 @@ from ptm_jax.train import stages
 from ptm_jax.train.loop import fit
 
 REPO = Path(__file__).resolve().parent.parent
-STEPS, EVERY, KILL_AT = 30, 5, 10
+# 20 steps, as tests/test_preemption.py: the step bakes ``train.steps`` into its learning-rate schedule, so the
+# two modules' `ptm pretrain` processes compile the same programs and the run's compilation cache serves both
+STEPS, EVERY, KILL_AT = 20, 5, 10
 ENV = {**os.environ, "XLA_FLAGS": xla_flags(8), "JAX_PLATFORMS": "cpu",
        "USE_TF": "0", "TF_CPP_MIN_LOG_LEVEL": "2", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}

@@ -145,7 +145,7 @@ def test_segments_with_an_unbounded_memory_equal_one_causal_pass_and_masked_memo
     junk = jax.random.normal(jax.random.key(1), (2, 2, 64, 16))
     masked, _, _ = apply(params, ids[:, :6], junk, jnp.zeros((2,), jnp.int32))
     np.testing.assert_allclose(np.asarray(masked), np.asarray(whole[:, :6]), atol=2e-5)
-    seen, _, _ = model.apply(params, ids[:, :6], junk)
+    seen, _, _ = jax.jit(model.apply)(params, ids[:, :6], junk)
     assert np.abs(np.asarray(seen) - np.asarray(whole[:, :6])).max() > 1e-2
 
 
@@ -184,17 +184,19 @@ def test_the_train_step_carries_each_layers_memory_and_the_next_loss_reads_it(sh
     assert not np.asarray(state0.carry["valid"]).any()
     state1, _ = compiled.train_step(state0, to_global(b0, mesh, compiled.batch_keys), jax.random.key(0))
     carry1 = jax.device_get(state1.carry)
-    _, mems, valid = obj.model.apply(params0, jnp.asarray(b0["input_ids"]), jnp.zeros_like(carry1["mems"]),
-                                     jnp.zeros((8,), jnp.int32))
+    _, mems, valid = jax.jit(obj.model.apply)(params0, jnp.asarray(b0["input_ids"]), jnp.zeros_like(carry1["mems"]),
+                                              jnp.zeros((8,), jnp.int32))
     np.testing.assert_allclose(carry1["mems"], np.asarray(mems), atol=1e-5)
     assert np.asarray(carry1["valid"]).tolist() == [cfg.data.max_seq_length] * 8
     params1 = jax.device_get(state1.params)
     norm = {"lm": jnp.float32(b1["target_weights"].sum())}
-    with_mem, _, _ = obj.loss_carrying(params1, b1, carry1, None, norm, False)
-    without, _ = obj.loss(params1, b1, None, norm, False)
+    # jitted, as the train step runs them (eagerly each of their ~150 operations compiles a program of its own)
+    loss_carrying = jax.jit(obj.loss_carrying, static_argnums=5)
+    with_mem, _, _ = loss_carrying(params1, b1, carry1, None, norm, False)
+    without, _ = jax.jit(obj.loss, static_argnums=4)(params1, b1, None, norm, False)
     assert abs(float(with_mem) - float(without)) > 1e-3
     reset = dict(b1, reset=np.ones(8, np.int32))  # a pass start forgets the memory
-    np.testing.assert_allclose(float(obj.loss_carrying(params1, reset, carry1, None, norm, False)[0]),
+    np.testing.assert_allclose(float(loss_carrying(params1, reset, carry1, None, norm, False)[0]),
                                float(without), rtol=1e-6)
 
 
@@ -269,7 +271,7 @@ def test_malformed_hugging_face_folders_are_checkpoint_errors_naming_the_field_o
         with pytest.raises(CheckpointError, match=message):
             txl_hf.model_config_from_hf({**good, **change}, Path("config.json"))
     cfg = txl_hf.model_config_from_hf(good, Path("config.json"))
-    params = TransfoXLLMHeadModel(cfg).init(jax.random.key(0), jnp.zeros((1, 3), jnp.int32))["params"]
+    params = jax.jit(TransfoXLLMHeadModel(cfg).init)(jax.random.key(0), jnp.zeros((1, 3), jnp.int32))["params"]
     tensors = txl_hf.params_to_hf(jax.device_get(nn.meta.unbox(params)), cfg)
     r_net = tensors.pop("transformer.layers.1.dec_attn.r_net.weight")
     with pytest.raises(CheckpointError, match="missing tensors: transformer.layers.1.dec_attn.r_net.weight"):
