@@ -118,6 +118,16 @@ def write_config(cfg: RunConfig) -> None:
                              json.dumps(config_lib.to_dict(cfg), indent=2))
 
 
+def pretrain_param_groups(model_cfg: Any) -> list | None:
+    """The parameter groups of a pretraining run: the family's own for the stage 'pretrain'
+    (``ParamLayout.param_groups``: e.g. ULMFiT and NNLM decay every weight but no bias), else None (the optimizer's
+    default, ``train/param_groups.py`` ``DEFAULT_RULES``: only leaves named ``kernel`` or ``embedding`` decay)."""
+    from ptm_jax.families import registry
+
+    own = registry.get(model_cfg.family).layout.param_groups
+    return list(own(model_cfg, "pretrain")) if own else None
+
+
 def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | None = None,
              hooks: Sequence[Any] = ()) -> dict[str, Any]:
     """Pretrains cfg.model with cfg.objective; returns the final train/eval figures and the baseline. ``hooks``:
@@ -132,7 +142,8 @@ def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | 
     objective = build_objective(cfg, corpus)
     mesh = make_mesh(cfg.mesh)
     result = fit(objective, cfg.train, mesh, fs.path(cfg.output_dir) / "pretrain", stop_after=stop_after,
-                 meta={"config": config_lib.to_dict(cfg)}, hooks=hooks)
+                 param_groups=pretrain_param_groups(cfg.model), meta={"config": config_lib.to_dict(cfg)},
+                 hooks=hooks)
     summary: dict[str, Any] = {"stage": "pretrain", "step": result.step, "preempted": result.preempted,
                                "train": result.train_metrics, "eval": objective.summarize(result.eval_metrics),
                                "corpus": {"documents": corpus.cache.num_docs, "tokens": corpus.cache.num_tokens,
