@@ -60,7 +60,8 @@ def schedule(tcfg: Any):
 
 def train(model, batches: Sequence[dict[str, np.ndarray]], tcfg: Any, model_cfg: Any,
           group_lr: Sequence[float] | None = None, no_decay: str = "bias") -> np.ndarray:
-    """Trains ``model`` (in training mode) on ptm's host batches; returns the loss each step minimised.
+    """Trains ``model`` (in training mode where a dropout is on) on ptm's host batches; returns the loss each step
+    minimised.
     ``group_lr``: learning-rate multipliers of ``awd_lstm_lm_split``'s groups (the LSTM layers bottom first, then
     the embedding with the decoder); ``no_decay``: parameters whose name contains it get no weight decay."""
     import torch
@@ -76,7 +77,11 @@ def train(model, batches: Sequence[dict[str, np.ndarray]], tcfg: Any, model_cfg:
             opt.state[p]["do_wd"] = False
     mults = list(group_lr) if group_lr is not None else [1.0] * len(groups)
     lr_at = schedule(tcfg)
-    model.train()
+    # with every dropout at 0 the modes compute the same; eval mode then, because in training mode fastai's
+    # WeightDropout at weight_p=0 sets F.dropout(raw, 0)'s result, the raw Parameter itself, on the LSTM, which
+    # registers it there, and the next reset() fails to assign a plain tensor in its place
+    m = model_cfg
+    model.train(any(p > 0 for p in (m.output_p, m.hidden_p, m.input_p, m.embed_p, m.weight_p)))
     model.reset()
     losses = []
     for t, b in enumerate(batches):

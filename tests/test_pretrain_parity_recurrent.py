@@ -21,6 +21,9 @@ from ptm_jax.objectives.registry import build_objective
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.stages import prepare_corpus, pretrain_param_groups
 
+torch = pytest.importorskip("torch")
+torch.set_num_threads(1)  # the references' tiny matmuls: a second thread only waits (and the suite runs 2 workers)
+
 STEPS, VOCAB = 24, 300
 LOSS_TOL, PARAM_TOL = 1e-4, 1e-4
 
@@ -63,7 +66,7 @@ def test_ulmfit_lm_trains_like_fastai_awd_lstm_with_stlr_and_discriminative_rate
     cfg, corp, obj = _prepare("ulmfit_tiny", shakespeare[:150], tmp_path, [  # a pass: about 12 steps
         "model.embed_dim=16", "model.hidden_dim=24", "data.max_seq_length=10", "data.bptt_std=2.0",
         "data.bptt_bucket=16", "train.batch_size=8", "train.optimizer=adamw", "train.adam_bias_correction=true",
-        "train.learning_rate=0.01", "train.lr_decay=slanted_triangular", "train.warmup_steps=3",
+        "train.learning_rate=0.03", "train.lr_decay=slanted_triangular", "train.warmup_steps=3",
         "train.weight_decay=0.01", "train.clip_norm=0.4", f"train.param_groups=[{groups}]",
         *(f"model.{p}=0" for p in ("output_p", "hidden_p", "input_p", "embed_p", "weight_p"))])
     model = ref.build(cfg.model, 0, corp.tokenizer.pad_id)
@@ -76,7 +79,7 @@ def test_ulmfit_lm_trains_like_fastai_awd_lstm_with_stlr_and_discriminative_rate
     gap, where = trajectory.param_gap(ours.params, {"params": import_state_dict(ref.state_arrays(model),
                                                                                 cfg.model)})
     assert gap < PARAM_TOL, (gap, where)
-    assert ours.losses[-1] < ours.losses[0] - 0.3  # it trained
+    assert ours.losses[-1] < ours.losses[0] - 0.3, ours.losses.tolist()  # it trained
 
 
 def test_elmo_bilm_trains_like_allennlps_modules_in_bilm_tfs_training_graph(shakespeare, tmp_path):

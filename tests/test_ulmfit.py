@@ -309,7 +309,9 @@ def test_classifier_head_learns_over_a_frozen_trunk_at_ulmfits_rate_and_keeps_ru
     logits = jax.jit(lambda p, i, m: AwdLstmClassifier(quiet, 2).apply(p, i, m, False, rngs={
         "dropout": jax.random.key(2)}))(state.params, d["input_ids"], d["input_mask"])
     accuracy = float(np.mean(np.argmax(np.asarray(logits), -1) == objective.dev["labels"]))
-    assert accuracy > 0.8, accuracy
+    # a head whose ReLUs died stays at the majority class (0.5); this random trunk gives 0.79 (0.80 before each
+    # layer kept PyTorch's two gate biases, which changed the trunk's initial gates)
+    assert accuracy > 0.75, accuracy
 
 
 def test_batch_norm_is_pytorchs_batchnorm1d_with_padding_rows_left_out():
