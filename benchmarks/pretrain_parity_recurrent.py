@@ -100,7 +100,7 @@ def ulmfit(out: Path, corpus: Path, args, mesh) -> dict:
     corp = prepare_corpus(cfg)
     pad = corp.tokenizer.pad_id
     mults = [DISCRIMINATIVE ** -(n - i) for i in range(n)] + [1.0]
-    rules = pretrain_param_groups(cfg.model)
+    rules = pretrain_param_groups(cfg)
 
     def one(c, seed: int, init_seed: int = 0):
         obj = build_objective(c, corp)
@@ -155,7 +155,7 @@ def elmo(out: Path, corpus: Path, args, mesh) -> dict:
     files = ref.write_bilm_tf(init["params"], cfg.model, out / "init")
     tree, _ = load_bilm(*files)
     assert trajectory.param_gap(init["params"], tree)[0] == 0.0, "bilm-tf layout round trip"
-    rules = pretrain_param_groups(cfg.model)
+    rules = pretrain_param_groups(cfg)
 
     def one(c, seed: int):
         import torch
@@ -205,7 +205,7 @@ def nnlm(out: Path, corpus: Path, args, mesh) -> dict:
                   NNLM + [f"train.warmup_steps={max(args.steps // 10, 1)}"])
     corp = prepare_corpus(cfg)
     obj = build_objective(cfg, corp)
-    rules = pretrain_param_groups(cfg.model)
+    rules = pretrain_param_groups(cfg)
     init = trajectory.initial_params(obj, cfg.train, mesh)
     model = ref.build(cfg.model)
     ref.load_ptm(model, init["params"])

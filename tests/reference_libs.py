@@ -2,7 +2,8 @@
 biLM modules).
 
 Neither goes into the test environment itself: fastai's own requirements (torchvision, spacy) would let pip replace
-the pinned torch, and AllenNLP 2.10 pins torch < 1.13. The README's test command installs each with ``--no-deps``
+the pinned torch, and AllenNLP 2.10 pins torch < 1.13. The README's test command installs each from its lock file
+(``requirements/fastai.lock``, ``requirements/allennlp.lock``, made by requirements/compile.sh) with ``--no-deps``
 into a folder of its own (``.venv/fastai``: fastai and the few pure-Python packages it imports; ``.venv/allennlp``:
 AllenNLP alone, whose ELMo modules tests/test_elmo.py imports without the package's framework), and :func:`use`
 appends that folder to ``sys.path``: appended, so a package the test environment has always wins over a copy
@@ -16,12 +17,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-INSTALL = {
-    "fastai": "pip install -q --no-deps --target .venv/fastai 'fastai==2.8.12' 'fastcore==2.2.41' "
-              "'fasttransform==0.0.5' 'fastdownload==0.0.8' 'fastprogress==1.0.3' 'plum-dispatch==2.9.0' "
-              "'beartype==0.23.1' 'pandas==3.1.1'",
-    "allennlp": "pip install -q --no-deps --target .venv/allennlp 'allennlp==2.10.1'",
-}
+INSTALL = {name: f"pip install -q --no-deps --target .venv/{name} -r requirements/{name}.lock"
+           for name in ("fastai", "allennlp")}
 """The README test command's install step of each folder (tests/test_readme.py checks that it carries them)."""
 
 

@@ -71,7 +71,7 @@ def test_ulmfit_lm_trains_like_fastai_awd_lstm_with_stlr_and_discriminative_rate
         *(f"model.{p}=0" for p in ("output_p", "hidden_p", "input_p", "embed_p", "weight_p"))])
     model = ref.build(cfg.model, 0, corp.tokenizer.pad_id)
     params = {"params": import_state_dict(ref.state_arrays(model), cfg.model)}
-    ours = trajectory.run_ptm(obj, cfg.train, _one_device(), STEPS, params, pretrain_param_groups(cfg.model))
+    ours = trajectory.run_ptm(obj, cfg.train, _one_device(), STEPS, params, pretrain_param_groups(cfg))
     theirs = ref.train(model, ours.batches, cfg.train, cfg.model, [2.6 ** -3, 2.6 ** -2, 2.6 ** -1, 1.0])
     widths = {int(b["target_weights"][0].sum()) for b in ours.batches}
     assert len(widths) > 3 and sum(int(b["reset"][0]) for b in ours.batches) >= 2  # variable BPTT, passes restart
@@ -101,7 +101,7 @@ def test_elmo_bilm_trains_like_allennlps_modules_in_bilm_tfs_training_graph(shak
     files = ref.write_bilm_tf(init["params"], cfg.model, tmp_path / "init")
     tree, _ = load_bilm(*files)
     assert trajectory.param_gap(init["params"], tree) == (0.0, "")  # the bilm-tf layout round trip is exact
-    ours = trajectory.run_ptm(obj, cfg.train, mesh, STEPS, {"params": tree}, pretrain_param_groups(cfg.model))
+    ours = trajectory.run_ptm(obj, cfg.train, mesh, STEPS, {"params": tree}, pretrain_param_groups(cfg))
     model = ref.build(*files)
     theirs = ref.train(model, ours.batches, obj.char_table, cfg.train, cfg.model)
     np.testing.assert_allclose(ours.losses, ours.terms["lm_loss"] * 8, rtol=1e-6)  # the loss x unroll
@@ -126,7 +126,7 @@ def test_nnlm_trains_like_a_pytorch_bengio_model_written_from_the_paper(shakespe
     model = ref.build(cfg.model)
     ref.load_ptm(model, init["params"])
     assert trajectory.param_gap(init["params"], ref.as_ptm(model)) == (0.0, "")
-    ours = trajectory.run_ptm(obj, cfg.train, mesh, STEPS, init, pretrain_param_groups(cfg.model))
+    ours = trajectory.run_ptm(obj, cfg.train, mesh, STEPS, init, pretrain_param_groups(cfg))
     theirs = ref.train(model, ours.batches, cfg.train, cfg.model.order)
     assert trajectory.loss_gap(ours.losses, theirs) < LOSS_TOL, np.abs(ours.losses - theirs)
     gap, where = trajectory.param_gap(ours.params["params"], ref.as_ptm(model))
@@ -137,21 +137,18 @@ def test_nnlm_trains_like_a_pytorch_bengio_model_written_from_the_paper(shakespe
 def test_pretraining_takes_the_familys_parameter_groups():
     """ULMFiT and NNLM decay every weight (ULMFiT's recurrent kernels included) and no bias; a family without its
     own groups keeps the optimizer's default (leaves named kernel or embedding)."""
-    from ptm_jax.families.nnlm.config import NnlmConfig
-    from ptm_jax.families.ulmfit.config import UlmfitConfig
     from ptm_jax.train import param_groups as pg
 
     layer = {"kernel": np.ones((2, 8)), "recurrent_kernel": np.ones((2, 8)), "bias": np.ones(8),
              "recurrent_bias": np.ones(8)}
     tree = {"params": {"ulmfit": {"embedding": np.ones((5, 2)), "layers_0": layer}, "lm_head": {"bias": np.ones(5)}}}
-    decay = pg.multipliers(pretrain_param_groups(UlmfitConfig(num_layers=1)), tree, "weight_decay")["params"]
+    rules = pretrain_param_groups(load_config("ulmfit_tiny", ["model.num_layers=1"]))
+    decay = pg.multipliers(rules, tree, "weight_decay")["params"]
     assert decay["ulmfit"]["layers_0"] == {"kernel": 1.0, "recurrent_kernel": 1.0, "bias": 0.0,
                                            "recurrent_bias": 0.0}
     assert decay["ulmfit"]["embedding"] == 1.0 and decay["lm_head"]["bias"] == 0.0
     nnlm = {"params": {"nnlm": {"embedding": np.ones((5, 2)), "hidden": {"kernel": np.ones((2, 3)),
                                                                           "bias": np.ones(3)}}}}
-    d = pg.multipliers(pretrain_param_groups(NnlmConfig()), nnlm, "weight_decay")["params"]["nnlm"]
+    d = pg.multipliers(pretrain_param_groups(load_config("nnlm_tiny")), nnlm, "weight_decay")["params"]["nnlm"]
     assert d == {"embedding": 1.0, "hidden": {"kernel": 1.0, "bias": 0.0}}
-    from ptm_jax.families.elmo.config import ElmoConfig
-
-    assert pretrain_param_groups(ElmoConfig()) is None
+    assert pretrain_param_groups(load_config("elmo_tiny")) is None

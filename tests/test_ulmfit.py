@@ -3,8 +3,8 @@ trained through the loop with its carried state, the classifier stage's paramete
 triangular rates, and the pipeline's refusal to build a classifier without a finished LM.
 
 fastai is not in pyproject.toml: its own requirements (torchvision, spacy) would let pip replace the pinned torch.
-The README's test command installs it with ``--no-deps`` into ``.venv/fastai`` (tests/reference_libs.py); the
-three fastai tests skip, saying so, only where that folder is missing."""
+The README's test command installs it from requirements/fastai.lock with ``--no-deps`` into ``.venv/fastai``
+(tests/reference_libs.py); the three fastai tests skip, saying so, only where that folder is missing."""
 from __future__ import annotations
 
 import jax
@@ -16,7 +16,7 @@ import reference_libs
 from ptm_jax.errors import CheckpointError, ConfigError
 from ptm_jax.families.ulmfit import hooks
 from ptm_jax.families.ulmfit.config import UlmfitConfig
-from ptm_jax.families.ulmfit.lm_data import LmBatches, bucket_lengths
+from ptm_jax.data.pretraining.contiguous_rows import LmBatches, bucket_lengths
 from ptm_jax.families.ulmfit.model import AwdLstmLanguageModel
 from ptm_jax.families.ulmfit.objective import carry_to_tuple
 from ptm_jax.families.ulmfit.weights import as_variables, import_state_dict, load_fastai
