@@ -13,8 +13,9 @@ For each objective, at a small shape:
    ``--steps`` steps and the largest parameter difference at the end.
    Beside it, the float32 rounding the comparison cannot remove: the same reference run again in float64 from
    the same start on the same batches; reported are the largest loss gap of ptm's (float32) trajectory to that
-   float64 one and of the reference's own float32 trajectory to it. Where ptm's is of the reference's size, the
-   gap between the two float32 runs is rounding that the training amplifies, not a different computation.
+   float64 one and of the reference's own float32 trajectory to it (NNLM: the final parameters' gaps too). Where
+   ptm's is of the reference's size, the gap between the two float32 runs is rounding that the training
+   amplifies, not a different computation.
 2. dropout on (the preset's rates): ``--seeds`` seeds per side (the dropout masks; NNLM has no dropout, so its
    seeds draw the initialisation on each side): ptm's mean over seeds of the mean loss of the last 50 steps,
    against the reference's per-seed range.
@@ -220,7 +221,8 @@ def nnlm(out: Path, corpus: Path, args, mesh) -> dict:
            "steps": args.steps, "loss_gap": trajectory.loss_gap(ours.losses, theirs),
            "param_gap": trajectory.param_gap(ours.params["params"], ref.as_ptm(model)),
            "first_loss": float(ours.losses[0]), "last_loss": float(ours.losses[-1]),
-           **_float64(ours.losses, theirs, exact)}
+           **_float64(ours.losses, theirs, exact),
+           **_float64_params(ours.params["params"], ref.as_ptm(model), ref.as_ptm(model64))}
     if args.seeds:  # no dropout: the seed draws the initialisation, each side with its own generator
         ptm_runs, ref_runs = [], []
         for s in range(args.seeds):
@@ -240,6 +242,14 @@ def _float64(ours, theirs, exact) -> dict:
 
     return {"loss_gap_to_float64": trajectory.loss_gap(ours, exact),
             "reference_float32_gap_to_float64": trajectory.loss_gap(theirs, exact)}
+
+
+def _float64_params(ours, theirs, exact) -> dict:
+    """Largest final-parameter gaps to the reference's float64 run: ptm's, the reference's own float32 run's."""
+    import trajectory
+
+    return {"param_gap_to_float64": trajectory.param_gap(ours, exact),
+            "reference_float32_param_gap_to_float64": trajectory.param_gap(theirs, exact)}
 
 
 def _log(what: str) -> None:
