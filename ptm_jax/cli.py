@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import importlib
+import io
 import logging
 import signal
 import sys
@@ -78,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     if verbose:
         logs.verbose_libraries()
     # SIGUSR1 writes every thread's Python stack to stderr (the run's log): launch/tpu_pod.sh's hang check asks
-    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    except (io.UnsupportedOperation, AttributeError, ValueError):  # sys.stderr is no file (ptm called in-process)
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True, chain=False)
     if args.command in ("run", "pretrain", "finetune"):
         from ptm_jax.train.loop import install_startup_sigterm_handler
 

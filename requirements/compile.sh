@@ -35,7 +35,10 @@ lock() {  # lock OUT INPUTS...
   echo "$out: $(grep -cE '^[A-Za-z0-9].*==' "$out") packages"
 }
 lock runtime.lock pyproject.toml requirements/pins.in
-lock test.lock pyproject.toml --extra test requirements/pins.in ${find_links:+--find-links "$find_links"}
+# --upgrade-package torch: the lock's own `torch==X` (the label dropped below) would otherwise be kept as a preference
+# and resolved on PyPI, whose torch is the CUDA build (with its nvidia-* wheels)
+lock test.lock pyproject.toml --extra test requirements/pins.in ${find_links:+--find-links "$find_links"} \
+  --upgrade-package torch
 # torch==X matches X+cpu, which pip prefers where the machine's index or find-links offer it (CI's does); the
 # local label would make the lock uninstallable from PyPI alone
 sed -i -E 's/^(torch==[0-9.]+)\+cpu$/\1/' requirements/test.lock
