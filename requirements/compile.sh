@@ -10,6 +10,8 @@
 #   cuda.lock           runtime + jax[cuda12] + py-spy                     launch/slurm_gpu.sbatch (PTM_VENV)
 #   transformers5.lock  Transformers 5 and its dependencies                pip install --target .venv/transformers5
 #   lamb_reference.lock the LAMB the optimizer parity test compares with   pip install --target .venv/lamb_reference
+#   fastai.lock         fastai's AWD-LSTM (the ULMFiT parity tests)        pip install --no-deps --target .venv/fastai
+#   allennlp.lock       AllenNLP's ELMo modules (the ELMo parity tests)    pip install --no-deps --target .venv/allennlp
 # All for CPython 3.11 on x86-64 Linux with glibc 2.31 or later (manylinux_2_31, libtpu's floor): the TPU VMs'
 # environment (tpu_pod.sh's PYTHON_VERSION) and CI's. torch's CPU build (a +cpu local version) is not on PyPI:
 # give the folder or index that serves it as TORCH_CPU_FIND_LINKS (default: pip's own find-links setting). uv
@@ -44,3 +46,5 @@ lock tpu.lock pyproject.toml requirements/tpu.in
 lock cuda.lock pyproject.toml requirements/cuda.in
 lock transformers5.lock requirements/transformers5.in
 lock lamb_reference.lock requirements/lamb_reference.in --no-deps  # on the test environment's torch
+lock fastai.lock requirements/fastai.in --no-deps  # on the test environment's torch and numpy
+lock allennlp.lock requirements/allennlp.in --no-deps

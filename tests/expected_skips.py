@@ -20,12 +20,6 @@ EXPECTED_SKIPS: dict[str, str] = {
     **{f"tests/test_conformance_lineage.py::test_hugging_face_round_trip_is_bit_equal[{objective}]": NO_HF
        for objective in ("awd_lstm_lm", "cbow", "elmo_bilm", "fasttext_cbow", "fasttext_skipgram", "glove", "nnlm",
                          "skipgram")},
-    # fastai and AllenNLP are not installed by the README's test command (their requirements conflict with the
-    # pinned torch; tests/test_ulmfit.py's and tests/test_elmo.py's docstrings): drop these four lines when it does
-    "tests/test_ulmfit.py::test_fastai_awd_lstm_forward_parity_with_carried_state": "fastai",
-    "tests/test_ulmfit.py::test_fastai_text_classifier_eval_parity_batchnorm_head_and_chunked_encoder": "fastai",
-    "tests/test_ulmfit.py::test_fastai_state_dict_missing_or_misshapen_tensor_is_a_checkpoint_error": "fastai",
-    "tests/test_elmo.py::test_features_equal_allennlp_elmo_bilm": "allennlp is not importable",
     # flair imports transformers and a dozen packages of its own in each of the check's two processes (minutes of
     # CPU on the 2-core CI machine): not installed by the test command; tests/test_flair.py checks the same
     # embeddings against a PyTorch re-implementation of flair's LanguageModel on every run (tests/flair_env.py

@@ -1,21 +1,21 @@
 """ELMo (ptm_jax/families/elmo): bilm-tf's character ids; the import of an options.json + weights.hdf5 in the
 bilm-tf layout (written here from known random weights) puts each tensor where it belongs; the imported
 model's per-layer word features equal an independent PyTorch re-implementation written here from bilm-tf's
-rules (TF gate order, forget bias, clipping, residual) and, where AllenNLP 2.10's source is importable, its
-``_ElmoBiLm``; bad input gets clear errors; the scalar mix; the log-uniform sampler; the data lanes carry
-both directions across batches; the tiny preset trains through the loop with state carried across steps."""
+rules (TF gate order, forget bias, clipping, residual) and AllenNLP 2.10's ``_ElmoBiLm`` (from the folder the
+README's test command installs it in, tests/reference_libs.py); bad input gets clear errors; the residual adds the
+dropped input; the scalar mix; the log-uniform sampler; the data lanes carry both directions across batches; the
+tiny preset trains through the loop with state carried across steps."""
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
-import sys
 import types
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import reference_libs
+from bilm_reference import load_allennlp_elmo
 
 from ptm_jax.errors import CheckpointError, ConfigError, DataError
 from ptm_jax.families.elmo import chars as ch
@@ -169,49 +169,11 @@ def test_features_equal_an_independent_torch_reimplementation(bilm):
     assert np.abs(first).max() == pytest.approx(3.0)   # the projection clip (3) bites on the first LSTM layer
 
 
-def load_allennlp_elmo():
-    """(AllenNLP 2.10's ``allennlp/modules/elmo.py``, its ``ELMoCharacterMapper``), importing only what
-    ``_ElmoBiLm`` needs: the package's __init__ (spacy, transformers pins) is skipped and its unrelated framework
-    imports are stubbed; None when allennlp is not installed."""
-    spec = importlib.util.find_spec("allennlp")
-    if spec is None or spec.submodule_search_locations is None:
-        return None
-    root = spec.submodule_search_locations[0]
-
-    def pkg(name, path=None, **attrs):
-        m = types.ModuleType(name)
-        m.__path__ = [path] if path else []
-        m.__dict__.update(attrs)
-        sys.modules[name] = m
-
-    class Registrable:
-        @classmethod
-        def register(cls, *a, **k):
-            return lambda x: x
-
-    if "allennlp.modules.elmo" not in sys.modules:
-        pkg("allennlp", root)
-        pkg("allennlp.common", FromParams=Registrable, Registrable=Registrable)
-        pkg("allennlp.common.checks", ConfigurationError=ValueError)
-        pkg("allennlp.common.file_utils", cached_path=lambda p, *a, **k: p)
-        pkg("allennlp.common.util", lazy_groups_of=None, int_to_device=lambda d: d, is_distributed=lambda: False,
-            is_global_primary=lambda: True, pad_sequence_to_length=None)
-        pkg("allennlp.modules", root + "/modules")
-        pkg("allennlp.nn", root + "/nn")
-        pkg("allennlp.data")
-        for name in ("instance", "vocabulary", "batch", "fields", "tokenizers", "tokenizers.token_class"):
-            pkg(f"allennlp.data.{name}", Instance=None, Vocabulary=None, Batch=None, TextField=None, Token=None)
-        pkg("allennlp.data.token_indexers", root + "/data/token_indexers")
-        pkg("allennlp.data.token_indexers.token_indexer", TokenIndexer=Registrable, IndexedTokenList=dict)
-    return (importlib.import_module("allennlp.modules.elmo"),
-            importlib.import_module("allennlp.data.token_indexers.elmo_indexer").ELMoCharacterMapper)
-
-
 def test_features_equal_allennlp_elmo_bilm(bilm):
     """AllenNLP's ``_ElmoBiLm`` (its own character mapper, weight loader and LSTM) on the same files."""
     loaded = load_allennlp_elmo()
     if loaded is None:
-        pytest.skip("allennlp is not importable (pip install --no-deps allennlp==2.10.1 to run this check)")
+        pytest.skip(reference_libs.missing("allennlp"))
     elmo, mapper = loaded[0], loaded[1]()
     model = elmo._ElmoBiLm(str(bilm.options), str(bilm.weights)).eval()
     n = max(map(len, SENTENCES))
@@ -285,6 +247,30 @@ def test_ptm_import_bilm_tf_then_embed_layers_and_scalar_mix_export_the_features
     assert cli.main(["import", "bilm-tf", str(bilm.options), str(tmp_path / "bad.hdf5"), "--out",
                      str(tmp_path / "x")]) == 2
     assert "bad.hdf5: not an HDF5 file" in capsys.readouterr().err
+
+
+def test_residual_adds_the_dropped_input_as_bilm_tfs_dropout_wrapper_does():
+    """bilm-tf wraps each residual LSTM cell in DropoutWrapper(input_keep_prob): the cell adds the input it was
+    given, the dropped one. With layer 2's weights at zero (its LSTMP outputs 0) its output is that input alone:
+    zero where dropout dropped layer 1's output, twice it (keep 0.5) elsewhere."""
+    import flax.linen as nn
+
+    from ptm_jax.families.elmo.config import ElmoConfig
+    from ptm_jax.families.elmo.model import DIRECTIONS, BiLM
+
+    cfg = ElmoConfig(vocab_size=10, filters=[[1, 2]], n_highway=0, projection_dim=4, lstm_dim=6, n_layers=2,
+                     dropout=0.5)
+    x = {d: jax.random.normal(jax.random.key(i), (2, 5, 4)) for i, d in enumerate(DIRECTIONS)}
+    mask = {d: jnp.ones((2, 5), bool) for d in DIRECTIONS}
+    params = nn.meta.unbox(BiLM(cfg).init(jax.random.key(0), x, mask, None, False))
+    for d in DIRECTIONS:
+        params["params"][f"{d}_1"] = jax.tree.map(jnp.zeros_like, params["params"][f"{d}_1"])
+    outs, _ = BiLM(cfg).apply(params, x, mask, None, True, rngs={"dropout": jax.random.key(3)})
+    for d in DIRECTIONS:
+        first, second = np.asarray(outs[d][0]), np.asarray(outs[d][1])
+        dropped = second == 0
+        assert 0.2 < dropped.mean() < 0.8 and not np.any(first == 0)
+        np.testing.assert_allclose(second[~dropped], 2 * first[~dropped], rtol=1e-6)
 
 
 def test_scalar_mix_is_gamma_times_softmax_weighted_sum_with_masked_layer_norm():

@@ -54,6 +54,21 @@ def test_cudnn_layout_gradients_equal_the_scan_gradients():
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
 
 
+def test_a_recurrent_bias_is_pytorchs_b_hh_in_the_scan_and_the_cudnn_layout():
+    """``recurrent_bias`` (PyTorch's b_hh beside b_ih = ``bias``) adds to the gates as the summed bias does, in both
+    implementations; the module declares it only when asked."""
+    w, x, mask, carry = _setup()
+    b_hh = jax.random.normal(jax.random.key(9), (4 * H,)) * 0.1
+    two, one = dict(w, recurrent_bias=b_hh), dict(w, bias=w["bias"] + b_hh)
+    want, want_carry = lstm_scan(one, x, mask, carry)
+    for got, got_carry in (lstm_scan(two, x, mask, carry), lstm_cudnn(two, x, mask, carry, core="reference")):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+        np.testing.assert_allclose(np.asarray(got_carry.c), np.asarray(want_carry.c), atol=1e-5)
+    with_bias = LSTM(H, recurrent_bias=True).init(jax.random.key(0), x)["params"]
+    assert with_bias["recurrent_bias"].unbox().shape == (4 * H,)
+    assert "recurrent_bias" not in LSTM(H).init(jax.random.key(0), x)["params"]
+
+
 def test_auto_runs_the_scan_on_cpu_and_cudnn_refuses_a_projection():
     w, x, mask, carry = _setup()
     auto, scan = LSTM(H, implementation="auto"), LSTM(H, implementation="scan")

@@ -1,4 +1,5 @@
-"""The README's two set-up commands exist, and .ci/run runs exactly the README's test command."""
+"""The README's two set-up commands exist, the test command installs the parity tests' reference libraries, and
+.ci/run runs exactly the README's test command."""
 import re
 
 from conftest import REPO
@@ -14,6 +15,14 @@ def test_readme_has_main_job_and_test_commands():
     assert cmds[0].endswith("ptm run") and "pip install -e ." in cmds[0]
     # the test environment is the lock file's exact versions (requirements/compile.sh makes it from the test extra)
     assert "python -m pytest" in cmds[1] and "-r requirements/test.lock" in cmds[1]
+
+
+def test_the_test_command_installs_the_reference_libraries_the_parity_tests_read():
+    """fastai and AllenNLP go into their own folders (tests/reference_libs.py), with the pins the tests expect."""
+    from reference_libs import INSTALL
+
+    for command in INSTALL.values():
+        assert command in _commands()[1]
 
 
 def test_ci_runs_exactly_the_readme_test_command():

@@ -2,16 +2,16 @@
 trained through the loop with its carried state, the classifier stage's parameter groups and slanted
 triangular rates, and the pipeline's refusal to build a classifier without a finished LM.
 
-The three fastai tests skip where fastai is absent: it is not in pyproject.toml because its own requirements
-(torchvision, spacy) would let pip replace the pinned torch. Install it beside torch with
-``pip install --no-deps fastai fastcore fasttransform fastdownload "fastprogress==1.0.3" plum-dispatch beartype
-pandas`` (fastprogress 1.1 imports python-fasthtml)."""
+fastai is not in pyproject.toml: its own requirements (torchvision, spacy) would let pip replace the pinned torch.
+The README's test command installs it from requirements/fastai.lock with ``--no-deps`` into ``.venv/fastai``
+(tests/reference_libs.py); the three fastai tests skip, saying so, only where that folder is missing."""
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import reference_libs
 
 from ptm_jax.errors import CheckpointError, ConfigError
 from ptm_jax.families.ulmfit import hooks
@@ -30,6 +30,8 @@ FASTAI_LM = dict(emb_sz=8, n_hid=12, n_layers=3, pad_token=1, bidir=False, outpu
 def fastai_lm(tmp_path_factory):
     """A fastai AWD-LSTM language model (vocabulary 50) with random decoder bias, saved as a .pth state dict."""
     torch = pytest.importorskip("torch")
+    if not reference_libs.use("fastai"):
+        pytest.skip(reference_libs.missing("fastai"))
     awd = pytest.importorskip("fastai.text.models.awdlstm")
     core = pytest.importorskip("fastai.text.models.core")
     torch.manual_seed(0)
@@ -69,8 +71,9 @@ def test_fastai_text_classifier_eval_parity_batchnorm_head_and_chunked_encoder(t
     PoolingLinearClassifier: BatchNorm1d, dropout, bias-free Linear, ReLU, ...) with random weights and random
     BatchNorm running statistics, imported: our classifier gives its logits in eval mode."""
     torch = pytest.importorskip("torch", reason="needs torch")
-    awd = pytest.importorskip("fastai.text.models.awdlstm", reason="fastai not installed (pip install --no-deps "
-                              "fastai fastcore ...; see the module doc)")
+    if not reference_libs.use("fastai"):
+        pytest.skip(reference_libs.missing("fastai"))
+    awd = pytest.importorskip("fastai.text.models.awdlstm")
     core = pytest.importorskip("fastai.text.models.core")
     from ptm_jax.families.ulmfit.model import AwdLstmClassifier
 
@@ -100,7 +103,10 @@ def test_fastai_state_dict_missing_or_misshapen_tensor_is_a_checkpoint_error(fas
     model, path = fastai_lm
     state = {k: v.numpy() for k, v in model.state_dict().items()}
     cfg = UlmfitConfig(vocab_size=50, embed_dim=8, hidden_dim=12, num_layers=3)
-    assert import_state_dict(state, cfg)["ulmfit"]["layers_1"]["recurrent_kernel"].shape == (12, 48)
+    layer = import_state_dict(state, cfg)["ulmfit"]["layers_1"]
+    assert layer["recurrent_kernel"].shape == (12, 48)
+    np.testing.assert_array_equal(layer["bias"], state["0.rnns.1.module.bias_ih_l0"])  # PyTorch's two biases stay
+    np.testing.assert_array_equal(layer["recurrent_bias"], state["0.rnns.1.module.bias_hh_l0"])  # two parameters
     missing = {k: v for k, v in state.items() if k != "0.rnns.1.weight_hh_l0_raw"}
     with pytest.raises(CheckpointError, match=r"missing tensor 'rnns\.1\.weight_hh_l0_raw'"):
         import_state_dict(missing, cfg, "lm.pth")
@@ -188,7 +194,7 @@ def test_classifier_parameter_groups_discriminative_rates_gradual_unfreezing_and
     assert pg.frozen_labels(rules, stats)["params"]["classifier"]["bn_0"] == {"running_mean": "frozen",
                                                                               "scale": "trainable"}
     off = hooks.param_groups(UlmfitConfig(discriminative_factor=1.0, gradual_unfreezing=False), "finetune")
-    assert [r.pattern for r in off] == [r"(^|/)bias$", r"(^|/)running_(mean|var)$"]  # both off: no group rule
+    assert [r.pattern for r in off] == [hooks.NO_DECAY_ON_BIASES, r"(^|/)running_(mean|var)$"]  # no group rule
     with pytest.raises(ConfigError, match="discriminative_lrs has 3 values but the classifier has 5 layer groups"):
         UlmfitConfig(discriminative_lrs=[1.0, 0.5, 0.25]).validate()
     from ptm_jax.train.optim import slanted_triangular
@@ -303,7 +309,9 @@ def test_classifier_head_learns_over_a_frozen_trunk_at_ulmfits_rate_and_keeps_ru
     logits = jax.jit(lambda p, i, m: AwdLstmClassifier(quiet, 2).apply(p, i, m, False, rngs={
         "dropout": jax.random.key(2)}))(state.params, d["input_ids"], d["input_mask"])
     accuracy = float(np.mean(np.argmax(np.asarray(logits), -1) == objective.dev["labels"]))
-    assert accuracy > 0.8, accuracy
+    # a head whose ReLUs died stays at the majority class (0.5); this random trunk gives 0.79 (0.80 before each
+    # layer kept PyTorch's two gate biases, which changed the trunk's initial gates)
+    assert accuracy > 0.75, accuracy
 
 
 def test_batch_norm_is_pytorchs_batchnorm1d_with_padding_rows_left_out():

@@ -19,11 +19,16 @@ parameter            shape       logical axes          meaning
 ``recurrent_kernel`` [P, 4H]     ('embed', 'mlp')      hidden-to-hidden (P = proj_size, or H without one)
 ``bias``             [4H]        ('mlp',)              one bias (torch's b_ih + b_hh; TF's bias with the
                                                        forget bias added to the f block)
+``recurrent_bias``   [4H]        ('mlp',)              ``recurrent_bias=True`` only: torch's b_hh, with
+                                                       ``bias`` its b_ih (the gates add both)
 ``projection``       [H, P]      ('mlp', 'embed')      LSTMP only (torch's ``weight_hr.T``)
 ===================  ==========  ====================  ==================================================
 
 The gate order is PyTorch's ``nn.LSTM`` order (i, f, g, o), so torch weights load as ``kernel = weight_ih.T``,
-``recurrent_kernel = weight_hh.T``, ``bias = bias_ih + bias_hh``, ``projection = weight_hr.T``. TensorFlow's
+``recurrent_kernel = weight_hh.T``, ``bias = bias_ih + bias_hh``, ``projection = weight_hr.T``; with
+``recurrent_bias=True`` the two biases stay two parameters (``bias = bias_ih``, ``recurrent_bias = bias_hh``), as
+``nn.LSTM`` trains them: the function is the same, but each gets its own gradient step, so an optimizer moves their
+sum twice as far as it moves one bias (what a model trained as in PyTorch needs: ULMFiT's AWD-LSTM). TensorFlow's
 ``LSTMCell`` orders its blocks (i, j, f, o) (j = g) and adds ``forget_bias`` (1.0) to f inside the cell:
 importers reorder and fold it into ``bias`` (``families/elmo/weights.py``).
 
@@ -70,6 +75,8 @@ def lstm_scan(weights: dict, inputs: jax.Array, mask: jax.Array | None = None, c
     ``mask`` [B, T] (True/1 = a real step; None: all real); ``carry``: the initial state (None: zeros).
     Returns (outputs [B, T, P] with zeros at masked steps, final carry). The carry stays float32."""
     kernel, recurrent, bias = weights["kernel"], weights["recurrent_kernel"], weights["bias"]
+    if "recurrent_bias" in weights:
+        bias = bias + weights["recurrent_bias"]
     projection = weights.get("projection")
     batch = inputs.shape[0]
     hidden = kernel.shape[-1] // 4
@@ -119,12 +126,12 @@ def lstm_cudnn(weights: dict, inputs: jax.Array, mask: jax.Array | None = None, 
     (``core='cudnn'``), or the same packing and flipping around jax's pure reference ``lstm_ref``
     (``core='reference'``, which runs on CPU: what the tests compare with the scan).
 
-    Weights go into cuDNN's flat layout (W_ih = kernel.T, W_hh = recurrent_kernel.T, b_ih = bias, b_hh = 0;
-    gate order i, f, g, o as here). ``mask`` must mark a prefix of each row (real steps first: every pipeline
-    here pads on the right) and becomes ``seq_lengths``; ``reverse`` runs cuDNN forward over each row's real
-    steps flipped in place (padding stays at the end), then flips the outputs back, so the backward pass starts
-    at the last real step from the initial carry, as the scan does. A row with no real step keeps its carry.
-    Computes in float32 (cuDNN's LSTM here is float32)."""
+    Weights go into cuDNN's flat layout (W_ih = kernel.T, W_hh = recurrent_kernel.T, b_ih = bias, b_hh =
+    recurrent_bias or 0; gate order i, f, g, o as here). ``mask`` must mark a prefix of each row (real steps
+    first: every pipeline here pads on the right) and becomes ``seq_lengths``; ``reverse`` runs cuDNN forward over
+    each row's real steps flipped in place (padding stays at the end), then flips the outputs back, so the backward
+    pass starts at the last real step from the initial carry, as the scan does. A row with no real step keeps its
+    carry. Computes in float32 (cuDNN's LSTM here is float32)."""
     from jax.experimental import rnn
 
     kernel, recurrent, bias = weights["kernel"], weights["recurrent_kernel"], weights["bias"]
@@ -142,8 +149,9 @@ def lstm_cudnn(weights: dict, inputs: jax.Array, mask: jax.Array | None = None, 
     flip = jax.vmap(lambda seq, n: jnp.roll(seq, t - n, axis=0)[::-1])  # real steps reversed, padding after
     if reverse:
         x = flip(x, run_lengths)
+    b_hh = weights.get("recurrent_bias", jnp.zeros((4 * hidden,), f32))
     flat = jnp.concatenate([kernel.T.astype(f32).ravel(), recurrent.T.astype(f32).ravel(), bias.astype(f32),
-                            jnp.zeros((4 * hidden,), f32)])
+                            b_hh.astype(f32)])
     h0, c0 = carry.h.astype(f32)[None], carry.c.astype(f32)[None]
     if core == "cudnn":
         y, h_n, c_n = rnn.lstm(x, h0, c0, flat, run_lengths, input_size=d, hidden_size=hidden, num_layers=1,
@@ -173,7 +181,8 @@ class LSTMWeights(nn.Module):
     their stacked weights) declares each layer's weights with it; :class:`LSTM` declares them the same way.
 
     ``forget_bias`` initialises the f block of ``bias`` (TensorFlow's LSTMCell adds 1.0 there; PyTorch 0).
-    ``init_scale`` None: U(-1/sqrt(H), 1/sqrt(H)) as PyTorch."""
+    ``init_scale`` None: U(-1/sqrt(H), 1/sqrt(H)) as PyTorch. ``recurrent_bias``: a second bias, PyTorch's b_hh
+    (module doc), initialised as ``bias``."""
 
     hidden_size: int
     proj_size: int | None = None
@@ -182,6 +191,7 @@ class LSTMWeights(nn.Module):
     reverse: bool = False
     forget_bias: float = 0.0
     init_scale: float | None = None
+    recurrent_bias: bool = False
     dtype: Any = jnp.float32
 
     def make_weights(self, in_dim: int) -> dict:
@@ -197,6 +207,8 @@ class LSTMWeights(nn.Module):
             "recurrent_kernel": self.param("recurrent_kernel", partitioned(init, ("embed", "mlp")), (out, 4 * hid)),
             "bias": self.param("bias", partitioned(bias_init, ("mlp",)), (4 * hid,)),
         }
+        if self.recurrent_bias:
+            weights["recurrent_bias"] = self.param("recurrent_bias", partitioned(init, ("mlp",)), (4 * hid,))
         if self.proj_size:
             weights["projection"] = self.param("projection", partitioned(init, ("mlp", "embed")), (hid, out))
         return weights

@@ -8,9 +8,10 @@
   ``projection_dim``.
 * :class:`BiLM`: per direction ``n_layers`` LSTMP layers (``models/lstm.py``, cell and projection clip), a
   residual connection around every layer but the first (bilm-tf's ``ResidualWrapper``: the carried state is
-  the cell's own, the layer's output adds its input), dropout on each layer's input in training. The backward
-  direction reads the text reversed (bilm-tf feeds it the reversed token ids), so both directions scan
-  forward in time; ``features.py`` reverses each sentence within its length.
+  the cell's own, the layer's output adds its input), dropout on each layer's input in training (bilm-tf's
+  ``DropoutWrapper(input_keep_prob)`` wraps the ``ResidualWrapper``, so the residual adds the dropped input).
+  The backward direction reads the text reversed (bilm-tf feeds it the reversed token ids), so both
+  directions scan forward in time; ``features.py`` reverses each sentence within its length.
 * :class:`ElmoLanguageModel`: both directions share the token representation and ONE softmax (``softmax``:
   W [vocab, projection_dim], b [vocab]); the loss is ``objective.py``'s.
 
@@ -111,7 +112,7 @@ class BiLM(nn.Module):
                             forget_bias=1.0, init_scale=None, dtype=dtype_of(cfg.dtype),
                             name=f"{d}_{i}")(inp, mask[d], None if carry is None else carry[d][i])
                 if cfg.use_skip_connections and i > 0:
-                    y = y + x
+                    y = y + inp  # bilm-tf: ResidualWrapper inside DropoutWrapper adds the dropped input
                 layers.append(y)
                 carries.append(c)
                 x = y

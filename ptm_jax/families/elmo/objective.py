@@ -2,7 +2,12 @@
 
     loss = 0.5 * (mean CE of the forward LM + mean CE of the backward LM)
 
-over the lane rows of ``data.py``; training uses the sampled softmax (``softmax.py``, ``model.num_sampled``
+over the lane rows of ``data.py``. A train step minimises ``unroll_steps * loss`` (``data.max_seq_length``
+positions per row), as bilm-tf's ``training.py`` takes its gradients (``compute_gradients(loss *
+options['unroll_steps'])``): the CE summed over a window's positions, averaged over rows and the two directions.
+Under Adagrad the factor is not a learning-rate rescaling (the accumulators' initial value and the global-norm clip
+do not scale with it). The reported ``loss`` is that product; ``lm_loss`` and the sampled terms stay per-position
+means. Training uses the sampled softmax (``softmax.py``, ``model.num_sampled``
 classes) and carries both directions' LSTM state from one step to the next (``TrainState.carry``, the
 ``CarriesState`` protocol, as bilm-tf feeds each batch's final state to the next); evaluation (``loss``) uses
 the full softmax from a zero state per window. ``lm_loss`` is the mean full-softmax CE over both
@@ -103,6 +108,8 @@ class ElmoObjective(SourceStreams, LanguageModelReport):
                 terms[f"{d}_loss"] = t["lm_loss"]
                 terms[f"{d}_accuracy"] = t["lm_accuracy"]
             loss = loss + 0.5 * num / jnp.maximum(normalizers[d], 1.0)
+        if train:
+            loss = loss * self.length  # bilm-tf: the gradients of loss * unroll_steps (module doc)
         if not sampled:
             f, bk = terms["forward_loss"], terms["backward_loss"]
             terms["lm_loss"] = (f[0] + bk[0], f[1] + bk[1])

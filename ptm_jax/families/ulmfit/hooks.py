@@ -21,6 +21,8 @@ import numpy as np
 from ptm_jax.errors import ConfigError
 
 TRUNK = "ulmfit"
+NO_DECAY_ON_BIASES = r"(^|/)(recurrent_)?bias$"
+"""The decoder's bias and both gate biases of every LSTM layer (``bias``, ``recurrent_bias``)."""
 
 
 def group_patterns(num_layers: int) -> list[tuple[str, str]]:
@@ -46,10 +48,11 @@ def group_multipliers(model_cfg: Any) -> list[float]:
 
 def param_groups(model_cfg: Any = None, stage: str = "pretrain") -> list:
     """The classifier stage's rules (``stage='finetune'``): discriminative rates and gradual unfreezing; the
-    LM stages use the shared defaults (no weight decay on biases)."""
+    LM stages (``stage='pretrain'``, ``train/stages.py`` ``pretrain_param_groups``): weight decay on every weight
+    (the embedding, both LSTM kernels) and on no bias."""
     from ptm_jax.train.param_groups import Rule
 
-    no_bias_decay = Rule(r"(^|/)bias$", weight_decay=0.0, where="ULMFiT: no weight decay on biases",
+    no_bias_decay = Rule(NO_DECAY_ON_BIASES, weight_decay=0.0, where="ULMFiT: no weight decay on biases",
                          must_match=False)
     if stage != "finetune" or model_cfg is None:
         return [no_bias_decay]

@@ -13,10 +13,14 @@ matches on imported weights (``families/ulmfit/weights.py``, ``tests/test_ulmfit
   pass (passed to the LSTM layer as ``recurrent_fn``);
 - layer i maps hidden_dim -> hidden_dim except the last, which outputs embed_dim so that the decoder's weight is
   the embedding (tied weights, Inan et al. 2017; Press & Wolf 2017), plus its own bias.
+- each LSTM layer keeps PyTorch's two gate biases (``bias`` = ``bias_ih``, ``recurrent_bias`` = ``bias_hh``,
+  ``models/lstm.py``), each initialised U(-1/sqrt(H), 1/sqrt(H)) and trained as its own parameter, as fastai's
+  ``nn.LSTM`` trains them: one summed bias would get one optimizer step where fastai's pair gets two.
 
 Params tree: ``{'ulmfit': {'embedding', 'layers_0', ..., 'layers_{n-1}'}, 'lm_head': {'bias'[, 'kernel']}}`` for
 the language model; the classifier keeps the trunk and puts its head under ``'classifier'``. The per-layer LSTM
-weights follow ``models/lstm.py``'s layout (kernel [D, 4H], recurrent_kernel [H, 4H], bias [4H], gates i, f, g, o).
+weights follow ``models/lstm.py``'s layout (kernel [D, 4H], recurrent_kernel [H, 4H], bias [4H], recurrent_bias
+[4H], gates i, f, g, o).
 
 The classifier head is fastai's ``PoolingLinearClassifier`` (``fastai/text/models/core.py``, two ``LinBnDrop``
 blocks): concat pooling -> BatchNorm -> dropout(output_p) -> linear(50, no bias) -> ReLU -> BatchNorm ->
@@ -83,7 +87,7 @@ class AwdLstm(nn.Module):
                     keep = jax.random.bernoulli(rng, 1.0 - cfg.weight_p, w.shape)
                     return w * keep.astype(w.dtype) / (1.0 - cfg.weight_p)
 
-            x, c = LSTM(hid, dtype=dtype, implementation=cfg.lstm_impl, name=f"layers_{i}")(
+            x, c = LSTM(hid, recurrent_bias=True, dtype=dtype, implementation=cfg.lstm_impl, name=f"layers_{i}")(
                 x, mask, carry[i], recurrent_fn=drop)
             new_carry.append(c)
             if i != cfg.num_layers - 1:

@@ -52,7 +52,7 @@ def lm_finetune(cfg: Any, steps: int, *, first: Path | None = None, first_steps:
     from ptm_jax.objectives.registry import build_objective
     from ptm_jax.parallel.mesh import make_mesh
     from ptm_jax.train.loop import fit
-    from ptm_jax.train.stages import prepare_corpus
+    from ptm_jax.train.stages import prepare_corpus, pretrain_param_groups
 
     out = fs.path(cfg.output_dir)
     first = out / "pretrain" if first is None else first
@@ -75,7 +75,8 @@ def lm_finetune(cfg: Any, steps: int, *, first: Path | None = None, first_steps:
     objective = build_objective(stage_cfg, corpus)
     merge = _lm_merge(pretrained)
     result = fit(objective, stage_cfg.train, make_mesh(cfg.mesh), out / "lm_finetune" / "pretrain",
-                 init_params=merge, stop_after=stop_after, meta={"config": config_lib.to_dict(stage_cfg)})
+                 init_params=merge, stop_after=stop_after, param_groups=pretrain_param_groups(stage_cfg),
+                 meta={"config": config_lib.to_dict(stage_cfg)})
     return {"stage": "lm_finetune", "step": result.step, "preempted": result.preempted, "text": str(text),
             "train": result.train_metrics}
 

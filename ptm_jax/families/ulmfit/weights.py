@@ -8,7 +8,8 @@ prefixed ``0.`` (the encoder inside the LM) and with the decoder under ``1.``::
     rnns.{i}.weight_hh_l0_raw             [4H, H]     -> ulmfit/layers_i/recurrent_kernel (transposed; the raw
                                                          weight that WeightDropout drops from)
     rnns.{i}.module.weight_ih_l0          [4H, D]     -> ulmfit/layers_i/kernel (transposed)
-    rnns.{i}.module.bias_ih_l0 + bias_hh_l0  [4H]     -> ulmfit/layers_i/bias (their sum)
+    rnns.{i}.module.bias_ih_l0            [4H]        -> ulmfit/layers_i/bias
+    rnns.{i}.module.bias_hh_l0            [4H]        -> ulmfit/layers_i/recurrent_bias
     1.decoder.bias                        [V]         -> lm_head/bias (zeros when absent: a bare encoder)
     1.decoder.weight                      [V, E]      -> lm_head/kernel (transposed) when the weights are untied
 
@@ -112,7 +113,8 @@ def import_state_dict(state: dict[str, np.ndarray], cfg: UlmfitConfig, where: st
         trunk[f"layers_{i}"] = {
             "kernel": take(p + "module.weight_ih_l0", (4 * h, d)).T.copy(),
             "recurrent_kernel": take(p + "weight_hh_l0_raw", (4 * h, h)).T.copy(),
-            "bias": take(p + "module.bias_ih_l0", (4 * h,)) + take(p + "module.bias_hh_l0", (4 * h,)),
+            "bias": take(p + "module.bias_ih_l0", (4 * h,)),
+            "recurrent_bias": take(p + "module.bias_hh_l0", (4 * h,)),
         }
     head: dict[str, Any] = {"bias": dec["bias"] if "bias" in dec else np.zeros(cfg.vocab_size, np.float32)}
     if "bias" in dec:
