@@ -7,9 +7,10 @@ task as a PNG. ``--end-to-end`` adds TextCNN with MiniLM finetuned under it
 
 Every run goes through the same stage as ``ptm finetune --job features`` (the loop's ``fit``), on a
 seeded training subset (``finetune.train_subset``, ``finetune.subset_seed`` 0), and reports the dev figure after
-its last step (no selection on dev); ``conll --test`` also scores each kept tagger on eng.testb (``ptm eval
---split test``) and reports the test F1 of the arm with the best mean dev F1. Frozen features are computed once
-per model and data and cached (``--cache``), so the heads after the first read them from disk.
+its last step (no selection on dev); ``conll --test`` also scores each kept tagger (``best/``: the epoch with
+the best dev F1) on eng.testb (``ptm eval --split test``), reports the test F1 of the arm with the best mean kept
+dev F1 and, with both ``--tagging-heads``, a table of CRF against softmax per source. Frozen features are computed
+once per model and data and cached (``--cache``), so the heads after the first read them from disk.
 
     python benchmarks/feature_heads.py sst2 --w2v runs/feature_heads/w2v_sg --out runs/feature_heads/sst2.json
     python benchmarks/feature_heads.py conll --w2v runs/feature_heads/w2v_sg --elmo runs/feature_heads/elmo_gutenberg \\
@@ -71,7 +72,8 @@ def run_one(name: str, overrides: list[str], results: dict, out: Path, redo: boo
     wall = time.time() - t0
     results["runs"][name] = {"overrides": overrides, "wall_seconds": round(wall, 1), "steps": summary["step"],
                              "final_eval": summary["final_eval"], "description": summary["description"],
-                             "primary_metric": summary["primary_metric"], "scalar_mix": summary.get("scalar_mix")}
+                             "primary_metric": summary["primary_metric"], "scalar_mix": summary.get("scalar_mix"),
+                             "best_eval": summary.get("best")}  # the evaluation kept in best/ (the one tested)
     if test:
         from ptm_jax.train.evaluation import evaluate_task
 
@@ -143,8 +145,9 @@ def conll(args) -> None:
               "finetune.batch_size=32",
               f"finetune.classifier_dropout={args.dropout}", "finetune.warmup_proportion=0.0",
               "train.progress_bar=false"]
-    sources = {"random": "random:100", "word2vec": args.w2v, "elmo_layers": args.elmo, "flair_layers": args.flair,
-               "minilm_layers": minilm_path() if args.minilm == "default" else args.minilm}
+    sources = {"random": "" if args.no_random else "random:100", "word2vec": args.w2v, "elmo_layers": args.elmo,
+               "flair_layers": args.flair, "minilm_layers": minilm_path() if args.minilm == "default" else args.minilm}
+    tables = {"random": "random:100", "word2vec": args.w2v}  # --with-words
     arms: dict[str, list[str]] = {}
     for source, init in sources.items():
         if not init:
@@ -159,7 +162,7 @@ def conll(args) -> None:
                         name = arm + ("" if seed == 0 else f"/seed{seed}")
                         arms.setdefault(arm, []).append(name)
                         run_one(name, [*common, f"finetune.init={init}", f"features.feature_norm={norm}",
-                                       f"features.word_init={sources[words] if words else ''}",
+                                       f"features.word_init={tables[words] if words else ''}",
                                        f"finetune.seed={seed}", f"tagging.head={output}",
                                        f"output_dir={args.runs}/{name.replace('/', '_').replace('+', '_')}"],
                                 results, out, args.redo, test=args.test)
@@ -175,7 +178,10 @@ def conll(args) -> None:
         mean, spread = mean_sd(f1)
         dev_means[arm] = mean
         line = f"{arm}: dev F1 {mean:.2f} +- {spread:.2f} over seeds {args.seeds}: " + ", ".join(f"{x:.2f}" for x in f1)
-        if args.test:
+        if args.test:  # best/ is the evaluation with the best dev F1 (keep-best: the epoch chosen on dev)
+            best_f1 = [100 * best_eval(results["runs"][n])["metrics"]["f1"] for n in names]
+            dev_means[arm] = mean_sd(best_f1)[0]
+            line += f" | best dev F1 (kept) {dev_means[arm]:.2f}: " + ", ".join(f"{x:.2f}" for x in best_f1)
             t = [100 * results["runs"][n]["test_eval"]["f1"] for n in names]
             line += f" | test F1 {mean_sd(t)[0]:.2f} +- {mean_sd(t)[1]:.2f}: " + ", ".join(f"{x:.2f}" for x in t)
         print(line, flush=True)
@@ -184,6 +190,40 @@ def conll(args) -> None:
         t = [100 * results["runs"][n]["test_eval"]["f1"] for n in arms[best]]
         print(f"chosen on dev: {best} (dev F1 {dev_means[best]:.2f}); its test (eng.testb) F1 "
               f"{mean_sd(t)[0]:.2f} +- {mean_sd(t)[1]:.2f}", flush=True)
+    if len(args.tagging_heads) > 1:
+        print(tagging_head_table(results["runs"], arms, test=args.test), flush=True)
+
+
+def best_eval(run: dict) -> dict:
+    """The run's kept evaluation ({"step", "metrics"}): recorded, or read from its stage's best.json (runs recorded
+    before the results kept it)."""
+    if run.get("best_eval"):
+        return run["best_eval"]
+    out = next(o.split("=", 1)[1] for o in run["overrides"] if o.startswith("output_dir="))
+    task = next(o.split("=", 1)[1] for o in run["overrides"] if o.startswith("finetune.task="))
+    return json.loads((Path(out) / f"finetune-{task.lower()}" / "best.json").read_text())
+
+
+def tagging_head_table(runs: dict, arms: dict[str, list[str]], test: bool = False) -> str:
+    """A Markdown table, one row per source (an arm without its ``/crf`` suffix), with the mean dev entity F1 of
+    its softmax and CRF output layers over the seeds (with ``test``: the kept evaluation's, the epoch chosen on dev,
+    and the test F1 of that model) and CRF minus softmax."""
+    def f1(names, split):
+        values = [100 * (best_eval(runs[n])["metrics"] if split == "best" else runs[n][split])["f1"] for n in names]
+        return sum(values) / len(values)
+
+    splits = [("best", "dev"), ("test_eval", "test")] if test else [("final_eval", "dev")]
+    head = "| source | " + " | ".join(f"{s} softmax | {s} CRF | {s} CRF - softmax" for _, s in splits) + " |"
+    lines = [head, "|---" * (1 + 3 * len(splits)) + "|"]
+    for arm, names in arms.items():
+        if arm.endswith("/crf") or arm + "/crf" not in arms:
+            continue
+        cells = []
+        for split, _ in splits:
+            soft, crf = f1(names, split), f1(arms[arm + "/crf"], split)
+            cells += [f"{soft:.2f}", f"{crf:.2f}", f"{crf - soft:+.2f}"]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def plot(args) -> None:
@@ -225,6 +265,8 @@ def main(argv=None) -> None:
         else:
             p.add_argument("--elmo", default="", help="an ELMo run or params dir")
             p.add_argument("--flair", default="", help="a Flair run or params dir (its character LMs' embeddings)")
+            p.add_argument("--no-random", action="store_true", help="leave out the random-embedding arm (it still "
+                           "serves as a --with-words table)")
             p.add_argument("--tagging-heads", nargs="+", default=["softmax"], choices=["softmax", "crf"],
                            help="tagging.head values: the tagger's output layer, a softmax per word or a CRF")
             p.add_argument("--minilm", default="", help="frozen all-MiniLM-L6-v2 layers too: its folder, or 'default' "
