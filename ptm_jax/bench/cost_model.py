@@ -356,7 +356,8 @@ def group_size(ins: Instr, devices: int) -> int:
 
 def collective_seconds(ins: Instr, devices: int, chip: Chip, comps: dict[str, list[Instr]]) -> tuple[float, int, int]:
     """(seconds, bytes of the buffer, group size) of a collective over a ring: the links its strategy uses
-    (``UniDirection1DRingStrategy``: one; any other: a ring in both directions, two) at the chip's link bandwidth."""
+    (``UniDirection1DRingStrategy``, or a collective-permute to one neighbour: one; any other ring: both
+    directions, two) at the chip's link bandwidth."""
     target = ins
     if ins.opcode == "async-start":  # the collective wrapped in an async computation
         inner = [i for c in ins.callees("calls") for i in comps.get(c, []) if i.opcode in COLLECTIVES]
@@ -371,7 +372,7 @@ def collective_seconds(ins: Instr, devices: int, chip: Chip, comps: dict[str, li
     factor = {"all-reduce": 2.0 * (n - 1) / n}.get(base, (n - 1) / n if n > 1 else 0.0)
     if base == "collective-permute":
         factor = 1.0
-    links = 1 if "UniDirection" in target.rest else 2
+    links = 1 if "UniDirection" in target.rest or base == "collective-permute" else 2  # a permute: one neighbour
     return (factor * size / (links * chip.link_gbps * 1e9) if n > 1 else 0.0), size, n
 
 
@@ -453,7 +454,7 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
             continue
         if cycles is None:
             if ins.opcode not in _FREE and not ins.opcode.endswith(_ASYNC_DONE) and not (
-                    ins.opcode == "custom-call" and "AllocateBuffer" in ins.rest):
+                    ins.opcode == "custom-call" and re.search(r'target="(AllocateBuffer|ConcatBitcast)"', ins.rest)):
                 key = ins.opcode + (" (Mosaic kernel)" if "tpu_custom_call" in ins.rest else "")
                 missing[key] = missing.get(key, 0) + e.times
             continue
