@@ -93,7 +93,7 @@ def unigram_perplexity(tokenizer, train: Path, test: Path) -> float:
     included) under train's add-one unigram distribution."""
     import numpy as np
 
-    from ptm_jax.families.ulmfit.perplexity import stream_ids
+    from ptm_jax.evaluate.perplexity import line_stream_ids as stream_ids
 
     p = np.bincount(stream_ids(tokenizer, train), minlength=tokenizer.vocab_size) + 1.0
     p /= p.sum()
@@ -106,7 +106,8 @@ def main(argv=None) -> int:
 
     from ptm_jax import config as config_lib
     from ptm_jax.export.params import load_params, load_tokenizer
-    from ptm_jax.families.ulmfit.perplexity import perplexity, stream_ids
+    from ptm_jax.evaluate.perplexity import line_stream_ids as stream_ids
+    from ptm_jax.families.ulmfit.perplexity import perplexity
     from ptm_jax.train.stages import pretrain
 
     results = {"machine": os.uname().nodename, "cpus": os.cpu_count(), "load_before": os.getloadavg()[0],

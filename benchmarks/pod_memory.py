@@ -34,7 +34,22 @@ ROWS = {
     "bert_large": (512, 1024, ["data.max_predictions_per_seq=80"]),
     "gpt2_124m": (1024, 512, []),
     "xlnet_large": (512, 512, []),
+    # the LAMB recipe's two phases at their global batches (run with --no-search: the batch is the recipe's)
+    "bert_large_lamb_phase1": (128, 65536, []),
+    "bert_large_lamb_phase2": (512, 32768, []),
 }
+DEFAULT_ROWS = ("bert_base", "bert_large", "gpt2_124m", "xlnet_large")
+# (preset, slice) -> overrides for that slice: microbatches sized to the chip's HBM
+SLICE_OVERRIDES = {
+    ("bert_large_lamb_phase1", "v5p-128"): ["train.grad_accum_steps=8"],
+    ("bert_large_lamb_phase2", "v5p-128"): ["train.grad_accum_steps=16"],
+}
+
+
+def _versions() -> str:
+    import importlib.metadata as md
+
+    return ", ".join(f"{d} {md.version(d)}" for d in ("jax", "jaxlib", "libtpu"))
 
 
 def compile_at(preset: str, seq: int, batch: int, extra: list[str], topology: str) -> dict:
@@ -50,7 +65,7 @@ def compile_at(preset: str, seq: int, batch: int, extra: list[str], topology: st
         return {"ok": False, "batch": batch, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
                 "seconds": time.perf_counter() - t0, "overrides": overrides}
     mem = r["memory_per_device"]
-    return {"ok": True, "batch": batch, "peak_gib": mem["peak_bytes"] / GIB,
+    return {"ok": True, "versions": _versions(), "batch": batch, "peak_gib": mem["peak_bytes"] / GIB,
             "state_gib": r["state_bytes_per_device"] / GIB, "temp_gib": mem["temp_bytes"] / GIB,
             "params": r["params"], "model": r["model"], "seconds": time.perf_counter() - t0,
             "overrides": overrides}
@@ -58,6 +73,7 @@ def compile_at(preset: str, seq: int, batch: int, extra: list[str], topology: st
 
 def row(preset: str, slice_name: str, search: bool = True) -> dict:
     seq, batch, extra = ROWS[preset]
+    extra = [*extra, *SLICE_OVERRIDES.get((preset, slice_name), [])]
     topology, chips, hbm = SLICES[slice_name]
     first = compile_at(preset, seq, batch, extra, topology)
     print(json.dumps({"preset": preset, "slice": slice_name, **first}), flush=True)
@@ -116,7 +132,7 @@ def table(results: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", default=",".join(ROWS), help="presets, comma-separated")
+    ap.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"presets, comma-separated, of {', '.join(ROWS)}")
     ap.add_argument("--slices", default=",".join(SLICES), help="slices, comma-separated")
     ap.add_argument("--no-search", action="store_true", help="only the runbook's batch (one compile a row)")
     args = ap.parse_args(argv)

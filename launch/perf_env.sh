@@ -2,7 +2,7 @@
 # starts: by launch/slurm_gpu.sbatch itself; on a TPU pod give it as PTM_ENV_FILE (or source it from yours).
 # A variable the user already set wins; PTM_PERF_FLAGS=0 leaves XLA_FLAGS and LIBTPU_INIT_ARGS untouched.
 # XLA aborts at start on a flag it does not know: each one here parses with jaxlib 0.10.2 (XLA_FLAGS) and
-# libtpu 0.0.52 (LIBTPU_INIT_ARGS).
+# libtpu 0.0.42.1 (LIBTPU_INIT_ARGS), the pair of requirements/tpu.lock (tests/test_perf_env.py).
 if [[ "${PTM_PERF_FLAGS:-1}" != 0 ]]; then
   # GPU: XLA's latency-hiding scheduler overlaps the gradient all-reduce / FSDP gathers with compute.
   if [[ " ${XLA_FLAGS:-} " != *xla_gpu_enable_latency_hiding_scheduler* ]]; then

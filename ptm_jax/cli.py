@@ -34,8 +34,10 @@ Errors in the user's input (config, files) are printed as one message and exit w
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import logging
+import signal
 import sys
 
 from ptm_jax.errors import PtmError
@@ -75,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if verbose:
         logs.verbose_libraries()
+    # SIGUSR1 writes every thread's Python stack to stderr (the run's log): launch/tpu_pod.sh's hang check asks
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     if args.command in ("run", "pretrain", "finetune"):
         from ptm_jax.train.loop import install_startup_sigterm_handler
 

@@ -27,18 +27,19 @@ from ptm_jax.presets import preset_path, read_toml
 
 @dataclass
 class TokenizerConfig:
-    kind: Literal["wordpiece", "sentencepiece_unigram", "sentencepiece_bpe", "byte_bpe", "word"] = "wordpiece"
+    kind: Literal["wordpiece", "sentencepiece_unigram", "sentencepiece_bpe", "byte_bpe", "word", "char"] = "wordpiece"
     """A subword kind, or 'word': a word vocabulary with counts (``data/word_vocab.py``) for the families that
-    read whole words (``Pretraining.tokenizer_kinds``)."""
+    read whole words, or 'char': a character vocabulary (``data/char_vocab.py``) for character-level language
+    models (``Pretraining.tokenizer_kinds``)."""
     vocab_file: str = ""
     """A BERT vocab.txt, a SentencePiece .model, (byte_bpe) a GPT-2 vocab.json with merges.txt beside it, or
     (word) a vocab.tsv. Empty: train one on the corpus into the output dir."""
     vocab_size: int = 8000
-    """Size of a vocabulary trained on the corpus (ignored when vocab_file is set); word: the most entries kept
-    (the specials included), the most frequent words first."""
+    """Size of a vocabulary trained on the corpus (ignored when vocab_file is set); word (and char): the most
+    entries kept (the specials included), the most frequent first."""
     min_count: int = 1
     """word: a word enters the vocabulary only when the sample holds it at least this often (word2vec.c
-    min_count); the others read as <unk>."""
+    min_count); the others read as <unk>. char: a character, likewise."""
     lower_case: bool = True
     train_sample_bytes: int = 100_000_000
     """Training a vocabulary reads at most about this many bytes of the corpus: 1 MiB windows spread evenly
@@ -110,7 +111,7 @@ class ParamGroupConfig:
     update and no update until then, as fastai's requires_grad=False (``train/param_groups.py``)."""
 
 
-OPTIMIZERS = Literal["adamw", "adam", "sgd", "adagrad"]
+OPTIMIZERS = Literal["adamw", "adam", "sgd", "adagrad", "lamb"]
 
 
 @dataclass
@@ -134,10 +135,19 @@ class TrainConfig:
     starts at the peak at the end of warmup (transformers' get_linear_schedule_with_warmup); 'constant': no decay;
     'slanted_triangular': ULMFiT's (Howard & Ruder 2018 eq. 3), rising over warmup_steps from learning_rate /
     ratio, ratio = 1 / min_lr_ratio (32 when min_lr_ratio is 0)."""
+    lr_decay_power: float = 1.0
+    """Power of the 'bert' and 'from_peak' decays (polynomial decay): peak x (1 - progress) ** power; 1 is linear,
+    NVIDIA's LAMB recipe for BERT uses 0.5 (PolyWarmUpScheduler)."""
     optimizer: OPTIMIZERS = "adamw"
     """adamw: BERT's (decoupled decay; adam_bias_correction picks the moments); adam: Adam with bias correction;
-    sgd: plain SGD (word2vec); adagrad (GloVe, ELMo). For adam/sgd/adagrad weight_decay is an L2 term on the
-    gradient (torch's weight_decay). ptm_jax/train/optim.py."""
+    sgd: plain SGD (word2vec); adagrad (GloVe, ELMo); lamb: LAMB (You et al. 2019; BERT at batch 32k-64k): adamw's
+    update scaled per parameter by the trust ratio |param| / |update|, none for the parameters without weight
+    decay (NVIDIA's recipe). For adam/sgd/adagrad weight_decay is an L2 term on the gradient (torch's
+    weight_decay). ptm_jax/train/optim.py."""
+    init_from: str = ""
+    """A run (or its stage folder) whose latest checkpoint starts this stage when it has none of its own: the
+    parameters and the optimizer's moments are loaded, the step, the schedule and the data restart at 0 (BERT's
+    phase 2 from phase 1, as NVIDIA's recipe resumes its LAMB state). The model and optimizer must be the same."""
     min_lr_ratio: float = 0.0
     """The learning rate never falls below min_lr_ratio x learning_rate after warmup (word2vec.c: 1e-4)."""
     adagrad_initial_accumulator: float = 0.1
@@ -227,6 +237,10 @@ class FinetuneConfig:
     """Pretrained weights: a run output dir, params dir or Hugging Face folder. Empty: this run's pretraining."""
     max_seq_length: int = 128
     batch_size: int = 32
+    devices_per_host: int = 0
+    """Finetune (and evaluate) on a sub-mesh: this many devices of every host (process), 0 = all of them. A
+    v5e-256 (64 hosts x 4 chips) that pretrains on 256 chips finetunes in the same ``ptm run`` on 64 with 1, where
+    a batch of 64 divides; an 8-GPU host with 4 on 4 GPUs. ``mesh`` then shapes those devices."""
     epochs: float = 3.0
     learning_rate: float = 5e-5
     warmup_proportion: float = 0.1

@@ -58,6 +58,10 @@ def _overrides(objective: str) -> list[str]:
 def _build(objective: str, shared_data, root):
     family = registry.family_of_objective(objective)
     cfg = load_config(family.tiny_preset, [f"objective={objective}", *_overrides(objective)])
+    if family.pretraining.corpus is not None:  # a graph or a hierarchy: the preset's generated input, no text
+        cfg = load_config(family.tiny_preset, [f"objective={objective}", *_overrides(objective),
+                                               f"output_dir={root / 'corpus'}"])
+        return cfg, family, family.pretraining.objectives[objective](cfg, prepare_corpus(cfg))
     if family.pretraining.artifacts:  # derived data needs the real corpus path: tokenizer, token cache, artifacts
         shared = root.parent / f"prepare-{family.name}"  # the family's objectives share tokenizer, cache, artifacts
         if not (shared / "corpus.txt").exists():

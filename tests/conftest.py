@@ -49,9 +49,10 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ or "PTM_EMBEDDED_CACHE" not in 
     _RUN = _run_dir()
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_RUN, "xla"))
     os.environ.setdefault("PTM_EMBEDDED_CACHE", os.path.join(_RUN, "embedded"))
-    # only programs that took 1 s or more to compile (jax's default; the step functions): caching every small
-    # jit costs more in writes than it saves. No size bound: a bound makes jax lock and scan the folder on
-    # every write, which cost more than the hits saved (a full run with one took 33 min against 29)
+    # only programs that took 1 s or more to compile (jax's default; the step functions). Caching every compile
+    # saved 2 of 15 CPU-s in a repeated `ptm pretrain` process (one pair on a loaded machine, docs/benchmarks.md):
+    # not yet decided. No size bound: a bound makes jax lock and scan the folder on every write, which cost more
+    # than the hits saved (a full run with one took 33 min against 29)
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
 
 from pathlib import Path  # noqa: E402
@@ -60,6 +61,25 @@ import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def pytest_configure(config):
+    """The skip check (tests/expected_skips.py) runs where every test's report arrives: the only process, or the
+    xdist controller (not in its workers, which see only their share). xdist keeps the collection's file order
+    (tests/suite_order.py) instead of putting the files with the most tests first."""
+    if not hasattr(config, "workerinput"):
+        from expected_skips import SkipCheck
+
+        config.pluginmanager.register(SkipCheck(), "expected_skips")
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    """The heaviest test files first (tests/suite_order.py), so that the two workers finish together."""
+    from suite_order import heaviest_first
+
+    heaviest_first(items)
 
 
 @pytest.fixture(scope="session")

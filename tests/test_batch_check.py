@@ -40,6 +40,26 @@ def test_run_checks_both_stages_and_pretrain_only_its_own():
         check_stage_batches(cfg, ["pretrain", "finetune"], num_devices=8)
 
 
+def test_finetuning_on_a_sub_mesh_of_devices_per_host_divides_a_smaller_batch():
+    """finetune.devices_per_host: the finetuning stage (and ptm eval) runs on that many devices of every host, so
+    `ptm run` can pretrain on all of them and finetune with a batch the whole mesh cannot divide."""
+    import jax
+
+    from ptm_jax.parallel.mesh import finetune_devices, make_mesh
+
+    cfg = load_config("bert_tiny", ["finetune.batch_size=12", "finetune.devices_per_host=4"])
+    check_stage_batches(cfg, ["finetune"], num_devices=8)  # 12 over 4 devices
+    mesh = make_mesh(cfg.mesh, finetune_devices(cfg))
+    assert mesh.devices.size == 4 and list(mesh.devices.flat) == jax.devices()[:4]
+    with pytest.raises(ConfigError, match=r"^finetune\.batch_size=12 .* \(nearest: 8 or 16\)"):
+        check_stage_batches(load_config("bert_tiny", ["finetune.batch_size=12"]), ["finetune"], num_devices=8)
+    too_many = load_config("bert_tiny", ["finetune.devices_per_host=16"])
+    with pytest.raises(ConfigError, match=r"finetune\.devices_per_host=16 but each host \(process\) has 8 devices"):
+        finetune_devices(too_many)
+    with pytest.raises(ConfigError, match=r"finetune\.devices_per_host=16"):
+        check_stage_batches(too_many, ["finetune"], num_devices=8)
+
+
 @pytest.mark.slow
 def test_cli_finetune_and_run_exit_2_without_traceback_before_any_stage(tmp_path, shared_data):
     glue = str(shared_data / "glue")

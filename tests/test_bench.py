@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 
 import pytest
@@ -89,19 +90,24 @@ def test_compile_errors_name_the_fix():
         aot.compile_report(load_config("bert_tiny", ["train.batch_size=12"]), (8, 1, 1))
 
 
-def test_bench_data_mode_streams_real_text(shared_data, tmp_path, capsys):
+def test_bench_data_mode_streams_real_text(shared_data, tmp_path, capsys, caplog):
     corpus = shared_data / "corpus" / "tinyshakespeare" / "input.txt"
     out = tmp_path / "data.json"
     args = _parse(["bench", "--mode", "data", "-c", "bert_tiny", f"data.corpus='{corpus}'", "--steps", "5",
                    "--warmup", "1", "--json", str(out)])
-    assert args.handler(args) == 0
+    with caplog.at_level(logging.INFO, logger="ptm_jax"):
+        assert args.handler(args) == 0
     assert "MLM+NSP stream" in capsys.readouterr().out
     r = json.loads(out.read_text())
     assert r["tokens"] > 300_000 and r["documents"] > 10
     assert r["examples_per_s"] > 0 and r["examples_per_s_per_core"] == pytest.approx(
         r["examples_per_s"] / r["cores"])
     assert 30 < r["real_tokens_per_example"] <= 64
-    assert r["prepare_s"] > r["reopen_s"] > 0
+    assert r["prepare_s"] > 0 and r["reopen_s"] > 0
+    # the first prepare trained the tokenizer and built each cache chunk once; the timed reopen built nothing
+    trained = [m for m in caplog.messages if m.startswith("tokenizer: ") and " trained on a sample " in m]
+    chunks = [m.split(" (")[0] for m in caplog.messages if m.startswith("token cache: chunk ")]
+    assert len(trained) == 1 and chunks and len(chunks) == len(set(chunks)), caplog.messages
 
 
 BLOCK_TENSORFLOW = """

@@ -2,8 +2,8 @@
 instead of attribute probing, and the flag by which an objective refuses gradient accumulation.
 
 - every registered pretraining objective (built through the registry on its family's tiny preset) is an
-  ``Objective`` and not a ``TaskObjective``; only the permutation LM (Transformer-XL memory) and the AWD-LSTM LM
-  (its LSTM state) are ``CarriesState`` (ELMo, which also carries state, builds an artifact and is not built here);
+  ``Objective`` and not a ``TaskObjective``; only the permutation LM and Transformer-XL's LM (their memory) and
+  the AWD-LSTM LM (its LSTM state) are ``CarriesState`` (ELMo, which also carries state, builds an artifact and is not built here);
 - an objective with ``grad_accum = False`` (in-batch negatives) is refused with a ConfigError naming
   ``train.grad_accum_steps`` before anything is compiled; with 1 step it passes the check.
 """
@@ -38,7 +38,7 @@ def test_registered_objectives_satisfy_the_protocols_they_claim():
         assert isinstance(obj, Objective), name
         assert not isinstance(obj, TaskObjective), name
         assert accepts_grad_accum(obj), name
-    assert {n for n, o in built.items() if isinstance(o, CarriesState)} == {"plm", "awd_lstm_lm"}
+    assert {n for n, o in built.items() if isinstance(o, CarriesState)} == {"plm", "awd_lstm_lm", "transfo_xl_lm"}
 
 
 def test_an_objective_that_refuses_accumulation_gets_a_config_error_naming_the_field():

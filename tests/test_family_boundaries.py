@@ -4,8 +4,9 @@ For every family in the registry (``ptm_jax.families.registry.families()``: bert
 ``.py`` file under ``ptm_jax/`` outside the family packages ``ptm_jax/families/*/`` (a family may import another:
 ERNIE builds on BERT) is read with ``tokenize`` and fails on:
 
-1. an identifier with the family's name as one of its words (``_`` and camel-case split, case-insensitive):
-   ``BertModel``, ``gpt_flops``, ``xlnet``, and ``ptm_jax.families.bert`` in an import;
+1. an identifier with the family's name as one of its words (``_`` and camel-case split, case-insensitive; a name
+   of several words as consecutive words): ``BertModel``, ``gpt_flops``, ``xlnet``, ``transfo_xl_lm``, and
+   ``ptm_jax.families.bert`` in an import;
 2. a public class name defined at the top level of a module of the family's package (``MlmHead``,
    ``PlmObjective``);
 3. a string literal, outside docstrings, that is the family's name or starts with it and an underscore, as a
@@ -51,8 +52,15 @@ EXCEPTIONS = {
 }
 
 
-def _words(identifier: str) -> set[str]:
-    return {w.lower() for w in re.split(r"_|(?<=[a-z0-9])(?=[A-Z])", identifier) if w}
+def _words(identifier: str) -> list[str]:
+    return [w.lower() for w in re.split(r"_|(?<=[a-z0-9])(?=[A-Z])", identifier) if w]
+
+
+def _names_family(name: str, identifier: str) -> bool:
+    """The family's name is among the identifier's words; a name of several words (``transfo_xl``) as consecutive
+    words (``transfo_xl_lm``, ``TransfoXl``)."""
+    words, parts = _words(identifier), name.lower().split("_")
+    return any(words[i:i + len(parts)] == parts for i in range(len(words) - len(parts) + 1))
 
 
 def _docstring_lines(tree: ast.AST) -> set[int]:
@@ -85,7 +93,7 @@ def _violations(root: Path = ROOT) -> list[str]:
                 if FAMILY_FILE.match(rel) or (rel, tok.string) in EXCEPTIONS:
                     continue
                 if tok.type == tokenize.NAME:
-                    bad = name in _words(tok.string) or tok.string in classes[name]
+                    bad = _names_family(name, tok.string) or tok.string in classes[name]
                 elif tok.type == tokenize.STRING and tok.start[0] not in docs:
                     body = re.sub(r"^[rbfuRBFU]*(\"\"\"|'''|\"|')|(\"\"\"|'''|\"|')$", "", tok.string)
                     bad = re.fullmatch(rf"(?i){name}(_\w*)?", body) is not None
@@ -108,8 +116,10 @@ def test_the_check_sees_a_family_name_when_one_is_written(tmp_path):
     (spine / "families").mkdir()
     (spine / "train" / "x.py").write_text('"""Mentions BERT in prose: allowed."""\n'
                                           'from ptm_jax.families.xlnet.plm import PlmObjective\n'
-                                          'def f(cfg):\n    return cfg.family == "gpt"\n')
+                                          'def f(cfg):\n    return cfg.family == "gpt"\n'
+                                          'transfo_xl_lm = transfo = xl = 1\n')
     assert _violations(spine) == [
         "ptm_jax/train/x.py:2: xlnet names family 'xlnet'",
         "ptm_jax/train/x.py:2: PlmObjective names family 'xlnet'",
-        "ptm_jax/train/x.py:4: \"gpt\" names family 'gpt'"]
+        "ptm_jax/train/x.py:4: \"gpt\" names family 'gpt'",
+        "ptm_jax/train/x.py:5: transfo_xl_lm names family 'transfo_xl'"]

@@ -190,7 +190,7 @@ def test_gpt2_features_and_attention_equal_transformers_hidden_states_and_attent
 
     from ptm_jax.data.byte_bpe import train_byte_bpe
     from ptm_jax.evaluate.features import encode_words
-    from ptm_jax.families.gpt.hf import import_hf_gpt2
+    from ptm_jax.families.gpt.hf import import_hf
 
     tok = train_byte_bpe(TEXT, 300, tmp_path / "tok", min_frequency=2)
     torch.manual_seed(0)
@@ -198,7 +198,7 @@ def test_gpt2_features_and_attention_equal_transformers_hidden_states_and_attent
         n_layer=2, n_embd=32, n_head=4, vocab_size=tok.vocab_size, n_positions=256,
         attn_implementation="eager")).eval()
     model.save_pretrained(tmp_path / "hf")
-    params, cfg, _ = import_hf_gpt2(tmp_path / "hf")
+    params, cfg, _ = import_hf(tmp_path / "hf")
     _check_against_hf("gpt", params, cfg, tok, model.transformer,
                       lambda w: encode_words(tok, [w], space_before=True)[0])
     probs = _check_attention_against_hf(params, cfg, tok, model.transformer, tok.encode(TEXT[0]))

@@ -110,11 +110,14 @@ def test_peak_table_and_unknown_family():
 def test_gpt_formula_equals_xla_matmul_count():
     """GPT: the BERT layer terms plus the tied LM head at every position; no pooler or transform."""
     cfg = load_config("gpt_tiny", ["train.batch_size=4"])
-    model = flops.train_step_flops(cfg).train
+    step = flops.train_step_flops(cfg)
     matmul, _ = _xla(cfg)
-    assert matmul == pytest.approx(model, rel=1e-6)
+    assert matmul == pytest.approx(step.train_full_attention, rel=1e-6)  # the einsum path: the whole S x S
     fwd = gpt_flops.forward_flops(cfg)
     assert fwd["lm_head"] == 2.0 * 4 * 64 * 32 * 1000  # B S H V
+    # model FLOPs count causal attention at half (MaxText); the full count is kept beside it
+    assert step.train == pytest.approx(step.train_full_attention - 1.5 * fwd["attention_scores"], rel=1e-12)
+    assert step.train_breakdown["attention_scores"] == 1.5 * fwd["attention_scores"]
 
 
 def test_bench_runs_gpt_and_xlnet_with_their_formulas():
@@ -124,7 +127,9 @@ def test_bench_runs_gpt_and_xlnet_with_their_formulas():
         r = bench(load_config(preset, ["train.batch_size=4"]), steps=2, warmup=1, mesh_shape=(1, 1, 1))
         assert r["model_flops_source"] == "formula"
         assert r["model_flops_per_step"] > 0 and np.isfinite(r["final_loss"]) and r["final_loss"] > 1.0
-        assert r["model_flops_per_step"] == pytest.approx(r["xla_matmul_flops_per_step"], rel=1e-6)
+        assert r["model_flops_per_step_full_attention"] == pytest.approx(r["xla_matmul_flops_per_step"], rel=1e-6)
+        causal = preset == "gpt_tiny"
+        assert (r["model_flops_per_step"] < r["model_flops_per_step_full_attention"]) == causal
 
 
 def test_xlnet_tiny_formula_by_hand():

@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 from ptm_jax.errors import ConfigError, DataError  # noqa: E402
 from ptm_jax.families.gpt.decode import generate  # noqa: E402
-from ptm_jax.families.gpt.hf import import_hf_gpt2  # noqa: E402
+from ptm_jax.families.gpt.hf import import_hf  # noqa: E402
 from ptm_jax.generate import top_k_filter, top_p_filter  # noqa: E402
 from ptm_jax.commands.generate import register  # noqa: E402
 
@@ -31,7 +31,7 @@ def _save_random_gpt2(path, vocab: int) -> None:
 def model(tmp_path_factory):
     d = tmp_path_factory.mktemp("gen") / "gpt2"
     _save_random_gpt2(d, 100)
-    params, cfg, _ = import_hf_gpt2(d)
+    params, cfg, _ = import_hf(d)
     return d, params, cfg
 
 
@@ -122,7 +122,7 @@ def test_generate_command_prints_completions_and_rejects_bad_input(tmp_path, cap
     assert _cli(["generate", str(d), "--prompt", "the cat", "--prompt", "First Citizen: we are",
                  "--greedy", "--max-new-tokens", "6", "--format", "jsonl"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    params, cfg, _ = import_hf_gpt2(d)
+    params, cfg, _ = import_hf(d)
     ids = [bpe.encode(r["prompt"]).ids for r in rows]
     expected = generate(params, cfg, ids, 6, greedy=True, eos_id=299)
     assert [r["tokens"] for r in rows] == expected

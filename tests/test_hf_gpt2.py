@@ -12,9 +12,9 @@ transformers = pytest.importorskip("transformers")
 from ptm_jax.errors import CheckpointError  # noqa: E402
 from ptm_jax.export.params import load_params  # noqa: E402
 from ptm_jax.families.gpt.hf import (  # noqa: E402
-    export_hf_gpt2,
-    import_hf_gpt2,
-    import_hf_gpt2_to_params_dir,
+    export_hf,
+    import_hf,
+    import_hf_to_params_dir,
 )
 from ptm_jax.families.gpt.model import GPTLMHeadModel  # noqa: E402
 
@@ -49,7 +49,7 @@ def _our_logits(params, cfg, ids):
 
 
 def test_import_matches_transformers_logits(hf_dir):
-    params, cfg, info = import_hf_gpt2(hf_dir)
+    params, cfg, info = import_hf(hf_dir)
     assert (cfg.family, cfg.layer_norm_position, cfg.hidden_act, cfg.layer_norm_eps) == ("gpt", "pre", "gelu_tanh",
                                                                                            1e-5)
     assert info["head"] == "causal_lm"
@@ -66,8 +66,8 @@ def test_import_reads_pytorch_bin_with_prefix_free_keys(hf_dir, tmp_path):
     d = tmp_path / "bare"
     base.save_pretrained(d, safe_serialization=False)
     assert (d / "pytorch_model.bin").is_file()
-    p1, _, _ = import_hf_gpt2(hf_dir)
-    p2, _, _ = import_hf_gpt2(d)
+    p1, _, _ = import_hf(hf_dir)
+    p2, _, _ = import_hf(d)
     flat1, flat2 = dict(_flatten(p1)), dict(_flatten(p2))
     assert flat1.keys() == flat2.keys() and len(flat1) == 4 + 2 * 16
     assert all(np.array_equal(flat1[k], flat2[k]) for k in flat1)
@@ -82,18 +82,18 @@ def _flatten(tree, prefix=""):
 
 
 def test_export_loads_in_transformers_with_same_logits(hf_dir, tmp_path):
-    params_dir = import_hf_gpt2_to_params_dir(hf_dir, tmp_path / "params")
+    params_dir = import_hf_to_params_dir(hf_dir, tmp_path / "params")
     assert json.loads((params_dir / "ptm.json").read_text())["head"] == "causal_lm"
     params, cfg, _, _ = load_params(params_dir)
     out = tmp_path / "exported"
-    report = export_hf_gpt2(params_dir, out)
+    report = export_hf(params_dir, out)
     assert report.architecture == "GPT2LMHeadModel" and report.tensors == 4 + 2 * 12
     model, loading = transformers.GPT2LMHeadModel.from_pretrained(out, output_loading_info=True)
     assert loading["missing_keys"] == [] and loading["unexpected_keys"] == []
     ref = _hf_logits(out, IDS)
     assert np.abs(_our_logits(params, cfg, IDS) - ref).max() < 1e-5
     assert np.abs(ref - _hf_logits(hf_dir, IDS)).max() < 1e-5
-    again, _, _ = import_hf_gpt2(out)  # import(export(x)) == x bit for bit
+    again, _, _ = import_hf(out)  # import(export(x)) == x bit for bit
     again, params = dict(_flatten(again)), dict(_flatten(params))
     assert again.keys() == params.keys() and all(np.array_equal(again[k], params[k]) for k in again)
 
@@ -108,11 +108,11 @@ def test_malformed_config_and_weights_name_file_and_key(hf_dir, tmp_path):
     cfg = json.loads((bad / "config.json").read_text())
     (bad / "config.json").write_text(json.dumps({**cfg, "n_embd": "32"}))
     with pytest.raises(CheckpointError, match=r"config\.json.*'n_embd'"):
-        import_hf_gpt2(bad)
+        import_hf(bad)
     del cfg["n_head"]
     (bad / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match=r"config\.json: lacks the GPT-2 config field 'n_head'"):
-        import_hf_gpt2(bad)
+        import_hf(bad)
     shutil.copyfile(hf_dir / "config.json", bad / "config.json")
     tensors = load_file(str(bad / "model.safetensors"))
     tensors["transformer.h.1.mlp.c_fc.weight"] = tensors["transformer.h.1.mlp.c_fc.weight"][:, :100]
@@ -120,7 +120,7 @@ def test_malformed_config_and_weights_name_file_and_key(hf_dir, tmp_path):
     save_file(tensors, str(bad / "model.safetensors"))
     with pytest.raises(CheckpointError, match=r"bad: .*missing tensors: transformer\.ln_f\.bias.*shape mismatches: "
                        r"transformer\.h\.1\.mlp\.c_fc\.weight \(checkpoint \(32, 100\), expected \(32, 128\)\)"):
-        import_hf_gpt2(bad)
+        import_hf(bad)
     (bad / "model.safetensors").write_bytes(b"not safetensors at all")
     with pytest.raises(CheckpointError, match=r"model\.safetensors: not a readable safetensors file"):
-        import_hf_gpt2(bad)
+        import_hf(bad)

@@ -9,13 +9,24 @@ under test is the scripts' own logic, around a real `ptm pretrain` of bert_tiny 
   `watch` resumes the stopped run once and returns when it is done.
 - a 2-worker slice where only one worker runs (a host that never started): `status` says partial, `resume`
   refuses, `watch` stops the straggler and does not start a second copy.
-- slurm_gpu.sbatch: SIGTERM to the task -> checkpoint -> `scontrol requeue`; the Python-version check.
+- watch after a Spot preemption (node PREEMPTED, its processes gone): delete, create (spot, autocheckpoint where
+  Cloud TPU documents it), setup (the checkout, requirements/tpu.lock through launch/install_env.sh), start; the
+  real pretrain resumes from its last checkpoint.
+- watch through a suspended queued resource (a create that fails for want of capacity, then one that works), a
+  terminated node with no recreations left, and a deleted node; `create` and `setup` on their own.
+- a hang (python stopped after its first step): watch sees no new step for HANG_SECONDS, writes every thread's
+  stack into the log (faulthandler), stops the run (SIGTERM + SIGCONT), and the resume first kills a process that
+  still holds the TPU's device file and removes libtpu's lock file.
+- slurm_gpu.sbatch: SIGTERM to the task -> checkpoint -> `scontrol requeue`; the Python-version check; PTM_VENV
+  brought to requirements/cuda.lock before srun.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -68,7 +79,8 @@ def slice_of(tmp_path: Path, workers: int) -> dict[str, str]:
     env_file = tmp_path / "workers.env"
     env_file.write_text(f'XLA_FLAGS="{xla_flags(1)}"\nJAX_PLATFORMS=cpu\nPTM_LAUNCH_CHECK=from-the-env-file\n')
     return base_env(GCLOUD_STANDIN_ROOT=str(root), VENV=sys.prefix, PTM_ENV_FILE=str(env_file), TPU_NAME="t",
-                    STOP_WAIT="400", WATCH_INTERVAL="1")
+                    STOP_WAIT="400", WATCH_INTERVAL="1", LOG_DIR=str(tmp_path / "tpu-logs"),
+                    UV_STANDIN_LOG=str(tmp_path / "uv.log"))
 
 
 def pod(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -253,8 +265,9 @@ def test_slurm_sigterm_checkpoints_and_the_job_requeues_itself(data, tmp_path):
     out = tmp_path / "run"
     env_file = tmp_path / "fabric.env"
     env_file.write_text(f'export XLA_FLAGS="{xla_flags(1)}"\nexport JAX_PLATFORMS=cpu\nexport NCCL_IB_HCA=mlx5\n')
-    env = base_env(PTM_PYTHON=sys.executable, PTM_REPO=str(REPO), PTM_ENV_FILE=str(env_file),
-                   SCONTROL_STANDIN_LOG=str(tmp_path / "scontrol"), SRUN_STANDIN_SIGTERM_ON=str(out / "config.json"))
+    env = base_env(PTM_VENV=sys.prefix, PTM_REPO=str(REPO), PTM_ENV_FILE=str(env_file),
+                   SCONTROL_STANDIN_LOG=str(tmp_path / "scontrol"), SRUN_STANDIN_SIGTERM_ON=str(out / "config.json"),
+                   UV_STANDIN_LOG=str(tmp_path / "uv.log"))
     job = subprocess.run(["sbatch", str(REPO / "launch/slurm_gpu.sbatch"), *pretrain_args(data, out)], env=env,
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
@@ -265,3 +278,147 @@ def test_slurm_sigterm_checkpoints_and_the_job_requeues_itself(data, tmp_path):
     assert f"stopping at step {summary['step']} (SIGTERM); checkpoint saved" in job.stdout + job.stderr
     assert "stopped early with a checkpoint; requeueing job 77" in job.stdout
     assert (tmp_path / "scontrol").read_text() == "requeue 77\n"
+    # PTM_VENV: the batch step brought the environment to the CUDA lock (install_env.sh, uv) before srun
+    assert (tmp_path / "uv.log").read_text().splitlines() == [
+        f"pip sync --python {sys.prefix}/bin/python {REPO}/requirements/cuda.lock",
+        f"pip install --python {sys.prefix}/bin/python --no-deps -e {REPO}"]
+
+
+def kill_worker_processes(home: Path) -> None:
+    """SIGKILL to every process of a worker (HOME is its folder): the VM went away under them."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and f"HOME={home}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except OSError:
+            continue
+
+
+def steps_in_log(log: Path) -> list[int]:
+    return [int(ln.split()[1].split("/")[0]) for ln in log.read_text().splitlines() if re.match(r"^step \d+/", ln)]
+
+
+def test_watch_recreates_a_preempted_spot_slice_and_the_run_resumes_from_its_last_checkpoint(data, tmp_path,
+                                                                                           no_leftovers):
+    env = {**slice_of(tmp_path, 1), "SPOT": "1", "ACCELERATOR_TYPE": "v4-8"}
+    root, out = tmp_path / "slice", tmp_path / "run"
+    args = [*pretrain_args(data, out)[:-4], "train.steps=4", "train.checkpoint_every=2", "train.log_every=1",
+            "train.eval_every=0"]
+    started = pod(env, "run", *args)
+    assert started.returncode == 0, started.stderr
+    wait_for(out / "pretrain/checkpoints/2/commit_success.txt", timeout=400)
+    # Spot preemption: the VM stops under the run and the node stays PREEMPTED (it never returns to READY)
+    (root / "node-state").write_text("PREEMPTED\n")
+    kill_worker_processes(root / "worker-0")
+    assert pod(env, "health").stdout.split() == ["PREEMPTED"]
+
+    watched = pod(env, "watch", timeout=600)
+    assert watched.returncode == 0, watched.stdout[-3000:] + watched.stderr[-3000:]
+    lines = [ln.split(" ", 1)[1] for ln in watched.stdout.splitlines() if ln[:1].isdigit()]
+    assert lines[:5] == ["tpu: PREEMPTED -> the slice is gone: recreating it (1 of 5)",
+                         lines[1], lines[2], lines[3], lines[4]], watched.stdout
+    for line, what in zip(lines[1:5], ("delete t: ok", "create v4-8 (spot): ok",
+                                       "setup (checkout, requirements/tpu.lock, env file, mount): ok",
+                                       "start the saved command (ptm resumes from its last checkpoint): ok")):
+        assert line.startswith(f"recreate 1/5: {what}"), watched.stdout
+    assert watched.stdout.splitlines()[-1] == "run finished"
+    calls = (root / "calls.log").read_text().splitlines()
+    assert "compute tpus tpu-vm delete t --zone=us-central2-b --quiet" in calls
+    assert ("alpha compute tpus tpu-vm create t --zone=us-central2-b --accelerator-type=v4-8 "
+            "--version=tpu-ubuntu2204-base --spot --autocheckpoint-enabled") in calls
+    assert (f"pip sync --python {sys.prefix}/bin/python {root}/worker-0/ptm_jax/requirements/tpu.lock"
+            in (tmp_path / "uv.log").read_text())
+    home = root / "worker-0"
+    assert not (home / "ptm_jax").is_symlink() and (home / "ptm_jax/.ptm_commit").read_text().strip()
+    log = home / "ptm-logs/ptm.log"  # the new worker's log: the restart alone
+    assert steps_in_log(log) == [3, 4], "resumed after checkpoint 2"
+    assert "INFO ptm_jax.versions: versions: python" in log.read_text()
+    summary = json.loads((out / "pretrain/summary.json").read_text())
+    assert summary["step"] == 4 and summary["preempted"] is False
+
+
+def test_watch_recreates_a_suspended_queued_resource_a_terminated_and_a_deleted_node_within_its_bounds(tmp_path):
+    """`ptm config` stands for the run here (it ends at once, as a finished run); what is tested is the slice."""
+    root, out = tmp_path / "slice", tmp_path / "cfg"
+    env = {**base_env(GCLOUD_STANDIN_ROOT=str(root), VENV=sys.prefix, TPU_NAME="t", WATCH_INTERVAL="1",
+                      LOG_DIR=str(tmp_path / "tpu-logs"), UV_STANDIN_LOG=str(tmp_path / "uv.log"), QR_POLL="0"),
+           "QUEUED": "1", "ACCELERATOR_TYPE": "v5p-8"}
+    assert pod(env, "create").returncode == 0
+    setup = pod(env, "setup")
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    assert pod(env, "run", "config", "-c", "bert_tiny", f"output_dir={out}").returncode == 0
+    calls = (root / "calls.log").read_text()
+    assert ("compute tpus queued-resources create t-qr --zone=us-central2-b --node-id=t --accelerator-type=v5p-8 "
+            "--runtime-version=tpu-ubuntu2204-base\n") in calls, "v5p: no autocheckpoint (not documented there)"
+    refused = pod({**env, "AUTOCHECKPOINT": "1"}, "create")
+    assert refused.returncode == 2 and "documents autocheckpointing for v2, v3, v4 and v5e only" in refused.stderr
+
+    # the queued resource is suspended and its node deleted; the first create finds no capacity
+    (root / "qr-state").write_text("SUSPENDED\n")
+    shutil.rmtree(root / "worker-0")
+    watched = pod({**env, "MAX_RECREATES": "2", "GCLOUD_STANDIN_FAIL_CREATES": "1"}, "watch", timeout=300)
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    said = [ln.split(" ", 1)[1] for ln in watched.stdout.splitlines() if ln[:1].isdigit()]
+    assert said[0] == "queued resource t-qr: SUSPENDED, tpu: DELETED -> the slice is gone: recreating it (1 of 2)"
+    assert said[1].startswith("recreate 1/2: delete queued resource t-qr: ok")
+    assert said[2].startswith("recreate 1/2: create v5p-8 (queued): failed (exit 1): ERROR: ") \
+        and "RESOURCE_EXHAUSTED" in said[2], said
+    assert said[3] == "recreate 1/2 did not finish; trying again at the next poll"
+    assert said[4] == "queued resource t-qr: DELETED, tpu: DELETED -> the slice is gone: recreating it (2 of 2)"
+    assert [s.split(":")[0] for s in said[5:9]] == ["recreate 2/2"] * 4 and all(": ok (" in s for s in said[5:9])
+    assert set(said[9:-1]) <= {"tpu: READY  run: running"} and said[-1] == "tpu: READY  run: done"
+    assert watched.stdout.splitlines()[-1] == "run finished"
+    assert (root / "worker-0/ptm-logs/ptm.cmd").read_text().split() == ["config", "-c", "bert_tiny",
+                                                                         f"output_dir={out}"]
+
+    (root / "node-state").write_text("TERMINATED\n")
+    gave_up = pod({**env, "MAX_RECREATES": "0"}, "watch", timeout=60)
+    assert gave_up.returncode == 2 and "tpu: TERMINATED; MAX_RECREATES=0 reached" in gave_up.stderr
+
+    plain = {**env, "QUEUED": "0"}  # a TPU VM created directly, then deleted (by a person, or a cleanup job)
+    assert pod(plain, "delete").returncode == 0 and pod(plain, "health").returncode != 0
+    watched = pod(plain, "watch", timeout=300)
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert "tpu: DELETED -> the slice is gone: recreating it (1 of 5)" in watched.stdout
+    assert "recreate 1/5: delete t: ok" in watched.stdout, "nothing to delete counts as deleted"
+
+
+def test_watch_takes_a_run_without_new_steps_for_a_hang_writes_the_stacks_stops_and_resumes(data, tmp_path,
+                                                                                           no_leftovers):
+    device, lockfile = tmp_path / "dev/accel0", tmp_path / "libtpu_lockfile"
+    device.parent.mkdir()
+    device.write_text("")
+    env = {**slice_of(tmp_path, 1), "HANG_SECONDS": "15", "STACKS_WAIT": "2", "TPU_DEVICE_FILES": str(device),
+           "LIBTPU_LOCKFILE": str(lockfile)}
+    home, out = tmp_path / "slice/worker-0", tmp_path / "run"
+    args = [*pretrain_args(data, out)[:-4], "train.steps=30", "train.log_every=1", "train.eval_every=0"]
+    assert pod(env, "run", *args).returncode == 0
+    log = home / "ptm-logs/ptm.log"
+    deadline = time.time() + 400
+    while not steps_in_log(log):
+        assert time.time() < deadline, "no step within 400 s"
+        time.sleep(0.02)
+    pid = int((home / "ptm-logs/ptm.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGSTOP)  # the hang: python makes no progress (as in a collective that never returns)
+    # left over from an earlier run: a process that holds the TPU, and libtpu's lock file
+    with open(device) as held:  # closed here at once: only the stale process holds it
+        stale = subprocess.Popen(["sleep", "600"], stdin=held)
+    lockfile.write_text("")
+    try:
+        watched = pod(env, "watch", timeout=600)
+        assert stale.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        if stale.poll() is None:
+            stale.kill()
+    assert watched.returncode == 0, watched.stdout[-3000:] + watched.stderr[-3000:]
+    said = watched.stdout
+    assert re.search(r"hang: no new step for \d+ s \(last step: \d+; limit 15 s\): collecting stacks, stopping", said)
+    assert f"  stacks: {socket.gethostname()} pid {pid}: faulthandler stacks requested (SIGUSR1)" in said
+    assert "exited 0 after" in said and "run: stopped-early" in said and said.splitlines()[-1] == "run finished"
+    text = log.read_text()
+    dump = text[text.index("stacks of pid"):]
+    assert "Thread 0x" in dump and re.search(r'File ".*ptm_jax/train/loop\.py", line \d+ in fit', dump), dump[:3000]
+    assert f"cleared: killed stale process {stale.pid} (sleep 600), which held the TPU" in text
+    assert f"cleared: removed libtpu's lock file {lockfile}" in text and not lockfile.exists()
+    summary = json.loads((out / "pretrain/summary.json").read_text())
+    assert summary["step"] == 30 and summary["preempted"] is False

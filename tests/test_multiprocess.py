@@ -43,8 +43,8 @@ def overrides(shared: dict, out: Path) -> list[str]:
             "train.log_every=1", "train.eval_every=0"]
 
 
-def run(argv: list[str], shared: dict, cwd: Path) -> str:
-    done = subprocess.run(argv, env=shared["env"], cwd=cwd, capture_output=True, text=True, timeout=600)
+def run(argv: list[str], shared: dict, cwd: Path, env: dict | None = None) -> str:
+    done = subprocess.run(argv, env=env or shared["env"], cwd=cwd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     return done.stdout
 
@@ -55,9 +55,12 @@ def one_process(shared: dict, out: Path, *extra: str) -> str:
 
 
 def two_processes(shared: dict, out: Path, *extra: str) -> str:
+    """Without the test run's shared JAX_COMPILATION_CACHE_DIR: the run's own default applies (a multi-host run
+    keeps its cache under output_dir)."""
+    env = {k: v for k, v in shared["env"].items() if k != "JAX_COMPILATION_CACHE_DIR"}
     return run([sys.executable, str(REPO / "launch/local_multiprocess.py"), "-n", "2", "--devices-per-process",
                 "4", "--timeout", "560", "--", "ptm", "pretrain", "-c", "bert_tiny", *overrides(shared, out),
-                *extra], shared, out.parent)
+                *extra], shared, out.parent, env)
 
 
 def train_records(stage: Path) -> list[dict]:
@@ -106,6 +109,11 @@ def test_two_processes_x_4_devices_give_the_losses_of_one_process_x_8(chain, ref
     np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(got)], rtol=1e-5)
     # both processes ran and met in jax.distributed (the launcher prefixes each line with its process)
     assert "[p0] pretrain: step 8" in chain["logs"]["A"] and "[p1] pretrain: step 8" in chain["logs"]["A"]
+    # a multi-host run keeps JAX's compilation cache under its output_dir by default (process 0 writes it)
+    cache = chain["out"] / "compile_cache"
+    assert f"[p1] INFO ptm_jax.parallel.compile_cache: compilation cache: {cache} (persistent" in chain["logs"]["A"]
+    assert any(cache.glob("*-cache")), "the 2-process leg stored its compiled programs"
+    assert "[p0] INFO ptm_jax.versions: versions: python" in chain["logs"]["A"]
 
 
 def test_checkpoints_move_from_1_process_to_2_and_back_with_the_uninterrupted_parameters(chain, reference):

@@ -16,7 +16,7 @@ import pytest
 
 from ptm_jax.families.xlnet.config import XlnetConfig
 from ptm_jax.families.xlnet.model import XLNetModel
-from ptm_jax.families.xlnet.two_stream import rel_shift
+from ptm_jax.models.relative_attention import rel_shift
 
 L, V, H = 8, 50, 32
 ORDER = [4, 1, 6, 3]  # the factorization order of the targets; positions 0, 2, 5, 7 are context only

@@ -16,7 +16,7 @@ import pytest
 from ptm_jax.errors import CheckpointError, ConfigError
 from ptm_jax.families.ulmfit import hooks
 from ptm_jax.families.ulmfit.config import UlmfitConfig
-from ptm_jax.families.ulmfit.lm_data import LmBatches, bucket_lengths
+from ptm_jax.data.pretraining.contiguous_rows import LmBatches, bucket_lengths
 from ptm_jax.families.ulmfit.model import AwdLstmLanguageModel
 from ptm_jax.families.ulmfit.objective import carry_to_tuple
 from ptm_jax.families.ulmfit.weights import as_variables, import_state_dict, load_fastai

@@ -16,8 +16,9 @@ REPO = Path(__file__).resolve().parent.parent
 TRANSFORMERS5 = "PTM_TRANSFORMERS5_PYTHON"
 TRANSFORMERS5_DIR = REPO / ".venv" / "transformers5"
 TRANSFORMERS5_MISSING = (
-    "transformers 5 is not installed: `pip install --target .venv/transformers5 'transformers>=5,<6'` (the README's "
-    f"test command does), or set {TRANSFORMERS5} to the python of an environment with transformers>=5, torch, "
+    "transformers 5 is not installed: `pip install --target .venv/transformers5 -r "
+    f"requirements/transformers5.lock` (the README's test command does), or set {TRANSFORMERS5} to the python of "
+    "an environment with transformers>=5, torch, "
     "sentencepiece and protobuf")
 
 

@@ -4,7 +4,10 @@ Convention (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Sec. 
 PaLM, Appendix B): count only matrix multiplies, one multiply-add = 2 FLOPs, so a forward pass is
 ``2 * MACs`` and a train step (forward + gradients of both matmul operands) is ``3 * forward``. For a dense
 Transformer this is the familiar ``6 N`` FLOPs per token for the non-embedding parameters plus the
-attention term ``12 * n_layer * n_ctx * d_model`` per token. Recomputation (remat) is *not* model FLOPs
+attention term ``12 * n_layer * n_ctx * d_model`` per token, of which a causal model (GPT) is counted at half,
+as MaxText counts it (``calculate_tflops_training_per_device``: causal attention FLOPs / 2; the fused kernels
+skip the masked half); ``StepFlops.train_full_attention`` keeps the whole term, Kaplan's and PaLM's count, and
+``ptm bench`` shows both where they differ. Recomputation (remat) is *not* model FLOPs
 (PaLM's MFU excludes it); it is returned separately as ``recompute`` for hardware-FLOPs utilisation.
 
 Each family gives its formula as ``Bench.flops`` (e.g. ``ptm_jax/families/<name>/flops.py``);
@@ -62,6 +65,9 @@ class StepFlops:
     one_gradient: tuple[str, ...] = ()
     """Components of ``forward`` whose matmuls have one operand that takes no gradient (a constant, or data
     such as XLNet's ``target_mapping``): their backward pass is one matmul, not two (2 x forward)."""
+    causal: tuple[str, ...] = ()
+    """Components computed under a causal mask (a decoder's attention scores and values), given in full in
+    ``forward``: model FLOPs count them at half (MaxText's convention), ``train_full_attention`` in full."""
 
     @property
     def forward_total(self) -> float:
@@ -70,13 +76,21 @@ class StepFlops:
     @property
     def train_breakdown(self) -> dict[str, float]:
         """Train FLOPs per component: 3 x forward (forward, and the gradients of both matmul operands);
-        2 x for the components in ``one_gradient``."""
+        2 x for the components in ``one_gradient``; half of that for the ``causal`` ones."""
+        return {k: (0.5 if k in self.causal else 1.0) * v for k, v in self._train_full().items()}
+
+    def _train_full(self) -> dict[str, float]:
         return {k: (2.0 if k in self.one_gradient else 3.0) * v for k, v in self.forward.items()}
 
     @property
     def train(self) -> float:
-        """Model FLOPs of a train step (``train_breakdown`` summed)."""
+        """Model FLOPs of a train step (``train_breakdown`` summed; causal attention at half)."""
         return float(sum(self.train_breakdown.values()))
+
+    @property
+    def train_full_attention(self) -> float:
+        """Model FLOPs with causal attention counted in full (the S x S product an unfused einsum computes)."""
+        return float(sum(self._train_full().values()))
 
     @property
     def hardware(self) -> float:

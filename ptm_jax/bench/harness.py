@@ -332,6 +332,8 @@ class _Run:
             "step_cpu_s_median": statistics.median(self.cpu_times[-len(times):]),  # all threads of the process
             "tokens_per_s": fl.tokens / med, "examples_per_s": b / med,
             "model_flops_per_step": fl.train, "model_flops_source": source,
+            "model_flops_per_step_full_attention": fl.train_full_attention,  # causal attention in full
+            "mfu_full_attention": (fl.train_full_attention / med / (peak * 1e12 * n_dev)) if peak else None,
             "model_flops_breakdown": fl.train_breakdown,
             "hardware_flops_per_step": fl.hardware,
             "xla_flops_per_step": _times(flops_lib.xla_cost_flops(self.executable), n_dev),

@@ -81,6 +81,7 @@ def print_train(r: dict[str, Any]) -> None:
             ("model FLOPs/step", f"{r['model_flops_per_step']:.4g} "
                                  f"(XLA matmul {_num(r['xla_matmul_flops_per_step'], '.4g')}, "
                                  f"XLA all ops {_num(r['xla_flops_per_step'], '.4g')})"),
+            *_full_attention_rows(r),
             ("model TFLOP/s", f"{r['model_tflops_per_s']:.3f}"),
             ("MFU", "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}% of {r['peak_tflops_per_device']} "
                                                   "TFLOP/s per device"),
@@ -265,6 +266,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _full_attention_rows(r: dict) -> list[tuple[str, str]]:
+    """The causal attention counted in full beside MaxText's half (``bench/flops.py``), where they differ."""
+    full = r.get("model_flops_per_step_full_attention")
+    if full is None or full == r["model_flops_per_step"]:
+        return []
+    mfu = r.get("mfu_full_attention")
+    return [("model FLOPs/step, causal attention in full", f"{full:.4g}"
+             + ("" if mfu is None else f" (MFU {100 * mfu:.1f}%)"))]
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from ptm_jax.bench.aot import compile_report, parse_mesh, virtual_cpu_devices
 
@@ -272,6 +283,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if (args.device_type or "").lower() == "cpu" and mesh is not None and -1 not in mesh:
         virtual_cpu_devices(mesh[0] * mesh[1] * mesh[2])  # before anything starts the JAX backends
     cfg = _load(args)
+    from ptm_jax import versions
+    from ptm_jax.parallel import compile_cache
+
+    versions.log_versions()
+    compile_cache.enable(cfg.output_dir)  # one process: only with PTM_COMPILE_CACHE=<path>
     result = compile_report(cfg, mesh, args.device_type, estimate=args.estimate, hlo_path=args.hlo,
                             prng=args.prng)
     print_compile(result)

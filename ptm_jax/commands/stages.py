@@ -37,10 +37,15 @@ def config_of(args: argparse.Namespace):
     return load_config(args.config or DEFAULT_PRESET.get(args.command, "bert_small"), overrides)
 
 
-def _start(args: argparse.Namespace) -> None:
+def _start(args: argparse.Namespace, cfg) -> None:
+    """Multi-host start-up, then the versions line and the persistent compilation cache (on for multi-host runs)."""
+    from ptm_jax import versions
+    from ptm_jax.parallel import compile_cache
     from ptm_jax.parallel.distributed import initialize
 
     initialize(args.coordinator, args.num_processes, args.process_id)
+    versions.log_versions()
+    compile_cache.enable(cfg.output_dir)
 
 
 def cmd_presets(args) -> int:
@@ -61,7 +66,7 @@ def cmd_config(args) -> int:
 
 def cmd_data(args) -> int:
     cfg = config_of(args)
-    _start(args)
+    _start(args, cfg)
     from ptm_jax.train.stages import prepare_corpus, write_config
 
     write_config(cfg)
@@ -94,7 +99,7 @@ def _report_pretrain(summary: dict[str, Any]) -> None:
 
 def cmd_pretrain(args) -> int:
     cfg = config_of(args)
-    _start(args)
+    _start(args, cfg)
     from ptm_jax.train.stages import pretrain
 
     _report_pretrain(pretrain(cfg, stop_after=args.stop_after))
@@ -127,7 +132,7 @@ def _task_overrides(args) -> list[str]:
 def cmd_run(args) -> int:
     args.overrides = list(args.overrides) + _task_overrides(args)
     cfg = config_of(args)
-    _start(args)
+    _start(args, cfg)
     from ptm_jax.train.stages import run
 
     summary = run(cfg)
@@ -141,7 +146,7 @@ def cmd_run(args) -> int:
 def cmd_finetune(args) -> int:
     args.overrides = list(args.overrides) + _task_overrides(args)
     cfg = config_of(args)
-    _start(args)
+    _start(args, cfg)
     from ptm_jax.train.finetune import finetune
 
     _report_finetune(finetune(cfg, stop_after=args.stop_after))
@@ -151,7 +156,7 @@ def cmd_finetune(args) -> int:
 def cmd_eval(args) -> int:
     args.overrides = list(args.overrides) + _task_overrides(args)
     cfg = config_of(args)
-    _start(args)
+    _start(args, cfg)
     from ptm_jax.train.evaluation import evaluate_task
 
     result = evaluate_task(cfg, args.model, split=args.split, out_dir=args.predictions)

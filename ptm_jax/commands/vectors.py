@@ -15,9 +15,9 @@ from ptm_jax.evaluate.vector_loading import load_word_vectors
 from ptm_jax.evaluate.word_vectors import DEFAULT_RESTRICT_VOCAB
 
 
-def _print(rows: list[tuple[str, float]], title: str, as_json: bool, out: list) -> None:
+def _print(rows: list[tuple[str, float]], title: str, as_json: bool, out: list, measure: str = "cosine") -> None:
     if as_json:
-        out.append({"query": title, "neighbors": [{"word": w, "cosine": round(c, 6)} for w, c in rows]})
+        out.append({"query": title, "neighbors": [{"word": w, measure: round(c, 6)} for w, c in rows]})
     else:
         print(title)
         for w, c in rows:
@@ -29,7 +29,7 @@ def cmd_neighbors(args: argparse.Namespace) -> int:
     out: list = []
     for word in args.words:
         _print(wv.neighbors(word, args.k, ignore_case=args.ignore_case, restrict_vocab=args.restrict_vocab),
-               word, args.json, out)
+               word, args.json, out, "cosine" if wv.distance is None else "distance")
     if args.json:
         print(json.dumps(out, indent=2))
     return 0
@@ -82,7 +82,9 @@ def _common(p: argparse.ArgumentParser, restrict_default: int) -> None:
 def register(subparsers) -> None:
     p = subparsers.add_parser("neighbors", help="cosine nearest neighbours of words in static word vectors",
                               description="Prints the K words whose vectors have the largest cosine with each "
-                              "WORD's (the word itself left out), as word2vec.c's distance tool.")
+                              "WORD's (the word itself left out), as word2vec.c's distance tool; for a family "
+                              "with a geometry of its own (Poincare embeddings: the hyperbolic distance) the K "
+                              "nearest by its distance.")
     _common(p, 0)
     p.add_argument("words", nargs="+", metavar="WORD")
     p.add_argument("-k", type=int, default=10, help="neighbours per word (default 10)")

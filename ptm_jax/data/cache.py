@@ -309,8 +309,9 @@ def _background(items: Iterable, depth: int = 4) -> Iterator:
 def sentence_joiner(tokenizer: Tokenizer) -> str:
     """Text put before every sentence but a document's first when tokenizing. Byte-level BPE (GPT-2) encodes
     the space between words inside the next token ('Ġword'), so sentences tokenized one by one must get it
-    back; WordPiece and SentencePiece drop or mark whitespace themselves."""
-    return " " if tokenizer.kind == "byte_bpe" else ""
+    back; a character vocabulary reads the space as a character of its own, so it gets it too; WordPiece and
+    SentencePiece drop or mark whitespace themselves."""
+    return " " if tokenizer.kind in ("byte_bpe", "char") else ""
 
 
 def build_cache(documents: Callable[[], Iterable[Document]] | Iterable[Document], tokenizer: Tokenizer,

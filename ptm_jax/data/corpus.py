@@ -172,6 +172,12 @@ def _read_lines(path: Path, max_line_bytes: int, start: int = 0,
             yield lineno, text.rstrip("\r\n")
 
 
+def numbered_lines(path: Path, max_line_bytes: int = 1 << 20) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line) of a UTF-8 text file, errors naming the file and line: the reader of
+    line-per-record inputs that are not a corpus (an edge list, a hierarchy's relations)."""
+    return _read_lines(Path(path), max_line_bytes)
+
+
 def _sniff(path: Path) -> tuple[bool, list[str]]:
     """(has a Gutenberg START marker, non-blank stripped lines of the first 64 KiB after it)."""
     with open(path, "rb") as f:

@@ -2,8 +2,9 @@
 
 ``tokenizer.vocab_file`` is loaded by ``tokenizer.kind``; without one, a tokenizer is trained on the corpus sample on
 process 0 and shared with the other processes (:func:`load_tokenizer`). The kinds are ``data/tokenizers.py``
-(WordPiece, SentencePiece), ``data/byte_bpe.py`` (GPT-2's byte-level BPE) and ``data/word_vocab.py`` (word
-vocabularies with counts); this module is the one that knows all of them."""
+(WordPiece, SentencePiece), ``data/byte_bpe.py`` (GPT-2's byte-level BPE), ``data/word_vocab.py`` (word
+vocabularies with counts) and ``data/char_vocab.py`` (character vocabularies); this module and
+``export/params.py`` (a saved model's tokenizer files) are the ones that know all of them."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ptm_jax.config import TokenizerConfig
+from ptm_jax.data.char_vocab import CHARS_FILE, CharVocab, build_char_vocab
 from ptm_jax.data.byte_bpe import ByteBPETokenizer, train_byte_bpe
 from ptm_jax.data.tokenizers import (SentencePieceTokenizer, Tokenizer, WordPieceTokenizer, _atomic_write, _sha256,
                                      train_sentencepiece, train_wordpiece)
@@ -42,6 +44,8 @@ def _load_file(cfg: TokenizerConfig) -> Tokenizer:
         vocab_file = str(local / src.name)
     if cfg.kind == "word":  # a word vocabulary with counts (NNLM, word2vec, ...)
         return WordVocab(vocab_file, lower_case=cfg.lower_case)
+    if cfg.kind == "char":  # a character vocabulary (character-level LMs)
+        return CharVocab(vocab_file, lower_case=cfg.lower_case)
     if cfg.kind == "byte_bpe":
         return ByteBPETokenizer(vocab_file)
     if cfg.kind == "wordpiece":
@@ -77,11 +81,11 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
     remote = fs.is_remote(tok_dir)
     settings = {"kind": cfg.kind, "vocab_size": cfg.vocab_size, "lower_case": cfg.lower_case,
                 "corpus_key": corpus_key, "train_sample_bytes": cfg.train_sample_bytes, "version": 2}
-    if cfg.kind == "word":
+    if cfg.kind in ("word", "char"):
         settings["min_count"] = cfg.min_count
     key = _sha256(json.dumps(settings, sort_keys=True))
     names = {"wordpiece": ["vocab.txt"], "byte_bpe": ["vocab.json", "merges.txt"],
-             "word": ["vocab.tsv"]}.get(cfg.kind, ["spm.model", "spm.vocab"])
+             "word": ["vocab.tsv"], "char": [CHARS_FILE]}.get(cfg.kind, ["spm.model", "spm.vocab"])
 
     def reusable() -> bool:
         try:
@@ -104,6 +108,9 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
                     train_byte_bpe(train_texts(), cfg.vocab_size, tmp)
                 elif cfg.kind == "word":  # counts over the sample; tokenizer.vocab_size caps the entries
                     build_word_vocab(train_texts(), tmp, min_count=cfg.min_count, max_vocab=cfg.vocab_size,
+                                     lower_case=cfg.lower_case)
+                elif cfg.kind == "char":  # counts over the sample; tokenizer.vocab_size caps the entries
+                    build_char_vocab(train_texts(), tmp, min_count=cfg.min_count, max_vocab=cfg.vocab_size,
                                      lower_case=cfg.lower_case)
                 elif cfg.kind == "wordpiece":
                     train_wordpiece(train_texts(), cfg.vocab_size, tmp, lower_case=cfg.lower_case)

@@ -121,11 +121,13 @@ class WordVocab(Tokenizer):
     ``eos_id`` (a document's end) and ``mask_id`` is ``unk_id``, for code that asks for them."""
 
     kind = "word"
+    read_entries = staticmethod(read_vocab_tsv)
+    """The vocabulary file's reader: ``path -> [(entry, count)]`` in id order, the three specials first."""
 
     def __init__(self, vocab_file, lower_case: bool = False):
         self.path = Path(vocab_file)
         self.lower_case = bool(lower_case)
-        entries = read_vocab_tsv(self.path)
+        entries = self.read_entries(self.path)
         self._tokens = [w for w, _ in entries]
         self.counts = np.array([c for _, c in entries], dtype=np.int64)
         self._vocab = {w: i for i, w in enumerate(self._tokens)}
@@ -164,7 +166,7 @@ class WordVocab(Tokenizer):
     def fingerprint(self) -> str:
         h = hashlib.sha256(self.path.read_bytes())
         h.update(f"lower_case={self.lower_case}".encode())
-        return f"word-{h.hexdigest()}"
+        return f"{self.kind}-{h.hexdigest()}"
 
 
 def build_word_vocab(texts: Iterable[str], out_dir, *, min_count: int = 1, max_vocab: int = 0,

@@ -56,6 +56,38 @@ def read_text(path: str | Path, collapse_whitespace: bool = False) -> str:
     return " ".join(text.split()) if collapse_whitespace else text
 
 
+def line_stream_ids(tokenizer: Any, path: str | Path, collapse_whitespace: bool = False, max_tokens: int = 0,
+                    eos_id: int | None = None) -> np.ndarray:
+    """The file as one stream of ids for the models that read text line by line (the word-level LMs): each
+    non-blank line tokenized and followed by ``eos_id`` (default the tokenizer's), as the corpus reader ends a
+    document; the first ``max_tokens + 1`` ids when ``max_tokens`` is set."""
+    text = read_text(path, collapse_whitespace)
+    eos = tokenizer.eos_id if eos_id is None else eos_id
+    ids: list[int] = []
+    for row in tokenizer.encode_batch([ln for ln in text.splitlines() if ln.strip()]):
+        ids.extend(row)
+        ids.append(eos)
+    out = np.asarray(ids, np.int32)
+    return out[:max_tokens + 1] if max_tokens else out
+
+
+def contiguous_rows(ids: np.ndarray, rows: int, chunk: int, pad_id: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(inputs, targets, weights [rows, width]) for a model that carries state along a row: the stream's targets
+    cut into ``rows`` contiguous regions of R = ceil((N - 1) / rows), right-padded (weight 0) to a multiple of
+    ``chunk``; row r scores the positions [1 + r R, 1 + (r + 1) R) exactly once."""
+    R = -(-(len(ids) - 1) // rows)
+    width = -(-R // chunk) * chunk
+    x = np.full((rows, width), pad_id, np.int32)
+    y = np.full((rows, width), pad_id, np.int32)
+    w = np.zeros((rows, width), np.float32)
+    for r in range(rows):
+        lo, hi = r * R, min((r + 1) * R, len(ids) - 1)
+        n = max(hi - lo, 0)
+        x[r, :n], y[r, :n], w[r, :n] = ids[lo:hi], ids[lo + 1:hi + 1], 1.0
+    return x, y, w
+
+
 def summed_nll(nll: Any, arrays: tuple[np.ndarray, ...], batch_size: int) -> tuple[float, float]:
     """(total NLL, total weight) of ``nll(*batch) -> (sum of NLL, sum of weights)`` over the rows of ``arrays``
     in batches of ``batch_size``; the last batch is padded with zero rows (weight 0), so one shape compiles."""

@@ -31,12 +31,13 @@ def load_word_vectors(model: str) -> WordVectors:
     params, cfg, info, tok_dir = load_params(model)
     fam = registry.get(cfg.family)
     if fam.inspection.word_vectors is None and fam.inspection.subword_vectors is None:
-        able = sorted(n for n, f in registry.families().items() if "word_vectors" in f.capabilities)
+        able = sorted(n for n, f in registry.families().items() if {"word_vectors", "node_vectors"} & f.capabilities)
         raise ConfigError(f"{model}: model.family={cfg.family!r} exports no static word vectors; the families "
                           f"that do: {', '.join(able)} (or pass a text vector file)")
     tokenizer = load_tokenizer(info, tok_dir)
     if fam.inspection.subword_vectors is None:
-        return WordVectors.from_vocab(fam.inspection.word_vectors(params, cfg), tokenizer, source=str(model))
+        return WordVectors.from_vocab(fam.inspection.word_vectors(params, cfg), tokenizer, source=str(model),
+                                      distance=fam.inspection.vector_distance)
 
     def vectors_of(words):  # a subword family: any word's vector from its units
         return fam.inspection.subword_vectors(params, cfg, tokenizer, list(words))

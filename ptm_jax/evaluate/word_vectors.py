@@ -64,7 +64,7 @@ class WordVectors:
     """Words (in vocabulary order) and their vectors, with case-aware lookup and cosine queries."""
 
     def __init__(self, words: Sequence[str], vectors: np.ndarray, counts: Sequence[int] | None = None,
-                 source: str = "these vectors", oov=None):
+                 source: str = "these vectors", oov=None, distance=None):
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != len(words):
             raise DataError(f"{source}: {len(words)} words but vectors of shape {vectors.shape}; expected "
@@ -76,12 +76,16 @@ class WordVectors:
         self.oov = oov
         """None, or words -> float32 [n, dim]: vectors of words outside ``words`` (a subword family's
         ``Inspection.subword_vectors``); ``neighbors`` and ``analogy`` use it for a word ``lookup`` does not find."""
+        self.distance = distance
+        """None (neighbours by cosine, largest first), or the family's geometry (``Inspection.vector_distance``:
+        query [d], vectors [n, d] -> distances [n]): neighbours by that distance, nearest first."""
         self._unit: np.ndarray | None = None
         self._index: dict[bool, dict[str, int]] = {}
         self._variants: dict[str, list[int]] | None = None
 
     @classmethod
-    def from_vocab(cls, matrix: np.ndarray, tokenizer, source: str = "this model", oov=None) -> "WordVectors":
+    def from_vocab(cls, matrix: np.ndarray, tokenizer, source: str = "this model", oov=None, distance=None
+                   ) -> "WordVectors":
         """A family's ``word_vectors`` matrix (row i = id i) with the words of its tokenizer, the specials
         (``tokenizer.special_ids()``) left out: they are not words. Rows past the tokenizer's ids (a model
         vocabulary padded beyond the words) are unused ids and left out too."""
@@ -93,7 +97,7 @@ class WordVectors:
         ids = [i for i in range(tokenizer.vocab_size) if i not in special]
         counts = getattr(tokenizer, "counts", None)
         return cls([tokenizer.id_to_token(i) for i in ids], matrix[ids],
-                   None if counts is None else np.asarray(counts)[ids], source=source, oov=oov)
+                   None if counts is None else np.asarray(counts)[ids], source=source, oov=oov, distance=distance)
 
     def __len__(self) -> int:
         return len(self.words)
@@ -149,11 +153,19 @@ class WordVectors:
 
     def nearest(self, query: np.ndarray, k: int = 10, exclude: Iterable[int] = (), restrict_vocab: int = 0
                 ) -> list[tuple[str, float]]:
-        """The ``k`` words with the largest cosine to ``query`` (any vector), ``exclude`` rows left out."""
+        """The ``k`` words with the largest cosine to ``query`` (any vector), ``exclude`` rows left out; with
+        ``distance``, the ``k`` nearest by it, with their distances."""
         if k < 1:
             raise ConfigError(f"-k {k}: must be at least 1")
         n = _limit(restrict_vocab, len(self.words))
         q = np.asarray(query, dtype=np.float32)
+        if self.distance is not None:   # the family's geometry: nearest first, the distance reported
+            scores = -np.asarray(self.distance(q, self.vectors[:n]), np.float64)
+            scores[[i for i in exclude if i < n]] = -np.inf
+            k = min(k, n)
+            top = np.argpartition(-scores, k - 1)[:k]
+            top = top[np.argsort(-scores[top], kind="stable")]
+            return [(self.words[i], float(-scores[i])) for i in top if np.isfinite(scores[i])]
         q = q / max(float(np.linalg.norm(q)), float(np.finfo(np.float32).tiny))
         scores = self.unit[:n] @ q
         scores[[i for i in exclude if i < n]] = -np.inf
@@ -167,6 +179,8 @@ class WordVectors:
         """Cosine nearest neighbours of ``word`` (the word itself left out, its case variants kept), as word2vec.c
         ``distance.c`` and gensim's ``most_similar``."""
         row, vec = self.query_vector(word, ignore_case)
+        if self.distance is not None and row is not None:
+            vec = self.vectors[row]                       # the point itself, not its direction
         return self.nearest(vec, k, exclude=[] if row is None else [row], restrict_vocab=restrict_vocab)
 
     def query_vector(self, word: str, ignore_case: bool = False) -> tuple[int | None, np.ndarray]:
@@ -185,6 +199,9 @@ class WordVectors:
         """Words closest to ``b - a + c`` over the unit vectors (a : b :: c : ?), the three left out (with
         ``ignore_case``, all their case variants, as :func:`evaluate_analogies`), as word2vec.c
         ``word-analogy.c``."""
+        if self.distance is not None:
+            raise ConfigError(f"{self.source}: analogies (b - a + c) are a question of the cosine geometry; these "
+                              "vectors are ranked by their family's own distance (ptm neighbors)")
         found = [self.query_vector(w, ignore_case) for w in (a, b, c)]
         rows = [r for r, _ in found if r is not None]
         ua, ub, uc = (v for _, v in found)

@@ -291,7 +291,7 @@ def find_checkpoints(path: Path) -> Path | None:
 def _run_tokenizer(out_dir: Path, run_cfg: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
     tc = run_cfg.get("tokenizer", {})
     kind = tc.get("kind", "wordpiece")
-    family = kind if kind in ("wordpiece", "byte_bpe", "word") else "sentencepiece"
+    family = kind if kind in ("wordpiece", "byte_bpe", "word", "char") else "sentencepiece"
     info = {"kind": family, "lower_case": tc.get("lower_case", True)}
     if tc.get("vocab_file"):
         f = fs.path(tc["vocab_file"]) if fs.is_remote(tc["vocab_file"]) else Path(tc["vocab_file"])
@@ -301,7 +301,7 @@ def _run_tokenizer(out_dir: Path, run_cfg: dict[str, Any]) -> tuple[dict[str, An
             return {**info, "files": files}, (fs.local_copy(f.parent, marker=None, only=files)
                                               if fs.is_remote(f) else f.parent)
     names = {"wordpiece": ["vocab.txt"], "byte_bpe": ["vocab.json", "merges.txt"],
-             "word": ["vocab.tsv"]}.get(kind, ["spm.model"])
+             "word": ["vocab.tsv"], "char": ["chars.json"]}.get(kind, ["spm.model"])
     if (out_dir / "tokenizer" / names[0]).is_file():
         tok_dir = out_dir / "tokenizer"
         return {**info, "files": names}, fs.local_copy(tok_dir) if fs.is_remote(tok_dir) else tok_dir
@@ -419,6 +419,10 @@ def load_tokenizer(info: dict[str, Any], tokenizer_dir: Path | None):
         from ptm_jax.data.word_vocab import WordVocab
 
         return WordVocab(f, lower_case=bool(tok.get("lower_case", False)))
+    if tok.get("kind") == "char":  # a character vocabulary (data/char_vocab.py)
+        from ptm_jax.data.char_vocab import CharVocab
+
+        return CharVocab(f, lower_case=bool(tok.get("lower_case", False)))
     if tok.get("kind", "wordpiece") == "wordpiece":
         return WordPieceTokenizer(f, lower_case=bool(tok.get("lower_case", True)))
     return SentencePieceTokenizer(f)

@@ -48,6 +48,21 @@ class ArtifactBuilder(Protocol):
     def __call__(self, cfg: RunConfig, corpus: Corpus, directory: Any) -> Any: ...
 
 
+class CorpusBuilder(Protocol):
+    """The whole corpus of a family whose input is not text (a graph's edge list, a hierarchy's closure):
+    its vocabulary saved as the run's word tokenizer (``<output_dir>/tokenizer/vocab.tsv``), its train and eval
+    sources and artifacts, on every process (it meets at ``parallel.distributed.barrier`` itself)."""
+
+    def __call__(self, cfg: RunConfig) -> Corpus: ...
+
+
+class VectorDistance(Protocol):
+    """float64 [n] distances of the rows of ``vectors`` [n, d] from ``query`` [d]: the family's geometry where it
+    is not the cosine's (the Poincare ball)."""
+
+    def __call__(self, query: np.ndarray, vectors: np.ndarray) -> np.ndarray: ...
+
+
 class HeadOfParams(Protocol):
     def __call__(self, params: Params) -> str: ...
 
@@ -182,6 +197,9 @@ class Pretraining:
     artifacts: dict[str, ArtifactBuilder] = dataclasses.field(default_factory=dict)
     """Derived data built once after the token cache exists (a word-count table, a co-occurrence matrix), in name
     order, cached beside it; the values land in ``Corpus.artifacts[name]`` for the objective builders."""
+    corpus: CorpusBuilder | None = None
+    """A family whose input is not text builds its ``Corpus`` itself (``prepare_corpus`` calls it instead of
+    tokenizing ``data.corpus``); None: text through the tokenizer and the token cache."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,6 +304,9 @@ class Inspection:
     """``word_features`` runs it frozen; a word-level task head trains it end to end
     (``features.freeze_features=false``)."""
     attention_maps: AttentionMaps | None = None
+    vector_distance: VectorDistance | None = None
+    """The distance ``ptm neighbors`` ranks the static vectors by (nearest first); None: the cosine (largest
+    first)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,7 +50,9 @@ CAPABILITIES: dict[str, Callable[[Family], bool]] = {
     "embed": lambda f: "encoder" in f.finetuning.task_heads,
     "classify": lambda f: f.finetuning.classifier is not None and "sequence_classification" in f.finetuning.task_heads,
     "pack_examples": lambda f: f.finetuning.packs_examples,
-    "word_vectors": lambda f: f.inspection.word_vectors is not None or f.inspection.subword_vectors is not None,
+    "word_vectors": lambda f: ((f.inspection.word_vectors is not None or f.inspection.subword_vectors is not None)
+                               and f.pretraining.corpus is None),
+    "node_vectors": lambda f: f.inspection.word_vectors is not None and f.pretraining.corpus is not None,
     "word_features": lambda f: f.inspection.word_features is not None,
     "attention_maps": lambda f: f.inspection.attention_maps is not None,
     "hugging_face": lambda f: f.interop.hf is not None,
@@ -58,7 +60,9 @@ CAPABILITIES: dict[str, Callable[[Family], bool]] = {
 """Capability -> the hooks that give it: 'causal_lm' (``ptm generate``), 'perplexity' (``ptm perplexity``),
 'embed' (``ptm embed``: an encoder head), 'classify' (``ptm predict``: a classifier with a BERT-layout sequence
 classification head), 'pack_examples' (``finetune.pack_examples``), 'word_vectors' (``ptm neighbors``,
-``analogy``, ``eval-vectors``, vector files), 'word_features' (probes, feature heads, ``ptm compare``),
+``analogy``, ``eval-vectors``, vector files, and the feature heads over a text's words), 'node_vectors' (the same
+commands over the vectors of a graph's or a hierarchy's nodes, a family with its own corpus: no text task reads
+them), 'word_features' (probes, feature heads, ``ptm compare``),
 'attention_maps' (``ptm attention``), 'hugging_face' (``ptm import-hf``, ``export --format hf``)."""
 
 

@@ -18,7 +18,8 @@ def _cell(fam: registry.Family, part: str) -> str:
     p = getattr(fam, part)
     if part == "pretraining":
         kinds = ", ".join(p.tokenizer_kinds) or "subword"
-        return f"{', '.join(f'`{o}`' for o in p.objectives)}; {kinds}"
+        own = " (own corpus)" if p.corpus is not None else ""
+        return f"{', '.join(f'`{o}`' for o in p.objectives)}; {kinds}{own}"
     if part == "layout":
         if p.trunk is None:
             return "-"
@@ -36,7 +37,7 @@ def _cell(fam: registry.Family, part: str) -> str:
         return ", ".join(items + sorted(p.importers)) or "-"
     if part == "inspection":
         hooks = ("generate", "perplexity", "word_vectors", "subword_vectors", "word_features", "word_encoder",
-                 "attention_maps")
+                 "attention_maps", "vector_distance")
         return ", ".join(h for h in hooks if getattr(p, h) is not None) or "-"
     items = [n for n, v in (("FLOPs", p.flops), ("batch", p.synthetic_batch)) if v is not None]
     items += [f"variant {v}" for v in sorted(p.variants)]

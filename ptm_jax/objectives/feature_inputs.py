@@ -134,6 +134,9 @@ def resolve_source(init: str) -> Source:
 
     params, model_cfg, tokenizer = features.load_model(init)
     fam = features.family_of(model_cfg)
+    if not features.supports_features(model_cfg):  # no hooks, or vectors of a graph's nodes rather than of words
+        raise ConfigError(f"finetune.init={init!r}: model.family={model_cfg.family!r} gives neither word vectors nor "
+                          "per-layer word features; pick another model, a vector file or 'random'")
     if fam.inspection.word_features is not None:
         n = features.num_layers(model_cfg)
         return Source("layers", f"frozen per-layer features of {path} (family {model_cfg.family}, {n} layers)",
@@ -148,17 +151,14 @@ def resolve_source(init: str) -> Source:
         dim = int(vectors_of(["a"]).shape[1])
         return Source("static", f"subword vectors of {path} (family {model_cfg.family}, dim {dim})", dim,
                       vectors_of=vectors_of)
-    if fam.inspection.word_vectors is not None:
-        matrix = np.asarray(fam.inspection.word_vectors(params, model_cfg), np.float32)
+    matrix = np.asarray(fam.inspection.word_vectors(params, model_cfg), np.float32)
 
-        def lookup(word: str):
-            i = features.static_ids(tokenizer, word)
-            return None if i < 0 or i >= len(matrix) else matrix[i]
+    def lookup(word: str):
+        i = features.static_ids(tokenizer, word)
+        return None if i < 0 or i >= len(matrix) else matrix[i]
 
-        return Source("static", f"static vectors of {path} (family {model_cfg.family}, dim {matrix.shape[1]})",
-                      int(matrix.shape[1]), lookup=lookup)
-    raise ConfigError(f"finetune.init={init!r}: model.family={model_cfg.family!r} gives neither word vectors nor "
-                      "per-layer word features; pick another model, a vector file or 'random'")
+    return Source("static", f"static vectors of {path} (family {model_cfg.family}, dim {matrix.shape[1]})",
+                  int(matrix.shape[1]), lookup=lookup)
 
 
 # ---------------------------------------------------------------------------------------------- word tables

@@ -314,7 +314,7 @@ class FeatureTaggingObjective(FeatureData, TaggingObjective):
 
     def __init__(self, fcfg: FinetuneConfig, hcfg: Any, train: Sequence[ConllSentence],
                  dev: Sequence[ConllSentence], labels: Sequence[str], features: FeatureInputs,
-                 name: str = "conll2003"):
+                 name: str = "conll2003", tagging: Any = None):
         if not train:
             raise DataError(f"{name}: no training sentences")
         self.name, self.fcfg, self.features = f"finetune-{name}", fcfg, features
@@ -322,6 +322,7 @@ class FeatureTaggingObjective(FeatureData, TaggingObjective):
         self.label_to_id = {t: i for i, t in enumerate(self.spec.labels)}
         self.num_labels = len(labels)
         self.model = FeatureTagger(features.module(), self.num_labels, fcfg.classifier_dropout, hcfg.head_hidden)
+        self._set_tagging(tagging)
         T = fcfg.max_seq_length
         self.train, self.num_train = self._arrays(train), len(train)
         self.train_truncated_words = sum(max(0, len(s.words) - T) for s in train)
@@ -330,6 +331,13 @@ class FeatureTaggingObjective(FeatureData, TaggingObjective):
         self.dev_first_piece = [np.where(np.arange(len(s.words)) < T, np.arange(len(s.words)), -1).astype(np.int32)
                                 for s in dev]
         self.dev_truncated_words = sum(max(0, len(s.words) - T) for s in dev)
+
+    def init(self, rng, batch):
+        return self._with_crf(rng, super().init(rng, batch))
+
+    def _word_view(self, batch, logits):
+        """A row is its words: (emissions, labels, word mask) as they are."""
+        return logits, batch["labels"], batch["mask"].astype(bool)
 
     def _arrays(self, sentences: Sequence[ConllSentence]) -> dict[str, np.ndarray]:
         T = self.fcfg.max_seq_length

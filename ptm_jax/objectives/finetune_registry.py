@@ -71,6 +71,15 @@ def saved_labels(model_info: dict | None, task: str) -> list[str]:
     return [str(x) for x in names]
 
 
+def tagging_section(cfg, model_info: dict | None = None):
+    """The ``[tagging]`` settings: a kept model's own (its ptm.json ``tagging``: ``ptm eval`` rebuilds the output
+    layer it was trained with), else the run's."""
+    from ptm_jax.data.tasks.sections import TaggingConfig
+
+    saved = (model_info or {}).get("tagging")
+    return TaggingConfig(**saved) if saved else config_lib.section(cfg, "tagging")
+
+
 def build_conll(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: bool = True,
                 model_info: dict | None = None) -> tuple[Any, str]:
     from ptm_jax.data.tasks.conll import label_list
@@ -89,7 +98,8 @@ def build_conll(cfg, model_cfg, tokenizer, eval_split: str = "dev", *, train: bo
         train = take_subset(train, f.train_subset, f.subset_seed)
     else:
         labels = saved_labels(model_info, "conll2003")
-    obj = TaggingObjective(model_cfg, f, train, held, tokenizer, labels=labels, name="conll2003")
+    obj = TaggingObjective(model_cfg, f, train, held, tokenizer, labels=labels, name="conll2003",
+                           tagging=tagging_section(cfg, None if want_train else model_info))
     cut = f", {obj.dev_truncated_words} {eval_split} words cut by max_seq_length (predicted O)" \
         if obj.dev_truncated_words else ""
     counts = f"{len(train)} train / " if want_train else ""

@@ -5,11 +5,19 @@ position carries the ignore index (``conll.align_labels``). The loss is the mean
 labelled positions of the global batch. Evaluation maps the prediction at each word's first piece back to
 the word (``conll.word_predictions``; words cut by truncation are predicted 'O') and scores entities with
 conlleval's rules (``ner_metrics``): micro precision, recall and F1 plus F1 per entity type.
+
+The output layer is ``[tagging] head`` (``data/tasks/sections.TaggingConfig``): a softmax per word, or a
+linear-chain CRF over the words (``models/crf.py``; Lample et al. 2016 Sec. 2.2). With the CRF the emissions are
+the head's scores at each word's first piece (``word_index``), its parameters sit beside the model's under
+``crf`` (transitions, start, end), the loss is the sentences' negative log-likelihood divided by the labelled
+words (the same normaliser as the softmax's cross-entropy), and the prediction is the Viterbi path. The settings
+are saved with the best model (``extra_info['tagging']``) so ``ptm eval`` rebuilds the same output layer.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -25,8 +33,10 @@ from ptm_jax.data.tasks.conll import (
     label_list,
     word_predictions,
 )
+from ptm_jax.data.tasks.sections import TaggingConfig
 from ptm_jax.errors import DataError
 from ptm_jax.evaluate.ner_metrics import ner_metrics
+from ptm_jax.models.crf import crf_module, negative_log_likelihood, viterbi_decode
 from ptm_jax.objectives.task_data import ArrayTaskData, task_head
 
 MODEL_KEYS = ("input_ids", "input_mask", "segment_ids")
@@ -64,15 +74,81 @@ def featurize_sentences(sentences: Sequence[ConllSentence], label_ids: dict[str,
     memo = _MemoPieces(tokenizer)
     rows = [align_labels(s.words, [label_ids.get(t, IGNORE_INDEX) for t in s.tags], memo, max_len)
             for s in sentences]
+    word_index = np.full((len(rows), max_len), -1, np.int32)  # each kept word's first piece, in word order
+    for i, r in enumerate(rows):
+        kept = r.first_piece[r.first_piece >= 0][:max_len]
+        word_index[i, :len(kept)] = kept
     arrays = {"input_ids": np.stack([r.input_ids for r in rows]),
               "input_mask": np.stack([r.input_mask for r in rows]),
               "segment_ids": np.stack([r.segment_ids for r in rows]),
               "labels": np.stack([r.label_ids for r in rows]).astype(np.int32),
-              "weights": np.ones(len(rows), np.float32)}
+              "word_index": word_index, "weights": np.ones(len(rows), np.float32)}
     return arrays, [r.first_piece for r in rows], sum(r.truncated_words for r in rows)
 
 
-class TaggingObjective(ArrayTaskData):
+class TaggedWords:
+    """The output layer over words, softmax or CRF (``[tagging]``), for a tagging objective whose model gives
+    per-position scores: ``self.model`` (its variables without ``crf``), ``_logits``, ``_word_view`` and
+    ``spec``/``num_labels``/``dev_first_piece``/``dev_sentences`` come from the objective."""
+
+    tagging: TaggingConfig
+    crf: Any = None
+
+    def _set_tagging(self, tagging: TaggingConfig | None) -> None:
+        self.tagging = tagging if tagging is not None else TaggingConfig()
+        self.tagging.validate()
+        self.crf = (crf_module(self.num_labels, self.tagging.crf_constraints, self.spec.labels)
+                    if self.tagging.head == "crf" else None)
+        self.extra_info = {"tagging": dataclasses.asdict(self.tagging)}
+
+    def _with_crf(self, rng, variables):
+        if self.crf is None:
+            return variables
+        crf = self.crf.init(jax.random.fold_in(rng, 7))["params"]
+        return {**variables, "params": {**variables["params"], "crf": crf}}
+
+    def _split_crf(self, params):
+        """(the model's variables, the CRF's scores)."""
+        inner = dict(params["params"])
+        crf = self.crf.apply({"params": inner.pop("crf")})
+        return {**params, "params": inner}, crf
+
+    def _word_view(self, batch, logits):
+        """(emissions [B, W, K], labels [B, W], word mask [B, W]) at each word's first piece."""
+        idx = batch["word_index"]
+        at = jnp.maximum(idx, 0)
+        emissions = jnp.take_along_axis(logits, at[..., None], axis=1)
+        labels = jnp.take_along_axis(batch["labels"], at, axis=1)
+        return emissions, jnp.where(idx >= 0, labels, IGNORE_INDEX), idx >= 0
+
+    def _crf_loss(self, params, batch, rng, normalizers, train: bool):
+        variables, crf = self._split_crf(params)
+        emissions, labels, mask = self._word_view(batch, self._logits(variables, batch, rng, train))
+        known = jnp.all((labels != IGNORE_INDEX) | ~mask, axis=1)  # a dev tag never seen in training: no path
+        rows = batch["weights"] * known.astype(jnp.float32)
+        nll = jnp.sum(negative_log_likelihood(emissions, jnp.maximum(labels, 0), mask, crf) * rows)
+        w = (labels != IGNORE_INDEX).astype(jnp.float32) * batch["weights"][:, None]
+        hit = (jnp.argmax(emissions, -1) == labels).astype(jnp.float32)
+        terms = {"loss": (nll, jnp.sum(w)), "crf_nll": (nll, jnp.sum(rows)),
+                 "token_accuracy": (jnp.sum(hit * w), jnp.sum(w))}
+        return nll / jnp.maximum(normalizers["n"], 1.0), terms
+
+    def _crf_predict(self, params, batch) -> dict[str, jax.Array]:
+        variables, crf = self._split_crf(params)
+        emissions, _, mask = self._word_view(batch, self._logits(variables, batch, None, False))
+        return {"tags": viterbi_decode(emissions, mask, crf)[0]}
+
+    def _crf_tags(self, outputs: dict[str, np.ndarray]) -> list[list[str]]:
+        """The Viterbi tag of each kept word (word j of a sentence is column j); words cut by max_seq_length: O."""
+        tags = outputs["tags"][:len(self.dev_sentences)]
+        out = []
+        for row, first in zip(tags, self.dev_first_piece):
+            kept = int(np.sum(first >= 0))
+            out.append([self.spec.labels[int(t)] for t in row[:kept]] + ["O"] * (len(first) - kept))
+        return out
+
+
+class TaggingObjective(TaggedWords, ArrayTaskData):
     """The family's token-classification head; entity-level F1 on the dev sentences."""
 
     head = "token_classification"
@@ -80,7 +156,7 @@ class TaggingObjective(ArrayTaskData):
 
     def __init__(self, model_cfg: TransformerConfig, fcfg: FinetuneConfig, train: Sequence[ConllSentence] | None,
                  dev: Sequence[ConllSentence], tokenizer, *, labels: Sequence[str] | None = None,
-                 name: str = "conll2003"):
+                 name: str = "conll2003", tagging: TaggingConfig | None = None):
         """``train=None``: evaluation only; ``labels`` then come from the saved model (``label_names``)."""
         if not train and labels is None:
             raise DataError(f"{name}: no training sentences")
@@ -90,6 +166,7 @@ class TaggingObjective(ArrayTaskData):
         self.label_to_id = {t: i for i, t in enumerate(self.spec.labels)}
         self.num_labels = len(self.spec.labels)
         self.model = task_head(model_cfg, "token_classification")(model_cfg, self.num_labels, fcfg.classifier_dropout)
+        self._set_tagging(tagging)
         L = fcfg.max_seq_length
         self.train, _, self.train_truncated_words = (featurize_sentences(train, self.label_to_id, tokenizer, L)
                                                      if train else (None, [], 0))
@@ -102,7 +179,7 @@ class TaggingObjective(ArrayTaskData):
 
     def init(self, rng, batch):
         b = {k: jnp.asarray(batch[k][:1]) for k in MODEL_KEYS}
-        return self.model.init(rng, b["input_ids"], b["input_mask"], b["segment_ids"])
+        return self._with_crf(rng, self.model.init(rng, b["input_ids"], b["input_mask"], b["segment_ids"]))
 
     @staticmethod
     def _label_weights(batch) -> jax.Array:
@@ -117,6 +194,8 @@ class TaggingObjective(ArrayTaskData):
                                 deterministic=not train, rngs=rngs)
 
     def loss(self, params, batch, rng, normalizers, train: bool):
+        if self.crf is not None:
+            return self._crf_loss(params, batch, rng, normalizers, train)
         logits = self._logits(params, batch, rng, train)
         w = self._label_weights(batch)
         labels = jnp.maximum(batch["labels"], 0)
@@ -126,12 +205,16 @@ class TaggingObjective(ArrayTaskData):
         return jnp.sum(per * w) / jnp.maximum(normalizers["n"], 1.0), terms
 
     def predict(self, params, batch) -> dict[str, jax.Array]:
+        if self.crf is not None:
+            return self._crf_predict(params, batch)
         return {"logits": self._logits(params, batch, None, False)}
 
     # ------------------------------------------------------------------ tags and metrics
 
     def predicted_tags(self, outputs: dict[str, np.ndarray]) -> list[list[str]]:
-        """One tag per word of every dev sentence, read at the word's first piece."""
+        """One tag per word of every dev sentence, read at the word's first piece (the CRF: its Viterbi path)."""
+        if "tags" in outputs:
+            return self._crf_tags(outputs)
         n = len(self.dev_sentences)
         pieces = np.argmax(outputs["logits"][:n], axis=-1)
         if len(pieces) != n:

@@ -62,8 +62,21 @@ def check_stage_batches(cfg: Any, stages: Iterable[str], num_devices: int | None
         if stage == "pretrain":
             check_batch(STAGE_FIELDS[stage], cfg.train.batch_size, cfg.mesh, num_devices,
                         accum=cfg.train.grad_accum_steps)
-        elif stage == "finetune":
-            check_batch(STAGE_FIELDS[stage], cfg.finetune.batch_size, cfg.mesh, num_devices)
+        elif stage == "finetune":  # on finetune.devices_per_host of every host when set (parallel/mesh.py)
+            per_host = cfg.finetune.devices_per_host
+            check_batch(STAGE_FIELDS[stage], cfg.finetune.batch_size, cfg.mesh,
+                        num_devices if per_host <= 0 else _sub_mesh_devices(per_host, num_devices))
         else:
             raise ValueError(f"unknown stage {stage!r}; expected one of {sorted(STAGE_FIELDS)}")
 
+
+
+def _sub_mesh_devices(per_host: int, num_devices: int) -> int:
+    """Devices of a sub-mesh of ``per_host`` devices on every process (as ``parallel/mesh.py`` ``per_host``)."""
+    import jax
+
+    processes = jax.process_count()
+    if per_host > num_devices // processes:
+        raise ConfigError(f"finetune.devices_per_host={per_host} but each host (process) has "
+                          f"{num_devices // processes} devices; set it to at most {num_devices // processes} (0: all)")
+    return per_host * processes

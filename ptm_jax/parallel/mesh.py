@@ -53,6 +53,26 @@ def interleave_processes(devices: list) -> list:
     return [g[i] for i in range(max(map(len, groups))) for g in groups if i < len(g)]
 
 
+def per_host(devices: list, count: int) -> list:
+    """The first ``count`` devices (by id) of every process, in process order; all of them when ``count`` is 0.
+    Every process keeps devices in the sub-mesh, so every process still runs the same program on its own rows."""
+    if count <= 0:
+        return list(devices)
+    by_process: dict[int, list] = {}
+    for d in sorted(devices, key=lambda d: d.id):
+        by_process.setdefault(d.process_index, []).append(d)
+    local = min(len(v) for v in by_process.values())
+    if count > local:
+        raise ConfigError(f"finetune.devices_per_host={count} but each host (process) has {local} devices; set it to "
+                          f"at most {local} (0: all)")
+    return [d for p in sorted(by_process) for d in by_process[p][:count]]
+
+
+def finetune_devices(cfg) -> list:
+    """The devices of the finetuning stage and ``ptm eval`` (``finetune.devices_per_host``)."""
+    return per_host(jax.devices(), cfg.finetune.devices_per_host)
+
+
 def make_mesh(cfg: MeshConfig, devices: list | None = None) -> Mesh:
     devices = list(devices if devices is not None else jax.devices())
     shape = mesh_shape(cfg, len(devices))

@@ -18,7 +18,7 @@ from ptm_jax.export.params import load_params, load_tokenizer
 from ptm_jax.objectives.base import WritesPredictions
 from ptm_jax.parallel.distributed import barrier
 from ptm_jax.parallel.batch_check import check_stage_batches
-from ptm_jax.parallel.mesh import make_mesh
+from ptm_jax.parallel.mesh import finetune_devices, make_mesh
 from ptm_jax.errors import ConfigError
 from ptm_jax.jobs import registry as job_registry
 from ptm_jax.train.finetune import finetune_train_config
@@ -47,7 +47,7 @@ def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str |
                           "that `ptm eval` scores ("
                           + ", ".join(n for n, j in job_registry.jobs().items() if j.build or j.load_model) + ")")
     tcfg = finetune_train_config(cfg, objective.num_train)
-    mesh = make_mesh(cfg.mesh)
+    mesh = make_mesh(cfg.mesh, finetune_devices(cfg))
     compiled = compile_objective(objective, tcfg, mesh)
     placed = jax.device_put(tree, compiled.state_shardings.params)
     metrics, outputs = evaluate(objective, compiled, placed, mesh, tcfg.batch_size, return_outputs=True)

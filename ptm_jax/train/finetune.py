@@ -37,7 +37,7 @@ from ptm_jax.jobs import registry as job_registry
 from ptm_jax.objectives.base import PacksExamples, SavesParams
 from ptm_jax.objectives.san_classification import SAN_HEAD, SanClassificationObjective
 from ptm_jax.parallel.batch_check import check_stage_batches
-from ptm_jax.parallel.mesh import make_mesh
+from ptm_jax.parallel.mesh import finetune_devices, make_mesh
 from ptm_jax.train.hooks import Hook, Run
 from ptm_jax.train.pretrained import Pretrained, load_pretrained, merge_encoder
 from ptm_jax.train.param_groups import (
@@ -132,7 +132,8 @@ def finetune_train_config(cfg: RunConfig, num_train: int) -> TrainConfig:
         cfg.train, batch_size=f.batch_size, steps=steps, learning_rate=f.learning_rate,
         warmup_steps=int(f.warmup_proportion * steps), weight_decay=f.weight_decay, clip_norm=f.clip_norm,
         grad_accum_steps=1, eval_every=every, checkpoint_every=every, log_every=min(cfg.train.log_every, every),
-        seed=f.seed, optimizer=f.optimizer, param_groups=[])
+        seed=f.seed, optimizer=f.optimizer, param_groups=[],
+        init_from="", lr_decay_power=1.0)  # pretraining's: phase 2's start and LAMB's decay are not finetuning's
 
 
 class KeepBest(Hook):
@@ -231,8 +232,8 @@ def run_stage(cfg: RunConfig, *, stage: Path, objective: Any, task: str, descrip
     else:
         hooks = keepers(objective)
     meta = meta or {"config": config_lib.to_dict(cfg), "head": objective.head, "task": task, "init": str(init)}
-    result = fit(objective, tcfg, make_mesh(cfg.mesh), stage, init_params=init_params, param_groups=param_groups,
-                 meta=meta, stop_after=stop_after, hooks=hooks)
+    result = fit(objective, tcfg, make_mesh(cfg.mesh, finetune_devices(cfg)), stage, init_params=init_params,
+                 param_groups=param_groups, meta=meta, stop_after=stop_after, hooks=hooks)
     best = hooks[0].best if hooks else {"step": -1, "metrics": {}}
     summary = {"stage": "finetune", "task": task, "description": description, "step": result.step,
                "steps": tcfg.steps, "preempted": result.preempted, "init": str(init),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import logging
 import os
 import signal
 import threading
@@ -62,6 +63,9 @@ from ptm_jax.train.optim import make_optimizer
 from ptm_jax.train.param_groups import Rule
 from ptm_jax.train.state import TrainState
 from ptm_jax.train.step import make_eval_step, make_train_step
+from ptm_jax.train.warm_start import warm_state
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -280,6 +284,10 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
         cursor, start, rollbacks = int(saved["cursor"]), int(saved["step"]), int(saved.get("rollbacks", 0))
     else:
         cursor, start, rollbacks = 0, 0, 0
+        if tcfg.init_from:  # another run's state, counters at 0 (train/warm_start.py: BERT's phase 2)
+            state, was_at = warm_state(tcfg.init_from, stage_dir.name, compiled.abstract_state)
+            log.info("%s: parameters and optimizer state from %s (step %d); step, schedule and data from 0",
+                     stage_dir.name, tcfg.init_from, was_at)
 
     global_batch = tcfg.batch_size
     example = objective.example_batch(global_batch)

@@ -6,12 +6,17 @@ gradients clipped to global norm ``clip_norm`` first. adam: Adam with bias corre
 decay as an L2 term added to the gradient (torch.optim.Adam's weight_decay). sgd: plain SGD (word2vec.c's update;
 its linear decay is ``lr_decay='bert'`` with no warmup), L2 as for adam. adagrad: AdaGrad (Duchi et al. 2011;
 GloVe, ELMo) with accumulators starting at ``adagrad_initial_accumulator`` (glove.c: 1.0), L2 as for adam.
+lamb: LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes", Alg. 2;
+optax's ``lamb`` chain): adamw's update (Adam moments with or without bias correction, decoupled decay on the
+decayed leaves) times the trust ratio |param| / |update| of each leaf (1 when either is 0), for the leaves that
+take weight decay only: the excluded LayerNorm and bias leaves keep the plain update, as NVIDIA's FusedLAMB does
+(a trust ratio only where weight_decay != 0).
 
-Learning rate: linear warmup to ``learning_rate`` over ``warmup_steps``, and a linear decay to 0 at ``steps``
-counted from step 0 (polynomial_decay, power 1), or with ``lr_decay='from_peak'`` from the peak at the end of
-warmup (transformers' get_linear_schedule_with_warmup), or none (``lr_decay='constant'``), or ULMFiT's slanted
-triangular rates (``lr_decay='slanted_triangular'``: the rise is ``warmup_steps`` long, the ratio 1 / ``min_lr_ratio``,
-32 when that is 0).
+Learning rate: linear warmup to ``learning_rate`` over ``warmup_steps``, and a decay to 0 at ``steps`` counted from
+step 0 (polynomial_decay, power ``lr_decay_power``: 1 linear, 0.5 NVIDIA's LAMB recipe), or with
+``lr_decay='from_peak'`` from the peak at the end of warmup (transformers' get_linear_schedule_with_warmup), or none
+(``lr_decay='constant'``), or ULMFiT's slanted triangular rates (``lr_decay='slanted_triangular'``: the rise is
+``warmup_steps`` long, the ratio 1 / ``min_lr_ratio``, 32 when that is 0).
 
 Parameter groups with a ``start_step`` (gradual unfreezing) are frozen until then: ``train_from`` wraps the chain
 so that their gradients are zeroed before clipping, their optimizer state stays put and their update is zero;
@@ -31,18 +36,19 @@ from ptm_jax.config import TrainConfig
 from ptm_jax.train import param_groups as pg
 
 
-def bert_schedule(peak: float, warmup_steps: int, total_steps: int, from_peak: bool = False
+def bert_schedule(peak: float, warmup_steps: int, total_steps: int, from_peak: bool = False, power: float = 1.0
                   ) -> Callable[[jax.Array], jax.Array]:
     """Step k (0 = the first update) -> learning rate: ``peak * k / warmup_steps`` during warmup, then
-    ``peak * (1 - k / total_steps)`` (BERT) or ``peak * (total_steps - k) / (total_steps - warmup_steps)``
-    (``from_peak``), never below 0."""
+    ``peak * (1 - k / total_steps) ** power`` (BERT; NVIDIA's LAMB recipe: power 0.5) or
+    ``peak * ((total_steps - k) / (total_steps - warmup_steps)) ** power`` (``from_peak``), never below 0."""
 
     def schedule(step):
         step = jnp.asarray(step, jnp.float32)
         if from_peak:
-            decayed = peak * jnp.maximum(0.0, (total_steps - step) / max(total_steps - warmup_steps, 1))
+            left = jnp.maximum(0.0, (total_steps - step) / max(total_steps - warmup_steps, 1))
         else:
-            decayed = peak * jnp.maximum(0.0, 1.0 - step / max(total_steps, 1))
+            left = jnp.maximum(0.0, 1.0 - step / max(total_steps, 1))
+        decayed = peak * (left if power == 1.0 else left ** power)
         warm = peak * step / max(warmup_steps, 1)
         return jnp.where(step < warmup_steps, warm, decayed)
 
@@ -105,7 +111,8 @@ def lr_schedule(cfg: TrainConfig) -> Callable[[jax.Array], jax.Array]:
             return jnp.where(step < warmup, peak * step / max(warmup, 1), jnp.float32(peak))
 
         return constant
-    return bert_schedule(cfg.learning_rate, cfg.warmup_steps, cfg.steps, from_peak=cfg.lr_decay == "from_peak")
+    return bert_schedule(cfg.learning_rate, cfg.warmup_steps, cfg.steps, from_peak=cfg.lr_decay == "from_peak",
+                         power=cfg.lr_decay_power)
 
 
 class TrainFromState(NamedTuple):
@@ -190,9 +197,11 @@ def make_optimizer(cfg: TrainConfig, rules: Sequence[pg.Rule] | None = None
     parts = []
     if cfg.clip_norm > 0:
         parts.append(optax.clip_by_global_norm(cfg.clip_norm))
-    if cfg.optimizer == "adamw":
+    if cfg.optimizer in ("adamw", "lamb"):
         parts += [adam() if cfg.adam_bias_correction
                   else scale_by_adam_no_bias_correction(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps), decay]
+        if cfg.optimizer == "lamb":
+            parts.append(_trust_ratio(rules))
     else:  # coupled L2: the decay term joins the gradient before the scaling
         if cfg.weight_decay > 0:
             parts.append(decay)
@@ -235,6 +244,18 @@ def _weight_decay(rate: float, rules: list[pg.Rule]) -> optax.GradientTransforma
         return updates, CountState(optax.safe_increment(state.count)) if dynamic else state
 
     return optax.GradientTransformation(init, update)
+
+
+def _trust_ratio(rules: list[pg.Rule]) -> optax.GradientTransformation:
+    """LAMB's layer-wise adaptation (optax ``scale_by_trust_ratio``: |param| / |update|, 1 when either is 0) on the
+    leaves that take weight decay; the leaves a rule gives weight decay 0 (BERT: LayerNorm, biases) keep their
+    update, as NVIDIA's FusedLAMB adapts only the parameters with weight_decay != 0."""
+
+    def adapted(tree):
+        return jax.tree.map(lambda m: not (isinstance(m, float) and m == 0.0),
+                            pg.multipliers(rules, tree, "weight_decay", jnp.zeros((), jnp.int32)))
+
+    return optax.masked(optax.scale_by_trust_ratio(), adapted)
 
 
 class CountState(NamedTuple):

@@ -90,6 +90,8 @@ def prepare_corpus(cfg: RunConfig) -> Corpus:
 
     family = registry.family_of_objective(cfg.objective)
     _check_tokenizer_kind(cfg, family)
+    if family.pretraining.corpus is not None:  # a graph or a hierarchy: the family reads its own input
+        return family.pretraining.corpus(cfg)
     out = fs.makedirs(cfg.output_dir)
     prepare_tfds(cfg.data, jax.process_index(), barrier)
     tok = load_tokenizer(cfg.tokenizer, _sentences(cfg), out, corpus_key=cfg.data.corpus,
@@ -118,6 +120,16 @@ def write_config(cfg: RunConfig) -> None:
                              json.dumps(config_lib.to_dict(cfg), indent=2))
 
 
+def pretrain_param_groups(cfg: RunConfig) -> list | None:
+    """The pretraining stage's parameter-group rules: the model family's own for ``stage='pretrain'`` (its
+    weight-decay exclusions: NNLM's and ULMFiT's no decay on biases, XLNet's rule), else None: the spine's default
+    (``train/param_groups.py`` ``DEFAULT_RULES``); ``train.param_groups`` follow either (``make_optimizer``)."""
+    from ptm_jax.families import registry
+
+    own = registry.family_of_objective(cfg.objective).layout.param_groups
+    return own(cfg.model, "pretrain") if own else None
+
+
 def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | None = None,
              hooks: Sequence[Any] = ()) -> dict[str, Any]:
     """Pretrains cfg.model with cfg.objective; returns the final train/eval figures and the baseline. ``hooks``:
@@ -132,7 +144,7 @@ def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | 
     objective = build_objective(cfg, corpus)
     mesh = make_mesh(cfg.mesh)
     result = fit(objective, cfg.train, mesh, fs.path(cfg.output_dir) / "pretrain", stop_after=stop_after,
-                 meta={"config": config_lib.to_dict(cfg)}, hooks=hooks)
+                 param_groups=pretrain_param_groups(cfg), meta={"config": config_lib.to_dict(cfg)}, hooks=hooks)
     summary: dict[str, Any] = {"stage": "pretrain", "step": result.step, "preempted": result.preempted,
                                "train": result.train_metrics, "eval": objective.summarize(result.eval_metrics),
                                "corpus": {"documents": corpus.cache.num_docs, "tokens": corpus.cache.num_tokens,

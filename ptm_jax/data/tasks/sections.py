@@ -10,6 +10,8 @@ family's in its package) and read the same way:
 ``finetune.<field>`` to its new key so the unknown-key error of an old config names it.
 
 - ``[squad]``: the span-QA tasks squad and squad_v2 (google-research/bert run_squad.py's flags).
+- ``[tagging]``: the output layer of every word tagger (CoNLL-2003 under the ``task`` job's token-classification
+  head and under the ``features`` job's BiLSTM): a softmax per word or a linear-chain CRF (``models/crf.py``).
 - ``[packing]``: packed sequence-classification rows (``data/tasks/packing.py``) for the families with the
   capability 'pack_examples' (BERT).
 - a family's own, from its registry record: ``[gpt_finetune]``, GPT's finetuning loss
@@ -67,9 +69,35 @@ class PackingConfig:
             raise ConfigError(f"{where}.max_examples_per_row must be >= 1, got {self.max_examples_per_row}")
 
 
+TAG_SCHEMES = ("none", "iob1", "iob2", "bioes")
+"""Tag schemes whose transition constraints the CRF knows (``models/crf.allowed_transitions``)."""
+
+
+@dataclass
+class TaggingConfig:
+    """The output layer of a word tagger (``objectives/tagging.py``; the ``task`` job's token classification and
+    the ``features`` job's BiLSTM tagger read it alike)."""
+
+    head: str = "softmax"
+    """'softmax': a label per word by its own softmax (cross-entropy per word). 'crf': a linear-chain CRF over
+    the words' scores (Lample et al. 2016 Sec. 2.2; ``models/crf.py``): the loss is the sentence's negative
+    log-likelihood (forward algorithm) per labelled word, the prediction the Viterbi path."""
+    crf_constraints: str = "none"
+    """With head='crf': transitions forbidden by a tag scheme ('iob1', 'iob2', 'bioes') get a large negative
+    score; 'none' lets the CRF learn every transition. The CoNLL-2003 reader gives IOB2 tags."""
+
+    def validate(self, where: str = "tagging") -> None:
+        if self.head not in ("softmax", "crf"):
+            raise ConfigError(f"{where}.head={self.head!r} must be 'softmax' or 'crf'")
+        if self.crf_constraints not in TAG_SCHEMES:
+            raise ConfigError(f"{where}.crf_constraints={self.crf_constraints!r} is not a tag scheme the CRF knows; "
+                              f"use one of {', '.join(TAG_SCHEMES)}")
+
+
 TASK_SECTIONS: tuple[ConfigSection, ...] = (
     ConfigSection("squad", SquadConfig, "the span-QA tasks squad and squad_v2",
                   {f.name: f.name for f in dataclasses.fields(SquadConfig)}),
+    ConfigSection("tagging", TaggingConfig, "the word taggers (conll2003 under the task and features jobs)"),
     ConfigSection("packing", PackingConfig, "packed sequence classification, for the families that pack",
                   {"pack_examples": "pack_examples", "max_examples_per_row": "max_examples_per_row"}),
 )

@@ -1,7 +1,7 @@
 """GPT (Radford et al. 2018, 2019) as one family package: the decoder (``model.py``), task heads
 (``task_heads.py``), the causal-LM objective (``causal_lm.py``) and its tf.data builder (``causal_lm_data.py``),
 finetuning through input transformations (``transforms.py``, ``classification.py``), KV-cached decoding
-(``decode.py``), Hugging Face GPT-2 interop (``hf.py``) and FLOPs (``flops.py``). Importing this package
+(``decode.py``), Hugging Face GPT-2 and GPT-1 interop (``hf.py``) and FLOPs (``flops.py``). Importing this package
 registers it (``ptm_jax/families/registry.py``)."""
 from __future__ import annotations
 
@@ -34,22 +34,23 @@ def _infer_head(params: dict) -> str:
 def _hf() -> HfConverter:
     def import_dir(hf_dir, out, head=None, overwrite=False):
         from ptm_jax.errors import ConfigError
-        from ptm_jax.families.gpt.hf import import_hf_gpt2_to_params_dir
+        from ptm_jax.families.gpt.hf import import_hf_to_params_dir
 
         if head not in (None, "causal_lm"):
-            raise ConfigError(f"--head {head}: a GPT-2 folder imports as head causal_lm (GPT2LMHeadModel)")
-        return import_hf_gpt2_to_params_dir(hf_dir, out, overwrite=overwrite)
+            raise ConfigError(f"--head {head}: a GPT-2 or OpenAI GPT folder imports as head causal_lm "
+                              "(GPT2LMHeadModel, OpenAIGPTLMHeadModel)")
+        return import_hf_to_params_dir(hf_dir, out, overwrite=overwrite)
 
     def load(hf_dir):
         from pathlib import Path
 
-        from ptm_jax.families.gpt.hf import import_hf_gpt2
+        from ptm_jax.families.gpt.hf import import_hf
 
-        params, cfg, info = import_hf_gpt2(hf_dir)
+        params, cfg, info = import_hf(hf_dir)
         return params, cfg, info, Path(info["tokenizer_dir"])  # tokenizer.json's files are in a scratch folder
 
-    return HfConverter(model_types=("gpt2",), import_dir=import_dir,
-                       export_dir=lazy("ptm_jax.families.gpt.hf", "export_hf_gpt2"), load=load)
+    return HfConverter(model_types=("gpt2", "openai-gpt"), import_dir=import_dir,
+                       export_dir=lazy("ptm_jax.families.gpt.hf", "export_hf"), load=load)
 
 
 def _classifier(fcfg: Any) -> type:

@@ -1,20 +1,24 @@
-"""Hugging Face GPT-2 checkpoints <-> ptm_jax GPT parameter trees (both directions, strict).
+"""Hugging Face GPT-2 and GPT-1 checkpoints <-> ptm_jax GPT parameter trees (both directions, strict).
 
-Tensor names follow transformers' ``models/gpt2/modeling_gpt2.py`` (``GPT2Model``; ``GPT2LMHeadModel`` adds
-the ``transformer.`` prefix and a ``lm_head`` tied to ``wte``). GPT-2's ``Conv1D`` stores weights as
-``[in, out]``, like Flax, so no transpose is needed; the fused ``c_attn`` ``[H, 3H]`` splits into our
-query/key/value kernels ``[H, heads, head_dim]`` (output columns ordered q | k | v, head-major inside each).
-Every conversion is a slice or a reshape, so import(export(x)) == x bit for bit.
+GPT-2 (pre-LN) is transformers' ``models/gpt2/modeling_gpt2.py`` (``GPT2Model``; ``GPT2LMHeadModel`` adds the
+``transformer.`` prefix and a ``lm_head`` tied to ``wte``); GPT-1 (post-LN, no final LayerNorm) is
+``models/openai/modeling_openai.py`` (``OpenAIGPTModel`` / ``OpenAIGPTLMHeadModel``, ``model_type`` "openai-gpt":
+``tokens_embed`` and ``positions_embed``, blocks ``x = ln_1(x + attn(x)); x = ln_2(x + mlp(x))``, the FFN 4x wide,
+``afn`` "gelu" being the tanh GELU). The blocks' tensors have the same names and layouts in both (``HfLayout``).
+``Conv1D`` stores weights as ``[in, out]``, like Flax, so no transpose is needed; the fused ``c_attn``
+``[H, 3H]`` splits into our query/key/value kernels ``[H, heads, head_dim]`` (output columns ordered q | k | v,
+head-major inside each). Every conversion is a slice or a reshape, so import(export(x)) == x bit for bit. A
+pre-LN model exports as GPT-2, a post-LN one as GPT-1.
 
 Import is strict: missing, unexpected or mis-shaped tensors raise ``CheckpointError`` naming the file and
 tensors. Tolerated by name, as transformers tolerates them: the causal-mask buffers ``attn.bias`` /
-``attn.masked_bias`` of old checkpoints and ``lm_head.weight`` when it equals ``wte`` (tied output).
-GPT-2 is pre-LN with a final LayerNorm, ``gelu_new`` (our ``gelu_tanh``) and ``layer_norm_epsilon`` 1e-5.
+``attn.masked_bias`` of old checkpoints and ``lm_head.weight`` when it equals the token embedding (tied output).
 
 Params directories are written and read by ``ptm_jax.export.params`` (head ``causal_lm``), as for BERT.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from pathlib import Path
@@ -81,24 +85,68 @@ def model_config_from_hf_gpt2(hf: dict[str, Any], where: Path) -> GptConfig:
     if not isinstance(act, str) or act not in ACT_FROM_HF:
         raise CheckpointError(f"{where}: field 'activation_function'={act!r:.80} is not supported; expected one of "
                               f"{', '.join(ACT_FROM_HF)}")
+    inner = None if hf.get("n_inner") is None else _field(hf, "n_inner", int, where)
+    return _config(hf, where, "pre", ACT_FROM_HF[act], inner)
+
+
+def _config(hf: dict[str, Any], where: Path, layer_norm_position: str, hidden_act: str,
+            intermediate_size: int | None) -> GptConfig:
+    """The fields GPT-2's and OpenAI GPT's config.json share (intermediate_size None: 4 x n_embd)."""
     h = _field(hf, "n_embd", int, where)
-    inner = hf.get("n_inner")
     resid, embd = (_field(hf, k, float, where, 0.1) for k in ("resid_pdrop", "embd_pdrop"))
     if resid != embd:
         log.warning("%s: embd_pdrop=%s differs from resid_pdrop=%s; both use model.hidden_dropout=%s",
                     where, embd, resid, resid)
     cfg = GptConfig(
-        family="gpt", layer_norm_position="pre", vocab_size=_field(hf, "vocab_size", int, where), hidden_size=h,
-        num_layers=_field(hf, "n_layer", int, where), num_heads=_field(hf, "n_head", int, where),
-        intermediate_size=4 * h if inner is None else _field(hf, "n_inner", int, where),
+        family="gpt", layer_norm_position=layer_norm_position, vocab_size=_field(hf, "vocab_size", int, where),
+        hidden_size=h, num_layers=_field(hf, "n_layer", int, where), num_heads=_field(hf, "n_head", int, where),
+        intermediate_size=4 * h if intermediate_size is None else intermediate_size,
         max_position_embeddings=_field(hf, "n_positions", int, where),
-        hidden_act=ACT_FROM_HF[act], hidden_dropout=resid,
+        hidden_act=hidden_act, hidden_dropout=resid,
         attention_dropout=_field(hf, "attn_pdrop", float, where, 0.1),
         layer_norm_eps=_field(hf, "layer_norm_epsilon", float, where, 1e-5),
         initializer_range=_field(hf, "initializer_range", float, where, 0.02))
     if cfg.hidden_size % cfg.num_heads:
         raise CheckpointError(f"{where}: n_embd={cfg.hidden_size} is not divisible by n_head={cfg.num_heads}")
     return cfg
+
+
+OPENAI_ACT_FROM_HF = {"gelu": "gelu_tanh", "relu": "relu"}
+"""transformers' OpenAIGPT ``afn`` -> our activation: its "gelu" is ``gelu_new``, the tanh approximation."""
+OPENAI_ACT_TO_HF = {v: k for k, v in OPENAI_ACT_FROM_HF.items()}
+
+
+def model_config_from_hf_openai(hf: dict[str, Any], where: Path) -> GptConfig:
+    """transformers OpenAIGPTConfig dict -> GptConfig (GPT-1: post-LN, no final LayerNorm, FFN 4 x n_embd)."""
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{where}: not a JSON object; expected a Hugging Face OpenAI GPT config.json")
+    if hf.get("model_type") != "openai-gpt":
+        raise CheckpointError(f"{where}: model_type={hf.get('model_type')!r}; only 'openai-gpt' checkpoints import "
+                              "here")
+    act = hf.get("afn", "gelu")
+    if not isinstance(act, str) or act not in OPENAI_ACT_FROM_HF:
+        raise CheckpointError(f"{where}: field 'afn'={act!r:.80} is not supported; expected one of "
+                              f"{', '.join(OPENAI_ACT_FROM_HF)}")
+    return _config(hf, where, "post", OPENAI_ACT_FROM_HF[act], None)
+
+
+def hf_openai_config(cfg: GptConfig) -> dict[str, Any]:
+    """A post-LN GptConfig -> a transformers OpenAIGPTConfig dict (OpenAIGPTLMHeadModel, tied output); refuses
+    what OpenAIGPT cannot represent (an FFN other than 4 x hidden, an activation other than tanh GELU / ReLU)."""
+    if cfg.intermediate_size != 4 * cfg.hidden_size:
+        raise CheckpointError(f"export to Hugging Face OpenAI GPT needs model.intermediate_size = 4 x hidden_size "
+                              f"(OpenAIGPT's MLP is 4 x n_embd); this model has {cfg.intermediate_size} for hidden "
+                              f"{cfg.hidden_size}")
+    if cfg.hidden_act not in OPENAI_ACT_TO_HF:
+        raise CheckpointError(f"export to Hugging Face OpenAI GPT: model.hidden_act={cfg.hidden_act!r} has no afn "
+                              f"there; OpenAIGPT has {', '.join(OPENAI_ACT_TO_HF)}")
+    return {
+        "architectures": ["OpenAIGPTLMHeadModel"], "model_type": "openai-gpt", "vocab_size": cfg.vocab_size,
+        "n_positions": cfg.max_position_embeddings, "n_embd": cfg.hidden_size, "n_layer": cfg.num_layers,
+        "n_head": cfg.num_heads, "afn": OPENAI_ACT_TO_HF[cfg.hidden_act], "resid_pdrop": cfg.hidden_dropout,
+        "embd_pdrop": cfg.hidden_dropout, "attn_pdrop": cfg.attention_dropout,
+        "layer_norm_epsilon": cfg.layer_norm_eps, "initializer_range": cfg.initializer_range,
+        "tie_word_embeddings": True}
 
 
 def hf_gpt2_config(cfg: GptConfig, info: dict[str, Any]) -> dict[str, Any]:
@@ -119,10 +167,32 @@ def hf_gpt2_config(cfg: GptConfig, info: dict[str, Any]) -> dict[str, Any]:
 # Tensors
 
 
-def _expected_shapes(cfg: GptConfig, prefix: str) -> dict[str, tuple[int, ...]]:
+@dataclasses.dataclass(frozen=True)
+class HfLayout:
+    """Where GPT-2 and GPT-1 differ in tensor names (their blocks are named alike): the token and position
+    tables, the final LayerNorm (None: GPT-1 has none) and the transformers class."""
+
+    model_type: str
+    architecture: str
+    tokens: str
+    positions: str
+    final_norm: str | None
+
+
+GPT2 = HfLayout("gpt2", "GPT2LMHeadModel", "wte", "wpe", "ln_f")
+OPENAI_GPT = HfLayout("openai-gpt", "OpenAIGPTLMHeadModel", "tokens_embed", "positions_embed", None)
+
+
+def layout_of(cfg: GptConfig) -> HfLayout:
+    """Pre-LN GPTs are GPT-2s, post-LN ones GPT-1s."""
+    return GPT2 if cfg.layer_norm_position == "pre" else OPENAI_GPT
+
+
+def _expected_shapes(cfg: GptConfig, prefix: str, layout: HfLayout) -> dict[str, tuple[int, ...]]:
     h, f, v, p = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.max_position_embeddings
-    out = {f"{prefix}wte.weight": (v, h), f"{prefix}wpe.weight": (p, h),
-           f"{prefix}ln_f.weight": (h,), f"{prefix}ln_f.bias": (h,)}
+    out = {f"{prefix}{layout.tokens}.weight": (v, h), f"{prefix}{layout.positions}.weight": (p, h)}
+    if layout.final_norm:
+        out.update({f"{prefix}{layout.final_norm}.weight": (h,), f"{prefix}{layout.final_norm}.bias": (h,)})
     for i in range(cfg.num_layers):
         b = f"{prefix}h.{i}."
         out.update({b + "ln_1.weight": (h,), b + "ln_1.bias": (h,), b + "ln_2.weight": (h,), b + "ln_2.bias": (h,),
@@ -137,26 +207,26 @@ def _norm(t: dict[str, np.ndarray], name: str) -> dict[str, Any]:
     return {"norm": {"scale": t[f"{name}.weight"], "bias": t[f"{name}.bias"]}}
 
 
-def hf_gpt2_to_params(tensors: dict[str, np.ndarray], cfg: GptConfig, where: Path) -> dict:
+def hf_to_params(tensors: dict[str, np.ndarray], cfg: GptConfig, where: Path, layout: HfLayout = GPT2) -> dict:
     """HF name -> tensor to our causal_lm params {'gpt': ...} (loop layout, float32)."""
     names = set(tensors)
     prefix = "transformer." if any(n.startswith("transformer.") for n in names) else ""
-    expected = _expected_shapes(cfg, prefix)
+    expected = _expected_shapes(cfg, prefix, layout)
     ignored = {n for n in names if n.endswith(IGNORED_SUFFIXES)} | ({"lm_head.weight"} & names)
     bad = [f"{n} (checkpoint {tuple(tensors[n].shape)}, expected {s})" for n, s in expected.items()
            if n in names and tuple(tensors[n].shape) != s]
     problems = [f"{what}: {fmt_names(items)}" for what, items in (("missing tensors", set(expected) - names),
                 ("unexpected tensors", names - set(expected) - ignored), ("shape mismatches", bad)) if items]
     if problems:
-        raise CheckpointError(f"{where}: does not match a GPT2LMHeadModel with the shapes of its config.json "
+        raise CheckpointError(f"{where}: does not match a {layout.architecture} with the shapes of its config.json "
                               f"(n_embd {cfg.hidden_size}, n_layer {cfg.num_layers}, n_head {cfg.num_heads}, "
                               f"vocab {cfg.vocab_size}, n_positions {cfg.max_position_embeddings}): "
                               + "; ".join(problems))
     t = {n[len(prefix):]: np.asarray(tensors[n], dtype=np.float32) for n in expected}
-    if "lm_head.weight" in names and not np.array_equal(np.asarray(tensors["lm_head.weight"], np.float32),
-                                                        t["wte.weight"]):
-        raise CheckpointError(f"{where}: lm_head.weight differs from {prefix}wte.weight; our GPT ties the output "
-                              "layer to the token embedding, untied heads are not supported")
+    tokens = t[f"{layout.tokens}.weight"]
+    if "lm_head.weight" in names and not np.array_equal(np.asarray(tensors["lm_head.weight"], np.float32), tokens):
+        raise CheckpointError(f"{where}: lm_head.weight differs from {prefix}{layout.tokens}.weight; our GPT ties the "
+                              "output layer to the token embedding, untied heads are not supported")
     h, n = cfg.hidden_size, cfg.num_heads
     d = h // n
     layers = {}
@@ -171,23 +241,27 @@ def hf_gpt2_to_params(tensors: dict[str, np.ndarray], cfg: GptConfig, where: Pat
             "ln_1": _norm(t, b + "ln_1"), "attn": attn, "ln_2": _norm(t, b + "ln_2"),
             "mlp": {"fc": {"kernel": t[b + "mlp.c_fc.weight"], "bias": t[b + "mlp.c_fc.bias"]},
                     "proj": {"kernel": t[b + "mlp.c_proj.weight"], "bias": t[b + "mlp.c_proj.bias"]}}}
-    return {"gpt": {"wte": {"embedding": t["wte.weight"]}, "wpe": {"embedding": t["wpe.weight"]},
-                    "decoder": layers, "ln_f": _norm(t, "ln_f")}}
+    gpt = {"wte": {"embedding": tokens}, "wpe": {"embedding": t[f"{layout.positions}.weight"]}, "decoder": layers}
+    if layout.final_norm:
+        gpt["ln_f"] = _norm(t, layout.final_norm)
+    return {"gpt": gpt}
 
 
-def params_to_hf_gpt2(params: dict, cfg: GptConfig) -> dict[str, np.ndarray]:
-    """Our causal_lm params (either layout) -> GPT2LMHeadModel state dict (tied lm_head left out)."""
-    if cfg.family != "gpt" or cfg.layer_norm_position != "pre":
-        raise CheckpointError(f"export to Hugging Face GPT-2 needs a pre-LN GPT (family 'gpt', layer_norm_position "
-                              f"'pre'); this model is family {cfg.family!r}, {cfg.layer_norm_position!r}-LN")
+def params_to_hf(params: dict, cfg: GptConfig) -> dict[str, np.ndarray]:
+    """Our causal_lm params (either layout) -> the state dict of GPT2LMHeadModel (pre-LN) or OpenAIGPTLMHeadModel
+    (post-LN), the tied lm_head left out."""
+    if cfg.family != "gpt":
+        raise CheckpointError(f"export to Hugging Face GPT needs a model of family 'gpt', not {cfg.family!r}")
+    layout = layout_of(cfg)
     g = params_lib.to_layout(params, False)["gpt"]
     f32 = lambda x: np.ascontiguousarray(np.asarray(x, dtype=np.float32))  # noqa: E731
     h = cfg.hidden_size
     try:
-        out = {"transformer.wte.weight": f32(g["wte"]["embedding"]),
-               "transformer.wpe.weight": f32(g["wpe"]["embedding"]),
-               "transformer.ln_f.weight": f32(g["ln_f"]["norm"]["scale"]),
-               "transformer.ln_f.bias": f32(g["ln_f"]["norm"]["bias"])}
+        out = {f"transformer.{layout.tokens}.weight": f32(g["wte"]["embedding"]),
+               f"transformer.{layout.positions}.weight": f32(g["wpe"]["embedding"])}
+        if layout.final_norm:
+            out.update({f"transformer.{layout.final_norm}.weight": f32(g["ln_f"]["norm"]["scale"]),
+                        f"transformer.{layout.final_norm}.bias": f32(g["ln_f"]["norm"]["bias"])})
         for i in range(cfg.num_layers):
             p, b = g["decoder"][f"layers_{i}"], f"transformer.h.{i}."
             a = p["attn"]
@@ -205,7 +279,7 @@ def params_to_hf_gpt2(params: dict, cfg: GptConfig) -> dict[str, np.ndarray]:
                 b + "mlp.c_proj.bias": f32(p["mlp"]["proj"]["bias"])})
     except (KeyError, ValueError) as e:
         raise CheckpointError(f"the GPT parameters do not match the model config (missing or mis-shaped {e})") from None
-    want = _expected_shapes(cfg, "transformer.")
+    want = _expected_shapes(cfg, "transformer.", layout)
     bad = [f"{k} {out[k].shape} != {s}" for k, s in want.items() if out[k].shape != s]
     if bad:
         raise CheckpointError(f"the GPT parameters do not match the model config: {fmt_names(bad)}")
@@ -228,15 +302,18 @@ def tokenizer_source(d: Path) -> tuple[dict[str, Any], Path]:
     return {}, d
 
 
-def import_hf_gpt2(path: str | Path) -> tuple[dict, GptConfig, dict[str, Any]]:
-    """A local HF GPT-2 folder -> (params {'gpt': ...}, model config, info). info: head 'causal_lm',
+def import_hf(path: str | Path) -> tuple[dict, GptConfig, dict[str, Any]]:
+    """A local HF GPT-2 or OpenAI GPT folder -> (params {'gpt': ...}, model config, info). info: head 'causal_lm',
     source, tokenizer ({kind 'byte_bpe', files [vocab.json, merges.txt]} when present), bos/eos ids."""
     root = Path(path)
     hf, tensors, d = read_hf_dir(root)
     if not isinstance(hf, dict):
         raise CheckpointError(f"{d / 'config.json'}: not a JSON object")
-    cfg = model_config_from_hf_gpt2(hf, d / "config.json")
-    params = hf_gpt2_to_params(tensors, cfg, d)
+    if hf.get("model_type") == OPENAI_GPT.model_type:
+        cfg, layout = model_config_from_hf_openai(hf, d / "config.json"), OPENAI_GPT
+    else:
+        cfg, layout = model_config_from_hf_gpt2(hf, d / "config.json"), GPT2
+    params = hf_to_params(tensors, cfg, d, layout)
     tok, tok_dir = tokenizer_source(d)
     info: dict[str, Any] = {"head": HEAD, "source": str(root.resolve()), "tokenizer": tok,
                             "tokenizer_dir": str(tok_dir)}
@@ -246,30 +323,33 @@ def import_hf_gpt2(path: str | Path) -> tuple[dict, GptConfig, dict[str, Any]]:
     return params, cfg, info
 
 
-def import_hf_gpt2_to_params_dir(path: str | Path, out: str | Path, overwrite: bool = False) -> Path:
-    params, cfg, info = import_hf_gpt2(path)
+def import_hf_to_params_dir(path: str | Path, out: str | Path, overwrite: bool = False) -> Path:
+    params, cfg, info = import_hf(path)
     d = Path(info.pop("tokenizer_dir"))
     info.pop("head")
     files = [d / f for f in info["tokenizer"].get("files", [])]
     return params_lib.save_params(out, params, cfg, HEAD, info, files, overwrite=overwrite)
 
 
-def export_hf_gpt2(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> HfExport:
-    """A GPT params directory, run or HF GPT-2 folder -> an HF GPT2LMHeadModel folder (config.json,
-    model.safetensors, and vocab.json/merges.txt when the model has a byte-level BPE tokenizer)."""
+def export_hf(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> HfExport:
+    """A GPT params directory, run or HF folder -> an HF folder (config.json, model.safetensors, and
+    vocab.json/merges.txt when the model has a byte-level BPE tokenizer): GPT2LMHeadModel for a pre-LN model,
+    OpenAIGPTLMHeadModel for a post-LN one."""
     params, cfg, info, tok_dir = params_lib.load_params(src)
     if "gpt" not in params:
         raise CheckpointError(f"{src}: not a GPT model (top-level keys {', '.join(sorted(params))})")
-    tensors = params_to_hf_gpt2(params, cfg)
+    layout = layout_of(cfg)
+    config = hf_gpt2_config(cfg, info) if layout is GPT2 else hf_openai_config(cfg)
+    tensors = params_to_hf(params, cfg)
     tok = info.get("tokenizer") or {}
     files = [tok_dir / f for f in tok.get("files", [])] if tok_dir is not None else []
     if tok.get("kind") != "byte_bpe" or not files or not all(f.is_file() for f in files):
         log.warning("%s: no byte-level BPE vocab.json/merges.txt; exporting the weights without a tokenizer", src)
         files = []
-    json_files = {"tokenizer_config.json": {"tokenizer_class": "GPT2Tokenizer",
+    json_files = {"tokenizer_config.json": {"tokenizer_class": "GPT2Tokenizer",  # byte-level BPE for both
                                             "model_max_length": cfg.max_position_embeddings,
                                             "add_prefix_space": False}} if files else {}
-    out = write_hf_dir(out_dir, tensors, hf_gpt2_config(cfg, info), files={f.name: f for f in files},
-                       json_files=json_files, overwrite=overwrite)
-    return HfExport(out=str(out), head=HEAD, architecture="GPT2LMHeadModel", tensors=len(tensors),
+    out = write_hf_dir(out_dir, tensors, config, files={f.name: f for f in files}, json_files=json_files,
+                       overwrite=overwrite)
+    return HfExport(out=str(out), head=HEAD, architecture=layout.architecture, tensors=len(tensors),
                     tokenizer=tuple(f.name for f in files))

@@ -1,8 +1,8 @@
 """ULMFiT (Howard & Ruder 2018) on the AWD-LSTM (Merity et al. 2018) as one family package.
 
 ``config.py`` the ``[model]``/``[data]`` sections, ``model.py`` the AWD-LSTM, its LM and its classifier,
-``lm_data.py`` the variable-BPTT, state-carrying LM batches, ``objective.py`` the LM loss with AR/TAR,
-``classification.py`` the concat-pooling classifier, ``hooks.py`` discriminative rates and gradual unfreezing as
+``objective.py`` the LM loss with AR/TAR over the variable-BPTT, state-carrying batches of
+``data/pretraining/contiguous_rows.py``, ``classification.py`` the concat-pooling classifier, ``hooks.py`` discriminative rates and gradual unfreezing as
 parameter groups, ``weights.py`` the import of fastai AWD_LSTM state dicts, ``perplexity.py`` stateful held-out
 perplexity, ``pipeline.py`` the target-task LM stage, ``job.py`` the finetuning job ``ulmfit`` (stages 2 and 3:
 the target-task LM, then the classifier; ``finetune.job = "ulmfit"``, its ``[ulmfit]`` section in

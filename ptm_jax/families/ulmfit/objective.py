@@ -7,8 +7,9 @@ last layer's output before dropout, both over real steps only and in training on
 
 The LSTM state is carried from batch to batch in ``TrainState.carry`` (``objectives/base.py`` ``CarriesState``;
 no gradient flows through it): ``{'layers_i': {'c': [B, H_i], 'h': [B, H_i]}}``. It is zeroed for the rows of a
-batch whose ``reset`` is 1, the first batch of each pass over the corpus (``families/ulmfit/lm_data.py``). The
-loop's periodic evaluation starts every batch from the zero state; ``families/ulmfit/perplexity.py`` carries it.
+batch whose ``reset`` is 1, the first batch of each pass over the corpus
+(``data/pretraining/contiguous_rows.py``). The loop's periodic evaluation starts every batch from the zero state;
+``families/ulmfit/perplexity.py`` carries it.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from ptm_jax.data.pretraining.causal_lm import PackedStream
 from ptm_jax.data.pretraining.source import DocumentSource
-from ptm_jax.families.ulmfit.lm_data import LmBatches, eval_batches
+from ptm_jax.data.pretraining.contiguous_rows import LmBatches, eval_batches
 from ptm_jax.families.ulmfit.model import AwdLstmLanguageModel
 from ptm_jax.models.layers import Partitioned
 from ptm_jax.models.lstm import LstmCarry

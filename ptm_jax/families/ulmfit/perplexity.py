@@ -17,17 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ptm_jax.errors import ConfigError, DataError
-from ptm_jax.evaluate.perplexity import read_text
-
-
-def stream_ids(tokenizer, path: str | Path, collapse_whitespace: bool = False, max_tokens: int = 0) -> np.ndarray:
-    text = read_text(path, collapse_whitespace)
-    ids: list[int] = []
-    for row in tokenizer.encode_batch([ln for ln in text.splitlines() if ln.strip()]):
-        ids.extend(row)
-        ids.append(tokenizer.eos_id)
-    out = np.asarray(ids, np.int32)
-    return out[:max_tokens + 1] if max_tokens else out
+from ptm_jax.evaluate.perplexity import contiguous_rows, line_stream_ids
 
 
 def perplexity(params: Any, cfg: Any, tokenizer, path: str | Path, *, seq_len: int | None = None,
@@ -40,20 +30,12 @@ def perplexity(params: Any, cfg: Any, tokenizer, path: str | Path, *, seq_len: i
     if stride not in (None, seq_len):
         raise ConfigError(f"--stride={stride}: the AWD-LSTM carries its state from chunk to chunk, so chunks never "
                           "overlap; leave --stride unset")
-    ids = stream_ids(tokenizer, path, collapse_whitespace, max_tokens)
+    ids = line_stream_ids(tokenizer, path, collapse_whitespace, max_tokens)
     if len(ids) < 2:
         raise DataError(f"{path}: holds no token to score")
     rows = max(1, min(batch_size, len(ids) - 1))
-    R = -(-(len(ids) - 1) // rows)
-    chunks = -(-R // seq_len)
-    width = chunks * seq_len
-    x = np.full((rows, width), tokenizer.pad_id, np.int32)
-    y = np.full((rows, width), tokenizer.pad_id, np.int32)
-    w = np.zeros((rows, width), np.float32)
-    for r in range(rows):
-        lo, hi = r * R, min((r + 1) * R, len(ids) - 1)
-        n = max(hi - lo, 0)
-        x[r, :n], y[r, :n], w[r, :n] = ids[lo:hi], ids[lo + 1:hi + 1], 1.0
+    x, y, w = contiguous_rows(ids, rows, seq_len, tokenizer.pad_id)
+    chunks = x.shape[1] // seq_len
     model = AwdLstmLanguageModel(cfg)
     variables = {"params": params}
 

@@ -56,8 +56,9 @@ class Word2VecConfig:
     rows keep word2vec.c's initialisation. '' : none. Its dimension must be ``dim``."""
 
     def validate(self, where: str = "model") -> None:
-        if self.family != "word2vec":
-            raise ConfigError(f"{where}.family={self.family!r}: this section is the word2vec family's")
+        own = type(self).family   # a family that trains through word2vec's objective subclasses this section
+        if self.family != own:
+            raise ConfigError(f"{where}.family={self.family!r}: this section is the {own} family's")
         for name, low in (("vocab_size", 4), ("dim", 1), ("duplicate_cap", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < low:

@@ -341,16 +341,17 @@ def grouped_maker(build, *, global_batch: int, process_index: int, process_count
 def word2vec_batches(source: DocumentSource, tables: Tables, *, eos_id: int, pad_id: int, window: int,
                      negative: int, cbow: bool, reach: int, seed: int, start_index: int, global_batch: int,
                      block: int, slots: int, process_index: int = 0, process_count: int = 1,
-                     shared: bool = True):
+                     shared: bool = True, stream=None):
     """(``make``, ``shapes``): ``make(i)`` is this process's rows of global batch ``i`` as numpy arrays, the
     pairs packed in blocks of ``block`` rows with ``slots`` pair slots a row (module doc), and ``make(i, k)``
     k of them stacked (``grouped_maker``); ``shapes`` the static shapes of one batch. No TensorFlow:
     ``word2vec_dataset`` streams these through tf.data, and a host without TensorFlow
-    (``benchmarks/word2vec_gpu.py``) calls ``make`` itself."""
+    (``benchmarks/word2vec_gpu.py``) calls ``make`` itself. ``stream``: the running words, anything with
+    ``span(a, b)`` and ``eos_id`` (default the ``PackedStream`` of ``source``; node2vec passes its walks)."""
     if not isinstance(window, int) or window < 1:
         raise ConfigError(f"data.window={window!r} must be an integer >= 1")
     check_share(start_index, global_batch, process_index, process_count)
-    stream = PackedStream(source, eos_id, seed=seed, shuffle=True)
+    stream = PackedStream(source, eos_id, seed=seed, shuffle=True) if stream is None else stream
     rows = global_batch // process_count
     check_blocks(rows, block)
     shapes = feature_shapes(rows, window=window, negative=negative, cbow=cbow, depth=tables.depth, slots=slots,

@@ -243,9 +243,11 @@ class Word2Vec(nn.Module):
     hs: bool = False
     block: int = 1
     window: int = 5
+    trunk: str = TRUNK
+    """The tables' params key (a family training through this model keeps its own: node2vec's)."""
 
     @nn.compact
     def __call__(self, batch: dict) -> dict[str, jax.Array]:
-        tables = Word2VecTables(self.config, self.negative, self.hs, name=TRUNK)
+        tables = Word2VecTables(self.config, self.negative, self.hs, name=self.trunk)
         rows = {name: tables(ids, name, live) for name, (ids, live) in row_ids(batch, self.negative, self.hs).items()}
         return scores_from_rows(rows, batch, self.cbow, self.block, self.window)

@@ -77,7 +77,7 @@ class Word2VecObjective(TableSteps, MakerStreams):
         """Rows of a packing block (``data.py``): a function of the config, not of the mesh or host count."""
         self.slots = pair_slots(tables, d.window, d.pair_slots)
         self.model = Word2Vec(cfg.model, cbow=self.cbow, negative=d.negative > 0, hs=bool(d.hs), block=self.block,
-                              window=d.window)
+                              window=d.window, trunk=self.trunk)
         self.train_source, self.eval_source = train_source, eval_source
         self.eos_id, self.pad_id = int(eos_id), int(pad_id)
         self.sparse_rows = sparse_rows(cfg)
@@ -94,7 +94,7 @@ class Word2VecObjective(TableSteps, MakerStreams):
         if self.initial_vectors is not None:
             from ptm_jax.export.vector_files import with_initial_rows
 
-            params = with_initial_rows(params, (TRUNK, "input"), *self.initial_vectors)
+            params = with_initial_rows(params, (self.trunk, "input"), *self.initial_vectors)
         return params
 
     def normalizers(self, batch: dict[str, Any]) -> dict[str, jax.Array]:
@@ -142,7 +142,7 @@ class Word2VecObjective(TableSteps, MakerStreams):
         with ``rows`` the gradient of the loss with respect to each gathered row, scaled by
         min(1, duplicate_cap / n) for a row read n times by live entries. Adding ``-lr x rows`` at ``ids`` is the
         dense path's SGD step on the gradient of ``Word2VecTables`` (the same sums), touching only these rows."""
-        tables = params["params"][TRUNK]
+        tables = params["params"][self.trunk]
         ids = row_ids(batch, self.model.negative, self.model.hs)
         rows = {k: tables[k].at[i].get(mode="promise_in_bounds") for k, (i, _) in ids.items()}
 

@@ -26,6 +26,9 @@ class TableSteps:
     (``model.kernel``, ``model.duplicate_cap``), ``name``, ``block`` and ``loss_terms``."""
 
     trunk: str
+    kernel_mode: str | None = None
+    """The fused kernel's objective (``cpu_kernel.MODES``); None: the objective's own name (node2vec trains
+    skip-gram's)."""
 
     def fused_rows(self, params, batch, normalizers, step_size):
         """The whole sparse step in the fused CPU kernel where ``model.kernel`` lets it run, else None (the XLA
@@ -38,7 +41,8 @@ class TableSteps:
         if not cpu_kernel.applies(*needs):
             return None
         tables = params["params"][self.trunk]
-        new, loss, sumsq, finite = cpu_kernel.fused_step(self.name, dict(tables), batch, step_size, block=self.block,
+        new, loss, sumsq, finite = cpu_kernel.fused_step(self.kernel_mode or self.name, dict(tables), batch, step_size,
+                                                         block=self.block,
                                                          cap=float(self.cfg.model.duplicate_cap),
                                                          sequential=sequential,
                                                          parts=self.cfg.model.sequential_parts,

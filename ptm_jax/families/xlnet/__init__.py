@@ -43,6 +43,21 @@ def _task(name: str):
     return build
 
 
+NO_DECAY = r"(^|/)norm/|(^|/)(?!r_[wrs]_bias$)[^/]*bias$"
+"""zihangdai/xlnet model_utils.py AdamWeightDecayOptimizer: no weight decay on LayerNorms and biases
+(``exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]``), but the relative-attention biases r_w, r_r and
+r_s are decayed (``include_in_weight_decay``), as are ``mask_emb`` and ``seg_embed``."""
+
+
+def _param_groups(model_cfg: Any = None, stage: str = "pretrain") -> list:
+    """XLNet's weight-decay rule, pretraining and finetuning alike (run_classifier.py and run_squad.py call the same
+    ``get_train_op``)."""
+    from ptm_jax.train.param_groups import Rule
+
+    return [Rule(NO_DECAY, weight_decay=0.0, where="XLNet: no weight decay on LayerNorms and biases other than "
+                 "r_w/r_r/r_s (zihangdai/xlnet model_utils.py)", must_match=False)]
+
+
 def _qa_model() -> type:
     from ptm_jax.families.xlnet.model import XLNetForQuestionAnswering
 
@@ -62,6 +77,7 @@ FAMILY = register(Family(
         stack="encoder",
         heads=("plm", "sequence_classification", "question_answering"),
         infer_head=_infer_head,
+        param_groups=_param_groups,
     ),
     finetuning=Finetuning(
         classifier=_classifier,

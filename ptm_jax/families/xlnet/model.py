@@ -27,11 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.families.xlnet.config import XlnetConfig
-from ptm_jax.families.xlnet.two_stream import (
-    RelBiases,
-    TwoStreamAttention,
-    relative_encoding,
-)
+from ptm_jax.families.xlnet.two_stream import TwoStreamAttention
 from ptm_jax.models.dropout import Dropout
 from ptm_jax.models.layers import (
     ACTIVATIONS,
@@ -42,19 +38,11 @@ from ptm_jax.models.layers import (
     dtype_of,
     partitioned,
 )
+from ptm_jax.models.relative_attention import RelBiases, cache_mem, relative_encoding
 
 
 def _normal(cfg: XlnetConfig):
     return nn.initializers.normal(cfg.initializer_range)  # XLNet's init="normal", init_std
-
-
-def cache_mem(h_BLH: jax.Array, mem_BMH: jax.Array, mem_len: int, reuse_len: int) -> jax.Array | None:
-    """Transformer-XL memory for the next segment: the last ``mem_len`` of [mem; first ``reuse_len`` (0: all)
-    of this segment's layer input], without gradient. None when ``mem_len`` is 0."""
-    if mem_len <= 0:
-        return None
-    cur = h_BLH[:, :reuse_len] if reuse_len > 0 else h_BLH
-    return jax.lax.stop_gradient(jnp.concatenate([mem_BMH.astype(cur.dtype), cur], axis=1)[:, -mem_len:])
 
 
 class FeedForward(nn.Module):

@@ -51,10 +51,12 @@ def _sentence_task(cfg: RunConfig):
     return get_task(task), kept, dev, desc
 
 
-def build_feature_task(cfg: RunConfig, eval_split: str = "dev") -> tuple[Any, FeatureInputs, str]:
+def build_feature_task(cfg: RunConfig, eval_split: str = "dev", tagging: Any = None
+                       ) -> tuple[Any, FeatureInputs, str]:
     """(objective, its inputs, description) for ``features.head`` on ``finetune.task``. ``eval_split``: the split
     the objective scores (CoNLL-2003: 'dev' = eng.testa or 'test' = eng.testb; sentence tasks: 'dev'). The word
-    table is always built from the training and dev words, as in training, so a kept model's rows line up."""
+    table is always built from the training and dev words, as in training, so a kept model's rows line up.
+    ``tagging``: the tagger's output layer (a kept model's own; None: the run's ``[tagging]``)."""
     f = cfg.finetune
     h = config_lib.section(cfg, "features")
     source = resolve_source(f.init)
@@ -70,13 +72,15 @@ def build_feature_task(cfg: RunConfig, eval_split: str = "dev") -> tuple[Any, Fe
                               f"{eval_split!r}")
         train, dev = tasks.read("conll2003", f.data_dir, "train")[0], tasks.read("conll2003", f.data_dir, "dev")[0]
         scored = dev if eval_split == "dev" else tasks.read("conll2003", f.data_dir, "test")[0]
+        tagging = tagging or config_lib.section(cfg, "tagging")
         labels, total = label_list(train), len(train)  # labels of the whole file: a subset keeps the same ids
         train = take_subset(train, f.train_subset, f.subset_seed)
         features = FeatureInputs(source, f, h, [s.words for s in train], [s.words for s in dev], cache)
-        obj = FeatureTaggingObjective(f, h, train, scored, labels, features)
+        obj = FeatureTaggingObjective(f, h, train, scored, labels, features, tagging=tagging)
         return obj, features, (f"CoNLL-2003 NER: {len(train)} train (of {total}) / {len(scored)} {eval_split} "
                                f"sentences, {len(labels)} labels, {obj.dev_truncated_words} {eval_split} words past "
-                               "max_seq_length")
+                               f"max_seq_length, {tagging.head} output"
+                               + (f" ({tagging.crf_constraints} constraints)" if tagging.head == "crf" else ""))
     if eval_split != "dev":
         raise ConfigError(f"features.head={h.head!r} on {f.task!r}: only the dev split is scored (GLUE's test "
                           "labels are not public); use --split dev")
@@ -124,7 +128,8 @@ def finetune_features(cfg: RunConfig, *, stop_after: int | None = None) -> dict[
             "pair": objective.pair, "end_to_end": features.encoder is not None,
             "words": table.words if table is not None else None, "word_init": h.word_init,
             "feature_norm": h.feature_norm, "data_dir": f.data_dir, "train_subset": f.train_subset,
-            "subset_seed": f.subset_seed, "freeze_features": h.freeze_features}
+            "subset_seed": f.subset_seed, "freeze_features": h.freeze_features,
+            **getattr(objective, "extra_info", {})}
     if features.stats is not None:
         info["feature_stats"] = {"mean": features.stats[0].tolist(), "scale": features.stats[1].tolist()}
     done = run_stage(cfg, stage=stage, objective=objective, task=f.task, description=description, init=f.init,
@@ -162,7 +167,11 @@ def load_feature_model(cfg: RunConfig, model: str, split: str = "dev") -> tuple[
                             feature_norm=meta.get("feature_norm") or "none",
                             freeze_features=meta.get("freeze_features", not meta.get("end_to_end", False)))
     run = dataclasses.replace(cfg, finetune=f, plugins={**cfg.plugins, "features": h})
-    objective, features, description = build_feature_task(run, eval_split=split)
+    from ptm_jax.data.tasks.sections import TaggingConfig
+
+    saved = meta.get("tagging")
+    objective, features, description = build_feature_task(run, eval_split=split,
+                                                          tagging=TaggingConfig(**saved) if saved else None)
     if features.table is not None and meta.get("words") is not None and features.table.words != meta["words"]:
         raise ConfigError(f"{where}: the word table rebuilt from {f.task}'s training words ({len(features.table.words)}"
                           f" words) differs from the model's ({len(meta['words'])}); evaluate with the data and "

@@ -1,15 +1,19 @@
-"""Language-model batches for AWD-LSTM: B parallel streams read contiguously with variable BPTT lengths, so the
-LSTM state of row r at the end of a batch is the right initial state for row r of the next batch (fastai's
-``LMDataLoader``; Merity et al. 2018 Sec. 4.1 for the lengths).
+"""Language-model batches of B parallel streams, each read contiguously, so that what a model carries from one
+batch to the next (an LSTM's state, Transformer-XL's memory) for row r at the end of a batch is the right context
+for row r of the next batch: fastai's ``LMDataLoader`` for the AWD-LSTM (Merity et al. 2018 Sec. 4.1, variable
+lengths) and Transformer-XL's ``LMOrderedIterator`` (kimiyoung/transformer-xl ``data_utils.py``: fixed segments of
+``tgt_len``, Dai et al. 2019 Sec. 3.2).
 
 Layout. Pass ``e`` of the corpus is GPT's packed stream (``data/pretraining/causal_lm.py`` ``PackedStream``:
 the documents in permutation (seed, e), each followed by eos); it is cut into B equal row regions of R =
 pass_tokens // B tokens (the remainder is dropped). Row r of pass e reads its region from the start; each batch
 advances every row by the batch's length. A pass ends when a row region has no next token left; the last batch
 of a pass is shortened to fit, and the next batch starts pass e + 1 with ``reset = 1`` (the carried state is
-zeroed: fastai resets the model's hidden state at each epoch start).
+zeroed: fastai resets the model's hidden state at each epoch start, Transformer-XL's ``train()`` starts each
+epoch with empty memory).
 
-Lengths. Every batch of the run draws its length from one stream keyed on the seed (chunks of 65,536
+Lengths. Fixed (``variable=False``, Transformer-XL): every batch is bptt long but the last of a pass. Variable
+(the AWD-LSTM): every batch of the run draws its length from one stream keyed on the seed (chunks of 65,536
 draws, each from a generator keyed on (seed, chunk)), so global batch i uses draw i: bptt with probability
 ``bptt_p``, else bptt / 2; then ``max(5, int(N(that, bptt_std)))``, capped at ``data.max_bptt``; the last batch
 of a pass is cut to the rows' end. A start at global batch i finds its pass by bisection over the passes'
@@ -20,7 +24,7 @@ next multiple of ``bptt_bucket`` (weight 0 past the length): one compiled step p
 process reads the rows of the same batch (process p: rows [p B/P, (p+1) B/P)).
 
 Evaluation: one pass without shuffling, B rows, fixed length bptt, every target once (``carry`` is not used by
-the loop's evaluation: ``families/ulmfit/perplexity.py`` carries it for the reported perplexity).
+the loop's evaluation: the families' ``Inspection.perplexity`` hooks carry it for the reported perplexity).
 """
 from __future__ import annotations
 
@@ -59,7 +63,7 @@ def bucket_lengths(bptt: int, std: float, p: float, bucket: int, max_len: int) -
 
 
 class LmBatches:
-    """Variable-length, state-carrying LM batches of a ``PackedStream`` (see the module docstring)."""
+    """Fixed- or variable-length (``variable``), state-carrying LM batches of a ``PackedStream`` (see the module docstring)."""
 
     def __init__(self, stream: PackedStream, global_batch: int, *, bptt: int, variable: bool, p: float, std: float,
                  bucket: int, max_len: int, seed: int, pad_id: int):
