@@ -42,6 +42,7 @@ TOKENS = {
     "base": ([], None, 1),
     "no_attn_dropout": (["model.attention_dropout=0.0"], None, 1),
     "paper_dropout": (["model.attention_dropout=0.1", "model.attention_impl='auto'"], None, 1),
+    # the pod presets' settings before they were chosen by this estimate: "paper_dropout+scan"
     "einsum": (["model.attention_impl='einsum'"], None, 1),
     "xla": (["model.attention_dropout=0.0", "model.attention_impl='xla'"], None, 1),
     "splash": (["model.attention_dropout=0.0", "model.attention_impl='splash'"], None, 1),
@@ -118,31 +119,51 @@ def reestimate(path: Path) -> None:
     path.write_text(json.dumps(record, indent=1, default=float))
 
 
-def table(out: Path, rows: list[str], slices: list[str]) -> None:
+def _largest_non_matmul(e: dict) -> str:
+    cats = {k: v for k, v in e["breakdown_s"].items() if not k.startswith("matmul") and k != "collectives"}
+    worst = max(cats, key=cats.get) if cats else "-"
+    return f"{worst} {cats.get(worst, 0) * 1e3:,.1f} ms"
+
+
+def table_row(r: dict) -> str:
+    """One variant: compute (with the modelled splash time), collectives, step exposed / overlapped, model FLOPs
+    at the peak, estimated MFU exposed / overlapped, the compiler's peak memory a chip, the largest cost that
+    is not a matmul. Every time an ESTIMATE of the compiler's cost model."""
+    head = f"| {r['variant']} | {r['per_chip_batch']} |"
+    if not r.get("ok"):
+        return f"{head} refused: {r['error'][:90]} | | | | | | |"
+    e = r["estimate"]
+    if not e:
+        return f"{head} no estimate | | | | | | |"
+    splash = e.get("modelled_kernels_s") or 0.0
+    compute = f"{e['compute_s'] * 1e3:,.1f} ms" + (f" (splash {splash * 1e3:.1f} modelled)" if splash else "")
+    peak = r["memory_per_device"]["peak_bytes"] / 2**30
+    mfu = f"{100 * (e.get('mfu_exposed') or 0):.1f}% / {100 * (e.get('mfu_overlapped') or 0):.1f}%"
+    return (f"{head} {compute} | {e['collectives_s'] * 1e3:,.1f} ms | {e['step_s_exposed'] * 1e3:,.1f} / "
+            f"{e['step_s_overlapped'] * 1e3:,.1f} ms | {e['model_flops_at_peak_s'] * 1e3:,.1f} ms | {mfu} | "
+            f"{peak:.2f} | {_largest_non_matmul(e)} |")
+
+
+def table(out: Path, rows: list[str], slices: list[str], breakdown: str = "base") -> None:
     for row in rows:
         for s in slices:
             recs = [json.loads(p.read_text()) for p in sorted(out.glob(f"{row}-{s}-*.json"))]
             if not recs:
                 continue
-            print(f"\n{row} on {SLICES[s]} (4 chips)\n")
-            print("| variant | per chip | estimated step (exposed / overlapped) | estimated MFU (exposed) | "
-                  "peak GiB per chip | largest non-matmul category |")
-            print("|---|---|---|---|---|---|")
+            print(f"\n{row} on {SLICES[s]} (4 chips); every time an ESTIMATE of the TPU compiler's cost model "
+                  f"(libtpu {next((r['estimate'] or {}).get('libtpu') for r in recs if r.get('ok'))})\n")
+            print("| variant | per chip | compute | collectives (exposed) | estimated step (exposed / overlapped) "
+                  "| model FLOPs at peak | estimated MFU (exposed / overlapped) | peak GiB per chip | "
+                  "largest non-matmul category |")
+            print("|---|---|---|---|---|---|---|---|---|")
             for r in sorted(recs, key=lambda r: (r["variant"] != "base", r["variant"])):
-                if not r.get("ok"):
-                    print(f"| {r['variant']} | {r['per_chip_batch']} | refused: {r['error'][:90]} | | | |")
-                    continue
-                e = r["estimate"]
-                if not e:
-                    print(f"| {r['variant']} | {r['per_chip_batch']} | no estimate | | | |")
-                    continue
-                cats = {k: v for k, v in e["breakdown_s"].items() if not k.startswith("matmul")
-                        and k != "collectives"}
-                worst = max(cats, key=cats.get) if cats else "-"
-                peak = r["memory_per_device"]["peak_bytes"] / 2**30
-                print(f"| {r['variant']} | {r['per_chip_batch']} | {e['step_s_exposed'] * 1e3:,.1f} / "
-                      f"{e['step_s_overlapped'] * 1e3:,.1f} ms | {100 * (e.get('mfu_exposed') or 0):.1f}% | "
-                      f"{peak:.2f} | {worst} {cats.get(worst, 0) * 1e3:,.1f} ms |")
+                print(table_row(r))
+            chosen = next((r for r in recs if r["variant"] == breakdown and r.get("ok") and r["estimate"]), None)
+            if chosen:
+                e = chosen["estimate"]
+                parts = sorted(e["breakdown_s"].items(), key=lambda kv: -kv[1])
+                print(f"\n{breakdown}, by category (ms; all but the collectives sum to the compute, "
+                      f"{e['compute_s'] * 1e3:,.1f} ms): " + ", ".join(f"{k} {v * 1e3:,.2f}" for k, v in parts))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/tpu_estimates")
     p.add_argument("--extra", action="append", default=[], help="an override added to every compile")
     p.add_argument("--table", action="store_true", help="print the tables of the stored results and stop")
+    p.add_argument("--breakdown", default="base", help="the variant whose time by category --table prints")
     p.add_argument("--reestimate", action="store_true", help="re-run the estimator on the stored HLO and stop")
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -163,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in sorted(out.glob("*.json")):
             reestimate(path)
     if args.table or args.reestimate:
-        table(out, rows, slices)
+        table(out, rows, slices, args.breakdown)
         return 0
     for row in rows:
         for s in slices:
@@ -175,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps({"row": row, "slice": s, "variant": v, "ok": r["ok"], "seconds": r["seconds"],
                                   "step_ms": None if not e else e["step_s_exposed"] * 1e3,
                                   "mfu": e.get("mfu_exposed"), "error": r.get("error")}), flush=True)
-    table(out, rows, slices)
+    table(out, rows, slices, args.breakdown)
     return 0
 
 

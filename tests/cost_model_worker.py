@@ -80,10 +80,9 @@ def step_estimate(overrides: list[str]) -> dict:
     from ptm_jax.config import load_config
 
     cfg = load_config("bert_tiny", ["model.num_layers=4", "train.batch_size=32", "data.max_seq_length=128",
-                                    "mesh.data=-1", *overrides])
+                                    "model.max_position_embeddings=128", "mesh.data=-1", *overrides])
     r = compile_report(cfg, None, TOPOLOGIES["v5e"])
     return {"estimate": r["estimate"], "model": r["model"]}
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """`ptm compile`: lower and compile the sharded train step ahead of time, without running it, and report the
-per-device memory XLA assigns, so that memory is known before a pod is reserved (docs/scaling.md, "Before reserving a slice").
+per-device memory XLA assigns, so that memory is known before a pod is reserved (docs/scaling.md, "Before reserving
+a slice").
 
 Devices to compile for (``device_type``):
 
@@ -174,8 +175,9 @@ def compile_report(cfg: RunConfig, mesh_shape: tuple[int, int, int] | None = Non
             f.write(hlo)
     if hlo is None:
         notes.append("the compiled program's HLO could not be read back from the compiler (a libtpu/jaxlib "
-                     "protocol mismatch, e.g. libtpu 0.0.52 on v5p-128: 'async-update instruction should have 1 "
-                     "operands'): the step compiled and its memory is the compiler's; XLA matmul FLOPs not counted")
+                     "protocol mismatch, e.g. libtpu 0.0.52, newer than the pinned 0.0.42.1, on v5p-128: "
+                     "'async-update instruction should have 1 operands'): the step compiled and its memory is the "
+                     "compiler's; XLA matmul FLOPs not counted")
     matmul = None if hlo is None else flops_lib.hlo_matmul_flops(hlo)
     if matmul == 0 and hlo is not None and " convolution(" in hlo:  # TPU HLO: dots lowered to convolutions
         matmul = None
@@ -236,8 +238,8 @@ def step_estimate(hlo: str | None, devices: list, report: dict[str, Any], notes:
 
 
 def optimized_hlo(executable: Any) -> str | None:
-    """The compiled program's optimized HLO text, or None where the runtime cannot read it back: libtpu 0.0.52
-    compiles BERT-base's step for a v5p-128 slice, but jaxlib 0.10.2 refuses the returned module
+    """The compiled program's optimized HLO text, or None where the runtime cannot read it back: libtpu 0.0.52 (newer
+    than the pinned 0.0.42.1) compiles BERT-base's step for a v5p-128 slice, but jaxlib 0.10.2 refuses the module
     (``RET_CHECK ... async-update instruction should have 1 operands but sees 3``), a proto of a newer XLA
     than its own. Memory and cost analysis come from the executable itself and are unaffected."""
     try:
