@@ -8,8 +8,15 @@ One JSON file per (preset, slice, variant) under ``--out`` (the HLO text beside 
 be re-run without recompiling: ``--reestimate``); a run skips the files that exist, so it resumes after a stop.
 ``--table`` prints the Markdown tables of docs/benchmarks.md from the files.
 
+  source launch/perf_env.sh
   PYTHONPATH=.venv/libtpu JAX_PLATFORMS=cpu nice -n 15 python benchmarks/tpu_estimates.py \\
-      --rows bert_large_s512,gpt2_124m_s1024 --slices v5e --variants base,no_attn_dropout --out runs/tpu_estimates
+      --rows bert_large_s512,gpt2_124m_s1024 --slices v5e \\
+      --variants base,splash+scan,splash+unrolled,splash+unrolled+fsdp --out runs/tpu_estimates
+  python benchmarks/tpu_estimates.py --rows bert_large_s512,gpt2_124m_s1024 --table --breakdown splash+unrolled \\
+      --out runs/tpu_estimates
+
+``--extra model.num_layers=4`` (with another ``--out``) compiles a shallower twin of every variant, minutes instead
+of most of an hour on a loaded 2-core host.
 """
 from __future__ import annotations
 
@@ -161,7 +168,7 @@ def table(out: Path, rows: list[str], slices: list[str], breakdown: str = "base"
             chosen = next((r for r in recs if r["variant"] == breakdown and r.get("ok") and r["estimate"]), None)
             if chosen:
                 e = chosen["estimate"]
-                parts = sorted(e["breakdown_s"].items(), key=lambda kv: -kv[1])
+                parts = sorted(((k, v) for k, v in e["breakdown_s"].items() if v >= 5e-6), key=lambda kv: -kv[1])
                 print(f"\n{breakdown}, by category (ms; all but the collectives sum to the compute, "
                       f"{e['compute_s'] * 1e3:,.1f} ms): " + ", ".join(f"{k} {v * 1e3:,.2f}" for k, v in parts))
 

@@ -2,8 +2,9 @@
 must satisfy: a big matmul's estimate on each chip lies between its FLOPs at the chip table's peak and 1.5x of
 it (which checks the clocks, FLOPs per cycle and TensorCores of the table), doubling the batch doubles the
 estimate, a while loop counts its trips, a conditional its costliest branch, an all-reduce costs its ring bytes
-at the ICI link bandwidth, a scanned layer stack costs what its unrolled twin does, splash kernels (which carry
-no estimate) are modelled from their FLOPs, and a program without the compiler's estimates is refused in one line.
+at the ICI link bandwidth, a scanned layer stack costs its unrolled twin plus its stack loop, splash kernels
+(which carry no estimate) are modelled from their FLOPs, and a program without the compiler's estimates is refused
+in one line.
 
 The TPU programs are compiled by the real TPU compiler (libtpu) in one process of their own
 (tests/cost_model_worker.py, libtpu through PYTHONPATH as tests/libtpu_env.py sets it); those tests skip, saying
@@ -72,10 +73,22 @@ def test_all_reduce_costs_its_ring_bytes_at_the_ici_link_bandwidth(worker):
 
 
 @tpu_compiled
-def test_scanned_layers_cost_what_the_unrolled_stack_does(worker):
+def test_scanned_stack_costs_its_unrolled_twin_plus_its_stack_loop(worker):
+    # the same matmuls; what the scan adds is its layer-stack loop: every layer's residuals written into stacked
+    # buffers and read back by slices (docs/benchmarks.md, "Scanned against unrolled layers"); bert_tiny, 4 layers:
+    # 0.92 against 0.72 ms, 0.25 ms of it the loop (libtpu 0.0.42.1)
     scan, loop = worker["bert_scan_True"]["estimate"], worker["bert_scan_False"]["estimate"]
     assert any("4 trips" in n for n in scan["notes"]), scan["notes"]
-    assert 0.8 <= scan["compute_s"] / loop["compute_s"] <= 1.25, (scan["compute_s"], loop["compute_s"])
+
+    def matmuls(e):
+        return sum(v for k, v in e["breakdown_s"].items() if k.startswith("matmul"))
+
+    assert 0.9 <= matmuls(scan) / matmuls(loop) <= 1.1, (matmuls(scan), matmuls(loop))
+    stack = scan["breakdown_s"]["layer-stack loop (scan slices and updates)"]
+    assert stack > 0.1 * scan["compute_s"] and loop["breakdown_s"].get("layer-stack loop (scan slices and "
+                                                                        "updates)", 0.0) == 0.0
+    assert 0.8 <= (scan["compute_s"] - stack) / loop["compute_s"] <= 1.25, (scan["compute_s"], stack,
+                                                                           loop["compute_s"])
 
 
 @tpu_compiled
@@ -88,7 +101,9 @@ def test_splash_kernels_are_modelled_from_their_flops(worker):
     per_layer = 2.0 * b * n * t * t * h * (2 + 5)  # forward QK^T, PV; fused backward: 5 matmuls
     expected = m["layers"] * per_layer / (197e12 * KERNEL_EFFICIENCY * h / 128)
     assert e["modelled_kernels_s"] == pytest.approx(expected, rel=1e-6)
-    assert e["breakdown_s"]["attention kernel (splash)"] == pytest.approx(expected, rel=1e-6)
+    # the category also holds what the compiler estimates inside splash's scope around the kernels (the layouts
+    # of q, k, v and the segment ids: 11% more at this tiny shape)
+    assert expected <= e["breakdown_s"]["attention kernel (splash)"] <= 1.25 * expected
     assert any("splash-attention kernels carry no estimate" in note for note in e["notes"])
 
 
