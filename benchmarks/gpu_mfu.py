@@ -11,12 +11,14 @@ time budget (``--budget-s`` per target: a slow compile of one target cannot star
 
 Variants of each, in this order (the target's budget skips the rest and says so):
 
-- ``train``: the training configuration as the presets run it: dropout 0.1 on hidden states and attention
-  probabilities, ``attention_impl=auto`` (the einsum path under attention dropout, masks from the run's key);
+- ``train``: the training configuration with the papers' dropout (the ``*_paper`` presets' setting): 0.1 on
+  hidden states and attention probabilities, ``attention_impl=auto`` (the einsum path under attention dropout,
+  masks from the run's key);
 - ``bound-cudnn``: the upper bound: no dropout anywhere, cuDNN flash attention;
-- ``train-cudnn``: training configuration with cuDNN's fused attention dropout (``attention_impl=cudnn``;
+- ``train-cudnn``: that training configuration with cuDNN's fused attention dropout (``attention_impl=cudnn``;
   masks from cuDNN's own generator, docs/architecture.md "Attention paths");
-- ``bound-xla``: no dropout, XLA's fused attention.
+- ``bound-xla``: no dropout, XLA's fused attention;
+- ``preset``: the pod preset as it is (hidden dropout 0.1, no attention dropout: ``auto`` takes cuDNN).
 
 ``--smoke`` runs tiny models for two steps on whatever device is there (the CPU check of this script; cuDNN
 variants then print why they cannot run).
@@ -44,10 +46,11 @@ SMOKE = {  # the same code path at tiny shapes
     "bert_base_s128": ("bert_tiny", ["data.max_seq_length=64", "train.batch_size=4"]),
 }
 VARIANTS = {
-    "train": ["model.attention_impl='auto'"],
+    "train": ["model.attention_impl='auto'", "model.attention_dropout=0.1"],
     "bound-cudnn": ["model.attention_impl='cudnn'", "model.attention_dropout=0.0", "model.hidden_dropout=0.0"],
-    "train-cudnn": ["model.attention_impl='cudnn'"],
+    "train-cudnn": ["model.attention_impl='cudnn'", "model.attention_dropout=0.1"],
     "bound-xla": ["model.attention_impl='xla'", "model.attention_dropout=0.0", "model.hidden_dropout=0.0"],
+    "preset": ["model.attention_impl='auto'"],
 }
 
 

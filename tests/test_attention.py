@@ -202,3 +202,22 @@ def test_models_give_the_same_outputs_on_every_cpu_attention_path(family):
 def test_padding_mask_is_key_lengths_of_the_input_mask():
     m = padding_mask(jnp.array([[1, 1, 1, 0], [1, 0, 0, 0]]))
     assert m.kv_lengths().tolist() == [3, 1]
+
+
+def test_splash_in_a_scanned_layer_stack_gives_the_einsum_gradients():
+    """nn.scan traces the layer more than once (forward, then its linearisation): the cached splash kernel must
+    not carry one trace's arrays into the next (it raised UnexpectedTracerError)."""
+    from ptm_jax.config import load_config
+    from ptm_jax.families.bert.model import BertModel
+
+    cfg = load_config("configs/bert_tiny.toml", [f"model.max_position_embeddings={T}", "model.scan_layers=true"]).model
+    ids = jax.random.randint(jax.random.key(0), (B, T), 5, 100)
+    mask = (jnp.arange(T)[None] < jnp.array([[T], [70]])).astype(jnp.int32)
+    params = BertModel(cfg).init(jax.random.key(1), ids, mask, jnp.zeros_like(ids))
+
+    def grads(impl):
+        m = BertModel(dataclasses.replace(cfg, attention_impl=impl))
+        return jax.jit(jax.grad(lambda p: jnp.sum(m.apply(p, ids, mask, jnp.zeros_like(ids))[0] ** 2)))(params)
+
+    for got, want in zip(jax.tree.leaves(grads("splash")), jax.tree.leaves(grads("einsum"))):
+        np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)

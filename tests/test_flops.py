@@ -186,8 +186,9 @@ def test_xlnet_base_shapes_within_5_percent_of_cost_analysis():
 
 
 def test_an_optimized_module_the_runtime_cannot_read_back_leaves_the_matmul_count_out():
-    # libtpu 0.0.52 compiles BERT-base for a v5p-128 slice, and jaxlib then refuses to read the optimized module
-    # back (RET_CHECK on an async-update instruction); the report keeps the compile and says what it left out
+    # libtpu 0.0.52 (newer than the pinned 0.0.42.1) compiles BERT-base for a v5p-128 slice, and jaxlib 0.10.2
+    # then refuses to read the optimized module back (RET_CHECK on an async-update instruction); the report keeps
+    # the compile and says what it left out
     from ptm_jax.bench.aot import optimized_hlo
 
     class Unreadable:

@@ -72,7 +72,9 @@ def test_step_compiles_for_tpu_slice_sharded_and_within_hbm(reports, topology, j
     # mesh (2, 2, 1): the state is split over fsdp=2 (a few small leaves stay replicated)
     assert 0.45 * full_state < r["state_bytes_per_device"] < 0.6 * full_state, r
     mem = r["memory_per_device"]
-    assert r["state_bytes_per_device"] <= mem["argument_bytes"] and mem["temp_bytes"] > 0
+    # a tiny step can need no HBM temporaries at all (its fusions keep them on chip: temp_bytes 0 with libtpu
+    # 0.0.42.1 since the update is a select, not a lax.cond); its arguments are always in the peak
+    assert r["state_bytes_per_device"] <= mem["argument_bytes"] <= mem["peak_bytes"] and mem["temp_bytes"] >= 0
     assert 0 < mem["peak_bytes"] < HBM_GIB[topology] * 2**30
 
 

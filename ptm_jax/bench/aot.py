@@ -1,5 +1,6 @@
 """`ptm compile`: lower and compile the sharded train step ahead of time, without running it, and report the
-per-device memory XLA assigns, so that memory is known before a pod is reserved (docs/scaling.md, "Before reserving a slice").
+per-device memory XLA assigns, so that memory is known before a pod is reserved (docs/scaling.md, "Before reserving
+a slice").
 
 Devices to compile for (``device_type``):
 
@@ -136,8 +137,13 @@ def _state_bytes_per_device(abstract_state: Any) -> int:
 
 
 def compile_report(cfg: RunConfig, mesh_shape: tuple[int, int, int] | None = None,
-                   device_type: str | None = None, mlm_head: str = "sparse") -> dict[str, Any]:
-    """Lowers and compiles the train step of ``cfg`` for the mesh; returns per-device memory and compile figures."""
+                   device_type: str | None = None, mlm_head: str = "sparse", estimate: bool | None = None,
+                   hlo_path: str | None = None, prng: str | None = None) -> dict[str, Any]:
+    """Lowers and compiles the train step of ``cfg`` for the mesh; returns per-device memory and compile figures.
+
+    ``estimate`` (None: for a TPU): the compiler's estimated step time (``bench/cost_model.py``) under
+    ``"estimate"``. ``hlo_path``: also write the compiled program's HLO text there. ``prng``: the key
+    implementation of the step's dropout key (None: JAX's default, as the run's)."""
     from ptm_jax.parallel.mesh import make_mesh, mesh_shape as resolve_shape
     from ptm_jax.train.loop import compile_objective
 
@@ -150,7 +156,7 @@ def compile_report(cfg: RunConfig, mesh_shape: tuple[int, int, int] | None = Non
     compiled = compile_objective(objective, cfg.train, mesh)
     example = objective.example_batch(cfg.train.batch_size)
     t0 = time.perf_counter()
-    lowered = compiled.train_step.lower(compiled.abstract_state, batch_specs(example, mesh), rng_spec(mesh))
+    lowered = compiled.train_step.lower(compiled.abstract_state, batch_specs(example, mesh), rng_spec(mesh, prng))
     try:
         executable = lowered.compile()
     except jax.errors.JaxRuntimeError as e:  # the compiler's refusal, as one line (exit 2), not a traceback
@@ -164,31 +170,76 @@ def compile_report(cfg: RunConfig, mesh_shape: tuple[int, int, int] | None = Non
     # memory is what a compile is for: a family without a FLOPs formula compiles too (no model FLOPs then)
     fl = flops_lib.train_step_flops(cfg) if flops_lib.has_formula(cfg.model.family) else None
     hlo, notes = optimized_hlo(executable), []
+    if hlo is not None and hlo_path:
+        with open(hlo_path, "w") as f:
+            f.write(hlo)
     if hlo is None:
         notes.append("the compiled program's HLO could not be read back from the compiler (a libtpu/jaxlib "
-                     "protocol mismatch, e.g. libtpu 0.0.52 on v5p-128: 'async-update instruction should have 1 "
-                     "operands'): the step compiled and its memory is the compiler's; XLA matmul FLOPs not counted")
-    return {
+                     "protocol mismatch, e.g. libtpu 0.0.52, newer than the pinned 0.0.42.1, on v5p-128: "
+                     "'async-update instruction should have 1 operands'): the step compiled and its memory is the "
+                     "compiler's; XLA matmul FLOPs not counted")
+    matmul = None if hlo is None else flops_lib.hlo_matmul_flops(hlo)
+    if matmul == 0 and hlo is not None and " convolution(" in hlo:  # TPU HLO: dots lowered to convolutions
+        matmul = None
+        notes.append("XLA matmul FLOPs not counted: the TPU program writes its matmuls as convolutions")
+    kind = devices[0].device_kind
+    report = {
         "mode": "compile",
         "model": model_summary(cfg),
         "mesh": dict(zip(("data", "fsdp", "tensor"), shape)),
         "devices": len(devices),
         "device_type": device_type or "local",
-        "device_kind": devices[0].device_kind,
+        "device_kind": kind,
         "params": param_count(compiled.abstract_state.params),
         "state_bytes_per_device": _state_bytes_per_device(compiled.abstract_state),
         "compile_s": compile_s,
         "memory_per_device": memory_figures(executable),
         "model_flops_per_step": fl.train if fl is not None else None,
         "xla_flops_per_device": flops_lib.xla_cost_flops(executable),
-        "xla_matmul_flops_per_device": None if hlo is None else flops_lib.hlo_matmul_flops(hlo),
+        "xla_matmul_flops_per_device": matmul,
         "notes": notes,
     }
+    if estimate or (estimate is None and devices[0].platform == "tpu"):
+        report["estimate"] = step_estimate(hlo, devices, report, notes)
+    return report
+
+
+def libtpu_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("libtpu")
+    except Exception:  # not installed (a CPU or GPU compile), or installed without metadata
+        return None
+
+
+def step_estimate(hlo: str | None, devices: list, report: dict[str, Any], notes: list[str]) -> dict[str, Any] | None:
+    """The compiler's estimated step time of the compiled step, or None with a one-line note saying why."""
+    from ptm_jax.bench import cost_model
+
+    kind = devices[0].device_kind
+    if hlo is None:
+        notes.append("no step-time estimate: the compiled program's HLO could not be read back")
+        return None
+    if cost_model.chip_of(kind) is None:
+        notes.append(f"no step-time estimate: the cost model's cycles are the TPU compiler's, and {kind!r} is not a "
+                     "TPU (compile with --device-type v5e:2x2 or another TPU topology)")
+        return None
+    n = len(devices)
+    model = report["model_flops_per_step"]
+    try:
+        est = cost_model.estimate(hlo, kind, n, getattr(devices[0], "num_cores", None),
+                                  None if model is None else model / n)
+    except ValueError as e:
+        notes.append(f"no step-time estimate: {e} (libtpu {libtpu_version() or 'unknown'})")
+        return None
+    est["libtpu"] = libtpu_version()
+    return est
 
 
 def optimized_hlo(executable: Any) -> str | None:
-    """The compiled program's optimized HLO text, or None where the runtime cannot read it back: libtpu 0.0.52
-    compiles BERT-base's step for a v5p-128 slice, but jaxlib 0.10.2 refuses the returned module
+    """The compiled program's optimized HLO text, or None where the runtime cannot read it back: libtpu 0.0.52 (newer
+    than the pinned 0.0.42.1) compiles BERT-base's step for a v5p-128 slice, but jaxlib 0.10.2 refuses the module
     (``RET_CHECK ... async-update instruction should have 1 operands but sees 3``), a proto of a newer XLA
     than its own. Memory and cost analysis come from the executable itself and are unaffected."""
     try:

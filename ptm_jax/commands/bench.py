@@ -10,6 +10,7 @@ handler returns an exit code and raises ``PtmError`` subclasses for user errors.
     ptm bench -c bert_small --variant bf16:model.dtype=bfloat16 --variant rbg:prng=rbg --rounds 3
     ptm bench -c bert_base model.dtype='bfloat16' --training   # training configuration vs synthetic upper bound
     ptm compile -c bert_large --mesh 2,2,2 --device-type cpu
+    ptm compile -c bert_large --device-type v5e:2x2 mesh.data=-1 train.batch_size=16   # + estimated step time
 """
 from __future__ import annotations
 
@@ -134,6 +135,38 @@ def print_compile(r: dict[str, Any]) -> None:
                                                 "(per device x devices; all ops count a scan body once)"),
             ("compile time", f"{r['compile_s']:.2f} s"),
         ] + [("note", n) for n in r.get("notes", [])])
+    if r.get("estimate"):
+        print_estimate(r["estimate"], r["devices"])
+
+
+def print_estimate(e: dict[str, Any], devices: int, top: int = 10) -> None:
+    """The compiler's estimated step time (``bench/cost_model.py``): totals, MFU, breakdown, top operations."""
+    ms = lambda s: f"{s * 1e3:,.2f} ms"  # noqa: E731
+    mfu = lambda key: "-" if e.get(key) is None else f"{100 * e[key]:.1f}%"  # noqa: E731
+    rows = [
+        ("source", f"TPU cost model of libtpu {e.get('libtpu') or '?'} (an ESTIMATE, not a measurement)"),
+        ("chip", f"{e['chip']}: clock {e['clock_hz'] / 1e9:.2f} GHz, {e['peak_tflops_per_device']:.1f} TFLOP/s "
+                 f"bf16 per device ({e['device_cores']} TensorCore(s)), ICI link {e['ici_link_gbps']:.0f} GB/s"),
+        ("compute (sum of estimated_cycles)", f"{ms(e['compute_s'])} over {e['ops_estimated']} scheduled ops"),
+        ("collectives (bytes / ICI)", ms(e["collectives_s"])),
+        ("step: exposed / overlapped", f"{ms(e['step_s_exposed'])} / {ms(e['step_s_overlapped'])}"),
+    ]
+    if e.get("model_flops_at_peak_s") is not None:
+        rows.append(("model FLOPs at peak", ms(e["model_flops_at_peak_s"])))
+        rows.append(("estimated MFU: exposed / overlapped", f"{mfu('mfu_exposed')} / {mfu('mfu_overlapped')}"))
+    missing = e.get("ops_without_estimate") or {}
+    if missing:
+        rows.append(("ops without an estimate (runs)", ", ".join(f"{k} {v:,.0f}" for k, v in list(missing.items())[:6])
+                     + " (scalar, in-place or async: counted as 0)"))
+    total = e["compute_s"] or 1.0
+    for cat, secs in sorted(e["breakdown_s"].items(), key=lambda kv: -kv[1]):
+        rows.append((f"  {cat}", ms(secs) + ("" if cat == "collectives" else f" ({100 * secs / total:.1f}%)")))
+    rows += [("note", n) for n in e.get("notes", [])]
+    _print_rows(f"estimated step time per device ({devices} devices)", rows)
+    print(f"  top operations (share of the compute estimate):")
+    for op in e["top_ops"][:top]:
+        print(f"    {op['seconds'] * 1e3:8.2f} ms {100 * op['share']:5.1f}%  x{op['times']:<4.0f} {op['category']:<34} "
+              f"{op['op_name'][-90:] or op['opcode']}")
 
 
 def print_variants(results: dict[str, dict[str, Any]]) -> None:
@@ -255,7 +288,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     versions.log_versions()
     compile_cache.enable(cfg.output_dir)  # one process: only with PTM_COMPILE_CACHE=<path>
-    result = compile_report(cfg, mesh, args.device_type)
+    result = compile_report(cfg, mesh, args.device_type, estimate=args.estimate, hlo_path=args.hlo,
+                            prng=args.prng)
     print_compile(result)
     _write(result, args.json)
     return 0
@@ -292,13 +326,22 @@ def register(subparsers) -> None:
     p.add_argument("--json", default=None, metavar="OUT", help="write all figures to this JSON file")
     p.set_defaults(handler=cmd_bench)
 
-    p = subparsers.add_parser("compile", help="ahead-of-time compile the sharded train step; per-device memory",
+    p = subparsers.add_parser("compile", help="ahead-of-time compile the sharded train step; per-device memory "
+                              "and, for a TPU, the compiler's estimated step time",
                               description="Lower and compile the train step for a mesh without running it and "
-                              "print the per-device memory XLA assigns.")
+                              "print the per-device memory XLA assigns; for a TPU topology also the step time the "
+                              "TPU compiler's cost model estimates (an estimate, not a measurement), the estimated "
+                              "MFU and where the time goes.")
     _config_args(p, "bert_base")
     p.add_argument("--mesh", default=None, help="data,fsdp,tensor, e.g. 2,2,2 (default: the config's mesh)")
     p.add_argument("--device-type", default=None,
                    help="local (default), cpu (virtual CPU devices), or a TPU topology such as v5e:4x4")
+    p.add_argument("--estimate", action=argparse.BooleanOptionalAction, default=None,
+                   help="the TPU compiler's estimated step time, MFU and breakdown (default: on for a TPU topology; "
+                   "an estimate from libtpu's cost model, not a measurement)")
+    p.add_argument("--hlo", default=None, metavar="OUT", help="also write the compiled program's HLO text here")
+    p.add_argument("--prng", choices=("threefry2x32", "rbg", "unsafe_rbg"), default=None,
+                   help="key implementation of the dropout RNG (default: JAX's, as the run's)")
     p.add_argument("--json", default=None, metavar="OUT", help="write the figures to this JSON file")
     p.set_defaults(handler=cmd_compile)
 

@@ -35,11 +35,20 @@ def _block_sizes(t: int, s: int):
 
 @functools.lru_cache(maxsize=32)
 def _kernel(heads: int, t: int, s: int, causal: bool, interpret: bool):
+    """The kernel, built outside any trace: it holds its mask tables as arrays, and made inside a trace (a
+    scanned layer stack's) they would be that trace's tracers, which this cache would hand to the next trace
+    (an UnexpectedTracerError). JAX's trace state is per thread, so a fresh thread has none."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
-    one = sa.CausalMask((t, s)) if causal else sa.FullMask((t, s))
-    return sa.make_splash_mha(sa.MultiHeadMask([one] * heads), block_sizes=_block_sizes(t, s), head_shards=1,
-                              q_seq_shards=1, interpret=interpret)
+    def build():
+        one = sa.CausalMask((t, s)) if causal else sa.FullMask((t, s))
+        return sa.make_splash_mha(sa.MultiHeadMask([one] * heads), block_sizes=_block_sizes(t, s), head_shards=1,
+                                  q_seq_shards=1, interpret=interpret)
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(build).result()
 
 
 def _mesh_axes(logical: str, size: int, mesh) -> tuple[str, ...] | None:

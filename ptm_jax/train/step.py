@@ -114,13 +114,14 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
             (loss, terms), grads = _unpack(jax.lax.scan(body, _pack(zeros), (micro, jnp.arange(grad_accum_steps)))[0])
         grad_norm = optax.global_norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-        def apply(_):
-            updates, opt_state = tx.update(grads, state.opt_state, state.params)
-            params = optax.apply_updates(state.params, updates)
-            return (params if stats is None else set_leaves(params, stats)), opt_state
-
-        # a branch, not a select over every parameter: the skip costs nothing on the finite path
-        params, opt_state = jax.lax.cond(finite, apply, lambda _: (state.params, state.opt_state), None)
+        updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
+        new_params = optax.apply_updates(state.params, updates)
+        new_params = new_params if stats is None else set_leaves(new_params, stats)
+        # a select, not a branch: the update fuses with it, while a conditional makes the TPU compiler copy the
+        # state between layouts on every step (BERT-large's estimated v5e step: 12.6 of 148 ms; docs/benchmarks.md,
+        # "TPU step time from the compiler's cost model")
+        params, opt_state = jax.tree.map(lambda n, o: jnp.where(finite, n, o), (new_params, new_opt_state),
+                                         (state.params, state.opt_state))
         if new_carry is not None:  # a skipped step keeps the memory it started from
             new_carry = jax.tree.map(lambda n, o: jnp.where(finite, n, o), new_carry, state.carry)
         streak = jnp.where(finite, 0, state.nonfinite_streak + 1)

@@ -1,0 +1,500 @@
+"""Estimated TPU step time from the TPU compiler's own cost model (``ptm compile --estimate``).
+
+The TPU compiler (libtpu) writes its estimate of every operation it schedules into the compiled HLO:
+``"estimated_cycles"`` in the ``backend_config`` of each fusion, copy and other kernel. This module reads
+``compiled.as_text()`` and
+
+- sums those cycles over the executed schedule: the entry computation, while bodies times their trip counts
+  (scanned layers, gradient accumulation), while conditions once more than their bodies, called computations,
+  and of a conditional the costliest branch (the train step's update-or-skip branch: the update runs at every
+  finite step), and says which it took;
+- divides by the chip's clock (``CHIPS``; sources in docs/benchmarks.md, "TPU step time from the compiler's
+  cost model");
+- models the collectives, which carry no estimate, from the bytes each device sends over a ring
+  (``2 (n-1)/n`` of the buffer for an all-reduce, ``(n-1)/n`` for an all-gather, reduce-scatter or all-to-all)
+  at the bandwidth of the ICI links the compiler's ring strategy uses (one link for a one-directional 1D ring,
+  two otherwise), and reports the step fully exposed (compute + collectives) and fully overlapped (the larger
+  of the two);
+- groups the operations by what they do (``categorize``, from the ``op_name`` metadata JAX writes) and lists the
+  costliest ones.
+
+Everything here is the compiler's **estimate**, not a measurement: no TPU has run these steps.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any, Iterable
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    """One TPU generation: what turns cycles into seconds and FLOPs into a peak."""
+
+    name: str
+    clock_hz: float
+    """The TensorCore clock: bf16 peak / (MXUs x MXU size^2 x 2 FLOPs x TensorCores)."""
+    mxus: int
+    mxu_size: int
+    cores: int
+    """TensorCores per chip."""
+    peak_tflops: float
+    """bf16 dense peak of the chip (all its TensorCores)."""
+    hbm_gbps: float
+    ici_gbps: float
+    """ICI bandwidth one chip sends at (one direction, all ports), in GB/s."""
+    ici_ports: int
+    """ICI links per chip (2D torus: 4, 3D torus: 6)."""
+
+    @property
+    def link_gbps(self) -> float:
+        return self.ici_gbps / self.ici_ports
+
+    @property
+    def flops_per_cycle_per_core(self) -> int:
+        return self.mxus * self.mxu_size ** 2 * 2
+
+
+# Cloud TPU system-architecture pages (docs.cloud.google.com/tpu/docs/v4, v5e, v5p, v6e) for peaks, MXUs, cores,
+# HBM and ICI; v4's clock from Jouppi et al. 2023 (ISCA, "TPU v4"), the others from peak / FLOPs per cycle.
+CHIPS: dict[str, Chip] = {
+    "v4": Chip("v4", 1.05e9, 4, 128, 2, 275.0, 1200.0, 300.0, 6),
+    "v5e": Chip("v5e", 1.5e9, 4, 128, 1, 197.0, 819.0, 200.0, 4),
+    "v5p": Chip("v5p", 1.75e9, 4, 128, 2, 459.0, 2765.0, 600.0, 6),
+    "v6e": Chip("v6e", 1.75e9, 4, 256, 1, 918.0, 1640.0, 448.0, 4),
+}
+_KINDS = (("tpu v6 lite", "v6e"), ("tpu v6e", "v6e"), ("tpu v5 lite", "v5e"), ("tpu v5e", "v5e"),
+          ("tpu v5p", "v5p"), ("tpu v5", "v5p"), ("tpu v4", "v4"))
+
+
+def chip_of(device_kind: str | None) -> Chip | None:
+    """The chip of a ``jax.Device.device_kind`` ('TPU v5 lite' -> v5e); None for anything else."""
+    kind = (device_kind or "").lower()
+    return next((CHIPS[name] for key, name in _KINDS if key in kind), None)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Reading the HLO text
+
+
+@dataclasses.dataclass
+class Instr:
+    name: str
+    shape: str
+    opcode: str
+    rest: str
+    """Everything after ``opcode(``: operands and attributes."""
+
+    @property
+    def cycles(self) -> int | None:
+        m = re.search(r'"estimated_cycles":"(\d+)"', self.rest)
+        return int(m.group(1)) if m else None
+
+    @property
+    def op_name(self) -> str:
+        m = re.search(r'op_name="([^"]*)"', self.rest)
+        return m.group(1) if m else ""
+
+    def callees(self, attr: str) -> list[str]:
+        m = re.search(rf"\b{attr}=(\{{[^}}]*\}}|%[\w.\-]+)", self.rest)
+        return re.findall(r"%([\w.\-]+)", m.group(1)) if m else []
+
+    def operands(self) -> list[str]:
+        return re.findall(r"%([\w.\-]+)", self.rest[:_close(self.rest, 1)])
+
+
+def _close(text: str, depth: int = 0) -> int:
+    """Index of the parenthesis that brings ``depth`` (open before ``text``) back to 0; len(text) if none."""
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0:
+            return i
+    return len(text)
+
+
+_COMP = re.compile(r"^(ENTRY\s+)?%([\w.\-]+)\s+\(.*\)\s+->\s+.*\{\s*$")
+_HEAD = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*")
+_OPCODE = re.compile(r"\s*([\w\-]+)\(")
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
+          "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "s4": 0.5, "u4": 0.5}
+
+
+def _split_shape(text: str) -> tuple[str, str]:
+    """'(a, b{..}) op(...)' or 'f32[2]{0} op(...)' -> (shape, remainder)."""
+    if text.startswith("("):
+        end = _close(text) + 1
+        return text[:end], text[end:]
+    cut = text.find(" ")
+    return (text, "") if cut < 0 else (text[:cut], text[cut:])
+
+
+def parse_hlo(text: str) -> tuple[dict[str, list[Instr]], str]:
+    """HLO module text -> ({computation: instructions in order}, entry computation name). An instruction may span
+    several lines (a Pallas kernel's ``frontend_attributes`` hold newlines): lines that start nothing new
+    continue the instruction before them."""
+    comps: dict[str, list[Instr]] = {}
+    entry, current, last = "", None, None
+    for line in text.splitlines():
+        head = _COMP.match(line)
+        if head:
+            current, last = comps.setdefault(head.group(2), []), None
+            entry = head.group(2) if head.group(1) else entry
+            continue
+        m = _HEAD.match(line)
+        if m is None or current is None:
+            if line.strip() == "}":
+                current, last = None, None
+            elif last is not None:
+                last.rest += "\n" + line
+            continue
+        shape, rest = _split_shape(line[m.end():])
+        op = _OPCODE.match(rest)
+        last = Instr(m.group(1), shape, op.group(1), rest[op.end():]) if op else None
+        if last is not None:
+            current.append(last)
+    return comps, entry
+
+
+def shape_bytes(shape: str) -> int:
+    """Bytes of an HLO shape (a tuple: the sum of its elements); layouts and tiling padding ignored."""
+    total = 0.0
+    for dtype, dims in re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", shape):
+        total += _BYTES.get(dtype, 4) * math.prod(int(d) for d in dims.split(",") if d)
+    return int(total)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The executed schedule
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+               "ragged-all-to-all")
+_ASYNC_DONE = ("-done", "-update")
+
+
+def trip_count(while_op: Instr, comps: dict[str, list[Instr]], scope: dict[str, Instr]) -> int | None:
+    """A while loop's trip count: the compiler's ``known_trip_count``, else the condition ``i < N`` on a tuple
+    element whose initial value is a constant (how ``lax.scan`` and ``fori_loop`` lower); None if neither."""
+    known = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', while_op.rest)
+    if known:
+        return int(known.group(1))
+    cond = comps.get((while_op.callees("condition") or [""])[0], [])
+    local = {i.name: i for i in cond}
+    root = cond[-1] if cond else None
+    if root is None or root.opcode != "compare":
+        return None
+    direction = re.search(r"direction=(\w+)", root.rest)
+    args = [local.get(n) for n in root.operands()]
+    if len(args) != 2 or None in args or direction is None:
+        return None
+    if args[0].opcode == "constant":  # N > i
+        args, flip = args[::-1], {"GT": "LT", "GE": "LE"}
+        dir_ = flip.get(direction.group(1), "")
+    else:
+        dir_ = direction.group(1)
+    gte, bound = args
+    if gte.opcode != "get-tuple-element" or bound.opcode != "constant" or dir_ not in ("LT", "LE"):
+        return None
+    index = int(re.search(r"index=(\d+)", gte.rest).group(1))
+    limit = int(re.match(r"\s*(-?\d+)", bound.rest).group(1))
+    init = _tuple_element(while_op, index, scope)
+    if init is None:
+        return None
+    return max(limit - init + (1 if dir_ == "LE" else 0), 0)
+
+
+def _tuple_element(while_op: Instr, index: int, scope: dict[str, Instr]) -> int | None:
+    ops = while_op.operands()
+    tup = scope.get(ops[0]) if ops else None
+    if tup is None or tup.opcode != "tuple":
+        return None
+    elems = tup.operands()
+    node = scope.get(elems[index]) if index < len(elems) else None
+    while node is not None and node.opcode in ("copy", "bitcast", "convert"):
+        node = scope.get(node.operands()[0]) if node.operands() else None
+    if node is None or node.opcode != "constant":
+        return None
+    m = re.match(r"\s*(-?\d+)", node.rest)
+    return int(m.group(1)) if m else None
+
+
+@dataclasses.dataclass
+class Executed:
+    """One scheduled instruction and how many times one step runs it."""
+
+    instr: Instr
+    computation: str
+    times: float
+
+
+def schedule(comps: dict[str, list[Instr]], entry: str) -> tuple[list[Executed], list[str]]:
+    """Every instruction one step executes, with its count, and notes on how loops and branches were read."""
+    notes: list[str] = []
+    cost_memo: dict[str, float] = {}
+
+    def own_cost(name: str) -> float:  # cycles of one run of a computation, for choosing a branch
+        if name not in cost_memo:
+            cost_memo[name] = 0.0
+            cost_memo[name] = sum(e.times * (e.instr.cycles or 0) for e in walk(name, 1.0, quiet=True))
+        return cost_memo[name]
+
+    def walk(name: str, times: float, quiet: bool = False) -> list[Executed]:
+        out: list[Executed] = []
+        body = comps.get(name, [])
+        scope = {i.name: i for i in body}
+        for ins in body:
+            out.append(Executed(ins, name, times))
+            if ins.opcode == "while":
+                n = trip_count(ins, comps, scope)
+                if n is None:
+                    n = 1
+                    if not quiet:
+                        notes.append(f"while loop {ins.name} ({ins.op_name or 'no op_name'}): trip count unknown, "
+                                     "counted once")
+                elif not quiet:
+                    notes.append(f"while loop {ins.name} ({ins.op_name or 'no op_name'}): {n} trips")
+                for c in ins.callees("body"):
+                    out += walk(c, times * n, quiet)
+                for c in ins.callees("condition"):
+                    out += walk(c, times * (n + 1), quiet)
+            elif ins.opcode == "conditional":
+                branches = ins.callees("branch_computations") or (
+                    ins.callees("true_computation") + ins.callees("false_computation"))
+                if branches:
+                    costs = [own_cost(b) for b in branches]
+                    pick = branches[costs.index(max(costs))]
+                    if not quiet:
+                        notes.append(f"conditional {ins.name} ({ins.op_name or 'no op_name'}): the costliest of "
+                                     f"{len(branches)} branches counted ({', '.join(f'{c:,.0f}' for c in costs)} "
+                                     "cycles)")
+                    out += walk(pick, times, quiet)
+            elif ins.opcode in ("call", "async-start") or ins.opcode.endswith("-start"):
+                for c in ins.callees("to_apply" if ins.opcode == "call" else "calls"):
+                    out += walk(c, times, quiet)
+        return out
+
+    return walk(entry, 1.0), notes
+
+
+# ----------------------------------------------------------------------------------------------------
+# What each operation does
+
+MOVES = "copies, casts, transposes"
+OPTIMIZER = "optimizer update and gradient norms"
+CATEGORIES = ("matmul: projections and FFN", "matmul: attention scores and values", "attention softmax, mask, dropout",
+              "attention kernel (splash)", "layer norm", "dropout", "activation, residual, bias",
+              "embedding and head (with loss)", "layer-stack loop (scan slices and updates)", OPTIMIZER, MOVES,
+              "collectives", "other")
+_ATTN_PROJ = re.compile(r"/(query|key|value|output|qkv|q|k|v|o|r|pos_proj|c_attn|c_proj)/")
+
+
+def categorize(op_name: str, opcode: str = "", is_matmul: bool | None = None) -> str:
+    """The category of one operation from its ``op_name`` metadata (the JAX/Flax name scope) and HLO opcode.
+    ``is_matmul`` None: a dot when the name ends in ``dot_general`` (how a GPU profile's names read)."""
+    name = op_name or ""
+    base = opcode.replace("-start", "").replace("-done", "")
+    if base in COLLECTIVES:
+        return "collectives"
+    if is_matmul is None:
+        is_matmul = name.endswith("dot_general") or opcode in ("dot", "convolution")
+    low = name.lower()
+    in_model = "jvp(" in name or "transpose(" in name
+    if "splash" in low or "pallas" in low or opcode == "custom-call" and "mosaic" in low:
+        return "attention kernel (splash)"
+    if "opt_state" in low or "adam" in low or "optax" in low or "cond/branch" in name:
+        return OPTIMIZER
+    if "dynamic_update_slice" in name or "dynamic_slice" in name or re.search(r"/while$", name):
+        return "layer-stack loop (scan slices and updates)"
+    head = re.search(r"[/.](embeddings?|wte|wpe|word_embedding|mlm|nsp|lm_head|pooler|qa|classifier|"
+                     r"take_along_axis|logits|cross_entropy|loss)\b", name) or "log_softmax" in name or (
+        "jvp()" in name)  # the loss, outside every module
+    attention = "attention/" in name or "/attn/" in name or "rel_attn" in name
+    if is_matmul:
+        if head and not attention:
+            return "embedding and head (with loss)"
+        if attention and not _ATTN_PROJ.search(name):
+            return "matmul: attention scores and values"
+        return "matmul: projections and FFN"
+    if attention and not _ATTN_PROJ.search(name):
+        return "attention softmax, mask, dropout"
+    if re.search(r"norm/", name) or "layer_norm" in low or "/ln_" in name:
+        return "layer norm"
+    if "dropout" in low or "threefry" in low or "random_bits" in low or "rng_bit" in low:
+        return "dropout"
+    if head:
+        return "embedding and head (with loss)"
+    if opcode in ("copy", "transpose", "broadcast") or name.endswith(("/transpose", "/copy")) or (
+            not name and opcode in ("convert", "fusion")):  # a stacked parameter's cast, hoisted out of the loop
+        return MOVES
+    if in_model:
+        return "activation, residual, bias"
+    return OPTIMIZER if name else "other"
+
+
+# ----------------------------------------------------------------------------------------------------
+# The estimate
+
+_FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while", "conditional", "call",
+         "after-all", "partition-id", "replica-id", "copy-start", "copy-done", "opt-barrier", "add-dependency",
+         "async-start", "async-done", "async-update"}
+
+
+def group_size(ins: Instr, devices: int) -> int:
+    """Devices in one replica group of a collective (``replica_groups`` in any of its three spellings)."""
+    mesh = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", ins.rest)
+    if mesh:
+        sizes = dict(re.findall(r"'(\w+)'=(\d+)", mesh.group(1)))
+        return math.prod(int(sizes.get(a, 1)) for a in re.findall(r"'(\w+)'", mesh.group(2)))
+    iota = re.search(r"replica_groups=\[(\d+),(\d+)\]<=", ins.rest)
+    if iota:
+        return int(iota.group(2))
+    listed = re.search(r"replica_groups=\{\{([\d,]*)\}", ins.rest)
+    if listed and listed.group(1):
+        return len(listed.group(1).split(","))
+    return devices
+
+
+def collective_seconds(ins: Instr, devices: int, chip: Chip, comps: dict[str, list[Instr]]) -> tuple[float, int, int]:
+    """(seconds, bytes of the buffer, group size) of a collective over a ring: the links its strategy uses
+    (``UniDirection1DRingStrategy``, or a collective-permute to one neighbour: one; any other ring: both
+    directions, two) at the chip's link bandwidth."""
+    target = ins
+    if ins.opcode == "async-start":  # the collective wrapped in an async computation
+        inner = [i for c in ins.callees("calls") for i in comps.get(c, []) if i.opcode in COLLECTIVES]
+        target = inner[0] if inner else ins
+    base = target.opcode.replace("-start", "")
+    n = group_size(target, devices)
+    size = shape_bytes(target.shape)
+    if base == "reduce-scatter":
+        size *= n  # the output is 1/n of the buffer
+    elif target.opcode in ("all-gather-start", "collective-permute-start"):  # (operand, result[, context])
+        size = size * n // (n + 1) if base == "all-gather" else size // 2
+    factor = {"all-reduce": 2.0 * (n - 1) / n}.get(base, (n - 1) / n if n > 1 else 0.0)
+    if base == "collective-permute":
+        factor = 1.0
+    links = 1 if "UniDirection" in target.rest or base == "collective-permute" else 2  # a permute: one neighbour
+    return (factor * size / (links * chip.link_gbps * 1e9) if n > 1 else 0.0), size, n
+
+
+KERNEL_EFFICIENCY = 0.5
+"""A Mosaic (Pallas) kernel carries no estimate: a splash-attention kernel is modelled as its matmul FLOPs at this
+fraction of the MXU peak, times the fraction of the MXU a head of H columns fills (H / MXU size, at most 1).
+An assumption, not the compiler's figure: docs/benchmarks.md gives the step at half and twice this."""
+_SPLASH_MATMULS = {"fwd": 2, "dkv": 4, "dq": 3}  # (batch, head, query, key) matmuls of H MACs per kernel
+
+
+def splash_flops(ins: Instr, fused_bwd: bool = True) -> tuple[float, int] | None:
+    """(matmul FLOPs, head dim) of one splash-attention kernel call from its operands' shapes: q [b, n, T, H] and
+    k [b, n, S, H] (the first two 4-D float operands); the forward runs QK^T and PV, the fused backward (dkv)
+    recomputes QK^T and runs dO V^T, P^T dO, dS^T Q and, ``fused_bwd`` (no separate dq kernel), dS K; causal
+    blocks the kernel skips are counted, as the FLOPs formula counts them."""
+    kind = re.search(r"splash_mha_(fwd|dkv|dq)", ins.op_name)
+    constraints = re.search(r"operand_layout_constraints=\{(.*?)\}(?:, [a-z_]+=|$)", ins.rest, re.S)
+    if not kind or not constraints:
+        return None
+    dims = [[int(d) for d in m.split(",")] for m in re.findall(r"(?:bf16|f32|f16)\[(\d+,\d+,\d+,\d+)\]",
+                                                                 constraints.group(1))]
+    if len(dims) < 2:
+        return None
+    (b, n, t, h), s = dims[0], dims[1][2]
+    per_pair = 2.0 * b * n * t * s * h
+    count = _SPLASH_MATMULS[kind.group(1)] + (1 if fused_bwd and kind.group(1) == "dkv" else 0)
+    return count * per_pair, h
+
+
+def _is_matmul(ins: Instr, comps: dict[str, list[Instr]]) -> bool:
+    if ins.opcode in ("dot", "convolution"):
+        return True
+    return ins.opcode == "fusion" and any(
+        i.opcode in ("dot", "convolution") for c in ins.callees("calls") for i in comps.get(c, []))
+
+
+def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | None = None,
+             model_flops_per_device: float | None = None, top: int = 12) -> dict[str, Any]:
+    """The compiler's estimated step time of a compiled program (``compiled.as_text()``) on one device.
+
+    ``device_cores``: TensorCores of one device as compiled (``Device.num_cores``; v4's compile-only topology
+    lists each core as a device); ``model_flops_per_device``: the FLOPs formula's train step over the devices,
+    for the estimated MFU. Raises ``ValueError`` when no operation carries an estimate."""
+    chip = chip_of(device_kind)
+    if chip is None:
+        raise ValueError(f"no TPU chip in the clock table for device kind {device_kind!r} (known: "
+                         f"{', '.join(CHIPS)})")
+    comps, entry = parse_hlo(hlo_text)
+    executed, notes = schedule(comps, entry)
+    if not any(e.instr.cycles is not None for e in executed) and any(
+            e.instr.opcode in ("fusion", "copy", "convert") for e in executed):
+        raise ValueError("the compiled program carries no estimated_cycles (this libtpu's compiler writes no cost "
+                         "model estimate into the HLO): no step time can be estimated")
+    cores = device_cores or chip.cores
+    peak = chip.peak_tflops * 1e12 * cores / chip.cores
+    by_cat: dict[str, float] = {c: 0.0 for c in CATEGORIES}
+    rows, missing, colls = [], {}, []
+    comm_s = modelled = 0.0
+    fused_bwd = "splash_mha_dq" not in hlo_text
+    for e in executed:
+        ins = e.instr
+        base = ins.opcode.replace("-start", "")
+        if base in COLLECTIVES or (ins.opcode == "async-start" and any(
+                i.opcode in COLLECTIVES for c in ins.callees("calls") for i in comps.get(c, []))):
+            secs, size, n = collective_seconds(ins, devices, chip, comps)
+            comm_s += secs * e.times
+            by_cat["collectives"] += secs * e.times
+            colls.append({"name": ins.name, "opcode": ins.opcode, "bytes": size, "group": n, "times": e.times,
+                          "seconds": secs * e.times})
+            continue
+        cycles = ins.cycles
+        kernel = splash_flops(ins, fused_bwd) if cycles is None and ins.opcode == "custom-call" else None
+        if kernel is not None:
+            flops, head = kernel
+            secs = e.times * flops / (peak * KERNEL_EFFICIENCY * min(1.0, head / chip.mxu_size))
+            by_cat["attention kernel (splash)"] += secs
+            modelled += secs
+            rows.append((secs, ins, e, "attention kernel (splash)"))
+            continue
+        if cycles is None:
+            if ins.opcode not in _FREE and not ins.opcode.endswith(_ASYNC_DONE) and not (
+                    ins.opcode == "custom-call" and re.search(r'target="(AllocateBuffer|ConcatBitcast)"', ins.rest)):
+                key = ins.opcode + (" (Mosaic kernel)" if "tpu_custom_call" in ins.rest else "")
+                missing[key] = missing.get(key, 0) + e.times
+            continue
+        secs = cycles * e.times / chip.clock_hz
+        cat = categorize(ins.op_name, ins.opcode, _is_matmul(ins, comps))
+        by_cat[cat] += secs
+        rows.append((secs, ins, e, cat))
+    compute_s = sum(r[0] for r in rows)
+    rows.sort(key=lambda r: -r[0])
+    if modelled:
+        notes.append(f"splash-attention kernels carry no estimate: modelled as their matmul FLOPs at "
+                     f"{KERNEL_EFFICIENCY:.0%} of the peak x head dim / MXU size ({modelled * 1e3:,.2f} ms)")
+    result: dict[str, Any] = {
+        "estimate_source": "the TPU compiler's cost model (estimated_cycles in the compiled HLO); an estimate, "
+                           "not a measurement",
+        "chip": chip.name, "clock_hz": chip.clock_hz, "device_cores": cores,
+        "peak_tflops_per_device": peak / 1e12, "ici_link_gbps": chip.link_gbps,
+        "compute_s": compute_s, "collectives_s": comm_s, "modelled_kernels_s": modelled,
+        "step_s_exposed": compute_s + comm_s, "step_s_overlapped": max(compute_s, comm_s),
+        "ops_estimated": len(rows),
+        "ops_without_estimate": {k: v for k, v in sorted(missing.items(), key=lambda kv: -kv[1])},
+        "breakdown_s": {k: v for k, v in by_cat.items() if v > 0},
+        "top_ops": [{"name": ins.name, "op_name": ins.op_name, "opcode": ins.opcode, "category": cat,
+                     "cycles": ins.cycles, "times": e.times, "seconds": secs,
+                     "share": secs / compute_s if compute_s else 0.0} for secs, ins, e, cat in rows[:top]],
+        "collectives": sorted(colls, key=lambda c: -c["seconds"])[:top],
+        "notes": notes,
+    }
+    if model_flops_per_device:
+        result["model_flops_at_peak_s"] = model_flops_per_device / peak
+        result["mfu_exposed"] = model_flops_per_device / (peak * result["step_s_exposed"])
+        result["mfu_overlapped"] = model_flops_per_device / (peak * result["step_s_overlapped"])
+    return result
+
+
+def breakdown(ops: Iterable[tuple[str, str, float]]) -> dict[str, float]:
+    """Seconds per category of ``(op_name, opcode, seconds)`` rows: the TPU estimate's breakdown for any list of
+    timed operations, such as the XLA ops of a GPU profile (no cost model runs there)."""
+    out: dict[str, float] = {}
+    for op_name, opcode, seconds in ops:
+        cat = categorize(op_name, opcode)
+        out[cat] = out.get(cat, 0.0) + seconds
+    return out

@@ -1,0 +1,89 @@
+"""Compiles small programs for TPU slices with the real TPU compiler (libtpu) on this CPU machine and prints, as
+one JSON line, what ``bench/cost_model.py`` estimates for each (tests/test_cost_model.py reads it). It runs in a
+process of its own with libtpu on PYTHONPATH (tests/libtpu_env.py), so the CPU tests never load libtpu.
+
+  python tests/cost_model_worker.py
+"""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import topologies
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from ptm_jax.bench import cost_model
+
+TOPOLOGIES = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2"}
+N = 8192  # a square bf16 matmul large enough to be compute-bound on every chip
+
+
+@functools.lru_cache(maxsize=None)
+def devices(chip: str) -> list:
+    return list(topologies.get_topology_desc(TOPOLOGIES[chip], "tpu").devices)
+
+
+def one_device(chip: str, shapes: list[tuple[int, ...]]) -> list[jax.ShapeDtypeStruct]:
+    s = NamedSharding(Mesh(devices(chip)[:1], ("x",)), P())
+    return [jax.ShapeDtypeStruct(sh, jnp.bfloat16, sharding=s) for sh in shapes]
+
+
+def estimate(chip: str, fn, args, n: int = 1, flops: float | None = None) -> dict:
+    text = jax.jit(fn).lower(*args).compile().as_text()
+    d = devices(chip)[0]
+    return cost_model.estimate(text, d.device_kind, n, d.num_cores, flops)
+
+
+def mlp_grad(batch: int):
+    """Gradient of a two-layer bf16 MLP's squared output, batch x 1024 -> 4096 -> 1024."""
+    def loss(w1, w2, x):
+        return jnp.sum(jnp.square((jax.nn.relu(x @ w1) @ w2).astype(jnp.float32)))
+
+    return jax.grad(loss, argnums=(0, 1)), one_device("v5e", [(1024, 4096), (4096, 1024), (batch, 1024)])
+
+
+def main() -> int:
+    out: dict = {}
+    for chip in TOPOLOGIES:  # the chip table: one big matmul against its FLOPs at the table's peak
+        a, b = one_device(chip, [(N, N), (N, N)])
+        e = estimate(chip, jnp.matmul, (a, b), flops=2.0 * N ** 3)
+        out[f"matmul_{chip}"] = {"compute_s": e["compute_s"], "at_peak_s": e["model_flops_at_peak_s"],
+                                 "device_cores": e["device_cores"], "ops": e["ops_estimated"]}
+    for batch in (4096, 8192):  # linearity in the batch
+        fn, args = mlp_grad(batch)
+        out[f"mlp_{batch}"] = estimate("v5e", fn, args)["compute_s"]
+    a, b = one_device("v5e", [(4096, 4096), (4096, 4096)])
+    for trips in (4, 8):  # a while loop counted trip times
+        loop = estimate("v5e", lambda x, y: jax.lax.fori_loop(0, trips, lambda i, c: (c @ y) * 0.5, x), (a, b))
+        out[f"loop_of_{trips}"] = {"compute_s": loop["compute_s"], "notes": loop["notes"]}
+    branch = estimate("v5e", lambda x, y: jax.lax.cond(jnp.sum(x[0].astype(jnp.float32)) > 0,
+                                                       lambda: x @ y @ y, lambda: x), (a, b))
+    out["cond"] = {"compute_s": branch["compute_s"], "notes": branch["notes"]}
+    mesh = Mesh(devices("v5e"), ("d",))  # an all-reduce of 4 MiB over the 4 chips
+    x = jax.ShapeDtypeStruct((4 * 1024, 1024), jnp.float32, sharding=NamedSharding(mesh, P("d")))
+    psum = jax.shard_map(lambda v: jax.lax.psum(v, "d") * 2.0, mesh=mesh, in_specs=P("d"), out_specs=P())
+    e = estimate("v5e", psum, (x,), n=4)
+    out["psum"] = {"collectives_s": e["collectives_s"], "collectives": e["collectives"]}
+    for scan in (True, False):  # the tiny BERT's train step, its layers scanned and unrolled
+        out[f"bert_scan_{scan}"] = step_estimate([f"model.scan_layers={str(scan).lower()}"])
+    out["bert_splash"] = step_estimate(["model.attention_impl='splash'", "model.attention_dropout=0.0",
+                                        "data.max_seq_length=256", "model.max_position_embeddings=256"])
+    print(json.dumps(out, default=float))
+
+
+def step_estimate(overrides: list[str]) -> dict:
+    """``ptm compile``'s report of bert_tiny's train step (4 layers) on v5e:2x2, pure data parallelism."""
+    from ptm_jax.bench.aot import compile_report
+    from ptm_jax.config import load_config
+
+    cfg = load_config("bert_tiny", ["model.num_layers=4", "train.batch_size=32", "data.max_seq_length=128",
+                                    "model.max_position_embeddings=128", "mesh.data=-1", *overrides])
+    r = compile_report(cfg, None, TOPOLOGIES["v5e"])
+    return {"estimate": r["estimate"], "model": r["model"]}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
