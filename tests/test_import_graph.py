@@ -50,3 +50,15 @@ def test_the_registries_of_jobs_tasks_and_adapters_import_nothing_of_the_spine()
     for job in ("task", "mtdnn", "consert", "features"):
         pkg = f"ptm_jax.jobs.{job}"
         assert edges[pkg] <= {"ptm_jax.jobs.registry", "ptm_jax.plugins", f"{pkg}.config"}, (pkg, edges[pkg])
+
+
+def test_registering_every_family_and_ptm_export_import_no_tensorflow():
+    """TensorFlow costs about 6 CPU-seconds a process: a command that builds no tf.data pipeline (`ptm export`, a
+    config error, `ptm families`) must not pay it, so registering the families imports no data pipeline."""
+    import subprocess
+
+    code = ("import sys; from ptm_jax.families import registry; registry.load_all(); import ptm_jax.cli; "
+            "import ptm_jax.export.params; print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout[-500:]

@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ptm_jax.families.node2vec.config import Node2VecConfig, Node2VecDataConfig
-from ptm_jax.families.node2vec.objective import TRUNK
+from ptm_jax.families.node2vec.config import TRUNK, Node2VecConfig, Node2VecDataConfig
 from ptm_jax.families.registry import Bench, Family, Inspection, ParamLayout, Pretraining, lazy, register
 from ptm_jax.families.word2vec import hooks as w2v_hooks
 

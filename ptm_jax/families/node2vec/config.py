@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.word2vec.config import Word2VecConfig, Word2VecDataConfig
 
+TRUNK = "node2vec"
+"""The parameter tree's top-level name (the objective's ``trunk``)."""
+
 
 @dataclass
 class Node2VecConfig(Word2VecConfig):

@@ -3,10 +3,9 @@ loss, examples, sparse SGD step and fused CPU kernel) over the walks of ``walks.
 stream, its tables under the params key ``node2vec``. Evaluation batches read walks of another seed."""
 from __future__ import annotations
 
+from ptm_jax.families.node2vec.config import TRUNK
 from ptm_jax.families.word2vec.data import word2vec_batches
 from ptm_jax.families.word2vec.objective import EVAL_SEED_OFFSET, Word2VecObjective
-
-TRUNK = "node2vec"
 
 
 class Node2VecObjective(Word2VecObjective):
