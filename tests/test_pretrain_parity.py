@@ -80,3 +80,26 @@ def test_ptm_pretrain_decays_what_the_family_decays(corpus, tmp_path):
             layer + "r_s_bias", layer + "q/kernel", "xlnet/embeddings/word_embedding/embedding"} <= moved
     assert not {k for k in moved if k.endswith("bias") and not k.split("/")[-1].startswith("r_")}
     assert not {k for k in moved if "/norm/" in k}
+
+
+def test_bert_reference_trains_the_pad_row_where_pad_is_an_attended_input(corpus, tmp_path):
+    """BERT's masking draws its random replacements from the whole vocabulary, [PAD] included; transformers' BERT
+    embeddings (``padding_idx=pad_token_id``) would drop the gradient of those lookups, google-research/bert's and
+    ptm_jax's keep it. With [PAD] attended in every batch the reference, whose ``padding_idx`` the benchmark
+    clears, trains the [PAD] row as ptm_jax does (kept, the row's gap after 6 steps is 0.014)."""
+    steps = 6
+    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    cfg = parity.config("bert", steps, corpus, tmp_path)
+    side = parity.ptm_side(cfg, steps, tmp_path / "bert", mesh)
+    for b in side.batches:
+        attended = np.argwhere(b["input_mask"] == 1)
+        row, col = attended[len(attended) // 2]
+        b["input_ids"][row, col] = 0  # [PAD]
+    ptm, ptm_params = parity.run_ptm(side)
+    ref, ref_params, _ = parity.run_reference("bert", side)
+    key = "bert/embeddings/word_embeddings/embedding"
+    ours, theirs = params_lib.flatten(ptm_params)[key], params_lib.flatten(ref_params)[key]
+    initial = params_lib.flatten(side.initial["params"])[key]
+    assert np.abs(ours[0] - initial[0]).max() > 1e-3  # the [PAD] row trains
+    assert np.abs(ours - theirs).max() < 1e-5, np.abs(ours - theirs).max(axis=1)[:5]
+    assert np.abs(ptm[:, 0] - ref[:, 0]).max() < 1e-4

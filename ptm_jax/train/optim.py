@@ -3,9 +3,11 @@
 adamw (default): BERT's optimizer (google-research/bert optimization.py): AdamW without bias correction,
 update = m / (sqrt(v) + eps) + weight_decay * param (decoupled, masked to weights), scaled by the learning rate;
 gradients clipped to global norm ``clip_norm`` first. adam: Adam with bias correction (Kingma & Ba 2015), weight
-decay as an L2 term added to the gradient (torch.optim.Adam's weight_decay). sgd: plain SGD (word2vec.c's update;
-its linear decay is ``lr_decay='bert'`` with no warmup), L2 as for adam. adagrad: AdaGrad (Duchi et al. 2011;
-GloVe, ELMo) with accumulators starting at ``adagrad_initial_accumulator`` (glove.c: 1.0), L2 as for adam.
+decay as an L2 term added to the gradient (torch.optim.Adam's weight_decay). Wherever Adam's bias correction
+applies (``adam_bias_correction``), ``1 - b ** t`` is taken to a few float32 ulps, as PyTorch's double-precision
+one. sgd: plain SGD (word2vec.c's update; its linear decay is ``lr_decay='bert'`` with no warmup), L2 as for
+adam. adagrad: AdaGrad (Duchi et al. 2011; GloVe, ELMo) with accumulators starting at
+``adagrad_initial_accumulator`` (glove.c: 1.0), L2 as for adam.
 lamb: LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes", Alg. 2;
 optax's ``lamb`` chain): adamw's update (Adam moments with or without bias correction, decoupled decay on the
 decayed leaves) times the trust ratio |param| / |update| of each leaf (1 when either is 0), for the leaves that
@@ -20,7 +22,7 @@ step 0 (polynomial_decay, power ``lr_decay_power``: 1 linear, 0.5 NVIDIA's LAMB 
 
 Parameter groups with a ``start_step`` (gradual unfreezing) are frozen until then: ``train_from`` wraps the chain
 so that their gradients are zeroed before clipping, their optimizer state stays put and their update is zero;
-Adam's bias correction then counts each parameter's own steps (``scale_by_adam_from``).
+Adam's bias correction then counts each parameter's own steps (``scale_by_adam``).
 """
 from __future__ import annotations
 
@@ -147,28 +149,38 @@ def train_from(inner: optax.GradientTransformation, starts_of: Callable[[Any], A
     return optax.GradientTransformation(init, update)
 
 
-def scale_by_adam_from(b1: float, b2: float, eps: float, starts_of: Callable[[Any], Any]
-                       ) -> optax.GradientTransformation:
-    """``optax.scale_by_adam`` (same state) whose bias correction counts a leaf's steps from its first one
-    (``starts_of``): t = count - start. PyTorch's Adam (and fastai's) keeps a step per parameter, so a layer group
-    unfrozen at step s starts with t = 1, not s + 1 (which would leave its first updates under-corrected: with
-    betas (0.8, 0.99), twice the size)."""
+def adam_bias_correction(decay: float, count: jax.Array) -> jax.Array:
+    """Adam's bias correction ``1 - decay ** count`` (Kingma & Ba 2015, Alg. 1) in float32 to a few ulps, computed
+    as ``-expm1(count * log1p(decay - 1))``. The direct float32 form (optax's ``tree_bias_correction``) rounds
+    ``decay ** count`` near 1 and is off by up to 2e-5 of the value for b2 = 0.999 (1.3e-5 at the first step):
+    a bias of every update's scale over the first hundreds of steps that PyTorch's Adam and AdamW, which take it
+    in double precision, do not have."""
+    return -jnp.expm1(jnp.asarray(count, jnp.float32) * jnp.log1p(jnp.float32(decay - 1.0)))
+
+
+def scale_by_adam(b1: float, b2: float, eps: float, starts_of: Callable[[Any], Any] | None = None
+                  ) -> optax.GradientTransformation:
+    """``optax.scale_by_adam`` (the same state and moments) with the bias correction of ``adam_bias_correction``.
+    ``starts_of``: bias correction counts a leaf's steps from its first one (t = count - start). PyTorch's Adam
+    (and fastai's) keeps a step per parameter, so a layer group unfrozen at step s starts with t = 1, not s + 1
+    (which would leave its first updates under-corrected: with betas (0.8, 0.99), twice the size)."""
 
     def init(params):
         return optax.scale_by_adam(b1, b2, eps).init(params)
 
     def update(updates, state, params=None):
         del params
-        mu = jax.tree.map(lambda m, g: b1 * m + (1.0 - b1) * g, state.mu, updates)
-        nu = jax.tree.map(lambda v, g: b2 * v + (1.0 - b2) * jnp.square(g), state.nu, updates)
+        mu = optax.tree.update_moment(updates, state.mu, b1, 1)
+        nu = optax.tree.update_moment_per_elem_norm(updates, state.nu, b2, 2)
         count = optax.safe_increment(state.count)
 
         def step(m, v, start):
-            t = jnp.maximum(count - start, 1).astype(m.dtype)
-            return (m / (1.0 - b1 ** t)) / (jnp.sqrt(v / (1.0 - b2 ** t)) + eps)
+            t = jnp.maximum(count - start, 1)
+            m_hat = m / adam_bias_correction(b1, t).astype(m.dtype)
+            return m_hat / (jnp.sqrt(v / adam_bias_correction(b2, t).astype(v.dtype)) + eps)
 
-        out = jax.tree.map(step, mu, nu, starts_of(updates))
-        return out, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
+        starts = starts_of(updates) if starts_of is not None else jax.tree.map(lambda _: 0, updates)
+        return jax.tree.map(step, mu, nu, starts), optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
 
     return optax.GradientTransformation(init, update)
 
@@ -190,9 +202,7 @@ def make_optimizer(cfg: TrainConfig, rules: Sequence[pg.Rule] | None = None
         return pg.start_steps(rules, tree)
 
     def adam():
-        if timed:
-            return scale_by_adam_from(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps, starts_of)
-        return optax.scale_by_adam(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps)
+        return scale_by_adam(cfg.adam_b1, cfg.adam_b2, cfg.adam_eps, starts_of if timed else None)
 
     parts = []
     if cfg.clip_norm > 0:
