@@ -20,7 +20,7 @@ def test_the_five_jobs_are_registered_with_their_sections():
     assert jobs.sections().keys() == {"mtdnn", "consert", "features", "ulmfit"}
     assert [n for n, j in sorted(table.items()) if j.adapters] == ["consert", "task"]
     assert [n for n, j in sorted(table.items()) if j.build is not None] == ["consert", "task", "ulmfit"]
-    assert FinetuneConfig().job == "task" and len(FinetuneConfig.__dataclass_fields__) == 22
+    assert FinetuneConfig().job == "task" and len(FinetuneConfig.__dataclass_fields__) == 25
 
 
 def test_a_job_section_is_read_checked_and_written_back_at_top_level():
@@ -74,7 +74,7 @@ def test_task_and_family_sections_are_read_checked_defaulted_and_written_back():
     from ptm_jax.config import section
     from ptm_jax.data.tasks import sections
 
-    assert sections.sections().keys() == {"squad", "packing", "gpt_finetune"}
+    assert sections.sections().keys() == {"squad", "packing", "tagging", "gpt_finetune"}
     cfg = load_config("bert_tiny", ["squad.doc_stride=64", "packing.pack_examples=true"])
     assert section(cfg, "squad").doc_stride == 64 and section(cfg, "squad").max_query_length == 64
     assert section(cfg, "packing").pack_examples and section(cfg, "packing").max_examples_per_row == 8
