@@ -69,7 +69,8 @@ def expected_refusal(job_name: str, adapter: str, family: str) -> str | None:
 
 class Pretrained:
     """Each family's tiny preset pretrained for 2 steps, once per module, on first use (the ``pretrained``
-    fixture)."""
+    fixture), without the held-out evaluation at its last step (``train.eval_every=0``: the pairs finetune the
+    model; nothing here reads the pretraining's eval record, whose program would be one more compile per family)."""
 
     def __init__(self, root: Path):
         self.root, self.done = root, {}
@@ -81,7 +82,7 @@ class Pretrained:
         if family not in self.done:
             out = self.root / family
             assert main(["pretrain", "-c", preset, f"output_dir={str(out)!r}", "train.steps=2",
-                         "train.progress_bar=false"]) == 0
+                         "train.eval_every=0", "train.progress_bar=false"]) == 0
             self.done[family] = out
         return preset, self.done[family]
 
