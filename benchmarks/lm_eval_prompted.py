@@ -9,7 +9,10 @@ form). The model pretrains on ``valid.txt`` only (``gpt_small`` narrowed to 2 la
 
 * ``wt2_lastword`` (multiple choice, LAMBADA-style, Paperno et al. 2016): a paragraph cut before the last word
   of one of its sentences (at most 60 words of context); the choices are that word and 3 last words of other
-  test sentences, drawn with a fixed seed; metric acc (chance 0.25) and acc_norm.
+  test sentences, drawn with a fixed seed as often as they occur and of the same length within one letter (so
+  neither word frequency nor length alone picks the answer); metric acc (chance 0.25) and acc_norm.
+* ``wt2_nextword``: the same with any word of a paragraph (3+ letters, 20+ words in) as the answer and any
+  such word as distractor: local syntax helps here, the topic of the paragraph more for the last word.
 * ``wt2_ppl`` (loglikelihood_rolling): word perplexity of test paragraphs.
 
     python benchmarks/lm_eval_prompted.py --out /work/data_fetched/lm_eval_bench
@@ -32,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 WT2 = ROOT.parent / "shared/data/corpus/wikitext-2-tokenized"
-TASKS = ["wt2_lastword", "wt2_ppl"]
+TASKS = ["wt2_lastword", "wt2_nextword", "wt2_ppl"]
 
 
 def paragraphs(path: Path) -> list[str]:
@@ -45,25 +48,39 @@ def paragraphs(path: Path) -> list[str]:
     return out
 
 
-def lastword_items(paras: list[str], n: int, seed: int) -> list[dict]:
-    """Up to ``n`` cloze items: the context before the last word of a sentence (the word before ' .'), the
-    choices and the index of the right one. Only alphabetic last words of 3+ letters, at least 20 words of
-    context."""
+def cloze_items(paras: list[str], n: int, seed: int, last_word: bool) -> list[dict]:
+    """Up to ``n`` cloze items: the context before a word (``last_word``: the last word of a sentence, the word
+    before ' .'; else any word), the choices and the index of the right one. Only alphabetic words of 3+ letters,
+    at least 20 words of context; distractors are the same kind of word from elsewhere in the file."""
     rng = random.Random(seed)
     candidates = []
     for p in paras:
         words = p.split()
         for i, w in enumerate(words):
-            if i >= 20 and i + 1 < len(words) and words[i + 1] == "." and re.fullmatch(r"[A-Za-z]{3,}", w):
+            ends = i + 1 < len(words) and words[i + 1] == "."
+            if i >= 20 and (ends or not last_word) and re.fullmatch(r"[A-Za-z]{3,}", w):
                 candidates.append((" ".join(words[max(0, i - 60):i]), w))
     rng.shuffle(candidates)
-    pool = sorted({w for _, w in candidates})
+    by_length: dict[int, list[str]] = {}
+    for _, w in sorted(candidates, key=lambda c: c[1]):  # every occurrence: distractors as frequent as answers
+        by_length.setdefault(len(w), []).append(w)
     items = []
-    for context, word in candidates[:n]:
-        others = rng.sample([w for w in pool if w.lower() != word.lower()], 3)
+    for context, word in candidates:
+        pool = [w for k in (len(word) - 1, len(word), len(word) + 1) for w in by_length.get(k, [])
+                if w.lower() != word.lower()]
+        others: list[str] = []
+        if len(set(pool)) < 3:
+            continue
+        while len(others) < 3:
+            pick = rng.choice(pool)
+            if pick not in others:
+                others.append(pick)
         choices = others + [word]
         rng.shuffle(choices)
-        items.append({"context": context, "choices": [" " + c for c in choices], "label": choices.index(word)})
+        # the harness joins context and choice with its target_delimiter, " "
+        items.append({"context": context, "choices": choices, "label": choices.index(word)})
+        if len(items) == n:
+            break
     return items
 
 
@@ -71,14 +88,15 @@ def write_tasks(folder: Path, wt2: Path, items: int, n_paragraphs: int, seed: in
     paras = paragraphs(wt2 / "test.txt")
     data = folder / "data"
     data.mkdir(parents=True, exist_ok=True)
-    cloze = lastword_items(paras, items, seed)
-    (data / "lastword.jsonl").write_text("\n".join(json.dumps(x) for x in cloze) + "\n")
-    (data / "ppl.jsonl").write_text("\n".join(json.dumps({"text": p}) for p in paras[:n_paragraphs]) + "\n")
     head = "dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {}\ntest_split: test\n"
-    (folder / "lastword.yaml").write_text(
-        "task: wt2_lastword\n" + head.format(data / "lastword.jsonl")
-        + 'output_type: multiple_choice\ndoc_to_text: "{{context}}"\ndoc_to_choice: "{{choices}}"\n'
-        "doc_to_target: label\nmetric_list:\n  - metric: acc\n  - metric: acc_norm\n")
+    for name, last in (("lastword", True), ("nextword", False)):
+        cloze = cloze_items(paras, items, seed, last)
+        (data / f"{name}.jsonl").write_text("\n".join(json.dumps(x) for x in cloze) + "\n")
+        (folder / f"{name}.yaml").write_text(
+            f"task: wt2_{name}\n" + head.format(data / f"{name}.jsonl")
+            + 'output_type: multiple_choice\ndoc_to_text: "{{context}}"\ndoc_to_choice: "{{choices}}"\n'
+            "doc_to_target: label\nmetric_list:\n  - metric: acc\n  - metric: acc_norm\n")
+    (data / "ppl.jsonl").write_text("\n".join(json.dumps({"text": p}) for p in paras[:n_paragraphs]) + "\n")
     (folder / "ppl.yaml").write_text(
         "task: wt2_ppl\n" + head.format(data / "ppl.jsonl")
         + 'output_type: loglikelihood_rolling\ndoc_to_text: ""\ndoc_to_target: "{{text}}"\n'
@@ -162,7 +180,8 @@ def main() -> None:
                                     task_manager=TaskManager(include_path=str(tasks), include_defaults=False),
                                     batch_size=32, log_samples=True, bootstrap_iters=0)
     seconds["hf"] = round(time.time() - t, 1)
-    ours, theirs = scores["pretrained"]["samples"]["wt2_lastword"], ref["samples"]["wt2_lastword"]
+    ours = [x for t in TASKS[:2] for x in scores["pretrained"]["samples"][t]]
+    theirs = [x for t in TASKS[:2] for x in ref["samples"][t]]
     diffs = [abs(a[0][0] - b[0][0]) for x, y in zip(ours, theirs) for a, b in zip(x["resps"], y["resps"])]
     same_pick = sum(x["acc"] == y["acc"] for x, y in zip(ours, theirs))
     report = {

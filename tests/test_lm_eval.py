@@ -26,7 +26,7 @@ def _write_tasks(root):
     data, tasks = root / "data", root / "tasks"
     data.mkdir()
     tasks.mkdir()
-    mc = [{"q": f"Question {i}: what is {w}?", "choices": [" a cat", " a dog", " the capital", " seven"],
+    mc = [{"q": f"Question {i}: what is {w}?", "choices": ["a cat", "a dog", "the capital", "seven"],
            "label": i % 4} for i, w in enumerate(["this", "that", "it", "the mat", "Paris", "Rome", "one", "ten"])]
     docs = [{"text": " ".join(TEXT[i:i + 3]) * (1 + i % 3)} for i in range(4)]  # up to 3 windows of 64 tokens
     gen = [{"prompt": f"Q: {w} is the capital of\nA:", "answer": " France"} for w in ["Paris", "Rome", "Madrid"]]
