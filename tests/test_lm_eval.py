@@ -88,7 +88,11 @@ def runs(tmp_path_factory):
 
 
 def test_multiple_choice_loglikelihoods_and_accuracy_equal_the_harness_on_the_exported_model(runs):
-    _, _, ours, ref = runs
+    root, _, ours, ref = runs
+    hf_config = json.loads((root / "hf/config.json").read_text())
+    vocab = json.loads((root / "hf/vocab.json").read_text())
+    # the export names the tokenizer's <|endoftext|> as eos/bos (the harness's empty context and stop token)
+    assert hf_config["eos_token_id"] == hf_config["bos_token_id"] == vocab["<|endoftext|>"] == 0
     assert _metrics(ours, "tiny_mc") == _metrics(ref, "tiny_mc")
     assert _metrics(ours, "tiny_mc")["acc"] in {k / 8 for k in range(9)}
     pairs = [(a["resps"], b["resps"]) for a, b in zip(ours["samples"]["tiny_mc"], ref["samples"]["tiny_mc"])]
@@ -148,3 +152,11 @@ def test_unknown_task_missing_include_path_and_missing_model_are_one_line_errors
         PtmLM(str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match="max_length=65 exceeds the model's context"):
         PtmLM(str(root / "params"), max_length=65)
+    from ptm_jax.export.params import load_params
+    from ptm_jax.families.gpt.decode import generate
+
+    params, cfg, _, _ = load_params(root / "params")
+    with pytest.raises(ConfigError, match=r"prompt_width=2 must hold the longest prompt \(3 tokens\)"):
+        generate(params, cfg, [[5, 6, 7]], 4, greedy=True, prompt_width=2)
+    with pytest.raises(ConfigError, match=r"prompt_width=62 must hold .* leave max_new_tokens=4 of the 64"):
+        generate(params, cfg, [[5, 6, 7]], 4, greedy=True, prompt_width=62)
