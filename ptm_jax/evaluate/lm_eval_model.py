@@ -24,6 +24,7 @@ installed, else from ``PTM_LM_EVAL_DIR`` or ``<venv>/lm_eval`` (where the README
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -70,6 +71,30 @@ def bucket(n: int, cap: int) -> int:
     return min(w, cap)
 
 
+_SCORERS: dict[str, Any] = {}
+
+
+def scorer(cfg: Any):
+    """``score(params, ids [B, W], targets [B, W]) -> (log-probability of each target, whether it is the argmax)``,
+    jitted, one per model config (memoised: a second model of the same shape reuses the compiled widths)."""
+    from ptm_jax.config import to_dict
+    from ptm_jax.objectives.task_data import task_head
+
+    key = json.dumps(to_dict(cfg), sort_keys=True)
+    if key not in _SCORERS:
+        model = task_head(cfg, "causal_lm")(cfg)
+
+        @jax.jit
+        def score(p, ids, targets):
+            logits, _ = model.apply({"params": p}, ids, None, None, deterministic=True)
+            logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+            picked = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+            return picked, jnp.argmax(logp, axis=-1) == targets
+
+        _SCORERS[key] = score
+    return _SCORERS[key]
+
+
 @register_model("ptm")
 class PtmLM(TemplateLM):
     """A ptm GPT (params directory, run directory or Hugging Face folder, read by ``export.params.load_params``)
@@ -84,7 +109,6 @@ class PtmLM(TemplateLM):
         from ptm_jax import fs
         from ptm_jax.export.params import load_params, load_tokenizer
         from ptm_jax.families import registry
-        from ptm_jax.objectives.task_data import task_head
 
         if not fs.exists(pretrained):
             raise ConfigError(f"{pretrained}: model not found; pass a GPT params directory, run directory or Hugging "
@@ -113,16 +137,7 @@ class PtmLM(TemplateLM):
             raise ConfigError(f"batch_size={batch_size} must be >= 1")
         self.max_gen_toks = int(max_gen_toks)
         self.seed = int(seed)
-        model = task_head(cfg, "causal_lm")(cfg)
-
-        @jax.jit
-        def score(p, ids, targets):
-            logits, _ = model.apply({"params": p}, ids, None, None, deterministic=True)
-            logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-            picked = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
-            return picked, jnp.argmax(logp, axis=-1) == targets
-
-        self._score = score
+        self._score = scorer(cfg)
 
     # -- the harness's view of the model -------------------------------------------------------------------------
     @property
