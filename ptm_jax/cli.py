@@ -21,6 +21,7 @@
   ptm pretrain -c xlnet_tiny       XLNet permutation LM (two-stream attention) on the embedded corpus
   ptm generate MODEL --prompt "Once upon" --top-p 0.9     KV-cached sampling from a GPT checkpoint
   ptm perplexity MODEL ../shared/data/corpus/wikitext-2-tokenized/test.txt    held-out perplexity
+  ptm lm-eval MODEL --tasks my_task --include-path tasks/    a GPT on lm-evaluation-harness tasks (lm_eval)
   ptm pretrain -c word2vec_sg       word2vec skip-gram (also word2vec_cbow, glove, fasttext_sg, nnlm_small)
   ptm pretrain -c elmo_small        ELMo biLM (char-CNN + LSTMP); ulmfit_tiny: AWD-LSTM, `ptm run` does all 3 stages
   ptm neighbors MODEL king queen   static word vectors: also analogy, eval-vectors, vector-map
@@ -43,7 +44,7 @@ import sys
 
 from ptm_jax.errors import PtmError
 
-GROUPS = ("stages", "export", "bench", "generate", "perplexity", "vectors", "inspection", "compare")
+GROUPS = ("stages", "export", "bench", "generate", "perplexity", "lmeval", "vectors", "inspection", "compare")
 """The modules of ``ptm_jax/commands/``, each registering its subcommands (``register(subparsers)``), in the
 order they are listed by ``ptm --help``."""
 

@@ -1,5 +1,6 @@
 """Where the reference libraries of the recurrent parity tests are: fastai (ULMFiT's AWD-LSTM) and AllenNLP (ELMo's
-biLM modules).
+biLM modules); and EleutherAI's lm-evaluation-harness (``lm_eval``, tests/test_lm_eval.py; ``requirements/lm_eval.in``
+says which of its dependencies go with it), installed the same way.
 
 Neither goes into the test environment itself: fastai's own requirements (torchvision, spacy) would let pip replace
 the pinned torch, and AllenNLP 2.10 pins torch < 1.13. The README's test command installs each from its lock file
@@ -18,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 INSTALL = {name: f"pip install -q --no-deps --target .venv/{name} -r requirements/{name}.lock"
-           for name in ("fastai", "allennlp")}
+           for name in ("fastai", "allennlp", "lm_eval")}
 """The README test command's install step of each folder (tests/test_readme.py checks that it carries them)."""
 
 

@@ -9,8 +9,8 @@ import sys
 from conftest import REPO
 
 COMMANDS = {"run", "pretrain", "finetune", "eval", "data", "config", "presets", "families", "import-hf", "import",
-            "export", "embed", "predict", "bench", "compile", "generate", "perplexity", "neighbors", "analogy",
-            "eval-vectors", "attention", "probe", "context-neighbors", "vector-map", "compare", "report"}
+            "export", "embed", "predict", "bench", "compile", "generate", "perplexity", "lm-eval", "neighbors",
+            "analogy", "eval-vectors", "attention", "probe", "context-neighbors", "vector-map", "compare", "report"}
 CLI_CODE = re.compile(r"def cmd_|add_parser\(|def register\(subparsers")
 
 

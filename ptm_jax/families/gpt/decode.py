@@ -132,11 +132,13 @@ def _check_prompts(prompts: Any, cfg: GptConfig, max_new_tokens: int, max_length
 
 def generate(params: Any, cfg: GptConfig, prompts: list[list[int]], max_new_tokens: int, *,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, greedy: bool = False, seed: int = 0,
-             eos_id: int | None = None, pad_id: int = 0, max_length: int | None = None) -> list[list[int]]:
+             eos_id: int | None = None, pad_id: int = 0, max_length: int | None = None,
+             prompt_width: int | None = None) -> list[list[int]]:
     """New tokens for each prompt (token-id lists), up to ``max_new_tokens``, ending with ``eos_id`` when it
     is produced. ``params``: a GPTLMHeadModel tree {'gpt': ...} (or {'params': {...}}) in the layout of
     ``cfg.scan_layers``. ``max_length``: KV-cache slots (default ``cfg.max_position_embeddings``); the longest
-    prompt plus ``max_new_tokens`` must fit in it."""
+    prompt plus ``max_new_tokens`` must fit in it. ``prompt_width``: the left-padded width of the prompts (default
+    the longest prompt; a fixed width lets batches of different prompt lengths share one compiled prefill)."""
     if cfg.family != "gpt":
         raise ConfigError(f"generation needs a GPT model (model.family='gpt'), got {cfg.family!r}")
     max_length = int(max_length or cfg.max_position_embeddings)
@@ -145,7 +147,10 @@ def generate(params: Any, cfg: GptConfig, prompts: list[list[int]], max_new_toke
     _check_prompts(prompts, cfg, max_new_tokens, max_length)
     if isinstance(params, dict) and set(params) == {"params"}:
         params = params["params"]
-    ids, seg, pos, lengths = left_pad(prompts, pad_id)
+    if prompt_width is not None and not max(map(len, prompts)) <= prompt_width <= max_length - max_new_tokens:
+        raise ConfigError(f"prompt_width={prompt_width} must hold the longest prompt ({max(map(len, prompts))} "
+                          f"tokens) and leave max_new_tokens={max_new_tokens} of the {max_length} positions")
+    ids, seg, pos, lengths = left_pad(prompts, pad_id, prompt_width)
     prefill, loop = decode_functions(cfg, cache_length=max_length, max_new_tokens=max_new_tokens,
                                      greedy=sampling.greedy, top_k=0 if sampling.greedy else sampling.top_k,
                                      nucleus=not sampling.greedy and sampling.top_p < 1.0, pad_id=pad_id)

@@ -346,6 +346,9 @@ def export_hf(src: str | Path, out_dir: str | Path, overwrite: bool = False) -> 
     if tok.get("kind") != "byte_bpe" or not files or not all(f.is_file() for f in files):
         log.warning("%s: no byte-level BPE vocab.json/merges.txt; exporting the weights without a tokenizer", src)
         files = []
+    if layout is GPT2 and files and not isinstance(info.get("eos_token_id"), int):  # ptm-trained: <|endoftext|>
+        eos = params_lib.load_tokenizer(info, tok_dir).eos_id
+        config.update(eos_token_id=eos, bos_token_id=int(info.get("bos_token_id", eos)))
     json_files = {"tokenizer_config.json": {"tokenizer_class": "GPT2Tokenizer",  # byte-level BPE for both
                                             "model_max_length": cfg.max_position_embeddings,
                                             "add_prefix_space": False}} if files else {}
