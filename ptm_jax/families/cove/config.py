@@ -65,9 +65,8 @@ class CoveConfig:
                 raise ConfigError(f"{where}.{name}={v!r} must be an integer >= 1")
         if not isinstance(self.vocab_size, int) or self.vocab_size < 4:
             raise ConfigError(f"{where}.vocab_size={self.vocab_size!r} must be an integer >= 4")
-        if not isinstance(self.input_vectors, str) or not self.input_vectors:
-            raise ConfigError(f"{where}.input_vectors is empty: name a GloVe/word2vec run or vector file, or "
-                              "'random:DIM'")
+        if not isinstance(self.input_vectors, str):
+            raise ConfigError(f"{where}.input_vectors={self.input_vectors!r} must be a path or 'random:DIM'")
         if self.decoder_init not in ("encoder", "zeros"):
             raise ConfigError(f"{where}.decoder_init={self.decoder_init!r} must be 'encoder' or 'zeros'")
         if self.decoder_init == "encoder" and (self.decoder_size != 2 * self.hidden_size
@@ -105,16 +104,8 @@ class CoveDataConfig(DataConfig):
     """Target words seen fewer times than this are <unk>."""
 
     def validate(self, where: str = "data") -> None:
+        """The fields' own checks (a preset may leave the files to the command line)."""
         super().validate(where)
-        self.validate_cove(where)
-
-    def validate_cove(self, where: str = "data") -> None:
-        if not self.source_train:
-            raise ConfigError(f"{where}.source_train is empty: give the source side of the parallel corpus "
-                              "(e.g. Multi30k train.en) or 'generated'")
-        if self.source_train != "generated" and not self.target_train:
-            raise ConfigError(f"{where}.target_train is empty: {where}.source_train={self.source_train!r} has no "
-                              "target side; give the line-aligned translation file (e.g. Multi30k train.de)")
         if bool(self.source_eval) != bool(self.target_eval):
             raise ConfigError(f"{where}.source_eval={self.source_eval!r} and {where}.target_eval="
                               f"{self.target_eval!r}: give both sides of the held-out pair or neither")
@@ -122,3 +113,13 @@ class CoveDataConfig(DataConfig):
             raise ConfigError(f"{where}.tokenize={self.tokenize!r} must be 'words_punct' or 'split'")
         if not isinstance(self.target_min_count, int) or self.target_min_count < 1:
             raise ConfigError(f"{where}.target_min_count={self.target_min_count!r} must be an integer >= 1")
+
+    def validate_cove(self, where: str = "data") -> None:
+        """Before the corpus is read: the training pair is given."""
+        self.validate(where)
+        if not self.source_train:
+            raise ConfigError(f"{where}.source_train is empty: give the source side of the parallel corpus "
+                              "(e.g. Multi30k train.en) or 'generated'")
+        if self.source_train != "generated" and not self.target_train:
+            raise ConfigError(f"{where}.target_train is empty: {where}.source_train={self.source_train!r} has no "
+                              "target side; give the line-aligned translation file (e.g. Multi30k train.de)")

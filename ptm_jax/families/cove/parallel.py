@@ -138,6 +138,9 @@ def input_vectors(model_cfg: Any, words: list[str]) -> np.ndarray:
     when ``model.lower_case``; zeros for a word the vectors lack."""
     spec, dim = model_cfg.input_vectors, int(model_cfg.input_dim)
     keys = [w.lower() for w in words] if model_cfg.lower_case else list(words)
+    if not spec:
+        raise ConfigError("model.input_vectors is empty: name a GloVe/word2vec run, params directory or vector "
+                          "file, or 'random:DIM'")
     if spec.startswith("random:"):
         try:
             want = int(spec.split(":", 1)[1])
