@@ -102,7 +102,7 @@ def main(argv=None) -> None:
     ap.add_argument("--multi30k", required=True, help="folder with train.en/de and val.en/de (Multi30k task1 raw)")
     ap.add_argument("--out", default="runs/cove_sst2")
     ap.add_argument("--glove-steps", type=int, default=1000)
-    ap.add_argument("--mt-steps", type=int, default=1500)
+    ap.add_argument("--mt-steps", type=int, default=400)
     ap.add_argument("--mt", nargs="*", default=[], help="more overrides of the MT-LSTM run")
     ap.add_argument("--select-examples", type=int, default=1000)
     ap.add_argument("--train-subset", type=int, default=4000)
@@ -131,9 +131,10 @@ def main(argv=None) -> None:
                                     f"data.source_train={m30k / 'train.en'}", f"data.target_train={m30k / 'train.de'}",
                                     f"data.source_eval={m30k / 'val.en'}", f"data.target_eval={m30k / 'val.de'}",
                                     "model.hidden_size=128", "model.decoder_size=256", "model.target_embed_dim=128",
-                                    "model.vocab_size=8000", "data.max_seq_length=24", "train.batch_size=64",
-                                    f"train.steps={a.mt_steps}", "train.eval_every=500", "train.eval_batches=16",
-                                    "train.checkpoint_every=250", "train.progress_bar=false", *a.mt,
+                                    "model.vocab_size=6000", "data.target_min_count=2", "data.max_seq_length=20",
+                                    "train.batch_size=64",
+                                    f"train.steps={a.mt_steps}", "train.eval_every=200", "train.eval_batches=16",
+                                    "train.checkpoint_every=100", "train.progress_bar=false", *a.mt,
                                     f"output_dir={mt}"])
         rfile.write_text(json.dumps(results, indent=2))
     results["mt_summary"] = json.loads((mt / "pretrain" / "summary.json").read_text())
@@ -150,16 +151,16 @@ def main(argv=None) -> None:
     arms = {"glove": [f"finetune.init={glove}"],
             "glove+cove": [f"finetune.init={mt}", f"features.word_init={glove}"]}
     chosen = {}
-    for arm, src in arms.items():
+    for arm, src in arms.items():  # each arm's learning rate, chosen on the selection split (seed 0)
         scores = {}
         for lr in a.lrs:
-            name = f"{arm}/lr{lr:g}/seed0"
-            r = finetune_run(name, [*common, *src, f"finetune.learning_rate={lr}", "finetune.seed=0",
-                                    f"output_dir={out / 'runs' / arm.replace('+', '_')}_lr{lr:g}_s0"],
+            r = finetune_run(f"{arm}/lr{lr:g}/seed0", [*common, *src, f"finetune.learning_rate={lr}", "finetune.seed=0",
+                                                       f"output_dir={out / 'runs' / arm.replace('+', '_')}_lr{lr:g}_s0"],
                              results, out, report_dev=False)
             scores[lr] = r["selection_best"]
         chosen[arm] = max(a.lrs, key=lambda lr: scores[lr])
-        for seed in a.seeds:
+    for seed in a.seeds:  # the chosen settings, each seed, scored once on SST-2 dev
+        for arm, src in arms.items():
             lr = chosen[arm]
             finetune_run(f"{arm}/lr{lr:g}/seed{seed}",
                          [*common, *src, f"finetune.learning_rate={lr}", f"finetune.seed={seed}",
