@@ -9,9 +9,12 @@ GloVe alone through the same TextCNN head (McCann et al. 2017 Sec. 4-5, at toy s
 3. SST-2: ``--select-examples`` training sentences carved out as the selection split
    (``benchmarks/selection_split.py``, seed 0), TextCNN (Kim 2014's dropout 0.5, batch 50) on a
    ``--train-subset`` of the rest, over (a) the GloVe vectors alone (frozen) and (b) [GloVe; CoVe]
-   (``finetune.init`` the MT-LSTM, ``features.word_init`` the same GloVe vectors). Each arm's learning rate is
-   chosen on the selection split (seed 0); the chosen setting is trained with each of ``--seeds`` and its kept
-   model (``best/``, chosen on the selection split) scored once on SST-2's dev set, which nothing chose.
+   (``finetune.init`` the MT-LSTM, ``features.word_init`` the same GloVe vectors). Each arm's learning rate (and
+   the CoVe arm's ``features.feature_norm``, ``--cove-norms``) is chosen on the selection split (seed 0); the
+   chosen setting is trained with each of ``--seeds`` and its kept model (``best/``, chosen on the selection split)
+   scored once on SST-2's dev set, which nothing chose.
+4. ``--conll-seeds``: the same two inputs under the BiLSTM tagger on CoNLL-2003 (chosen on eng.testa, scored on
+   eng.testb).
 
 Every step is skipped when its result exists (rerun the same command to resume).
 
@@ -97,6 +100,42 @@ def finetune_run(name: str, overrides: list[str], results: dict, out: Path, repo
     return runs[name]
 
 
+def conll(a, out: Path, results: dict, glove: Path, mt: Path) -> None:
+    """CoNLL-2003: the BiLSTM tagger (softmax) over GloVe alone and over [GloVe; CoVe] (CoVe's dimensions
+    standardised or not: ``features.feature_norm``), the settings of docs/benchmarks.md's earlier CoNLL sections
+    (2,000 sentences, 3 epochs, lr 1e-2, dropout 0.5); each run keeps its best eng.testa epoch, the arm is chosen
+    by mean eng.testa F1, and every kept model is scored once on eng.testb."""
+    from ptm_jax.config import load_config
+    from ptm_jax.train.evaluation import evaluate_task
+    from ptm_jax.train.finetune import finetune
+
+    common = ["finetune.task=conll2003", f"finetune.data_dir={DATA / 'conll2003'}", "finetune.train_subset=2000",
+              "finetune.epochs=3", "finetune.learning_rate=0.01", "finetune.max_seq_length=64",
+              f"features.feature_cache={out / 'feature_cache'}", "finetune.job=features", "features.head=bilstm",
+              "finetune.batch_size=32", "finetune.classifier_dropout=0.5", "finetune.warmup_proportion=0.0",
+              "train.progress_bar=false"]
+    arms = {"glove": [f"finetune.init={glove}"],
+            "glove+cove": [f"finetune.init={mt}", f"features.word_init={glove}", "features.feature_norm=none"],
+            "glove+cove/dimension": [f"finetune.init={mt}", f"features.word_init={glove}",
+                                     "features.feature_norm=dimension"]}
+    runs = results.setdefault("conll", {})
+    for seed in a.conll_seeds:
+        for arm, src in arms.items():
+            name = f"{arm}/seed{seed}"
+            if name in runs:
+                continue
+            cfg = load_config(None, [*common, *src, f"finetune.seed={seed}",
+                                     f"output_dir={out / 'conll' / arm.replace('+', '_').replace('/', '_')}_s{seed}"])
+            t0 = time.time()
+            s = finetune(cfg)
+            best = Path(cfg.output_dir) / "finetune-conll2003" / "best"
+            runs[name] = {"wall_s": round(time.time() - t0, 1), "testa_f1": (s.get("best") or {}).get(
+                "metrics", s["final_eval"]).get("f1", s["final_eval"].get("f1")),
+                          "testb_f1": evaluate_task(cfg, str(best), split="test")["metrics"]["f1"]}
+            (out / "results.json").write_text(json.dumps(results, indent=2))
+            print("conll", name, json.dumps(runs[name]), flush=True)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--multi30k", required=True, help="folder with train.en/de and val.en/de (Multi30k task1 raw)")
@@ -109,6 +148,10 @@ def main(argv=None) -> None:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--lrs", nargs="+", type=float, default=[1e-3, 3e-3])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--cove-norms", nargs="+", default=["none", "dimension"], choices=["none", "layer", "dimension"],
+                    help="features.feature_norm values in the CoVe arm's selection grid")
+    ap.add_argument("--conll-seeds", nargs="*", type=int, default=[],
+                    help="also the CoNLL-2003 tagger arms with these seeds (none by default)")
     a = ap.parse_args(argv)
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -150,35 +193,45 @@ def main(argv=None) -> None:
               "train.progress_bar=false", *KIM]
     arms = {"glove": [f"finetune.init={glove}"],
             "glove+cove": [f"finetune.init={mt}", f"features.word_init={glove}"]}
+    # each arm's setting, chosen on the selection split (seed 0): the learning rate, and for the CoVe arm also
+    # features.feature_norm (its CoVe dimensions standardised by the training words' statistics, or not)
+    grid = {"glove": [(lr, "") for lr in a.lrs],
+            "glove+cove": [(lr, norm) for norm in a.cove_norms for lr in a.lrs]}
+
+    def run_name(arm: str, lr: float, norm: str, seed: int) -> str:
+        return f"{arm}{'/' + norm if norm and norm != 'none' else ''}/lr{lr:g}/seed{seed}"
+
+    def overrides(arm: str, lr: float, norm: str, seed: int) -> list[str]:
+        folder = run_name(arm, lr, norm, seed).replace("+", "_").replace("/", "_")
+        return [*common, *arms[arm], *([f"features.feature_norm={norm}"] if norm else []),
+                f"finetune.learning_rate={lr}", f"finetune.seed={seed}", f"output_dir={out / 'runs' / folder}"]
+
     chosen = {}
-    for arm, src in arms.items():  # each arm's learning rate, chosen on the selection split (seed 0)
+    for arm in arms:
         scores = {}
-        for lr in a.lrs:
-            r = finetune_run(f"{arm}/lr{lr:g}/seed0", [*common, *src, f"finetune.learning_rate={lr}", "finetune.seed=0",
-                                                       f"output_dir={out / 'runs' / arm.replace('+', '_')}_lr{lr:g}_s0"],
-                             results, out, report_dev=False)
-            scores[lr] = r["selection_best"]
-        chosen[arm] = max(a.lrs, key=lambda lr: scores[lr])
+        for lr, norm in grid[arm]:
+            r = finetune_run(run_name(arm, lr, norm, 0), overrides(arm, lr, norm, 0), results, out, report_dev=False)
+            scores[(lr, norm)] = r["selection_best"]
+        chosen[arm] = max(grid[arm], key=lambda k: scores[k])
     for seed in a.seeds:  # the chosen settings, each seed, scored once on SST-2 dev
-        for arm, src in arms.items():
-            lr = chosen[arm]
-            finetune_run(f"{arm}/lr{lr:g}/seed{seed}",
-                         [*common, *src, f"finetune.learning_rate={lr}", f"finetune.seed={seed}",
-                          f"output_dir={out / 'runs' / arm.replace('+', '_')}_lr{lr:g}_s{seed}"],
-                         results, out, report_dev=True)
-    results["chosen_lr"] = chosen
+        for arm in arms:
+            lr, norm = chosen[arm]
+            finetune_run(run_name(arm, lr, norm, seed), overrides(arm, lr, norm, seed), results, out, report_dev=True)
+    results["chosen"] = {arm: list(v) for arm, v in chosen.items()}
     results["machine_end"] = machine()
     rfile.write_text(json.dumps(results, indent=2))
+    if a.conll_seeds:
+        conll(a, out, results, glove, mt)
     import statistics
 
-    print("| arm | lr (chosen on the selection split) | selection acc, seed 0 | SST-2 dev acc, mean ± sd over seeds |")
+    print("| arm | setting (chosen on the selection split) | selection acc, seed 0 | SST-2 dev acc, mean ± sd over seeds |")
     print("|---|---|---|---|")
     for arm in arms:
-        lr = chosen[arm]
-        devs = [results["runs"][f"{arm}/lr{lr:g}/seed{s}"]["sst2_dev"] * 100 for s in a.seeds]
+        lr, norm = chosen[arm]
+        devs = [results["runs"][run_name(arm, lr, norm, s)]["sst2_dev"] * 100 for s in a.seeds]
         sd = statistics.stdev(devs) if len(devs) > 1 else 0.0
-        sel = results["runs"][f"{arm}/lr{lr:g}/seed0"]["selection_best"] * 100
-        print(f"| {arm} | {lr:g} | {sel:.2f} | {statistics.mean(devs):.2f} ± {sd:.2f} ({', '.join(f'{d:.2f}' for d in devs)}) |")
+        sel = results["runs"][run_name(arm, lr, norm, 0)]["selection_best"] * 100
+        print(f"| {arm} | lr {lr:g}{', feature_norm ' + norm if norm else ''} | {sel:.2f} | {statistics.mean(devs):.2f} ± {sd:.2f} ({', '.join(f'{d:.2f}' for d in devs)}) |")
 
 
 if __name__ == "__main__":
