@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -92,8 +93,13 @@ def finetune_run(name: str, overrides: list[str], results: dict, out: Path, repo
                                                                                    s["final_eval"].get("accuracy"))}
     if report_dev:
         best = Path(cfg.output_dir) / "finetune-sst2" / "best"
+        report = out / "sst2_report"  # the carved train.tsv (the word table is rebuilt from it) and SST-2's dev.tsv
+        if not (report / "SST-2" / "dev.tsv").is_file():
+            (report / "SST-2").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(out / "sst2_select" / "SST-2" / "train.tsv", report / "SST-2" / "train.tsv")
+            shutil.copyfile(DATA / "glue" / "SST-2" / "dev.tsv", report / "SST-2" / "dev.tsv")
         real = load_config(None, [o for o in overrides if not o.startswith("finetune.data_dir=")]
-                           + [f"finetune.data_dir={DATA / 'glue'}"])
+                           + [f"finetune.data_dir={report}"])
         runs[name]["sst2_dev"] = evaluate_task(real, str(best), split="dev")["metrics"]["accuracy"]
     (out / "results.json").write_text(json.dumps(results, indent=2))
     print(name, json.dumps(runs[name]), flush=True)
