@@ -92,6 +92,8 @@ def finetune_run(name: str, overrides: list[str], results: dict, out: Path, repo
                       "selection_best": (s.get("best") or {}).get("metrics", {}).get("accuracy",
                                                                                    s["final_eval"].get("accuracy"))}
     if report_dev:
+        overrides = runs[name]["overrides"]  # the run as it was trained (its folder)
+        cfg = load_config(None, overrides)
         best = Path(cfg.output_dir) / "finetune-sst2" / "best"
         report = out / "sst2_report"  # the carved train.tsv (the word table is rebuilt from it) and SST-2's dev.tsv
         if not (report / "SST-2" / "dev.tsv").is_file():
