@@ -11,8 +11,9 @@ GloVe alone through the same TextCNN head (McCann et al. 2017 Sec. 4-5, at toy s
    ``--train-subset`` of the rest, over (a) the GloVe vectors alone (frozen) and (b) [GloVe; CoVe]
    (``finetune.init`` the MT-LSTM, ``features.word_init`` the same GloVe vectors). Each arm's learning rate (and
    the CoVe arm's ``features.feature_norm``, ``--cove-norms``) is chosen on the selection split (seed 0); the
-   chosen setting is trained with each of ``--seeds`` and its kept model (``best/``, chosen on the selection split)
-   scored once on SST-2's dev set, which nothing chose.
+   chosen setting is trained again with each of ``--seeds`` on the same rows with SST-2's dev set as its
+   evaluation set, and the accuracy after the last step is reported (the dev set chooses nothing: not the setting,
+   not the epoch).
 4. ``--conll-seeds``: the same two inputs under the BiLSTM tagger on CoNLL-2003 (chosen on eng.testa, scored on
    eng.testb).
 
@@ -73,39 +74,44 @@ def glove_corpus(out: Path, multi30k: Path) -> Path:
     return path
 
 
+def report_folder(out: Path) -> Path:
+    """The carved train.tsv (what the heads train on) beside SST-2's own dev.tsv."""
+    report = out / "sst2_report"
+    if not (report / "SST-2" / "dev.tsv").is_file():
+        (report / "SST-2").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out / "sst2_select" / "SST-2" / "train.tsv", report / "SST-2" / "train.tsv")
+        shutil.copyfile(DATA / "glue" / "SST-2" / "dev.tsv", report / "SST-2" / "dev.tsv")
+    return report
+
+
 def finetune_run(name: str, overrides: list[str], results: dict, out: Path, report_dev: bool) -> dict:
-    """One TextCNN run, scored on the selection split after each epoch; ``report_dev``: its kept model also scored
-    on SST-2's dev set."""
+    """One TextCNN run. Selection (``report_dev`` False): scored on the selection split, the kept figure its
+    best epoch. Report: the same training rows and setting with SST-2's dev set as the evaluation set, the figure
+    the one after the last step (nothing is kept or chosen by it)."""
     from ptm_jax.config import load_config
-    from ptm_jax.train.evaluation import evaluate_task
     from ptm_jax.train.finetune import finetune
 
     runs = results.setdefault("runs", {})
-    if name in runs and (not report_dev or "sst2_dev" in runs[name]):
-        return runs[name]
-    cfg = load_config(None, overrides)
-    if name not in runs:
-        t0 = time.time()
-        s = finetune(cfg)
-        runs[name] = {"overrides": overrides, "wall_s": round(time.time() - t0, 1), "steps": s["step"],
-                      "selection_final": s["final_eval"].get("accuracy"),
-                      "selection_best": (s.get("best") or {}).get("metrics", {}).get("accuracy",
-                                                                                   s["final_eval"].get("accuracy"))}
+    key = ("report/" if report_dev else "") + name
+    if key in runs:
+        return runs[key]
     if report_dev:
-        overrides = runs[name]["overrides"]  # the run as it was trained (its folder)
-        cfg = load_config(None, overrides)
-        best = Path(cfg.output_dir) / "finetune-sst2" / "best"
-        report = out / "sst2_report"  # the carved train.tsv (the word table is rebuilt from it) and SST-2's dev.tsv
-        if not (report / "SST-2" / "dev.tsv").is_file():
-            (report / "SST-2").mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(out / "sst2_select" / "SST-2" / "train.tsv", report / "SST-2" / "train.tsv")
-            shutil.copyfile(DATA / "glue" / "SST-2" / "dev.tsv", report / "SST-2" / "dev.tsv")
-        real = load_config(None, [o for o in overrides if not o.startswith("finetune.data_dir=")]
-                           + [f"finetune.data_dir={report}"])
-        runs[name]["sst2_dev"] = evaluate_task(real, str(best), split="dev")["metrics"]["accuracy"]
+        overrides = [o for o in overrides if not o.startswith(("finetune.data_dir=", "output_dir="))] + [
+            f"finetune.data_dir={report_folder(out)}",
+            f"output_dir={out / 'report' / name.replace('+', '_').replace('/', '_')}"]
+    cfg = load_config(None, overrides)
+    t0 = time.time()
+    s = finetune(cfg)
+    acc = s["final_eval"].get("accuracy")
+    runs[key] = {"overrides": overrides, "wall_s": round(time.time() - t0, 1), "steps": s["step"]}
+    if report_dev:
+        runs[key]["sst2_dev_last_step"] = acc
+    else:
+        runs[key]["selection_final"] = acc
+        runs[key]["selection_best"] = (s.get("best") or {}).get("metrics", {}).get("accuracy", acc)
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    print(name, json.dumps(runs[name]), flush=True)
-    return runs[name]
+    print(key, json.dumps(runs[key]), flush=True)
+    return runs[key]
 
 
 def conll(a, out: Path, results: dict, glove: Path, mt: Path) -> None:
@@ -236,7 +242,7 @@ def main(argv=None) -> None:
     print("|---|---|---|---|")
     for arm in arms:
         lr, norm = chosen[arm]
-        devs = [results["runs"][run_name(arm, lr, norm, s)]["sst2_dev"] * 100 for s in a.seeds]
+        devs = [results["runs"]["report/" + run_name(arm, lr, norm, s)]["sst2_dev_last_step"] * 100 for s in a.seeds]
         sd = statistics.stdev(devs) if len(devs) > 1 else 0.0
         sel = results["runs"][run_name(arm, lr, norm, 0)]["selection_best"] * 100
         print(f"| {arm} | lr {lr:g}{', feature_norm ' + norm if norm else ''} | {sel:.2f} | {statistics.mean(devs):.2f} ± {sd:.2f} ({', '.join(f'{d:.2f}' for d in devs)}) |")
