@@ -12,6 +12,7 @@
 #   lamb_reference.lock the LAMB the optimizer parity test compares with   pip install --target .venv/lamb_reference
 #   fastai.lock         fastai's AWD-LSTM (the ULMFiT parity tests)        pip install --no-deps --target .venv/fastai
 #   allennlp.lock       AllenNLP's ELMo modules (the ELMo parity tests)    pip install --no-deps --target .venv/allennlp
+#   jieba.lock          jieba, ERNIE's Chinese word segmenter              pip install --no-deps --target .venv/jieba
 # All for CPython 3.11 on x86-64 Linux with glibc 2.31 or later (manylinux_2_31, libtpu's floor): the TPU VMs'
 # environment (tpu_pod.sh's PYTHON_VERSION) and CI's. torch's CPU build (a +cpu local version) is not on PyPI:
 # give the folder or index that serves it as TORCH_CPU_FIND_LINKS (default: pip's own find-links setting). uv
@@ -48,3 +49,4 @@ lock transformers5.lock requirements/transformers5.in
 lock lamb_reference.lock requirements/lamb_reference.in --no-deps  # on the test environment's torch
 lock fastai.lock requirements/fastai.in --no-deps  # on the test environment's torch and numpy
 lock allennlp.lock requirements/allennlp.in --no-deps
+lock jieba.lock requirements/jieba.in --no-deps

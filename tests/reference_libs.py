@@ -1,5 +1,6 @@
 """Where the reference libraries of the recurrent parity tests are: fastai (ULMFiT's AWD-LSTM) and AllenNLP (ELMo's
-biLM modules).
+biLM modules); and jieba, the Chinese word segmenter of ERNIE's Chinese units (tests/test_ernie_chinese.py), kept in
+``.venv/jieba`` the same way (requirements/jieba.in says why).
 
 Neither goes into the test environment itself: fastai's own requirements (torchvision, spacy) would let pip replace
 the pinned torch, and AllenNLP 2.10 pins torch < 1.13. The README's test command installs each from its lock file
@@ -7,7 +8,7 @@ the pinned torch, and AllenNLP 2.10 pins torch < 1.13. The README's test command
 into a folder of its own (``.venv/fastai``: fastai and the few pure-Python packages it imports; ``.venv/allennlp``:
 AllenNLP alone, whose ELMo modules tests/test_elmo.py imports without the package's framework), and :func:`use`
 appends that folder to ``sys.path``: appended, so a package the test environment has always wins over a copy
-there. ``PTM_FASTAI_DIR`` / ``PTM_ALLENNLP_DIR`` name other folders."""
+there. ``PTM_FASTAI_DIR`` / ``PTM_ALLENNLP_DIR`` / ``PTM_JIEBA_DIR`` name other folders."""
 from __future__ import annotations
 
 import importlib.util
@@ -18,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 INSTALL = {name: f"pip install -q --no-deps --target .venv/{name} -r requirements/{name}.lock"
-           for name in ("fastai", "allennlp")}
+           for name in ("fastai", "allennlp", "jieba")}
 """The README test command's install step of each folder (tests/test_readme.py checks that it carries them)."""
 
 
