@@ -55,11 +55,11 @@ def test_jieba_words_become_phrase_and_entity_units_over_cjk_runs(zh, segmenter)
                 segment_units(ids, chars, segmenter)]
 
     assert units("北京大学和清华大学都位于北京市海淀区。") == [
-        ("北京大学", U.ENTITY), ("清华大学", U.ENTITY), ("位于", U.PHRASE), ("北京市", U.ENTITY), ("海淀区", U.ENTITY)]
+        ("北京大学", "entity"), ("清华大学", "entity"), ("位于", "phrase"), ("北京市", "entity"), ("海淀区", "entity")]
     # a Latin word ends the run: no unit crosses "bert"; 模型 and 中文 are still found on either side
-    assert units("他用BERT模型做中文情感分析") == [("模型", U.PHRASE), ("中文", U.ENTITY), ("情感", U.PHRASE),
-                                            ("分析", U.PHRASE)]   # 中文 is tagged nz in jieba's dictionary
-    assert segmenter.tags["黑龙江"] == "ns" and segmenter.kind("哈尔滨") == U.ENTITY and segmenter.kind("省会") == U.PHRASE
+    assert units("他用BERT模型做中文情感分析") == [("模型", "phrase"), ("中文", "entity"), ("情感", "phrase"),
+                                            ("分析", "phrase")]   # 中文 is tagged nz in jieba's dictionary
+    assert segmenter.tags["黑龙江"] == "ns" and segmenter.kind("哈尔滨") == "entity" and segmenter.kind("省会") == "phrase"
 
 
 def test_chinese_units_are_cached_and_rebuilt_when_the_sources_change(zh):

@@ -67,10 +67,9 @@ class Segmenter:
     def cut(self, text: str) -> list[str]:
         return list(self._tokenizer.cut(text, HMM=False))
 
-    def kind(self, word: str) -> int:
-        from ptm_jax.families.ernie.units import ENTITY, PHRASE
-
-        return ENTITY if self.tags.get(word) in ENTITY_TAGS else PHRASE
+    def kind(self, word: str) -> str:
+        """'entity' or 'phrase' (``units.KINDS``) by the word's tag in the dictionary."""
+        return "entity" if self.tags.get(word) in ENTITY_TAGS else "phrase"
 
 
 def cjk_token_chars(tokenizer: Any) -> list[str | None]:
@@ -82,8 +81,8 @@ def cjk_token_chars(tokenizer: Any) -> list[str | None]:
     return out
 
 
-def segment_units(tokens: np.ndarray, chars: list[str | None], seg: Segmenter) -> list[tuple[int, int, int]]:
-    """(start, end, kind) token spans of the multi-character words of one sentence's CJK runs."""
+def segment_units(tokens: np.ndarray, chars: list[str | None], seg: Segmenter) -> list[tuple[int, int, str]]:
+    """(start, end, kind name) token spans of the multi-character words of one sentence's CJK runs."""
     out = []
     toks = tokens.tolist()
     i, n = 0, len(toks)

@@ -266,7 +266,7 @@ def annotate(cache: Any, train_docs: np.ndarray, is_continuation: np.ndarray, dc
         for d in range(num_docs):
             for base, sent, _ in sentences(d):
                 for s, e, kind in segment_units(sent, chars, seg):
-                    claim(base + s, base + e, kind, "jieba")
+                    claim(base + s, base + e, KINDS[kind], "jieba")
     if "pmi" in sources:
         counted = cache if count_source is None else count_source
         scorer = PhraseScorer((_words(sent, start)[0] for d in train_docs
