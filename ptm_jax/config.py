@@ -41,6 +41,10 @@ class TokenizerConfig:
     """word: a word enters the vocabulary only when the sample holds it at least this often (word2vec.c
     min_count); the others read as <unk>. char: a character, likewise."""
     lower_case: bool = True
+    limit_alphabet: int = 1000
+    """wordpiece: a trained vocabulary keeps at most this many distinct characters (0: all), the most frequent
+    (Hugging Face's WordPieceTrainer default, 1000); the others read as [UNK]. Chinese text needs several thousand
+    (about 3,500 characters cover 99% of modern Chinese): raise it for a corpus with Chinese."""
     train_sample_bytes: int = 100_000_000
     """Training a vocabulary reads at most about this many bytes of the corpus: 1 MiB windows spread evenly
     over it, the same on every process and run (``chunks.sample_sentences``); 0 = the whole corpus."""

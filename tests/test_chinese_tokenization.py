@@ -64,3 +64,19 @@ def test_chinese_tokens_and_ids_equal_transformers_bert_tokenizer(zh_vocab, lowe
     assert [fast.encode(t, add_special_tokens=False) for t in texts] == got
     n = sum(map(len, got))
     assert n > 300 and sum(i == ours.unk_id for ids in got for i in ids) < 0.05 * n
+
+
+def test_limit_alphabet_bounds_the_characters_of_a_trained_vocabulary(tmp_path):
+    from ptm_jax.config import TokenizerConfig
+    from ptm_jax.data.tokenizer_loading import load_tokenizer
+
+    def chars(limit):
+        cfg = TokenizerConfig(kind="wordpiece", vocab_size=600, limit_alphabet=limit)
+        tok = load_tokenizer(cfg, lambda: CHINESE * 3, tmp_path / f"a{limit}")
+        return {tok.id_to_token(i) for i in range(tok.vocab_size) if len(tok.id_to_token(i)) == 1}, tok
+
+    few, tok = chars(40)
+    every, _ = chars(1000)
+    distinct = {c for t in CHINESE for c in t.lower() if not c.isspace()}
+    assert len(few) == 40 and every == distinct
+    assert tok.tokenize("的")[0] == "的" and tok.unk_id in tok.encode("曹雪芹")  # frequent kept, rare [UNK]
