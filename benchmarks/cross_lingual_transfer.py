@@ -46,9 +46,13 @@ def model_overrides(args) -> list[str]:
             "data.format='auto'", f"tokenizer.limit_alphabet={args.alphabet}", "tokenizer.train_sample_bytes=4000000"]
 
 
-def cell(args, name: str, corpus: str, seed: int) -> dict:
+def cell(args, name: str, corpus: str, seed: int, vocab_file: Path | None) -> dict:
+    """One pretraining -> finetuning -> evaluation; ``vocab_file``: the tokenizer of the corpus's first seed (the
+    same text gives the same vocabulary; reusing it keeps its token cache)."""
     run = args.out / f"{name}-s{seed}"
     common = ["-c", "bert_tiny", f"output_dir={str(run)!r}", f"data.cache_dir={str(args.out / ('cache-' + name))!r}"]
+    if vocab_file is not None:
+        common.append(f"tokenizer.vocab_file={str(vocab_file)!r}")
     out = ptm("pretrain", *common, *model_overrides(args), f"data.corpus={corpus!r}", f"data.seed={seed}",
               f"train.seed={seed}", f"data.language_alpha={args.alpha}")
     mlm = re.search(r"held-out MLM accuracy ([0-9.]+)", out)
@@ -72,8 +76,8 @@ def main() -> None:
     ap.add_argument("--zh-corpus", type=Path, required=True)
     ap.add_argument("--zh-eval", type=Path, required=True, help="folder holding SST-2/dev.tsv of Chinese reviews")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--steps", type=int, default=1500)
-    ap.add_argument("--epochs", type=float, default=0.2)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--epochs", type=float, default=0.1)
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--alpha", type=float, default=0.7)
     ap.add_argument("--alphabet", type=int, default=4000, help="tokenizer.limit_alphabet (Chinese needs thousands)")
@@ -83,9 +87,11 @@ def main() -> None:
     corpora = {"multilingual": f"en={ENGLISH},zh={args.zh_corpus}", "english": ENGLISH}
     results: dict = {}
     t0 = time.perf_counter()
-    for seed in [int(s) for s in args.seeds.split(",")]:
+    seeds = [int(s) for s in args.seeds.split(",")]
+    for seed in seeds:
         for name, corpus in corpora.items():
-            results[f"{name}-s{seed}"] = r = cell(args, name, corpus, seed)
+            first = args.out / f"{name}-s{seeds[0]}" / "tokenizer" / "vocab.txt"
+            results[f"{name}-s{seed}"] = r = cell(args, name, corpus, seed, first if seed != seeds[0] else None)
             print(name, seed, json.dumps({k: r[k] for k in ("mlm_accuracy", "sst2_dev", "zh_accuracy")}),
                   *r["shares"], sep="\n  " if r["shares"] else " ", flush=True)
             (args.out / "results.json").write_text(json.dumps(results, indent=1))
