@@ -12,7 +12,8 @@ from ptm_jax.config import DataConfig
 from ptm_jax.data.cache import build_chunks, build_or_load_cache
 from ptm_jax.data.chunks import ChunkLayout, sample_sentences
 from ptm_jax.data.corpus import language_groups, resolve_files
-from ptm_jax.data.languages import document_languages, smoothed_documents, smoothed_shares
+from ptm_jax.data.corpus import detect_format
+from ptm_jax.data.languages import document_languages, smoothed_documents, smoothed_shares, split_by_language
 from ptm_jax.data.tokenizers import train_wordpiece
 from ptm_jax.errors import ConfigError, DataError
 
@@ -133,6 +134,22 @@ def test_stream_shares_equal_the_smoothed_shares_for_any_host_count(caches):
     np.testing.assert_array_equal(same, docs)
     other, _ = smoothed_documents(one, layout, train, 0.7, seed=4)
     assert not np.array_equal(other, docs)
+
+
+def test_every_language_holds_out_its_last_documents(caches):
+    cfg, one, _ = caches
+    layout = ChunkLayout(cfg)
+    lang = document_languages(one, layout)
+    train, held = split_by_language(one, layout, 4)
+    assert len(np.intersect1d(train, held)) == 0 and len(train) + len(held) == one.num_docs
+    for i in range(3):  # ceil(4 / 3) = 2 each: the language's last two documents
+        np.testing.assert_array_equal(held[lang[held] == i], np.flatnonzero(lang == i)[-2:])
+
+
+def test_chinese_lines_are_detected_as_the_lines_format(tmp_path):
+    path = tmp_path / "zh.txt"
+    path.write_text("\n\n".join("\n".join(ZH[k:] + ZH[:k]) for k in range(4)) + "\n", encoding="utf-8")
+    assert detect_format(path) == "lines"
 
 
 def test_ptm_data_prints_the_language_shares(corpus, tmp_path, capsys):

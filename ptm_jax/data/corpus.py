@@ -9,8 +9,8 @@ File formats (google-research/bert create_pretraining_data.py reads the first):
               boundary once it holds >= doc_max_sentences sentences, and at end of file. Project Gutenberg
               headers/footers ("*** START OF THE PROJECT GUTENBERG ..." / "*** END OF ...") are cut.
   auto        per file, from the first 64 KiB: paragraphs if it has a Gutenberg START marker; otherwise
-              lines if >= 50% of its non-blank lines end in sentence punctuation (. ! ? ... then optional
-              closing quotes/brackets) AND < 30% hold more than one sentence; else paragraphs. (Wrapped
+              lines if >= 50% of its non-blank lines end in sentence punctuation (. ! ? ... or Chinese 。！？,
+              then optional closing quotes/brackets) AND < 30% hold more than one sentence; else paragraphs. (Wrapped
               prose ends most lines mid-sentence; one-paragraph-per-line text such as WikiText has many
               sentences per line.)
 
@@ -32,8 +32,9 @@ from ptm_jax.config import DataConfig
 from ptm_jax.errors import ConfigError, DataError
 
 Document = list[str]
-READER_VERSION = 1
-"""Bump when reading or sentence splitting changes what documents a file yields (token caches rebuild)."""
+READER_VERSION = 2
+"""Bump when reading or sentence splitting changes what documents a file yields (token caches rebuild).
+2: a line ending in Chinese sentence punctuation (。！？) counts as ending a sentence in the format detection."""
 
 SNIFF_BYTES = 64 * 1024
 BINARY_SNIFF_BYTES = 8 * 1024
@@ -48,7 +49,8 @@ _GUTENBERG_END = re.compile(r"^\*{3}\s*END OF (THE|THIS) PROJECT GUTENBERG", re.
 
 _BOUNDARY = re.compile(r"([.!?\u2026]+)([\"'\u201d\u2019)\]]*)\s+")
 _OPENERS = "\"'\u201c\u2018(["
-_ENDS_SENTENCE = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*$")
+# sentence punctuation (with Chinese 。！？), then closing quotes/brackets (with 」』）)
+_ENDS_SENTENCE = re.compile(r"[.!?\u2026\u3002\uff01\uff1f][\"'\u201d\u2019)\]\u300d\u300f\uff09]*$")
 _DOTTED = re.compile(r"^(?:[a-z]{1,2}\.)+[a-z]{1,2}$")  # e.g, i.e, u.s, a.m, ph.d
 _ABBREVIATIONS = frozenset(
     "mr mrs ms messrs mme mlle dr prof sr jr st rev hon gen col capt lt sgt maj cmdr adm gov sen rep pres "

@@ -17,7 +17,8 @@ which under-samples the large languages and over-samples (repeats) the small one
   cache. The stream's training documents become a multiset of as many tokens as the corpus's, language i taking
   q_i of them: its documents in a permutation keyed on (``data.seed``, i), cycled, whole documents until its
   tokens are reached. The stream then visits that multiset as it visits any corpus (a permutation per pass), so
-  it stays the same for any host count. The held-out documents (the last ``data.eval_documents``) are not resampled.
+  it stays the same for any host count. The held-out documents are the last ``ceil(data.eval_documents / L)`` of
+  each of the L languages (:func:`split_by_language`), not resampled.
 """
 from __future__ import annotations
 
@@ -84,6 +85,19 @@ def document_languages(cache, layout) -> np.ndarray:
     """int64 [num_docs]: the language index (into ``layout.languages``) of each document of the token cache."""
     chunk_lang = np.array([layout.segment_of_chunk(c) for c in range(layout.num_chunks)], np.int64)
     return chunk_lang[cache.doc_keys() >> 32]
+
+
+def split_by_language(cache, layout, eval_documents: int) -> tuple[np.ndarray, np.ndarray]:
+    """(training documents, held-out documents) of a language-tagged cache: each language holds out its last
+    ``ceil(eval_documents / languages)`` documents (never all of them), so every language is evaluated."""
+    lang = document_languages(cache, layout)
+    per = -(-int(eval_documents) // max(1, len(layout.languages)))
+    held = []
+    for i in range(len(layout.languages)):
+        docs = np.flatnonzero(lang == i)
+        held.append(docs[len(docs) - min(per, max(0, len(docs) - 1)):])
+    held_docs = np.sort(np.concatenate(held)) if held else np.zeros(0, np.int64)
+    return np.setdiff1d(np.arange(cache.num_docs), held_docs), held_docs
 
 
 def smoothed_documents(cache, layout, train_docs: np.ndarray, alpha: float,

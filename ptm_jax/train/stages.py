@@ -113,17 +113,19 @@ def prepare_corpus(cfg: RunConfig) -> Corpus:
                           f"{cfg.objective} needs at least {need} training documents: add text or lower "
                           "data.eval_documents")
     train_docs, languages = np.arange(cache.num_docs - n_eval), None
+    held_docs = np.arange(cache.num_docs - n_eval, cache.num_docs)
     if language_groups(cfg.data.corpus)[0][0] is not None:  # mBERT's smoothed language shares
         layout = ChunkLayout(cfg.data)
-        from ptm_jax.data.languages import smoothed_documents, vocab_sample_shares
+        from ptm_jax.data.languages import smoothed_documents, split_by_language, vocab_sample_shares
 
+        train_docs, held_docs = split_by_language(cache, layout, n_eval)
         train_docs, languages = smoothed_documents(cache, layout, train_docs, cfg.data.language_alpha,
                                                    cfg.data.seed)
         vocab = vocab_sample_shares(layout, cfg.data.language_alpha)
         for lang, row in languages.items():
             row["vocab_sample_share"] = vocab[lang]["target_share"]
     train = SubsetSource(cache, train_docs)
-    held = SubsetSource(cache, np.arange(cache.num_docs - n_eval, cache.num_docs)) if n_eval else None
+    held = SubsetSource(cache, held_docs) if len(held_docs) else None
     corpus = Corpus(tok, cache, train, held, special_ids(tok, family, cfg.objective), languages=languages)
     corpus.artifacts = build_artifacts(cfg, corpus, family, cache_dir)
     return corpus
