@@ -2,8 +2,8 @@
 
 Corpus: the first ``--bytes`` of a Chinese text file in the ``lines`` format (default: zh_shopping.txt of
 benchmarks/chinese_text.py, product reviews), tokenized with a WordPiece vocabulary trained on it (every CJK
-character its own token, as in BERT's Chinese models; ``--alphabet`` characters kept, the rest [UNK]). Units: jieba's dictionary segmentation
-(``data.unit_sources = "jieba"``, families/ernie/chinese_units.py): words of two or more characters, entities where
+character its own token, as in BERT's Chinese models; ``--alphabet`` characters kept, the rest [UNK]). Units:
+jieba's dictionary segmentation (``data.unit_sources = "jieba"``, families/ernie/chinese_units.py): words of two or more characters, entities where
 jieba's dictionary tags a person, place, organisation or other proper noun (nr/ns/nt/nz), phrases otherwise.
 
 The masked examples come from the training stream itself (``families/ernie/data.py``) at the entity level; BERT's
