@@ -41,6 +41,10 @@ class TokenizerConfig:
     """word: a word enters the vocabulary only when the sample holds it at least this often (word2vec.c
     min_count); the others read as <unk>. char: a character, likewise."""
     lower_case: bool = True
+    limit_alphabet: int = 1000
+    """wordpiece: a trained vocabulary keeps at most this many distinct characters (0: all), the most frequent
+    (Hugging Face's WordPieceTrainer default, 1000); the others read as [UNK]. Chinese text needs several thousand
+    (about 3,500 characters cover 99% of modern Chinese): raise it for a corpus with Chinese."""
     train_sample_bytes: int = 100_000_000
     """Training a vocabulary reads at most about this many bytes of the corpus: 1 MiB windows spread evenly
     over it, the same on every process and run (``chunks.sample_sentences``); 0 = the whole corpus."""
@@ -53,7 +57,12 @@ class DataConfig:
 
     corpus: str = "embedded"
     """'embedded' (Python's own docs), comma-separated paths/globs, 'tfds:NAME[:SPLIT]', or a Hugging Face
-    dataset 'hf:NAME[:CONFIG][:SPLIT]' (a local save_to_disk / Parquet / JSON-lines folder or file, or a hub name)."""
+    dataset 'hf:NAME[:CONFIG][:SPLIT]' (a local save_to_disk / Parquet / JSON-lines folder or file, or a hub name).
+    Files may name their language: ``en=wiki/en/*.txt,zh=wiki/zh.txt`` (``data/languages.py``)."""
+    language_alpha: float = 0.7
+    """A corpus whose sources name their languages is sampled with mBERT's exponential smoothing, language i
+    taking the share p_i^alpha / sum_j p_j^alpha (p_i its share of the corpus), both for the tokenizer's training
+    sample and for the pretraining stream: 1 keeps the corpus's proportions, 0 makes them equal."""
     text_field: str = ""
     """tfds: and hf: corpora: the field holding each record's text (empty: 'text', or the only string field)."""
     format: Literal["auto", "lines", "paragraphs"] = "auto"
@@ -75,6 +84,8 @@ class DataConfig:
         """Checks the fields against each other; ``where`` is the section's name in messages."""
         if self.max_seq_length < 8:
             raise ConfigError(f"{where}.max_seq_length={self.max_seq_length} is too short (minimum 8)")
+        if not 0.0 <= self.language_alpha <= 1.0:
+            raise ConfigError(f"{where}.language_alpha={self.language_alpha} must be in [0, 1] (mBERT used 0.7)")
 
 
 @dataclass

@@ -13,6 +13,7 @@
 #   fastai.lock         fastai's AWD-LSTM (the ULMFiT parity tests)        pip install --no-deps --target .venv/fastai
 #   allennlp.lock       AllenNLP's ELMo modules (the ELMo parity tests)    pip install --no-deps --target .venv/allennlp
 #   lm_eval.lock        lm-evaluation-harness (`ptm lm-eval`)              pip install --no-deps --target .venv/lm_eval
+#   jieba.lock          jieba, ERNIE's Chinese word segmenter              pip install --no-deps --target .venv/jieba
 # All for CPython 3.11 on x86-64 Linux with glibc 2.31 or later (manylinux_2_31, libtpu's floor): the TPU VMs'
 # environment (tpu_pod.sh's PYTHON_VERSION) and CI's. torch's CPU build (a +cpu local version) is not on PyPI:
 # give the folder or index that serves it as TORCH_CPU_FIND_LINKS (default: pip's own find-links setting). uv
@@ -50,3 +51,4 @@ lock lamb_reference.lock requirements/lamb_reference.in --no-deps  # on the test
 lock fastai.lock requirements/fastai.in --no-deps  # on the test environment's torch and numpy
 lock allennlp.lock requirements/allennlp.in --no-deps
 lock lm_eval.lock requirements/lm_eval.in --no-deps  # on the test environment's torch and transformers
+lock jieba.lock requirements/jieba.in --no-deps

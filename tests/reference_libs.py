@@ -1,6 +1,7 @@
 """Where the reference libraries of the recurrent parity tests are: fastai (ULMFiT's AWD-LSTM) and AllenNLP (ELMo's
-biLM modules); and EleutherAI's lm-evaluation-harness (``lm_eval``, tests/test_lm_eval.py; ``requirements/lm_eval.in``
-says which of its dependencies go with it), installed the same way.
+biLM modules); EleutherAI's lm-evaluation-harness (``lm_eval``, tests/test_lm_eval.py; ``requirements/lm_eval.in``
+says which of its dependencies go with it); and jieba, the Chinese word segmenter of ERNIE's Chinese units
+(tests/test_ernie_chinese.py; requirements/jieba.in says why), each installed the same way.
 
 Neither goes into the test environment itself: fastai's own requirements (torchvision, spacy) would let pip replace
 the pinned torch, and AllenNLP 2.10 pins torch < 1.13. The README's test command installs each from its lock file
@@ -8,7 +9,7 @@ the pinned torch, and AllenNLP 2.10 pins torch < 1.13. The README's test command
 into a folder of its own (``.venv/fastai``: fastai and the few pure-Python packages it imports; ``.venv/allennlp``:
 AllenNLP alone, whose ELMo modules tests/test_elmo.py imports without the package's framework), and :func:`use`
 appends that folder to ``sys.path``: appended, so a package the test environment has always wins over a copy
-there. ``PTM_FASTAI_DIR`` / ``PTM_ALLENNLP_DIR`` name other folders."""
+there. ``PTM_FASTAI_DIR`` / ``PTM_ALLENNLP_DIR`` / ``PTM_JIEBA_DIR`` name other folders."""
 from __future__ import annotations
 
 import importlib.util
@@ -19,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 INSTALL = {name: f"pip install -q --no-deps --target .venv/{name} -r requirements/{name}.lock"
-           for name in ("fastai", "allennlp", "lm_eval")}
+           for name in ("fastai", "allennlp", "lm_eval", "jieba")}
 """The README test command's install step of each folder (tests/test_readme.py checks that it carries them)."""
 
 

@@ -75,6 +75,13 @@ def cmd_data(args) -> int:
                       "tokens": corpus.cache.num_tokens, "vocab_size": corpus.tokenizer.vocab_size,
                       "train_documents": corpus.train.num_docs,
                       "eval_documents": corpus.eval.num_docs if corpus.eval else 0}, indent=2))
+    if corpus.languages:
+        print(f"languages (data.language_alpha={cfg.data.language_alpha}): share of the tokenizer sample (bytes); "
+              "share of the pretraining stream (tokens): corpus p -> smoothed q, realised")
+        for lang, r in corpus.languages.items():
+            print(f"  {lang:<8} tokenizer sample {r['vocab_sample_share']:.4f}; stream {r['corpus_share']:.4f} -> "
+                  f"{r['target_share']:.4f} (realised {r['stream_share']:.4f}, {r['stream_documents']} of "
+                  f"{r['documents']} documents drawn)")
     return 0
 
 

@@ -206,6 +206,17 @@ class TokenCache:
         counts = np.concatenate([np.diff(s.doc_offsets) for s in self._shards]).astype(np.int64)
         return counts if self._order is None else counts[self._order]
 
+    def doc_num_tokens(self) -> np.ndarray:
+        """int64 [num_docs]: tokens per document, in global order."""
+        counts = np.concatenate([np.diff(np.asarray(s.sentence_offsets)[np.asarray(s.doc_offsets)])
+                                 for s in self._shards]).astype(np.int64)
+        return counts if self._order is None else counts[self._order]
+
+    def doc_keys(self) -> np.ndarray:
+        """int64 [num_docs]: each document's source key (``chunks.ChunkLayout.documents``), in global order."""
+        keys = np.concatenate([np.asarray(s.doc_keys) for s in self._shards]).astype(np.int64)
+        return keys if self._order is None else keys[self._order]
+
 
 # ----------------------------------------------------------------------------------------------------
 # Building

@@ -16,7 +16,7 @@ from pathlib import Path
 from ptm_jax.config import DataConfig
 from ptm_jax.data import hf_datasets
 from ptm_jax.data.corpus import (Document, _keyed_tfds_documents, _sniff, check_file, check_process,
-                                 parse_tfds_spec, read_documents, record_to_document, resolve_files)
+                                 language_files, parse_tfds_spec, read_documents, record_to_document)
 from ptm_jax.errors import ConfigError
 
 
@@ -67,6 +67,10 @@ class ChunkLayout:
     of one file, whole files, the head of another (possibly nothing). 'embedded' is one chunk; TFDS
     ``TFDS_CHUNKS`` even sub-splits (``tfds.even_splits``). Process p of P reads chunks c with c % P == p;
     a document's key is ``(c << 32) + its index in the chunk``, so key order is corpus order.
+
+    A corpus whose sources name their languages (``en=...,zh=...``: ``corpus.language_groups``) is cut language
+    by language: each language's files, laid end to end, make ``ceil(bytes / chunk_bytes)`` chunks of their own,
+    so no chunk holds two languages and ``language_of_chunk`` tells a document's language from its key.
     """
 
     def __init__(self, cfg: DataConfig, chunk_bytes: int | None = None):
@@ -84,16 +88,44 @@ class ChunkLayout:
             self.hf_starts = list(itertools.accumulate((hf_datasets.count_rows(f) for f in self.hf_files), initial=0))
             self.total_bytes = 0
             self.num_chunks = max(1, min(hf_datasets.HF_CHUNKS, self.hf_starts[-1]))
-        elif self.kind == "files":
-            self.files = resolve_files(spec)
+        self.languages: list[str] = []
+        """The languages of the segments, in corpus order (empty: the sources name none)."""
+        seg_bytes: list[int] = []
+        if self.kind == "files":
+            groups = language_files(spec)
+            self.files = [f for _, files in groups for f in files]
             self.sizes = [p.stat().st_size for p in self.files]
             self.total_bytes = sum(self.sizes)
-            self.num_chunks = max(1, -(-self.total_bytes // self.chunk_bytes))
-        else:
+            sizes = iter(self.sizes)
+            seg_bytes = [sum(next(sizes) for _ in files) for _, files in groups]
+            if groups[0][0] is not None:
+                self.languages = [str(lang) for lang, _ in groups]
+            seg_chunks = [max(1, -(-b // self.chunk_bytes)) for b in seg_bytes]
+            self.num_chunks = sum(seg_chunks)
+        elif self.kind != "hf":
             self.total_bytes = 0
             self.num_chunks = 1 if self.kind == "embedded" else TFDS_CHUNKS
+        if self.kind != "files":
+            seg_bytes, seg_chunks = [self.total_bytes], [self.num_chunks]
+        self._seg_first = list(itertools.accumulate(seg_chunks, initial=0))
+        self._seg_start = list(itertools.accumulate(seg_bytes, initial=0))
         self._starts = list(itertools.accumulate(self.sizes, initial=0))
         self._cuts: dict[int, int] = {}
+
+    def segment_of_chunk(self, c: int) -> int:
+        return bisect.bisect_right(self._seg_first, c) - 1
+
+    def language_of_chunk(self, c: int) -> str | None:
+        """The language of chunk ``c``'s documents (None when the sources name no languages)."""
+        return self.languages[self.segment_of_chunk(c)] if self.languages else None
+
+    def language_chunks(self, lang_index: int) -> range:
+        """The chunks of the ``lang_index``-th language (segment)."""
+        return range(self._seg_first[lang_index], self._seg_first[lang_index + 1])
+
+    def language_bytes(self) -> list[int]:
+        """Corpus bytes of each language (segment), in corpus order."""
+        return [b - a for a, b in zip(self._seg_start[:-1], self._seg_start[1:])]
 
     def cut(self, c: int) -> int:
         """Global byte offset where chunk ``c`` starts (``num_chunks``: the end of the corpus)."""
@@ -102,7 +134,8 @@ class ChunkLayout:
         if c >= self.num_chunks:
             return self.total_bytes
         if c not in self._cuts:
-            x = c * self.chunk_bytes
+            seg = self.segment_of_chunk(c)
+            x = self._seg_start[seg] + (c - self._seg_first[seg]) * self.chunk_bytes
             f = bisect.bisect_right(self._starts, x) - 1
             base = self._starts[f]
             if x == base:
@@ -186,11 +219,17 @@ def sample_sentences(cfg: DataConfig, budget_bytes: int | None = None,
     Files: the corpus is cut into windows of ``window_bytes`` (``ChunkLayout``) and ``budget / window`` of them,
     evenly spaced over the whole corpus, are read; a corpus within the budget is read whole. 'embedded' is
     read whole; TFDS records are read in order until the budget. The same sample on every process and run:
-    it depends only on the files' bytes."""
+    it depends only on the files' bytes. A corpus whose sources name their languages is sampled with mBERT's
+    smoothed language shares (``languages.smoothed_sample``)."""
     budget = int(budget_bytes or 0)
     if budget and budget < window_bytes:
         window_bytes = budget
     layout = ChunkLayout(cfg, window_bytes)
+    if layout.languages:  # mBERT's smoothed language shares (data/languages.py)
+        from ptm_jax.data.languages import smoothed_sample
+
+        yield from smoothed_sample(layout, budget, cfg.language_alpha)
+        return
     if layout.kind == "files":
         for f in layout.files:  # empty, missing or binary files are named before anything is read
             check_file(f)

@@ -9,8 +9,8 @@ File formats (google-research/bert create_pretraining_data.py reads the first):
               boundary once it holds >= doc_max_sentences sentences, and at end of file. Project Gutenberg
               headers/footers ("*** START OF THE PROJECT GUTENBERG ..." / "*** END OF ...") are cut.
   auto        per file, from the first 64 KiB: paragraphs if it has a Gutenberg START marker; otherwise
-              lines if >= 50% of its non-blank lines end in sentence punctuation (. ! ? ... then optional
-              closing quotes/brackets) AND < 30% hold more than one sentence; else paragraphs. (Wrapped
+              lines if >= 50% of its non-blank lines end in sentence punctuation (. ! ? ... or Chinese 。！？,
+              then optional closing quotes/brackets) AND < 30% hold more than one sentence; else paragraphs. (Wrapped
               prose ends most lines mid-sentence; one-paragraph-per-line text such as WikiText has many
               sentences per line.)
 
@@ -32,8 +32,9 @@ from ptm_jax.config import DataConfig
 from ptm_jax.errors import ConfigError, DataError
 
 Document = list[str]
-READER_VERSION = 1
-"""Bump when reading or sentence splitting changes what documents a file yields (token caches rebuild)."""
+READER_VERSION = 2
+"""Bump when reading or sentence splitting changes what documents a file yields (token caches rebuild).
+2: a line ending in Chinese sentence punctuation (。！？) counts as ending a sentence in the format detection."""
 
 SNIFF_BYTES = 64 * 1024
 BINARY_SNIFF_BYTES = 8 * 1024
@@ -48,7 +49,8 @@ _GUTENBERG_END = re.compile(r"^\*{3}\s*END OF (THE|THIS) PROJECT GUTENBERG", re.
 
 _BOUNDARY = re.compile(r"([.!?\u2026]+)([\"'\u201d\u2019)\]]*)\s+")
 _OPENERS = "\"'\u201c\u2018(["
-_ENDS_SENTENCE = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*$")
+# sentence punctuation (with Chinese 。！？), then closing quotes/brackets (with 」』）)
+_ENDS_SENTENCE = re.compile(r"[.!?\u2026\u3002\uff01\uff1f][\"'\u201d\u2019)\]\u300d\u300f\uff09]*$")
 _DOTTED = re.compile(r"^(?:[a-z]{1,2}\.)+[a-z]{1,2}$")  # e.g, i.e, u.s, a.m, ph.d
 _ABBREVIATIONS = frozenset(
     "mr mrs ms messrs mme mlle dr prof sr jr st rev hon gen col capt lt sgt maj cmdr adm gov sen rep pres "
@@ -93,9 +95,65 @@ def split_sentences(paragraph: str) -> list[str]:
 # Files
 
 
+_LANGUAGE_TAG = re.compile(r"([A-Za-z][A-Za-z0-9_-]{0,31})=(.*)")
+
+
+def language_groups(spec: str) -> list[tuple[str | None, str]]:
+    """The sources of a corpus spec by language: ``LANG=PATHS`` tags a source (``en=wiki/en/*.txt,zh=zh.txt``),
+    and the untagged parts after a tagged one belong to the same language (``en=a.txt,b.txt,zh=c.txt``). An
+    untagged spec is one group of language None. Returns (language, comma-joined paths) in spec order."""
+    groups: list[tuple[str | None, list[str]]] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        m = _LANGUAGE_TAG.fullmatch(part)
+        if m:
+            lang, path = m.group(1), m.group(2).strip()
+            if not path:
+                raise ConfigError(f"data.corpus: language {lang!r} has no path after '{lang}='; write {lang}=PATH")
+            if path.startswith(("tfds:", "hf:")) or path == "embedded":
+                raise ConfigError(f"data.corpus: {part!r}: a language-tagged source must be files (paths, globs, "
+                                  "directories); tfds:, hf: and 'embedded' corpora take no language tags")
+            if any(g == lang for g, _ in groups):
+                raise ConfigError(f"data.corpus: language {lang!r} is named twice; list all its paths after one "
+                                  f"'{lang}=' (comma-separated)")
+            groups.append((lang, [path]))
+        elif groups:
+            groups[-1][1].append(part)
+        else:
+            groups.append((None, [part]))
+    if len(groups) > 1 and groups[0][0] is None:
+        raise ConfigError(f"data.corpus: {groups[0][1][0]!r} has no language but later sources do; tag every "
+                          "source (LANG=PATH, e.g. en=a.txt,zh=b.txt) or none")
+    return [(lang, ",".join(paths)) for lang, paths in groups]
+
+
+def language_files(spec: str) -> list[tuple[str | None, list[Path]]]:
+    """(language, its files) per group of :func:`language_groups`; the files of a group are those of
+    :func:`resolve_files` on its paths. A file may belong to one language only."""
+    out: list[tuple[str | None, list[Path]]] = []
+    owner: dict[Path, str | None] = {}
+    for lang, paths in language_groups(spec):
+        files = _resolve_untagged(paths)
+        for f in files:
+            if f in owner:
+                raise DataError(f"corpus: {f} is listed under both languages {owner[f]!r} and {lang!r}; a file "
+                                "belongs to one language: fix data.corpus")
+            owner[f] = lang
+        out.append((lang, files))
+    if not out:
+        raise DataError(f"corpus '{spec}': matched no files")
+    return out
+
+
 def resolve_files(spec: str) -> list[Path]:
     """Comma-separated paths, globs (``**`` allowed) and directories (-> their ``*.txt``, recursively);
-    sorted and de-duplicated. A part that matches nothing raises DataError naming it."""
+    sorted and de-duplicated. A part that matches nothing raises DataError naming it. With language tags
+    (:func:`language_groups`) the files are listed language by language, in the spec's order."""
+    return [f for _, files in language_files(spec) for f in files]
+
+
+def _resolve_untagged(spec: str) -> list[Path]:
     found: set[Path] = set()
     for part in (p.strip() for p in spec.split(",")):
         if not part:
@@ -104,7 +162,8 @@ def resolve_files(spec: str) -> list[Path]:
             [Path(part)] if Path(part).exists() else [])
         if not matches:
             raise DataError(f"corpus '{part}': no such file, directory or glob match; check data.corpus "
-                            "(comma-separated paths/globs/directories, 'embedded', or 'tfds:NAME[:SPLIT]')")
+                            "(comma-separated paths/globs/directories, optionally tagged LANG=PATH, 'embedded', "
+                            "or 'tfds:NAME[:SPLIT]')")
         for m in matches:
             if m.is_dir():
                 txt = [t for t in m.rglob("*.txt") if t.is_file()]

@@ -83,6 +83,8 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
                 "corpus_key": corpus_key, "train_sample_bytes": cfg.train_sample_bytes, "version": 2}
     if cfg.kind in ("word", "char"):
         settings["min_count"] = cfg.min_count
+    if cfg.kind == "wordpiece" and cfg.limit_alphabet != 1000:  # (the default keeps earlier runs' keys)
+        settings["limit_alphabet"] = cfg.limit_alphabet
     key = _sha256(json.dumps(settings, sort_keys=True))
     names = {"wordpiece": ["vocab.txt"], "byte_bpe": ["vocab.json", "merges.txt"],
              "word": ["vocab.tsv"], "char": [CHARS_FILE]}.get(cfg.kind, ["spm.model", "spm.vocab"])
@@ -113,7 +115,8 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
                     build_char_vocab(train_texts(), tmp, min_count=cfg.min_count, max_vocab=cfg.vocab_size,
                                      lower_case=cfg.lower_case)
                 elif cfg.kind == "wordpiece":
-                    train_wordpiece(train_texts(), cfg.vocab_size, tmp, lower_case=cfg.lower_case)
+                    train_wordpiece(train_texts(), cfg.vocab_size, tmp, lower_case=cfg.lower_case,
+                                    limit_alphabet=cfg.limit_alphabet)
                 else:
                     train_sentencepiece(train_texts(), cfg.vocab_size, tmp, cfg.kind.removeprefix("sentencepiece_"),
                                         lower_case=cfg.lower_case)

@@ -19,8 +19,8 @@ from ptm_jax import config as config_lib
 from ptm_jax import fs
 from ptm_jax.config import RunConfig
 from ptm_jax.data.cache import TokenCache, build_or_load_cache
-from ptm_jax.data.chunks import sample_sentences
-from ptm_jax.data.corpus import prepare_tfds
+from ptm_jax.data.chunks import ChunkLayout, sample_sentences
+from ptm_jax.data.corpus import language_groups, prepare_tfds
 from ptm_jax.data.pretraining.source import SpecialIds, SubsetSource
 from ptm_jax.data.tokenizer_loading import load_tokenizer
 from ptm_jax.data.tokenizers import Tokenizer
@@ -42,6 +42,8 @@ class Corpus:
     """The special ids the family declares (``Pretraining.specials``); the others are None."""
     artifacts: dict[str, Any] = dataclasses.field(default_factory=dict)
     """``Pretraining.artifacts`` name -> value, built once beside the token cache (``prepare_corpus``)."""
+    languages: dict[str, dict] | None = None
+    """A language-tagged corpus: per language, its corpus and sampled shares (``data/languages.py``)."""
 
 
 def _sentences(cfg: RunConfig) -> Callable[[], Any]:
@@ -94,7 +96,10 @@ def prepare_corpus(cfg: RunConfig) -> Corpus:
         return family.pretraining.corpus(cfg)
     out = fs.makedirs(cfg.output_dir)
     prepare_tfds(cfg.data, jax.process_index(), barrier)
-    tok = load_tokenizer(cfg.tokenizer, _sentences(cfg), out, corpus_key=cfg.data.corpus,
+    corpus_key = cfg.data.corpus
+    if language_groups(corpus_key)[0][0] is not None:  # the smoothing exponent shapes the tokenizer's sample
+        corpus_key += f"|language_alpha={cfg.data.language_alpha}"
+    tok = load_tokenizer(cfg.tokenizer, _sentences(cfg), out, corpus_key=corpus_key,
                          process_index=jax.process_index(), barrier=barrier)
     if tok.vocab_size > cfg.model.vocab_size:
         raise ConfigError(f"the tokenizer has {tok.vocab_size} ids but model.vocab_size={cfg.model.vocab_size}; "
@@ -107,9 +112,21 @@ def prepare_corpus(cfg: RunConfig) -> Corpus:
         raise ConfigError(f"the corpus {cfg.data.corpus!r} has {cache.num_docs} documents after tokenization; "
                           f"{cfg.objective} needs at least {need} training documents: add text or lower "
                           "data.eval_documents")
-    train = SubsetSource(cache, np.arange(cache.num_docs - n_eval))
-    held = SubsetSource(cache, np.arange(cache.num_docs - n_eval, cache.num_docs)) if n_eval else None
-    corpus = Corpus(tok, cache, train, held, special_ids(tok, family, cfg.objective))
+    train_docs, languages = np.arange(cache.num_docs - n_eval), None
+    held_docs = np.arange(cache.num_docs - n_eval, cache.num_docs)
+    if language_groups(cfg.data.corpus)[0][0] is not None:  # mBERT's smoothed language shares
+        layout = ChunkLayout(cfg.data)
+        from ptm_jax.data.languages import smoothed_documents, split_by_language, vocab_sample_shares
+
+        train_docs, held_docs = split_by_language(cache, layout, n_eval)
+        train_docs, languages = smoothed_documents(cache, layout, train_docs, cfg.data.language_alpha,
+                                                   cfg.data.seed)
+        vocab = vocab_sample_shares(layout, cfg.data.language_alpha)
+        for lang, row in languages.items():
+            row["vocab_sample_share"] = vocab[lang]["target_share"]
+    train = SubsetSource(cache, train_docs)
+    held = SubsetSource(cache, held_docs) if len(held_docs) else None
+    corpus = Corpus(tok, cache, train, held, special_ids(tok, family, cfg.objective), languages=languages)
     corpus.artifacts = build_artifacts(cfg, corpus, family, cache_dir)
     return corpus
 

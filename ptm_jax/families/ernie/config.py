@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.bert.config import BertConfig, BertDataConfig
 
-UNIT_SOURCES = ("lexicon", "pmi", "spans")
+UNIT_SOURCES = ("lexicon", "pmi", "spans", "jieba")
 LEVELS = ("basic", "phrase", "entity")
 
 
@@ -29,7 +29,8 @@ class ErnieDataConfig(BertDataConfig):
 
     unit_sources: str = ""
     """Comma-separated sources of phrase/entity units, applied in this order of precedence: 'spans' (the span
-    file), 'lexicon' (the lexicon file, longest match first), 'pmi' (word2phrase phrases found in the corpus).
+    file), 'lexicon' (the lexicon file, longest match first), 'jieba' (Chinese words, phrases and entities from
+    jieba's segmentation and dictionary: ``chinese_units.py``), 'pmi' (word2phrase phrases found in the corpus).
     Empty: basic units only."""
     lexicon_file: str = ""
     """'lexicon': one unit per line, ``KIND<TAB>TEXT``, KIND 'phrase' or 'entity'; '#' starts a comment line."""

@@ -3,7 +3,7 @@
 ERNIE (Sun et al. 2019, Sec. 3.2) masks whole *units*: basic units (a token; the WordPiece pre-tokenizer makes
 every CJK ideograph its own word, so a Chinese character is a basic unit), phrases and entities. Units are found
 once per corpus (the ``Pretraining.artifacts`` entry "units", built beside the token cache by
-``train/stages.py:prepare_corpus``) from three sources, applied in this order of precedence (a later source only
+``train/stages.py:prepare_corpus``) from four sources, applied in this order of precedence (a later source only
 claims tokens no earlier unit holds):
 
 * ``spans``: a span file, ``DOC<TAB>START<TAB>END<TAB>KIND`` per line, token offsets [START, END) into document
@@ -11,6 +11,9 @@ claims tokens no earlier unit holds):
 * ``lexicon``: a file of phrases and entities, ``KIND<TAB>TEXT`` per line. Each entry is tokenized with the run's
   tokenizer; entries are matched greedily, longest first, at word starts of each sentence, and a match must end at
   a word end (so a unit always spans every piece of its words).
+* ``jieba``: Chinese words of two or more characters, found by jieba's dictionary segmentation over the runs of
+  one-character CJK tokens; entities where the dictionary tags them as names of persons, places, organisations or
+  other proper nouns, phrases otherwise (``chinese_units.py``).
 * ``pmi``: two-word phrases found in the training documents with word2phrase's rule (word2vec's
   ``word2phrase.c``): score(a, b) = (count(ab) - min_count) / (count(a) count(b)) * N over words (a word = its
   WordPiece pieces), N the number of words; bigrams never cross a sentence; a word or bigram rarer than
@@ -229,7 +232,7 @@ def annotate(cache: Any, train_docs: np.ndarray, is_continuation: np.ndarray, dc
     offsets = np.concatenate([[0], np.cumsum(doc_len)])
     codes = np.zeros(int(offsets[-1]), np.uint8)
     taken = np.zeros(len(codes), bool)
-    counts = {"spans": 0, "lexicon": 0, "pmi": 0}
+    counts = {"spans": 0, "lexicon": 0, "jieba": 0, "pmi": 0}
 
     def claim(lo: int, hi: int, kind: int, source: str) -> None:
         if not taken[lo:hi].any():
@@ -256,6 +259,14 @@ def annotate(cache: Any, train_docs: np.ndarray, is_continuation: np.ndarray, dc
             for base, sent, start in sentences(d):
                 for s, e, kind in matcher.match(sent, start):
                     claim(base + s, base + e, kind, "lexicon")
+    if "jieba" in sources:  # Chinese words, phrases and entities from jieba's dictionary (chinese_units.py)
+        from ptm_jax.families.ernie.chinese_units import Segmenter, cjk_token_chars, segment_units
+
+        seg, chars = Segmenter(), cjk_token_chars(tokenizer)
+        for d in range(num_docs):
+            for base, sent, _ in sentences(d):
+                for s, e, kind in segment_units(sent, chars, seg):
+                    claim(base + s, base + e, KINDS[kind], "jieba")
     if "pmi" in sources:
         counted = cache if count_source is None else count_source
         scorer = PhraseScorer((_words(sent, start)[0] for d in train_docs
@@ -278,6 +289,11 @@ def fingerprint(dcfg: Any, cache: Any, tokenizer: Any) -> str:
     for src, field in (("lexicon", "lexicon_file"), ("spans", "span_file")):
         if src in dcfg.sources():
             parts[field] = hashlib.sha256(_read(getattr(dcfg, field), f"{src} file", f"data.{field}")).hexdigest()
+    if "jieba" in dcfg.sources():
+        from ptm_jax.families.ernie.chinese_units import Segmenter
+
+        seg = Segmenter()
+        parts["jieba"] = [seg.version, seg.dictionary_sha256]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
