@@ -10,7 +10,7 @@ Writes into ``--out``:
   GLUE SST-2's layout (header ``sentence<TAB>label``), so ``ptm eval --task sst2 --glue-dir .../chnsenticorp``
   scores a model finetuned on English SST-2 on it. Tabs and line breaks inside a review become spaces.
 
-    python benchmarks/chinese_text.py --source /work/data_fetched/chinese_nlp_corpus --out /work/data_fetched/zh
+    python benchmarks/chinese_text.py --source data/fetched/chinese_nlp_corpus --out data/fetched/zh
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ GloVe alone through the same TextCNN head (McCann et al. 2017 Sec. 4-5, at toy s
 
 Every step is skipped when its result exists (rerun the same command to resume).
 
-    python benchmarks/cove_sst2.py --multi30k /work/data_fetched/multi30k --out runs/cove_sst2
+    python benchmarks/cove_sst2.py --multi30k data/fetched/multi30k --out runs/cove_sst2
 """
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ Everything goes through the CLI a user types: ``ptm pretrain`` (the multilingual
 writes ChnSentiCorp in SST-2's layout). Nothing is chosen on the Chinese set: the finetuned model is the one after
 the last step (``finetune-sst2/final``) when it exists, else ``best`` (chosen on English SST-2 dev).
 
-    python benchmarks/cross_lingual_transfer.py --zh-corpus /work/data_fetched/zh/zh_shopping.txt \
-        --zh-eval /work/data_fetched/zh/chnsenticorp --out /tmp/xling
+    python benchmarks/cross_lingual_transfer.py --zh-corpus data/fetched/zh/zh_shopping.txt \
+        --zh-eval data/fetched/zh/chnsenticorp --out runs/xling
 """
 from __future__ import annotations
 

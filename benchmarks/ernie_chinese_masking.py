@@ -16,7 +16,7 @@ the same token budget. For each seed (``data.seed``), over ``--steps`` batches o
 * masked run length: the mean length of the runs of consecutive masked positions (tokens = characters here);
 * ERNIE only: the masked units by kind (basic character, phrase, entity) and their mean length in characters.
 
-    python benchmarks/ernie_chinese_masking.py --corpus /work/data_fetched/zh/zh_shopping.txt --out /tmp/zh_mask
+    python benchmarks/ernie_chinese_masking.py --corpus data/fetched/zh/zh_shopping.txt --out runs/zh_mask
 
 jieba is imported from ``.venv/jieba`` when it is not installed (the README's test command puts it there).
 """

@@ -15,7 +15,7 @@ form). The model pretrains on ``valid.txt`` only (``gpt_small`` narrowed to 2 la
   such word as distractor: local syntax helps here, the topic of the paragraph more for the last word.
 * ``wt2_ppl`` (loglikelihood_rolling): word perplexity of test paragraphs.
 
-    python benchmarks/lm_eval_prompted.py --out /work/data_fetched/lm_eval_bench
+    python benchmarks/lm_eval_prompted.py --out data/fetched/lm_eval_bench
     # pretrains into OUT/gpt_wt2 unless it holds a run; --steps, --items, --paragraphs
 
 Needs lm_eval (``pip install --no-deps --target .venv/lm_eval -r requirements/lm_eval.lock``) and, for the parity
