@@ -115,9 +115,10 @@ class PtmLM(TemplateLM):
                               "Face folder (pretrained=PATH)")
         params, cfg, info, tok_dir = load_params(pretrained)
         fam = registry.get(cfg.family)
-        if cfg.family != "gpt" or fam.layout.trunk not in params:
-            raise ConfigError(f"{pretrained}: is a {cfg.family!r} model; the lm_eval 'ptm' model class needs a GPT "
-                              "causal LM (model.family='gpt')")
+        if fam.inspection.generate is None or fam.layout.trunk not in params:
+            able = sorted(n for n, f in registry.families().items() if f.inspection.generate is not None)
+            raise ConfigError(f"{pretrained}: is a {cfg.family!r} model; the lm_eval 'ptm' model class needs a causal "
+                              f"LM of a family that generates ({', '.join(able)})")
         self.params = params["params"] if set(params) == {"params"} else params
         self.cfg = cfg
         self.tokenizer = load_tokenizer(info, tok_dir)

@@ -37,7 +37,7 @@ from ptm_jax.models.lstm import LSTM, LSTMWeights, LstmCarry
 TRUNK = "cove"
 
 
-class BiLSTM(nn.Module):
+class MTLSTMLayer(nn.Module):
     """One bidirectional layer: (x [B, S, D], mask [B, S]) -> ([B, S, 2H], (forward carry, backward carry))."""
 
     hidden_size: int
@@ -67,7 +67,7 @@ class MTLSTM(nn.Module):
         x = vectors.astype(dtype_of(cfg.dtype))
         layers, finals = [], []
         for i in range(cfg.encoder_layers):
-            x, carries = BiLSTM(cfg.hidden_size, cfg.lstm_impl, cfg.dtype, name=f"lstm_{i}")(drop(x), mask)
+            x, carries = MTLSTMLayer(cfg.hidden_size, cfg.lstm_impl, cfg.dtype, name=f"lstm_{i}")(drop(x), mask)
             layers.append(x)
             finals.append(carries)
         return layers, finals
