@@ -222,8 +222,9 @@ class PtmLM(TemplateLM):
     def _decode(self, prompts: list[list[int]], new: int, kwargs: dict, seed: int) -> list[list[int]]:
         """``new`` tokens (or up to end-of-text) after each prompt; the batch is filled to ``batch_size`` rows with
         copies of its first prompt and left-padded to a power-of-two width."""
-        from ptm_jax.families.gpt.decode import generate
+        from ptm_jax.families import registry
 
+        generate = registry.get(self.cfg.family).inspection.generate
         greedy = not kwargs.get("do_sample") or float(kwargs.get("temperature") or 0.0) == 0.0
         filled = prompts + [prompts[0]] * (self.batch_size - len(prompts))
         width = bucket(max(map(len, prompts)), self._max_length - new)
