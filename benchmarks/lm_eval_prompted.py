@@ -176,7 +176,7 @@ def main() -> None:
         export_hf(run / "pretrain", hf_dir)
     t = time.time()
     ref = evaluator.simple_evaluate(model="hf", model_args={"pretrained": str(hf_dir), "device": "cpu",
-                                                             "dtype": "float32"}, tasks=TASKS,
+                                                             "device_map": "cpu", "dtype": "float32"}, tasks=TASKS,
                                     task_manager=TaskManager(include_path=str(tasks), include_defaults=False),
                                     batch_size=32, log_samples=True, bootstrap_iters=0)
     seconds["hf"] = round(time.time() - t, 1)

@@ -80,8 +80,11 @@ def runs(tmp_path_factory):
     tasks = _write_tasks(root)
     ours = run_tasks(str(root / "params"), TASKS, include_path=str(tasks), log_samples=True, batch_size=4,
                      builtin_tasks=False)
+    # device_map given: the harness moves the model itself (.to(device)); without one it asks transformers for a
+    # device map, which needs accelerate to be importable when transformers was first imported in the process
+    hf_args = {"pretrained": str(root / "hf"), "device": "cpu", "device_map": "cpu", "dtype": "float32"}
     ref = evaluator.simple_evaluate(
-        model="hf", model_args={"pretrained": str(root / "hf"), "device": "cpu", "dtype": "float32"}, tasks=TASKS,
+        model="hf", model_args=hf_args, tasks=TASKS,
         task_manager=TaskManager(include_path=str(tasks), include_defaults=False), log_samples=True, batch_size=4,
         bootstrap_iters=0)
     return root, tasks, ours, ref

@@ -413,8 +413,10 @@ def load_tokenizer(info: dict[str, Any], tokenizer_dir: Path | None):
     if tok.get("kind") == "byte_bpe":
         from ptm_jax.data.byte_bpe import ByteBPETokenizer
 
-        merges = tokenizer_dir / (tok["files"][1] if len(tok["files"]) > 1 else "merges.txt")
-        return ByteBPETokenizer(f, merges)
+        names = list(tok["files"])  # vocab.json and merges.txt, in either order
+        vocab = next((n for n in names if n.endswith(".json")), names[0])
+        merges = next((n for n in names if n != vocab), "merges.txt")
+        return ByteBPETokenizer(tokenizer_dir / vocab, tokenizer_dir / merges)
     if tok.get("kind") == "word":  # a word vocabulary with counts (data/word_vocab.py)
         from ptm_jax.data.word_vocab import WordVocab
 

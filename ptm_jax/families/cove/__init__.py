@@ -14,7 +14,7 @@ from typing import Any
 
 from ptm_jax.families.cove import hooks
 from ptm_jax.families.cove.config import CoveConfig, CoveDataConfig
-from ptm_jax.families.registry import Family, Inspection, ParamLayout, Pretraining, lazy, register
+from ptm_jax.families.registry import Bench, Family, Inspection, ParamLayout, Pretraining, lazy, register
 
 
 def build_translation(cfg: Any, corpus: Any):
@@ -42,6 +42,9 @@ FAMILY = register(Family(
     ),
     inspection=Inspection(
         word_features=lazy("ptm_jax.families.cove.features", "word_features"),
+    ),
+    bench=Bench(
+        corpus="configured",  # the pairs and the target vocabulary come from the configured parallel corpus
     ),
     tiny_preset="cove_tiny",
 ))
