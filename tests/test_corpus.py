@@ -139,6 +139,20 @@ def test_split_sentences_handles_abbreviations_decimals_quotes():
     assert split_sentences("Pi is 3.14. It is irrational.") == ["Pi is 3.14.", "It is irrational."]
 
 
+def test_split_sentences_cuts_chinese_and_japanese_prose_at_full_width_stops_with_no_space():
+    assert split_sentences("我喜欢这本书。它很好看！你呢？“好。”他说。价格是3.5元") == [
+        "我喜欢这本书。", "它很好看！", "你呢？", "“好。”", "他说。", "价格是3.5元"]
+    assert split_sentences("「行こう。」と彼は言った。 Then Mr. Smith left.") == [
+        "「行こう。」", "と彼は言った。", "Then Mr. Smith left."]
+    assert split_sentences("好。") == ["好。"] and split_sentences("是吗？！真的") == ["是吗？！", "真的"]
+
+
+def test_a_chinese_file_of_one_paragraph_per_line_reads_as_paragraphs_of_sentences(tmp_path):
+    f = write(tmp_path / "zh.txt", "这家酒店很干净。服务也好！下次还来。\n\n房间太小了。早餐一般。\n".encode())
+    assert detect_format(f) == "paragraphs"
+    assert list(read_documents(f)) == [["这家酒店很干净。", "服务也好！", "下次还来。", "房间太小了。", "早餐一般。"]]
+
+
 @pytest.mark.parametrize("fmt", ["lines", "paragraphs", "auto"])
 def test_non_utf8_names_file_line_and_byte(tmp_path, fmt):
     f = write(tmp_path / "latin.txt", b"Fine line.\nAlso fine.\nCaf\xe9 au lait.\nMore.\n")

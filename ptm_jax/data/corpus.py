@@ -51,6 +51,8 @@ _BOUNDARY = re.compile(r"([.!?\u2026]+)([\"'\u201d\u2019)\]]*)\s+")
 _OPENERS = "\"'\u201c\u2018(["
 # sentence punctuation (with Chinese 。！？), then closing quotes/brackets (with 」』）)
 _ENDS_SENTENCE = re.compile(r"[.!?\u2026\u3002\uff01\uff1f][\"'\u201d\u2019)\]\u300d\u300f\uff09]*$")
+# Chinese and Japanese prose: 。！？ (and closing quotes/brackets) end a sentence with no space after them
+_CJK_BOUNDARY = re.compile(r"([\u3002\uff01\uff1f]+)([\"'\u201d\u2019)\]\u300d\u300f\uff09]*)\s*")
 _DOTTED = re.compile(r"^(?:[a-z]{1,2}\.)+[a-z]{1,2}$")  # e.g, i.e, u.s, a.m, ph.d
 _ABBREVIATIONS = frozenset(
     "mr mrs ms messrs mme mlle dr prof sr jr st rev hon gen col capt lt sgt maj cmdr adm gov sen rep pres "
@@ -72,7 +74,9 @@ def split_sentences(paragraph: str) -> list[str]:
     """Splits prose into sentences at . ! ? ... (+ closing quotes/brackets) followed by whitespace and a
     character that is not lower case; not after abbreviations (Mr., Dr., e.g., U.S.), initials, or
     'No.'/'p.'-style abbreviations before a number. Decimals ("3.14") have no whitespace and never split.
-    Whitespace runs are collapsed to one space."""
+    Chinese and Japanese full stops, exclamation and question marks (。！？, with closing quotes and brackets
+    such as 」 and ”) end a sentence wherever text follows, space or not. Whitespace runs are collapsed to one
+    space."""
     text = " ".join(paragraph.split())
     out: list[str] = []
     start = 0
@@ -88,7 +92,17 @@ def split_sentences(paragraph: str) -> list[str]:
         start = m.end()
     if start < len(text):
         out.append(text[start:])
-    return out
+    return [part for sentence in out for part in _split_cjk(sentence)]
+
+
+def _split_cjk(sentence: str) -> list[str]:
+    parts, start = [], 0
+    for m in _CJK_BOUNDARY.finditer(sentence):
+        if m.end() < len(sentence):
+            parts.append(sentence[start: m.end(2)])
+            start = m.end()
+    parts.append(sentence[start:])
+    return parts
 
 
 # ----------------------------------------------------------------------------------------------------
