@@ -1,9 +1,11 @@
 """mBERT's exponentially smoothed language sampling (data/languages.py): the corpus spec's language tags, chunks
 that never hold two languages, the tokenizer sample's and the pretraining stream's realised shares against
-q_i = p_i^alpha / sum_j p_j^alpha, the same stream for any host count, and `ptm data`'s per-language shares."""
+q_i = p_i^alpha / sum_j p_j^alpha, the same stream for any host count, `ptm data`'s per-language shares, and a
+SentencePiece vocabulary trained on the smoothed sample."""
 from __future__ import annotations
 
 import dataclasses
+import unicodedata
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from ptm_jax.data.chunks import ChunkLayout, sample_sentences
 from ptm_jax.data.corpus import language_groups, resolve_files
 from ptm_jax.data.corpus import detect_format
 from ptm_jax.data.languages import document_languages, smoothed_documents, smoothed_shares, split_by_language
-from ptm_jax.data.tokenizers import train_wordpiece
+from ptm_jax.data.tokenizers import train_sentencepiece, train_wordpiece
 from ptm_jax.errors import ConfigError, DataError
 
 ZH = ["北京大学和清华大学都位于北京市海淀区。", "这家酒店的服务很好，房间干净，早餐也不错！",
@@ -169,3 +171,24 @@ def test_ptm_data_prints_the_language_shares(corpus, tmp_path, capsys):
         assert target[k] == pytest.approx(corpus_p[k] ** 0.5 / norm, abs=2e-3)
         assert realised[k] == pytest.approx(target[k], abs=0.01)
     assert target["de"] > 2 * corpus_p["de"]
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_sentencepiece_on_the_smoothed_sample_encodes_every_language_without_unk(corpus, tmp_path, model_type):
+    """A SentencePiece vocabulary trained on the language-smoothed sample (as `ptm data` trains one for
+    tokenizer.kind=sentencepiece_*): every sentence of the three languages encodes with no [UNK] and decodes to
+    its NFKC form (SentencePiece's normalisation), every Chinese character of the corpus is in a piece, and some
+    pieces are Chinese words."""
+    _, cfg = corpus
+    tok = train_sentencepiece(sample_sentences(cfg, 0), 400, tmp_path / "spm", model_type)
+    for s in ZH + EN + DE:
+        ids = tok.encode(s)
+        assert tok.unk_id not in ids, s
+        assert tok.decode(ids) == unicodedata.normalize("NFKC", s)  # full-width ，！ read as , ! (nmt_nfkc)
+    pieces = [tok.id_to_token(i) for i in range(tok.vocab_size)]
+    zh_chars = {ch for s in ZH for ch in s if "\u4e00" <= ch <= "\u9fff"}
+    covered = {ch for p in pieces for ch in p if ch in zh_chars}
+    assert covered == zh_chars
+    words = [w for w in (p.lstrip("\u2581") for p in pieces)
+             if len(w) > 1 and all("\u4e00" <= ch <= "\u9fff" for ch in w)]
+    assert words  # Chinese words of their own: unigram 1 (大学), BPE 69 (北京, 房间, ...)
