@@ -13,19 +13,44 @@ collection order. The figures only order the files: a stale figure costs balance
 from __future__ import annotations
 
 FILE_COST_S: dict[str, float] = {
-    # 2026-12-02, the shared 2-core VM (load average 28-40); ">=": the file did not run to its end there
-    "tests/test_conformance.py": 294.0,  # >=: 6 of its 8 objectives, four fits each
-    "tests/test_multihost_run.py": 291.0,  # >=: its 2- and 4-process runs hit their 560 s timeout at that load
-    "tests/test_resume.py": 225.0,  # 83 on 2026-12-02 alone at load 12-20 (either step count): a loaded run costs more
-    "tests/test_one_row_shards.py": 222.0,
-    "tests/test_gcs_run.py": 152.0,  # >=: its 2-process run failed to connect (Gloo timeout) at that load
-    "tests/test_job_conformance_lineage.py": 150.0,
-    "tests/test_tpu_compile.py": 140.0,  # >=: the v5e compile process when its 1,800 s timeout stopped it
-    "tests/test_conformance_lineage.py": 125.0,
-    "tests/test_preemption.py": 104.0,
-    # 2026-12-02, one file per process (-n 0) at load 12-20; the figures above were taken at 28-40, which inflated
-    # CPU seconds: tests/test_resume.py measured 83 here against 225 there
-    "tests/test_transfo_xl.py": 107.0,
+    # a whole run of 09321f2 (2026-12-02, the 2-core VM, two workers, load average about 4 from the workers' own
+    # subprocesses): 9,244 CPU-s over 135 files; every file of 60 CPU-s or more
+    "tests/test_job_conformance.py": 882.0,
+    "tests/test_multihost_run.py": 620.0,
+    "tests/test_conformance.py": 499.0,
+    "tests/test_tpu_compile.py": 377.0,
+    "tests/test_job_conformance_lineage.py": 364.0,
+    "tests/test_conformance_lineage.py": 339.0,
+    "tests/test_lora.py": 291.0,
+    "tests/test_gcs_run.py": 283.0,
+    "tests/test_flops.py": 265.0,
+    "tests/test_one_row_shards.py": 216.0,
+    "tests/test_compare.py": 191.0,
+    "tests/test_consert.py": 191.0,
+    "tests/test_multi_step.py": 185.0,
+    "tests/test_cost_model.py": 181.0,
+    "tests/test_ernie_finetune.py": 168.0,
+    "tests/test_mesh_equivalence_families.py": 167.0,
+    "tests/test_mtdnn.py": 163.0,
+    "tests/test_pretrain_parity.py": 160.0,
+    "tests/test_bench.py": 155.0,
+    "tests/test_cli_e2e.py": 148.0,
+    "tests/test_launch_scripts.py": 147.0,
+    "tests/test_preemption.py": 146.0,
+    "tests/test_resume.py": 142.0,
+    "tests/test_transfo_xl.py": 141.0,
+    "tests/test_finetune_tasks.py": 120.0,
+    "tests/test_feature_tasks.py": 119.0,
+    "tests/test_multiprocess.py": 118.0,
+    "tests/test_hf_cli.py": 116.0,
+    "tests/test_mesh_equivalence.py": 108.0,
+    "tests/test_numerical_health.py": 107.0,
+    "tests/test_ulmfit.py": 105.0,
+    "tests/test_xlnet_memory.py": 72.0,
+    "tests/test_startup_scale.py": 66.0,
+    "tests/test_squad_xlnet.py": 64.0,
+    "tests/test_family_finetuning.py": 63.0,
+    "tests/test_row_streams.py": 63.0,
 }
 
 
