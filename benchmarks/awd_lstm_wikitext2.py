@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import jax
 
-    from ptm_jax import config as config_lib
+    from ptm_jax import config_loading as config_lib
     from ptm_jax.export.params import load_params, load_tokenizer
     from ptm_jax.evaluate.perplexity import line_stream_ids as stream_ids
     from ptm_jax.families.ulmfit.perplexity import perplexity

@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     import jax.numpy as jnp
     import numpy as np
 
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.families.gpt.decode import decode_functions, left_pad
     from ptm_jax.families.gpt.model import GPTLMHeadModel
 

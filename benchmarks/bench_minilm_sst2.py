@@ -205,7 +205,7 @@ def run_ptm(args: argparse.Namespace, data: dict) -> dict:
     loop's own metrics log, plus the wall time of the whole stage."""
     import tempfile
 
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.train.finetune import finetune
     from ptm_jax.train.metrics import read_metrics
 

@@ -88,7 +88,7 @@ def finetune_run(name: str, overrides: list[str], results: dict, out: Path, repo
     """One TextCNN run. Selection (``report_dev`` False): scored on the selection split, the kept figure its
     best epoch. Report: the same training rows and setting with SST-2's dev set as the evaluation set, the figure
     the one after the last step (nothing is kept or chosen by it)."""
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.train.finetune import finetune
 
     runs = results.setdefault("runs", {})
@@ -119,7 +119,7 @@ def conll(a, out: Path, results: dict, glove: Path, mt: Path) -> None:
     standardised or not: ``features.feature_norm``), the settings of docs/benchmarks.md's earlier CoNLL sections
     (2,000 sentences, 3 epochs, lr 1e-2, dropout 0.5); each run keeps its best eng.testa epoch, the arm is chosen
     by mean eng.testa F1, and every kept model is scored once on eng.testb."""
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.train.evaluation import evaluate_task
     from ptm_jax.train.finetune import finetune
 

@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ptm_jax.config import load_config
+from ptm_jax.config_loading import load_config
 from ptm_jax.families.ernie import continual
 from ptm_jax.families.ernie.dialogue import script_to_turns
 from ptm_jax.objectives.registry import build_objective

@@ -9,7 +9,8 @@ tests/test_ernie_finetune.py (40 kB of Pride and Prejudice, WordPiece 800, a 5-l
 Planning and slicing only, in Python; the tf.data feature build after it is the same either way."""
 import json, sys, time
 from itertools import islice
-from ptm_jax.config import RunConfig, from_dict
+from ptm_jax.config import RunConfig
+from ptm_jax.config_loading import from_dict
 from ptm_jax.data.pretraining.source import SubsetSource
 from ptm_jax.families.bert.mlm_nsp_data import local_batches
 from ptm_jax.train.stages import prepare_corpus

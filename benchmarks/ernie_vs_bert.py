@@ -111,7 +111,7 @@ def step_of(run: Path) -> int:
 
 def ernie_corpus(args):
     """The ERNIE arm's corpus (tokenizer, cache, unit codes of every document), as its pretraining built it."""
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.train.stages import prepare_corpus
 
     return prepare_corpus(load_config("bert_small", [*common(args), *arm_overrides("ernie", args)]))

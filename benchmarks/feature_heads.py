@@ -59,7 +59,7 @@ def save(out: Path, results: dict) -> None:
 def run_one(name: str, overrides: list[str], results: dict, out: Path, redo: bool, finetuned: bool = False,
             test: bool = False) -> None:
     """One finetuning run; ``test``: then ``ptm eval --split test`` of the kept model (CoNLL-2003's eng.testb)."""
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     if name in results["runs"] and not redo and (not test or "test_eval" in results["runs"][name]):
         print(f"{name}: kept from {out}")

@@ -120,7 +120,7 @@ def command(preset: str, overrides: list[str], task: str, eval_split: str | None
 
 
 def run_task(plan: dict, preset: str, data: Path) -> dict:
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.evaluate.squad_eval import evaluate_v1
     from ptm_jax.train.evaluation import evaluate_task
     from ptm_jax.train.finetune import finetune

@@ -232,7 +232,7 @@ def t_hf_dir(value, work: Path, tools: Tools) -> None:
 
 
 def t_config_toml(value, work: Path, tools: Tools) -> None:
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     text, overrides = value
     path = work / "preset.toml"

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     from ptm_jax.bench.harness import bench
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     t_start = time.perf_counter()
     table = SMOKE if args.smoke else TARGETS

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("overrides", nargs="*", help="more config overrides, key=value")
     args = ap.parse_args(argv)
 
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.objectives.registry import build_objective
     from ptm_jax.train.stages import prepare_corpus
 

@@ -102,7 +102,7 @@ def model_path() -> str:
 
 def run_one(spec: dict) -> dict:
     """One finetuning run in this process (``ptm_jax.train.finetune.finetune``)."""
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.train.finetune import finetune
     from ptm_jax.train.metrics import read_metrics
 

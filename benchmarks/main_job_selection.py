@@ -44,7 +44,7 @@ def pretrain_on_selection(preset: str, out: Path, lr: float, selection_docs: int
     """Pretraining with ``lr`` on the training documents less the selection ones, evaluated on those."""
     import numpy as np
 
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.data.pretraining.source import SubsetSource
     from ptm_jax.train.stages import prepare_corpus, pretrain
 
@@ -70,7 +70,7 @@ def pretrain_on_selection(preset: str, out: Path, lr: float, selection_docs: int
 
 def finetune_on_selection(preset: str, init: Path, out: Path, data_dir: Path, lr: float, extra: list[str]) -> dict:
     """The embedded task's carved training sentences (SST-2 format), scored on the carved selection sentences."""
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.train.finetune import finetune
 
     done = _done(out / "finetune-sst2" / "summary.json")

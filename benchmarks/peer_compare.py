@@ -127,7 +127,7 @@ def vocab_file(args) -> str:
 
 
 def ptm_config(args, mode: str):
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     if mode == "pretrain":
         dims = dict(layers=args.layers, hidden=args.hidden, heads=args.heads, ffn=args.ffn, vocab=args.vocab)

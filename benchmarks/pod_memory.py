@@ -54,7 +54,7 @@ def _versions() -> str:
 
 def compile_at(preset: str, seq: int, batch: int, extra: list[str], topology: str) -> dict:
     from ptm_jax.bench.aot import compile_report
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     overrides = [f"data.max_seq_length={seq}", f"train.batch_size={batch}", "mesh.data=-1", *extra]
     cfg = load_config(preset, overrides)

@@ -102,7 +102,7 @@ def config(name: str, steps: int, corpus: Path, work: Path, shape: str = "tiny",
            overrides: tuple[str, ...] = ()):
     """The run config of one objective: its preset at ``shape``, ``steps`` steps with 10% warmup, ``corpus``, then
     ``overrides``."""
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     case = CASES[name]
     no_dropout = [] if dropout else ["model.hidden_dropout=0.0", "model.attention_dropout=0.0"]

@@ -62,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _config(preset: str, out: Path, corpus: Path, vocab: int, steps: int, extra: list[str]):
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     return load_config(preset, [f"output_dir={out}", f"data.corpus={corpus}", "data.format=lines",
                                 f"tokenizer.vocab_size={vocab}", f"model.vocab_size={vocab}", f"train.steps={steps}",

@@ -87,7 +87,7 @@ def variant_overrides(row: str, variant: str, extra: list[str]) -> tuple[str, li
 
 def compile_one(row: str, slice_name: str, variant: str, extra: list[str], out: Path) -> dict:
     from ptm_jax.bench.aot import compile_report
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     preset, overrides, prng, per_chip = variant_overrides(row, variant, extra)
     stem = out / f"{row}-{slice_name}-{variant}"

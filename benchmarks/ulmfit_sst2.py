@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     import awd_lstm_wikitext2 as lm_bench
     import jax
 
-    from ptm_jax import config as config_lib
+    from ptm_jax import config_loading as config_lib
     from ptm_jax.export.params import load_params, save_params
     from ptm_jax.families.ulmfit import pipeline
     from ptm_jax.families.ulmfit.model import AwdLstmLanguageModel

@@ -1,5 +1,5 @@
 """Typed run configuration: one dataclass tree, TOML presets in ``configs/``, ``key=value`` overrides (read by
-``config_loading``, whose public names this module re-exports).
+``ptm_jax.config_loading``: ``load_config``, ``to_dict``, ``section``).
 
 A preset is a TOML file whose tables mirror the dataclasses below (``[model]``, ``[train]``, ...). A preset
 may start from another with ``extends = "bert_base"``. Any field can be overridden on the command line as
@@ -311,11 +311,11 @@ class RunConfig:
             self.data = data_cls() if self.data is None else self.data
 
 
-# The reading of a RunConfig (presets, overrides, checks) lives in config_loading; these are its public names.
-from ptm_jax.config_loading import (  # noqa: E402  (it imports the dataclasses above)
-    apply_overrides, bind_sections, from_dict, load_config, model_from_dict, section, section_types, to_dict,
-    validate)
+def section_types(family: str | None, objective: str) -> tuple[type, type]:
+    """The ``[model]`` and ``[data]`` dataclasses of a run: those of ``family`` (``model.family``) when given,
+    else of the family that registers ``objective`` (``Family.model_config``; ``Pretraining.data_config`` or the
+    shared :class:`DataConfig`)."""
+    from ptm_jax.families import registry
 
-__all__ = ["DataConfig", "FinetuneConfig", "MaskedDataConfig", "MeshConfig", "ParamGroupConfig", "RunConfig",
-           "TokenizerConfig", "TrainConfig", "apply_overrides", "bind_sections", "from_dict", "load_config",
-           "model_from_dict", "section", "section_types", "to_dict", "validate"]
+    fam = registry.get(family) if family else registry.family_of_objective(objective)
+    return fam.model_config, fam.pretraining.data_config or DataConfig

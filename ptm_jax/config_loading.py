@@ -1,8 +1,7 @@
 """Reading a :class:`~ptm_jax.config.RunConfig`: a TOML preset (``configs/``, ``extends = "..."``), then
 ``section.field=value`` overrides parsed as literals (``ast.literal_eval``, never ``eval``) and coerced to each field's
 annotated type; a misspelt key names the closest valid keys. Then the cross-field checks (:func:`validate`) and the
-plug-in sections (:func:`section`). ``ptm_jax.config`` re-exports the public names, so ``from ptm_jax.config import
-load_config`` is the one import users write.
+plug-in sections (:func:`section`). The dataclasses themselves are in ``ptm_jax.config``.
 """
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ import types
 import typing
 from typing import Any, Literal
 
-from ptm_jax.config import DataConfig, RunConfig
+from ptm_jax.config import DataConfig, RunConfig, section_types
 from ptm_jax.errors import ConfigError
 from ptm_jax.presets import preset_path, read_toml
 
@@ -51,16 +50,6 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if isinstance(tp, type) and not isinstance(value, tp):
         raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
     return value
-
-
-def section_types(family: str | None, objective: str) -> tuple[type, type]:
-    """The ``[model]`` and ``[data]`` dataclasses of a run: those of ``family`` (``model.family``) when given,
-    else of the family that registers ``objective`` (``Family.model_config``; ``Pretraining.data_config`` or the
-    shared :class:`DataConfig`)."""
-    from ptm_jax.families import registry
-
-    fam = registry.get(family) if family else registry.family_of_objective(objective)
-    return fam.model_config, fam.pretraining.data_config or DataConfig
 
 
 def _owners(section: str, key: str) -> list[str]:

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from corpus_util import word_source
 
-from ptm_jax.config import MeshConfig, load_config, section_types, to_dict
+from ptm_jax.config import MeshConfig, section_types
+from ptm_jax.config_loading import load_config, to_dict
 from ptm_jax.export import params as params_lib
 from ptm_jax.families import registry
 from ptm_jax.parallel.mesh import make_mesh

@@ -77,7 +77,7 @@ def main() -> int:
 def step_estimate(overrides: list[str]) -> dict:
     """``ptm compile``'s report of bert_tiny's train step (4 layers) on v5e:2x2, pure data parallelism."""
     from ptm_jax.bench.aot import compile_report
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     cfg = load_config("bert_tiny", ["model.num_layers=4", "train.batch_size=32", "data.max_seq_length=128",
                                     "model.max_position_embeddings=128", "mesh.data=-1", *overrides])

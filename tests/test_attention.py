@@ -170,7 +170,7 @@ def test_auto_dtype_is_float32_on_cpu():
 @pytest.mark.parametrize("family", ["bert", "gpt"])
 def test_models_give_the_same_outputs_on_every_cpu_attention_path(family):
     """The trunk with padding (BERT) / packed documents (GPT), at attention_impl einsum, xla and splash."""
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     cfg = load_config(f"configs/{family}_tiny.toml", [f"model.max_position_embeddings={T}"]).model
     ids = jax.random.randint(jax.random.key(0), (B, T), 5, 100)
@@ -207,7 +207,7 @@ def test_padding_mask_is_key_lengths_of_the_input_mask():
 def test_splash_in_a_scanned_layer_stack_gives_the_einsum_gradients():
     """nn.scan traces the layer more than once (forward, then its linearisation): the cached splash kernel must
     not carry one trace's arrays into the next (it raised UnexpectedTracerError)."""
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.families.bert.model import BertModel
 
     cfg = load_config("configs/bert_tiny.toml", [f"model.max_position_embeddings={T}", "model.scan_layers=true"]).model

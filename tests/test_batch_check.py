@@ -2,7 +2,8 @@
 valid sizes: `ptm run` refuses a finetuning batch before it pretrains, instead of JAX's IndivisibleError after."""
 import pytest
 
-from ptm_jax.config import MeshConfig, load_config
+from ptm_jax.config import MeshConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import ConfigError
 from ptm_jax.parallel.batch_check import check_batch, check_stage_batches, nearest_multiples
 from test_cli_e2e import ptm

@@ -11,7 +11,7 @@ from xla_env import xla_flags
 
 from ptm_jax.bench import aot, harness
 from ptm_jax.commands import bench as commands
-from ptm_jax.config import load_config
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import ConfigError
 
 TRAIN_KEYS = {"compile_s", "step_s_median", "step_s_p10", "step_s_p90", "step_s_std", "tokens_per_s",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ptm_jax.families.bert.config import BertConfig
-from ptm_jax.config import load_config
+from ptm_jax.config_loading import load_config
 from ptm_jax.families.bert.heads import BertForPreTraining
 from ptm_jax.families.bert.model import BertModel
 

@@ -21,7 +21,7 @@ def ptm(*args, cwd=None, timeout=600):
 @pytest.mark.slow
 def test_embedded_run_pretrains_finetunes_and_evaluates_offline(tmp_path):
     out = tmp_path / "run"
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     assert load_config("bert_small").finetune.scratch_baseline  # the main job prints its from-scratch figure
     args = ("run", "-c", "bert_tiny", f"output_dir={str(out)!r}", "train.steps=12", "finetune.epochs=0.1",

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from ptm_jax.config import RunConfig, load_config, model_from_dict, to_dict
+from ptm_jax.config import RunConfig
+from ptm_jax.config_loading import load_config, model_from_dict, to_dict
 from ptm_jax.config_loading import _owners
-from ptm_jax.config import section as section_of
+from ptm_jax.config_loading import section as section_of
 from ptm_jax.data.tasks import sections as task_sections
 from ptm_jax.presets import list_presets
 from ptm_jax.errors import ConfigError

@@ -407,7 +407,7 @@ def test_joint_loss_is_ce_plus_alpha_times_the_reference_scaled_nt_xent(minilm_t
 
 
 def test_nli_variants_refuse_bad_values_and_unlabelled_or_regression_tasks(minilm_tok, shared_data):
-    from ptm_jax.config import from_dict
+    from ptm_jax.config_loading import from_dict
 
     glue = shared_data / "glue"
     with pytest.raises(ConfigError, match=r"consert.supervised='sbert' is not one of none, positive_pairs, "

@@ -14,7 +14,8 @@ import jax
 import pytest
 
 from ptm_jax.bench.harness import build_bench_objective
-from ptm_jax.config import MeshConfig, load_config
+from ptm_jax.config import MeshConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import ConfigError
 from ptm_jax.families import registry
 from ptm_jax.objectives.base import (CarriesState, Objective, TaskObjective, accepts_grad_accum,

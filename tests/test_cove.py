@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import trajectory
 
-from ptm_jax.config import MeshConfig, load_config
+from ptm_jax.config import MeshConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.families.cove import parallel
 from ptm_jax.families.cove.features import word_features

@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from ptm_jax.config import FinetuneConfig, load_config
+from ptm_jax.config import FinetuneConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.data.tasks.conll import read_conll
 from ptm_jax.data.tasks.sections import TaggingConfig
 from ptm_jax.errors import ConfigError

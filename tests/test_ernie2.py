@@ -13,7 +13,7 @@ import types
 import numpy as np
 import pytest
 
-from ptm_jax.config import load_config
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import ConfigError
 from ptm_jax.families import registry
 from ptm_jax.families.ernie import case as case_lib

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ptm_jax.config import load_config
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import DataError
 from ptm_jax.families import registry
 from ptm_jax.families.ernie import dialogue as D

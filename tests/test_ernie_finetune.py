@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from ptm_jax import fs
-from ptm_jax.config import FinetuneConfig, RunConfig, TokenizerConfig, TrainConfig, load_config
+from ptm_jax.config import FinetuneConfig, RunConfig, TokenizerConfig, TrainConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import load_params
 from ptm_jax.families import registry

@@ -16,7 +16,8 @@ import pytest
 
 from ptm_jax.checkpoint import Checkpointer
 from ptm_jax.families.bert.config import BertConfig
-from ptm_jax.config import RunConfig, to_dict
+from ptm_jax.config import RunConfig
+from ptm_jax.config_loading import to_dict
 from ptm_jax.errors import CheckpointError, ConfigError, DataError
 from ptm_jax.commands import export as commands
 from ptm_jax.export import inference

@@ -6,7 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from ptm_jax.config import FinetuneConfig, load_config
+from ptm_jax.config import FinetuneConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.families.gpt.config import GptFinetuneConfig
 from ptm_jax.data.byte_bpe import train_byte_bpe
 from ptm_jax.data.tasks.glue import get_task, read_glue

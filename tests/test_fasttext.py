@@ -164,7 +164,7 @@ def test_fasttext_vec_files_initialise_fasttext_word_rows_and_word2vec_tables(ru
 
     import jax
 
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.export.params import load_params, load_tokenizer
     from ptm_jax.families.registry import get
 
@@ -200,7 +200,7 @@ def test_fasttext_vec_files_initialise_fasttext_word_rows_and_word2vec_tables(ru
     ("minn", 0, r"model.minn=0 must be an integer >= 1"),
 ])
 def test_bad_ngram_settings_are_config_errors_naming_the_field(field, value, message):
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     with pytest.raises(ConfigError, match=message):
         load_config("fasttext_tiny", [f"model.{field}={value}"]).model.validate()

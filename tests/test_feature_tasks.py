@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from ptm_jax.config import load_config
+from ptm_jax.config_loading import load_config
 
 
 def _head(path, n: int) -> list[str]:

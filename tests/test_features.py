@@ -80,7 +80,7 @@ def test_minilm_contextual_neighbours_tell_the_senses_of_bank_apart(minilm):
 
 
 def test_word2vec_features_are_its_vectors_in_one_layer_with_zeros_for_unknown_words_and_map_in_2d(tmp_path):
-    from ptm_jax.config import model_from_dict
+    from ptm_jax.config_loading import model_from_dict
     from ptm_jax.data.word_vocab import build_word_vocab
     from ptm_jax.errors import ConfigError
     from ptm_jax.evaluate.features import load_model, num_layers, word_features

@@ -12,7 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from ptm_jax.config import FinetuneConfig, MeshConfig, RunConfig, TrainConfig, load_config
+from ptm_jax.config import FinetuneConfig, MeshConfig, RunConfig, TrainConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.data.tasks.sections import SquadConfig
 from ptm_jax.families.bert.config import BertConfig
 from ptm_jax.data.tasks.conll import IGNORE_INDEX, read_conll

@@ -8,7 +8,7 @@ import pytest
 
 from ptm_jax.bench import flops
 from ptm_jax.bench.aot import compile_report
-from ptm_jax.config import load_config
+from ptm_jax.config_loading import load_config
 from ptm_jax.families.gpt import flops as gpt_flops
 from ptm_jax.families.xlnet import flops as xlnet_flops
 

@@ -204,7 +204,7 @@ def test_hf_folder_with_absurd_layers_or_malformed_json_is_refused_at_once(tmp_p
 
 
 def test_preset_extends_must_be_a_preset_name_or_path(tmp_path):
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.errors import ConfigError
 
     preset = tmp_path / "p.toml"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ptm_jax.families.gpt.config import GptConfig
-from ptm_jax.config import load_config
+from ptm_jax.config_loading import load_config
 from ptm_jax.export.params import to_layout as gpt_to_layout
 from ptm_jax.families.gpt.model import GPTLMHeadModel, GPTModel
 

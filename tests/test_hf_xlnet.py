@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from ptm_jax.config import load_config  # noqa: E402
+from ptm_jax.config_loading import load_config  # noqa: E402
 from ptm_jax.errors import CheckpointError  # noqa: E402
 from ptm_jax.export import params as params_lib  # noqa: E402
 from ptm_jax.families.xlnet import hf as hf_xlnet  # noqa: E402

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from ptm_jax.config import FinetuneConfig, from_dict, load_config, to_dict
+from ptm_jax.config import FinetuneConfig
+from ptm_jax.config_loading import from_dict, load_config, to_dict
 from ptm_jax.data.tasks import registry as tasks
 from ptm_jax.errors import ConfigError
 from ptm_jax.jobs import registry as jobs
@@ -71,7 +72,7 @@ def test_an_old_toml_with_a_moved_finetune_key_names_the_new_key(tmp_path):
 
 
 def test_task_and_family_sections_are_read_checked_defaulted_and_written_back():
-    from ptm_jax.config import section
+    from ptm_jax.config_loading import section
     from ptm_jax.data.tasks import sections
 
     assert sections.sections().keys() == {"squad", "packing", "tagging", "gpt_finetune"}
@@ -97,7 +98,7 @@ def test_task_and_family_sections_are_read_checked_defaulted_and_written_back():
 def test_ulmfit_presets_pick_the_ulmfit_job_and_its_section_reaches_it():
     for preset in ("ulmfit", "ulmfit_tiny"):
         assert load_config(preset).finetune.job == "ulmfit"
-    from ptm_jax.config import section
+    from ptm_jax.config_loading import section
 
     cfg = load_config("ulmfit_tiny", ["ulmfit.target_lm_steps=7"])
     assert section(cfg, "ulmfit").target_lm_steps == 7

@@ -8,7 +8,7 @@ import jax
 import pytest
 
 from ptm_jax.bench import flops
-from ptm_jax.config import load_config
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import ConfigError
 from ptm_jax.train.hooks import parse_profile_steps
 from ptm_jax.train.metrics import format_line, read_metrics

@@ -16,7 +16,7 @@ from ptm_jax.adapters import registry as adapters
 from ptm_jax.adapters.lora import adapt
 from ptm_jax.adapters.lora.files import merge_adapter_dir
 from ptm_jax.cli import main
-from ptm_jax.config import load_config, section, to_dict
+from ptm_jax.config_loading import load_config, section, to_dict
 from ptm_jax.errors import ConfigError
 from ptm_jax.export import params as params_lib
 from ptm_jax.families import registry

@@ -7,7 +7,8 @@ import pytest
 from corpus_util import word_source
 from step_losses import step_losses
 
-from ptm_jax.config import MeshConfig, load_config
+from ptm_jax.config import MeshConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.families.bert.mlm_nsp import MlmNspObjective
 from ptm_jax.parallel.mesh import make_mesh
 

@@ -74,7 +74,7 @@ def test_bad_task_lists_and_weights_are_config_errors_naming_the_field(tmp_path)
         with pytest.raises(ConfigError, match=msg):
             task_names(bad)
     # through `ptm finetune --job mtdnn`: refused before any model or data is read
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.train.finetune import finetune
 
     cfg = load_config("bert_tiny", ["finetune.job=mtdnn", "mtdnn.tasks=[rte,mrpc]", "mtdnn.task_weights=[0,0]",

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ptm_jax.config import MeshConfig, RunConfig, TokenizerConfig, TrainConfig, load_config
+from ptm_jax.config import MeshConfig, RunConfig, TokenizerConfig, TrainConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.word2vec import FAMILY, Word2VecConfig, Word2VecDataConfig
 from ptm_jax.parallel.mesh import make_mesh

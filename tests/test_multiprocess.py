@@ -23,7 +23,7 @@ import pytest
 from xla_env import xla_flags
 
 from ptm_jax.checkpoint import Checkpointer
-from ptm_jax.config import load_config
+from ptm_jax.config_loading import load_config
 from ptm_jax.data.cache import build_or_load_cache
 from ptm_jax.export.params import load_params
 from ptm_jax.objectives.registry import build_objective

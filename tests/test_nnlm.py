@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from step_losses import step_losses
 
-from ptm_jax.config import DataConfig, MeshConfig, RunConfig, TrainConfig, load_config
+from ptm_jax.config import DataConfig, MeshConfig, RunConfig, TrainConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.data.cache import build_or_load_cache
 from ptm_jax.data.pretraining.source import SubsetSource
 from ptm_jax.data.word_vocab import build_word_vocab

@@ -133,7 +133,7 @@ def test_edge_list_reads_weights_directions_and_repeats(tmp_path):
 def test_node2vec_run_recovers_communities_and_its_vectors_round_trip_through_gensim(tmp_path):
     from gensim.models import KeyedVectors
 
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.evaluate.vector_loading import export_vectors, load_word_vectors
     from ptm_jax.export.vector_files import read_vectors
     from ptm_jax.families.node2vec import quality
@@ -161,7 +161,7 @@ def test_node2vec_run_recovers_communities_and_its_vectors_round_trip_through_ge
 
 
 def test_two_hosts_build_the_one_hosts_batch_each_walking_only_its_own_rows(tmp_path, monkeypatch):
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.families import registry
     from ptm_jax.families.node2vec import walks as walks_lib
     from ptm_jax.train.stages import prepare_corpus

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from corpus_util import word_source
 
-from ptm_jax.config import MeshConfig, load_config
+from ptm_jax.config import MeshConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import NumericalError
 from ptm_jax.families.bert.mlm_nsp import MlmNspObjective
 from ptm_jax.parallel.feed import to_global

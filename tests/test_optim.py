@@ -11,7 +11,8 @@ import numpy as np
 import optax
 import pytest
 
-from ptm_jax.config import ParamGroupConfig, TrainConfig, load_config
+from ptm_jax.config import ParamGroupConfig, TrainConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.presets import list_presets
 from ptm_jax.errors import ConfigError
 from ptm_jax.train.optim import bert_schedule, make_optimizer

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ptm_jax.config import FinetuneConfig, load_config
+from ptm_jax.config import FinetuneConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.data.tasks.glue import get_task, read_glue
 from ptm_jax.data.tasks.packing import one_per_row, pack_examples
 from ptm_jax.data.tasks.sections import PackingConfig

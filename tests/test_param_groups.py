@@ -8,7 +8,8 @@ import numpy as np
 import optax
 import pytest
 
-from ptm_jax.config import TrainConfig, load_config
+from ptm_jax.config import TrainConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import ConfigError
 from ptm_jax.export.params import plain_tree, to_layout
 from ptm_jax.train.optim import make_optimizer

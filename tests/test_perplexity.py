@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ptm_jax.config import load_config
+from ptm_jax.config_loading import load_config
 from ptm_jax.evaluate.perplexity import perplexity, stream_rows
 from ptm_jax.families.gpt.model import GPTLMHeadModel
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ptm_jax.config import load_config
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import DataError
 from ptm_jax.families.poincare.data import Examples
 from ptm_jax.families.poincare.geometry import distance, distances_np

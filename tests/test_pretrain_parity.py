@@ -19,7 +19,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from ptm_jax.config import MeshConfig, load_config  # noqa: E402
+from ptm_jax.config import MeshConfig  # noqa: E402
+from ptm_jax.config_loading import load_config
 from ptm_jax.export import params as params_lib  # noqa: E402
 from ptm_jax.parallel.mesh import make_mesh  # noqa: E402
 

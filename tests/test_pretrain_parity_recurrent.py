@@ -16,7 +16,8 @@ import pytest
 import reference_libs
 import trajectory
 
-from ptm_jax.config import MeshConfig, load_config
+from ptm_jax.config import MeshConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.objectives.registry import build_objective
 from ptm_jax.parallel.mesh import make_mesh
 from ptm_jax.train.stages import prepare_corpus, pretrain_param_groups

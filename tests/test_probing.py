@@ -35,7 +35,7 @@ def test_probe_command_on_static_vectors_learns_seen_words_tags_and_scores_ner_e
     """Dev = the first 150 train sentences: every dev word has a vector holding its (last seen) POS and NER tags
     as one-hot dims, so the probes must score near 1 (below 1 only for words seen with several tags)."""
     from ptm_jax.cli import main
-    from ptm_jax.config import model_from_dict
+    from ptm_jax.config_loading import model_from_dict
     from ptm_jax.data.tasks.conll import read_conll
     from ptm_jax.data.word_vocab import build_word_vocab
     from ptm_jax.evaluate.ner_metrics import ner_f1

@@ -50,7 +50,7 @@ class Page(HTMLParser):
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.train.stages import pretrain
 
     out = tmp_path_factory.mktemp("report") / "nnlm_run"

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from xla_env import xla_flags
 
-from ptm_jax import config as config_lib
-from ptm_jax.config import load_config
+from ptm_jax import config_loading as config_lib
+from ptm_jax.config_loading import load_config
 from ptm_jax.export.params import load_params
 from ptm_jax.objectives.registry import build_objective
 from ptm_jax.parallel.mesh import make_mesh

@@ -10,7 +10,7 @@ import itertools
 import numpy as np
 import pytest
 
-from ptm_jax.config import load_config
+from ptm_jax.config_loading import load_config
 from ptm_jax.objectives.base import ReadsRows
 from ptm_jax.objectives.registry import build_objective
 from ptm_jax.parallel import feed

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ptm_jax.config import load_config
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import ConfigError
 from ptm_jax.jobs.mtdnn.config import MtdnnConfig
 from ptm_jax.models.san import SANAnswer

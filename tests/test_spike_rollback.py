@@ -13,7 +13,8 @@ import pytest
 from corpus_util import word_source
 
 from ptm_jax.checkpoint import Checkpointer
-from ptm_jax.config import MeshConfig, load_config
+from ptm_jax.config import MeshConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import NumericalError
 from ptm_jax.families.bert.mlm_nsp import MlmNspObjective
 from ptm_jax.parallel.mesh import make_mesh

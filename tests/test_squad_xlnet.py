@@ -8,7 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from ptm_jax.config import FinetuneConfig, MeshConfig, load_config
+from ptm_jax.config import FinetuneConfig, MeshConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.data.tasks.sections import SquadConfig
 from ptm_jax.data.tasks.squad import read_squad
 from ptm_jax.data.tasks.squad_features import convert_examples_to_features

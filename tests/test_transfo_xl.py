@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 from corpus_util import word_source
 
-from ptm_jax.config import MeshConfig, load_config
+from ptm_jax.config import MeshConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import CheckpointError, ConfigError
 from ptm_jax.families.transfo_xl import hf as txl_hf
 from ptm_jax.families.transfo_xl.config import TransfoXlConfig

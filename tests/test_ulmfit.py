@@ -211,7 +211,7 @@ def test_awd_lstm_lm_trains_through_the_loop_carrying_its_state(tmp_path, shared
 
     from corpus_util import word_source
 
-    from ptm_jax import config as config_lib
+    from ptm_jax import config_loading as config_lib
     from ptm_jax.families.ulmfit import FAMILY
     from ptm_jax.families.ulmfit.pipeline import _require_finished
     from ptm_jax.parallel.mesh import make_mesh
@@ -351,7 +351,7 @@ def test_ptm_run_pretrains_then_the_ulmfit_job_runs_the_target_lm_and_the_classi
     ``ulmfit.target_lm_steps=0`` runs no stage 2 and starts the classifier from stage 1."""
     import json
 
-    from ptm_jax import config as config_lib
+    from ptm_jax import config_loading as config_lib
     from ptm_jax.train.stages import run
 
     base = [f"data.corpus={shared_data / 'corpus/tinyshakespeare/input.txt'}", "data.eval_documents=2",

@@ -10,7 +10,8 @@ import optax
 import pytest
 
 from ptm_jax.checkpoint import Checkpointer
-from ptm_jax.config import TrainConfig, load_config
+from ptm_jax.config import TrainConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import ConfigError
 from ptm_jax.train.optim import make_optimizer
 from ptm_jax.train.state import TrainState

@@ -369,7 +369,7 @@ def test_stop_mid_epoch_and_resume_gives_the_uninterrupted_vectors(corpus, tmp_p
                                              ("data.window=0", "data.window=0"),
                                              ("model.duplicate_cap=-1", "model.duplicate_cap=-1")])
 def test_bad_word2vec_settings_are_config_errors_naming_the_field(override, field):
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.errors import ConfigError
 
     assert load_config("word2vec_sg", []).data.window == 5
@@ -408,7 +408,7 @@ def test_exported_vectors_initialise_word2vec_and_nnlm_tables_with_coverage(corp
     import dataclasses
     import logging
 
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.errors import ConfigError, DataError
     from ptm_jax.evaluate.word_vectors import WordVectors
     from ptm_jax.export.vector_files import write_vectors
@@ -548,7 +548,7 @@ def test_the_fused_kernel_runs_only_where_it_applies_and_says_why_not(corpus, mo
     assert "the XLA path runs instead: no C++ compiler found" in caplog.text
     with pytest.raises(ConfigError, match="model.kernel='cpu': no C\\+\\+ compiler found"):
         cpu_kernel.applies("cpu")
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     with pytest.raises(ConfigError, match="model.kernel='gpu' must be 'auto', 'xla' or 'cpu'"):
         load_config("word2vec_sg", ["model.kernel=gpu"])

@@ -94,7 +94,7 @@ def test_sequential_updates_need_the_fused_kernel_and_say_so(corpus):
     ``model.kernel='xla'``, a value it does not know, on an 8-device mesh, and off the sparse SGD step (clipping)."""
     import dataclasses
 
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.errors import ConfigError
 
     cfg = run_config(corpus.tokenizer, "skipgram", steps=4, batch=64)

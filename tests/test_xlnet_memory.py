@@ -10,7 +10,8 @@ import pytest
 from corpus_util import word_source
 
 from ptm_jax.checkpoint import Checkpointer
-from ptm_jax.config import MeshConfig, load_config
+from ptm_jax.config import MeshConfig
+from ptm_jax.config_loading import load_config
 from ptm_jax.errors import ConfigError
 from ptm_jax.families.xlnet.plm import PlmObjective
 from ptm_jax.parallel.feed import to_global

@@ -46,7 +46,7 @@ def _swag_dir() -> str:
 
 def objective_report(name: str, topology: str) -> dict:
     from ptm_jax.bench.aot import compile_report
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.families import registry
 
     family = registry.family_of_objective(name)

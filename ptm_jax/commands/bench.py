@@ -28,7 +28,7 @@ def _config_args(p: argparse.ArgumentParser, default_preset: str) -> None:
 
 
 def _load(args: argparse.Namespace):
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     return load_config(args.config, list(args.overrides))
 
@@ -196,7 +196,7 @@ TRAINING_LEGEND = ("training = the training configuration (dropout as configured
 def parse_variant(text: str, args: argparse.Namespace):
     """'NAME:key=value,key=value' -> (name, Variant); keys mlm_head and prng are benchmark switches."""
     from ptm_jax.bench.harness import Variant
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
     from ptm_jax.errors import ConfigError
 
     name, sep, rest = text.partition(":")

@@ -29,7 +29,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 def config_of(args: argparse.Namespace):
     """The RunConfig of a parsed stage command line (preset, overrides, --output-dir); also what
     ``launch/stopped_early.py`` reads output_dir from."""
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     overrides = list(args.overrides)
     if args.output_dir:
@@ -58,7 +58,7 @@ def cmd_presets(args) -> int:
 
 
 def cmd_config(args) -> int:
-    from ptm_jax.config import to_dict
+    from ptm_jax.config_loading import to_dict
 
     print(json.dumps(to_dict(config_of(args)), indent=2))
     return 0

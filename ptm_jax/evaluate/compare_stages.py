@@ -52,7 +52,7 @@ def entry_dir(cmp: dict, entry: dict) -> Path:
 
 
 def entry_config(cmp: dict, entry: dict, overrides: list[str] = ()):
-    from ptm_jax.config import load_config
+    from ptm_jax.config_loading import load_config
 
     out = entry_dir(cmp, entry)
     return load_config(entry["preset"], [f"data.corpus={cmp['corpus']!r}", f"output_dir={str(out)!r}",

@@ -282,7 +282,7 @@ class WordEncoder:
 
     @property
     def key(self) -> tuple:
-        from ptm_jax.config import to_dict
+        from ptm_jax.config_loading import to_dict
 
         return (self.trunk, type(self.cfg).__name__, json.dumps(to_dict(self.cfg), sort_keys=True))
 
@@ -322,7 +322,7 @@ def trunk_of(model_cfg: Any) -> str:
 def inference_model(params: dict, model_cfg: Any) -> tuple[dict, Any, str]:
     """(params in the loop layout, the config with dropout 0, no remat, no scan, a cache key of it), for a
     ``TransformerConfig`` family (``models/config.py``: the fields replaced here)."""
-    from ptm_jax.config import to_dict
+    from ptm_jax.config_loading import to_dict
     from ptm_jax.export.params import to_layout
 
     cfg = inference_config(model_cfg)

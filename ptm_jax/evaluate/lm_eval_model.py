@@ -77,7 +77,7 @@ _SCORERS: dict[str, Any] = {}
 def scorer(cfg: Any):
     """``score(params, ids [B, W], targets [B, W]) -> (log-probability of each target, whether it is the argmax)``,
     jitted, one per model config (memoised: a second model of the same shape reuses the compiled widths)."""
-    from ptm_jax.config import to_dict
+    from ptm_jax.config_loading import to_dict
     from ptm_jax.objectives.task_data import task_head
 
     key = json.dumps(to_dict(cfg), sort_keys=True)

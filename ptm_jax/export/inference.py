@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ptm_jax import fs
-from ptm_jax.config import to_dict
+from ptm_jax.config_loading import to_dict
 from ptm_jax.models.config import TransformerConfig
 from ptm_jax.data.tasks.features import encode_inputs
 from ptm_jax.errors import ConfigError, DataError

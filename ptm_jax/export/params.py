@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 from ptm_jax import fs
-from ptm_jax.config import model_from_dict, to_dict
+from ptm_jax.config_loading import model_from_dict, to_dict
 from ptm_jax.errors import CheckpointError, ConfigError
 from ptm_jax.export.staging import commit_dir, staging_dir
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ptm_jax import config as config_lib
+from ptm_jax import config_loading as config_lib
 from ptm_jax.data.tasks import registry as tasks
 from ptm_jax.data.tasks.registry import take_subset
 from ptm_jax.errors import ConfigError

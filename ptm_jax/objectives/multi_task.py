@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ptm_jax import config as config_lib
+from ptm_jax import config_loading as config_lib
 from ptm_jax.data.tasks import registry as tasks
 from ptm_jax.data.tasks.registry import PRIMARY, RANK_SUFFIX, take_subset
 from ptm_jax.errors import ConfigError, DataError

@@ -24,7 +24,7 @@ from typing import Any
 
 import jax
 
-from ptm_jax import config as config_lib
+from ptm_jax import config_loading as config_lib
 from ptm_jax import fs
 from ptm_jax.adapters import registry as adapter_registry
 from ptm_jax.config import RunConfig, TrainConfig

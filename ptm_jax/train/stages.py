@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
-from ptm_jax import config as config_lib
+from ptm_jax import config_loading as config_lib
 from ptm_jax import fs
 from ptm_jax.config import RunConfig
 from ptm_jax.data.cache import TokenCache, build_or_load_cache

@@ -6,7 +6,7 @@ A finetuning job owns the section of its name (``jobs/registry.py``); the settin
 family reads live in a section of their own (``plugins.ConfigSection``), declared once (the tasks' here, a
 family's in its package) and read the same way:
 ``config.py`` reads every section of this table into ``RunConfig.plugins`` beside the jobs' and adapters',
-``config.section(cfg, name)`` returns it (the defaults when the run sets none), and ``moved`` maps a former
+``config_loading.section(cfg, name)`` returns it (the defaults when the run sets none), and ``moved`` maps a former
 ``finetune.<field>`` to its new key so the unknown-key error of an old config names it.
 
 - ``[squad]``: the span-QA tasks squad and squad_v2 (google-research/bert run_squad.py's flags).

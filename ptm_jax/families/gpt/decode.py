@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ptm_jax.config import to_dict
+from ptm_jax.config_loading import to_dict
 from ptm_jax.families.gpt.config import GptConfig
 from ptm_jax.errors import ConfigError, DataError
 from ptm_jax.families.gpt.model import GPTLMHeadModel

@@ -22,7 +22,7 @@ from typing import Any
 
 import jax
 
-from ptm_jax import config as config_lib
+from ptm_jax import config_loading as config_lib
 from ptm_jax import fs
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import jax
 
-from ptm_jax import config as config_lib
+from ptm_jax import config_loading as config_lib
 from ptm_jax import fs
 from ptm_jax.errors import ConfigError
 from ptm_jax.jobs import registry as job_registry

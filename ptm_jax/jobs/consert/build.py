@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ptm_jax import config as config_lib
+from ptm_jax import config_loading as config_lib
 from ptm_jax.data.tasks.glue import read_glue
 from ptm_jax.data.tasks.registry import take_subset
 from ptm_jax.errors import ConfigError, DataError

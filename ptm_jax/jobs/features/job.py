@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ptm_jax import config as config_lib
+from ptm_jax import config_loading as config_lib
 from ptm_jax import fs
 from ptm_jax.config import RunConfig
 from ptm_jax.data.tasks import registry as tasks

@@ -26,7 +26,7 @@ from typing import Any
 
 import jax
 
-from ptm_jax import config as config_lib
+from ptm_jax import config_loading as config_lib
 from ptm_jax import fs
 from ptm_jax.config import RunConfig
 from ptm_jax.errors import ConfigError
