@@ -142,6 +142,23 @@ def test_ptm_lm_eval_command_prints_the_scores_and_writes_them_with_limit(runs, 
     assert f"tiny_mc\tacc\t{saved['results']['tiny_mc']['acc,none']:.6g}" in printed
 
 
+def test_the_harness_finds_the_ptm_class_by_name_once_its_module_is_imported(runs):
+    """``simple_evaluate(model="ptm", model_args=...)``, as a Python user of the harness writes it (docs/usage.md):
+    the registered name builds the class from ``pretrained`` and scores as ``run_tasks`` does."""
+    from lm_eval import evaluator
+    from lm_eval.api.registry import get_model
+    from lm_eval.tasks import TaskManager
+
+    from ptm_jax.evaluate.lm_eval_model import PtmLM
+
+    root, tasks, ours, _ = runs
+    assert get_model("ptm") is PtmLM
+    got = evaluator.simple_evaluate(model="ptm", model_args={"pretrained": str(root / "params")},
+                                    tasks=["tiny_mc"], batch_size=4, bootstrap_iters=0,
+                                    task_manager=TaskManager(include_path=str(tasks), include_defaults=False))
+    assert _metrics(got, "tiny_mc") == _metrics(ours, "tiny_mc")
+
+
 def test_unknown_task_missing_include_path_and_missing_model_are_one_line_errors(runs, tmp_path):
     from ptm_jax.errors import ConfigError
     from ptm_jax.evaluate.lm_eval_model import PtmLM, run_tasks
