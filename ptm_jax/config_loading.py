@@ -53,7 +53,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
 
 
 def _owners(section: str, key: str) -> list[str]:
-    """Families whose ``[section]`` dataclass has a field ``key`` (for the unknown-key message)."""
+    """Families whose ``[section]`` dataclass has a field ``key`` (for the unknown-key message), sorted by name: the
+    registry's order is the order the families were imported in, which differs from process to process."""
     from ptm_jax.families import registry
 
     owners = []
@@ -61,7 +62,7 @@ def _owners(section: str, key: str) -> list[str]:
         cls = fam.model_config if section == "model" else fam.pretraining.data_config
         if cls is not None and key in {f.name for f in dataclasses.fields(cls)}:
             owners.append(fam.name)
-    return owners
+    return sorted(owners)
 
 
 def _unknown_key(key: str, valid: list[str], where: str, family: str | None = None) -> ConfigError:
