@@ -4,8 +4,8 @@ non-zero when pip cannot install, and pytest never starts.
 Each runs for real in a copy of the checkout's files that the command reads (README.md, pyproject.toml, .ci/run, requirements/):
 a real venv is created, and a real ``pip install -r requirements/test.lock`` fails because its package index refuses every
 connection (``PIP_INDEX_URL`` at a local port where nothing listens; no other index, find-links or config). No
-package is installed. Bash does not stop a ``set -e`` script at a failure inside an ``a && b && c`` list, so before
-.ci/run took the list's status itself, this run printed its wall time and exited 0."""
+package is installed. Bash does not stop a ``set -e`` script at a failure inside an ``a && b && c`` list, so
+.ci/run runs the README's steps one a line (tests/test_readme.py keeps them equal to the README's command)."""
 from __future__ import annotations
 
 import os

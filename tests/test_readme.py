@@ -25,6 +25,12 @@ def test_the_test_command_installs_the_reference_libraries_the_parity_tests_read
         assert command in _commands()[1]
 
 
-def test_ci_runs_exactly_the_readme_test_command():
-    ci_lines = [ln.strip() for ln in (REPO / ".ci/run").read_text().splitlines()]
-    assert _commands()[1] in ci_lines
+def test_ci_runs_exactly_the_readme_test_command_one_step_a_line():
+    """.ci/run holds the README's test command split at its `&&`s, one step a line under `set -e`, in order and
+    nothing else between its two markers, so every step's failure fails CI."""
+    text = (REPO / ".ci/run").read_text()
+    assert "set -euo pipefail" in text and "set +e" not in text
+    steps = text.split("# README test command, one step a line:\n")[1].split("# end of the README test command")[0]
+    lines = steps.strip().splitlines()
+    assert " && ".join(lines) == _commands()[1]
+    assert len(lines) == _commands()[1].count(" && ") + 1 and not any("&&" in ln for ln in lines)
