@@ -168,8 +168,7 @@ def export(cfg, params: dict, out: Path) -> Path:
     from ptm_jax.families import registry
 
     tok_dir = Path(cfg.output_dir) / "tokenizer"
-    files = sorted((f for f in tok_dir.iterdir() if f.name != "settings.json" and f.suffix != ".vocab"),
-                   key=lambda f: (f.name == "merges.txt", f.name))  # a byte-BPE's vocab.json before merges.txt
+    files = sorted(f for f in tok_dir.iterdir() if f.name != "settings.json" and f.suffix != ".vocab")
     kind = cfg.tokenizer.kind if cfg.tokenizer.kind in ("wordpiece", "byte_bpe") else "sentencepiece"
     fam = registry.get(cfg.model.family)
     shutil.rmtree(out, ignore_errors=True)

@@ -4,7 +4,6 @@ q_i = p_i^alpha / sum_j p_j^alpha, the same stream for any host count, `ptm data
 SentencePiece vocabulary trained on the smoothed sample."""
 from __future__ import annotations
 
-import dataclasses
 import unicodedata
 
 import numpy as np

@@ -49,10 +49,11 @@ _GUTENBERG_END = re.compile(r"^\*{3}\s*END OF (THE|THIS) PROJECT GUTENBERG", re.
 
 _BOUNDARY = re.compile(r"([.!?\u2026]+)([\"'\u201d\u2019)\]]*)\s+")
 _OPENERS = "\"'\u201c\u2018(["
-# sentence punctuation (with Chinese 。！？), then closing quotes/brackets (with 」』）)
-_ENDS_SENTENCE = re.compile(r"[.!?\u2026\u3002\uff01\uff1f][\"'\u201d\u2019)\]\u300d\u300f\uff09]*$")
+_CLOSERS = r"[\"'\u201d\u2019)\]\u300d\u300f\uff09]*"  # closing quotes/brackets (with 」』）) after the punctuation
+# sentence punctuation (with Chinese 。！？), then closing quotes/brackets
+_ENDS_SENTENCE = re.compile(r"[.!?\u2026\u3002\uff01\uff1f]" + _CLOSERS + "$")
 # Chinese and Japanese prose: 。！？ (and closing quotes/brackets) end a sentence with no space after them
-_CJK_BOUNDARY = re.compile(r"([\u3002\uff01\uff1f]+)([\"'\u201d\u2019)\]\u300d\u300f\uff09]*)\s*")
+_CJK_BOUNDARY = re.compile(r"([\u3002\uff01\uff1f]+)(" + _CLOSERS + r")\s*")
 _DOTTED = re.compile(r"^(?:[a-z]{1,2}\.)+[a-z]{1,2}$")  # e.g, i.e, u.s, a.m, ph.d
 _ABBREVIATIONS = frozenset(
     "mr mrs ms messrs mme mlle dr prof sr jr st rev hon gen col capt lt sgt maj cmdr adm gov sen rep pres "
