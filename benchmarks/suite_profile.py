@@ -2,9 +2,9 @@
 
 Per test (its setup, call and teardown together, so a module fixture counts in the first test that uses it): wall
 seconds, the process's CPU seconds, the CPU seconds of the subprocesses it waited for, the subprocesses it started,
-and from ``jax.monitoring`` the XLA compiles of this process (count and seconds), the persistent compilation cache's
-hits and misses, and the seconds spent tracing and lowering. The compiles inside subprocesses are not counted (their
-CPU time is).
+and from ``jax.monitoring`` the XLA compiles of this process (count and seconds, and those under 1 s, which the
+persistent compilation cache never keeps), that cache's hits and misses, and the seconds spent tracing and
+lowering. The compiles inside subprocesses are not counted (their CPU time is).
 
     PYTHONPATH=$PWD:benchmarks PTM_SUITE_PROFILE=/tmp/prof python -m pytest -p suite_profile -n 2 --dist loadfile
     python benchmarks/suite_profile.py /tmp/prof            # by file, slowest first, and the totals
@@ -28,6 +28,7 @@ import pytest
 EVENTS = {"/jax/core/compile/backend_compile_duration": "compile_s",
           "/jax/core/compile/jaxpr_trace_duration": "trace_s",
           "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s"}
+SHORT_COMPILE_S = 1.0  # JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS in tests/conftest.py
 COUNTS = {"/jax/compilation_cache/cache_hits": "cache_hits", "/jax/compilation_cache/cache_misses": "cache_misses"}
 
 
@@ -48,6 +49,9 @@ class _Counters:
                 self.values[EVENTS[event]] += seconds
                 if event == "/jax/core/compile/backend_compile_duration":
                     self.values["compiles"] += 1
+                    if seconds < SHORT_COMPILE_S:  # below the persistent cache's threshold: never cached
+                        self.values["short_compiles"] += 1
+                        self.values["short_compile_s"] += seconds
 
         def on_event(event: str, **_) -> None:
             if event in COUNTS:
@@ -86,7 +90,7 @@ class SuiteProfile:
                "cpu_s": time.process_time() - c0,
                "children_cpu_s": (ch1.children_user + ch1.children_system) - (ch0.children_user + ch0.children_system),
                "subprocesses": COUNTERS.subprocesses - subs}
-        for key in (*EVENTS.values(), *COUNTS.values(), "compiles"):
+        for key in (*EVENTS.values(), *COUNTS.values(), "compiles", "short_compiles", "short_compile_s"):
             row[key] = COUNTERS.values.get(key, 0.0) - before.get(key, 0.0)
         self.out.write(json.dumps(row) + "\n")
 
@@ -141,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     by_worker: dict[str, float] = defaultdict(float)
     for r in rows:
         by_worker[r["worker"]] += r["wall_s"]
+    short = sum(r.get("short_compile_s", 0.0) for r in rows)
+    print(f"compiles under {SHORT_COMPILE_S:g} s (never cached): {sum(r.get('short_compiles', 0) for r in rows):.0f}, "
+          f"{short:.1f} s of the {total['compile_s']:.1f} s")
     print("wall s by worker:", {w: round(s) for w, s in sorted(by_worker.items())})
     return 0
 
