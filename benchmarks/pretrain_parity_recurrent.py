@@ -15,7 +15,8 @@ For each objective, at a small shape:
    the same start on the same batches; reported are the largest loss gap of ptm's (float32) trajectory to that
    float64 one and of the reference's own float32 trajectory to it (NNLM: the final parameters' gaps too). Where
    ptm's is of the reference's size, the gap between the two float32 runs is rounding that the training
-   amplifies, not a different computation.
+   amplifies, not a different computation. ``--control ulp`` (ELMo) also runs ptm again from every initial
+   parameter moved by one unit in the last place: ptm's own float32 run against a copy one rounding step away.
 2. dropout on (the preset's rates): ``--seeds`` seeds per side (the dropout masks; NNLM has no dropout, so its
    seeds draw the initialisation on each side): ptm's mean over seeds of the mean loss of the last 50 steps,
    against the reference's per-seed range.
@@ -57,6 +58,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     "a pass, so the carried state is reset once within 300 steps)")
     ap.add_argument("--vocab", type=int, default=2000)
     ap.add_argument("--objectives", default=",".join(OBJECTIVES))
+    ap.add_argument("--control", default="", choices=["", "ulp"],
+                    help="ELMo: ptm once more from every initial parameter moved one unit in the last place (ulp): "
+                         "how far float32 rounding alone carries ptm's own run at this shape")
     ap.add_argument("--json", default="")
     return ap.parse_args(argv)
 
@@ -141,6 +145,7 @@ shape; the full softmax (the sampled one's draws are random)."""
 
 
 def elmo(out: Path, corpus: Path, args, mesh) -> dict:
+    import jax
     import numpy as np
 
     import bilm_reference as ref
@@ -182,6 +187,11 @@ def elmo(out: Path, corpus: Path, args, mesh) -> dict:
            "unroll 20", "steps": args.steps, "loss_gap": trajectory.loss_gap(ours.terms["lm_loss"], theirs),
            "param_gap": gap, "first_loss": float(theirs[0]), "last_loss": float(theirs[-1]),
            **_float64(ours.terms["lm_loss"], theirs, exact)}
+    if args.control == "ulp":
+        moved = jax.tree.map(lambda a: np.nextafter(np.asarray(a, np.float32), np.float32(np.inf)), tree)
+        again = trajectory.run_ptm(build_objective(cfg, corp), cfg.train, mesh, args.steps, {"params": moved}, rules)
+        _log("elmo: ptm from one ulp away")
+        row["ptm_vs_itself_ulp"] = trajectory.loss_gap(again.terms["lm_loss"], ours.terms["lm_loss"])
     if args.seeds:
         on = _config("elmo_tiny", out, corpus, args.vocab, args.steps, ELMO + ["model.dropout=0.1"])
         runs = [one(on, s) for s in range(args.seeds)]
