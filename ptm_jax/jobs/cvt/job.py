@@ -6,7 +6,9 @@ eng.testa F1 kept in ``<output_dir>/finetune-cvt/best`` with ``cvt_model.json``,
 ``ptm finetune finetune.job=cvt finetune.task=conll2003 finetune.data_dir=CONLL finetune.init=random
 cvt.unlabelled=TEXT output_dir=OUT``; ``ptm eval --model OUT/finetune-cvt/best --split test`` scores eng.testb.
 ``finetune.epochs`` counts epochs of the labelled sentences: with CVT a run takes twice as many steps (every
-other one unlabelled), and ``finetune.eval_every`` (0: once per labelled epoch) counts those steps.
+other one unlabelled), and ``finetune.eval_every`` (0: once per labelled epoch) counts those steps. A train record
+holds its step's loss (``unlabelled`` 1: the CVT loss); with CVT an even ``train.log_every`` is taken one lower, so
+that successive records alternate the two kinds.
 
 The word table holds the labelled training words and, when ``cvt.unlabelled`` is set, the unlabelled sentences'
 words, whether CVT is on or not, so the supervised baseline (``cvt.enabled=false``) is the identical network;
@@ -130,6 +132,8 @@ def finetune_cvt(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, 
     rules += rules_from_config(f.param_groups, "finetune.param_groups")
     stage = fs.path(cfg.output_dir) / STAGE
     tcfg = finetune_train_config(cfg, objective.num_train * (2 if objective.active else 1))
+    if objective.active and tcfg.log_every % 2 == 0:  # an odd interval: the train records alternate the two kinds
+        tcfg = dataclasses.replace(tcfg, log_every=tcfg.log_every - 1)
     info = {"task": "conll2003", "init": f.init, "source": source.kind, "description": description,
             "max_seq_length": f.max_seq_length, "dim": source.dim, "dropout": f.classifier_dropout,
             "label_names": list(objective.spec.labels), "num_labels": objective.num_labels,
