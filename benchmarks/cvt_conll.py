@@ -1,8 +1,9 @@
 """Cross-view training against the same BiLSTM tagger trained on the labels alone, CoNLL-2003 NER at a CPU budget
 (Clark et al. 2018, Table 1's NER row, at toy scale: ``finetune.job=cvt``, ``ptm_jax/jobs/cvt``).
 
-Both arms: the same network (``--vectors``: 50-d GloVe vectors trained here on the raw text, frozen, or random
-50-d embeddings, trained; a table over the training words and the unlabelled words), two
+Both arms: the same network (``--vectors``: 50-d GloVe vectors trained here, ``ptm pretrain -c glove`` on the
+unlabelled text, the Gutenberg books and eng.train's words without tags, frozen; or random 50-d embeddings, trained;
+a table over the training words and the unlabelled words), two
 BiLSTM layers of ``--hidden`` per direction, prediction modules with a ``--projection`` hidden layer, dropout 0.5,
 Adam at ``--lr``), the same fixed ``--labelled`` training sentences of eng.train (``finetune.train_subset``,
 ``finetune.subset_seed=0``) and the same ``--epochs`` of them; the CVT arm takes an unlabelled minibatch of raw text
@@ -133,6 +134,8 @@ def main(argv=None) -> None:
             cfg = load_config(None, overrides(a, arm, seed, out))
             t0 = time.time()
             s = finetune(cfg)
+            if s["preempted"]:
+                raise SystemExit(f"{name}: stopped before its last step; rerun the same command to resume it")
             best = Path(cfg.output_dir) / "finetune-cvt" / "best"
             test = evaluate_task(cfg, str(best), split="test")["metrics"]
             runs[name] = {"wall_s": round(time.time() - t0, 1), "steps": s["step"],
