@@ -241,9 +241,9 @@ def test_the_alternating_stream_resumes_at_any_step(conll, tmp_path, shared_data
 
 
 def test_bad_input_is_refused_with_one_line_naming_the_field(conll, tmp_path, shared_data, capsys):
-    """A missing or empty unlabelled corpus (cvt.unlabelled), none at all with CVT on, and a labelled set with no
-    sentence or no entity tag (finetune.data_dir): exit 2, one error line naming the field, no traceback, nothing
-    trained."""
+    """A missing or empty unlabelled corpus (cvt.unlabelled), none at all with CVT on, a labelled set with no
+    sentence or no entity tag (finetune.data_dir), a CRF output layer (tagging.head): exit 2, one error line naming
+    the field, no traceback, nothing trained."""
     from ptm_jax.cli import main
 
     text = _text(tmp_path, shared_data)
@@ -261,19 +261,19 @@ def test_bad_input_is_refused_with_one_line_naming_the_field(conll, tmp_path, sh
     for name in ("eng.testa", "eng.testb"):
         (blank / name).write_text((conll / name).read_text())
     cases = [
-        ([f"cvt.unlabelled={tmp_path / 'nowhere.txt'}"], "cvt.unlabelled="),
-        ([f"cvt.unlabelled={empty}"], "cvt.unlabelled="),
-        (["cvt.unlabelled="], "cvt.unlabelled is empty"),
-        ([f"finetune.data_dir={untagged}"], "have no entity tags"),
-        ([f"finetune.data_dir={blank}"], "no labelled training sentences"),
+        ([f"cvt.unlabelled={tmp_path / 'nowhere.txt'}"], "does not exist", "cvt.unlabelled="),
+        ([f"cvt.unlabelled={empty}"], "is empty", "cvt.unlabelled="),
+        (["cvt.unlabelled="], "cvt.unlabelled is empty", "cvt.unlabelled"),
+        ([f"finetune.data_dir={untagged}"], "have no entity tags", "finetune.data_dir="),
+        ([f"finetune.data_dir={blank}"], "no labelled training sentences", "finetune.data_dir="),
+        (["tagging.head=crf"], "by its own softmax", "tagging.head="),
     ]
-    for i, (more, said) in enumerate(cases):
+    for i, (more, said, field) in enumerate(cases):
         out = tmp_path / f"bad{i}"
         capsys.readouterr()
         assert main(["finetune", *_args(conll, text, out, *more)]) == 2, more
         err = capsys.readouterr().err
         lines = [ln for ln in err.splitlines() if ln.startswith("ptm finetune: error:")]
-        assert len(lines) == 1 and said in lines[0] and "Traceback" not in err, (more, err[-1500:])
-        field = "cvt.unlabelled" if "unlabelled" in said else "finetune.data_dir"
-        assert field in lines[0], lines[0]
+        assert len(lines) == 1 and said in lines[0] and field in lines[0] and "Traceback" not in err, \
+            (more, err[-1500:])
         assert not list(out.glob("**/summary.json"))

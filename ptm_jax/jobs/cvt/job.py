@@ -51,6 +51,9 @@ def word_source(init: str) -> Source:
         raise ConfigError("finetune.job=cvt: finetune.init is empty: name the word vectors: 'random' (or "
                           "'random:DIM'), a word-vector file, or a model whose family gives static word vectors")
     path = Path(init)
+    if not (init == "random" or init.startswith("random:") or path.exists()):
+        raise ConfigError(f"finetune.init={init!r} does not exist; for finetune.job=cvt it is 'random', 'random:DIM', "
+                          "a word-vector file or a model with static word vectors")
     if path.is_dir():
         from ptm_jax.export.params import load_params
         from ptm_jax.families import registry
@@ -83,6 +86,10 @@ def build_cvt(cfg: RunConfig, eval_split: str = "dev") -> tuple[CvtTaggingObject
     """(objective, word source, description) for training; ``eval_split`` the split each evaluation scores."""
     f = cfg.finetune
     c = config_lib.section(cfg, "cvt")
+    if config_lib.section(cfg, "tagging").head != "softmax":
+        raise ConfigError(f"tagging.head={config_lib.section(cfg, 'tagging').head!r}: finetune.job=cvt predicts each "
+                          "word by its own softmax (every prediction module, Clark et al. 2018); set "
+                          "tagging.head=softmax")
     source = word_source(f.init)
     scored = _scored(f, eval_split)
     train = tasks.read("conll2003", f.data_dir, "train")[0]
