@@ -8,7 +8,7 @@ embedded corpus. What a pair must do is read from declarations, not listed here:
 - the job's own ``Job.family`` and ``Job.needs`` (capabilities of the family, ``jobs/registry.refusal``);
 - the task's needs: SST-2 is a GLUE task, read by the family's ``Finetuning.classifier``;
 - the feature-head job reads word features (capability 'word_features') or static vectors ('word_vectors') of
-  the model ``finetune.init`` names;
+  the model ``finetune.init`` names; the CVT job reads static vectors ('word_vectors') only;
 - an adapter's default targets (LoRA: the attention projections) exist in Transformer families only.
 
 A pair that must be refused ends ``ptm finetune`` with exit status 2, one ``ptm finetune: error:`` line holding
@@ -37,6 +37,9 @@ JOB_ARGS = {
     "consert": ["finetune.data_dir={glue}/STS-B/train.tsv", "consert.eval_data_dir={glue}"],
     "features": ["finetune.task=sst2", "features.head=textcnn"],
     "ulmfit": ["finetune.task=sst2", "ulmfit.target_lm_steps=2"],
+    "cvt": ["finetune.task=conll2003", "finetune.data_dir={glue}/../conll2003", "cvt.unlabelled_sentences=32",
+            "cvt.unlabelled={glue}/../corpus/wikitext-2-tokenized/valid.txt", "cvt.hidden_1=8", "cvt.hidden_2=8",
+            "cvt.projection=8"],
 }
 """A job's tiny settings beside :data:`COMMON` (``{glue}``: the GLUE folder of ../shared/data)."""
 COMMON = ["finetune.batch_size=8", "finetune.max_seq_length=32", "finetune.train_subset=16", "finetune.epochs=1",
@@ -62,6 +65,8 @@ def expected_refusal(job_name: str, adapter: str, family: str) -> str | None:
         return f"model.family={family!r} does not support sequence classification finetuning"
     if job_name == "features" and not {"word_vectors", "word_features"} & fam.capabilities:
         return f"model.family={family!r} gives neither word vectors nor per-layer word features"
+    if job_name == "cvt" and "word_vectors" not in fam.capabilities:  # the BiLSTM reads random or static vectors
+        return "finetune.job=cvt reads random or static word vectors"
     if adapter == "lora" and family not in TRANSFORMER_FAMILIES:
         return "matches no kernel of the model"
     return None

@@ -15,10 +15,10 @@ from ptm_jax.errors import ConfigError
 from ptm_jax.jobs import registry as jobs
 
 
-def test_the_five_jobs_are_registered_with_their_sections():
+def test_the_six_jobs_are_registered_with_their_sections():
     table = jobs.jobs()
-    assert set(table) == {"task", "mtdnn", "consert", "features", "ulmfit"}
-    assert jobs.sections().keys() == {"mtdnn", "consert", "features", "ulmfit"}
+    assert set(table) == {"task", "mtdnn", "consert", "features", "ulmfit", "cvt"}
+    assert jobs.sections().keys() == {"mtdnn", "consert", "features", "ulmfit", "cvt"}
     assert [n for n, j in sorted(table.items()) if j.adapters] == ["consert", "task"]
     assert [n for n, j in sorted(table.items()) if j.build is not None] == ["consert", "task", "ulmfit"]
     assert FinetuneConfig().job == "task" and len(FinetuneConfig.__dataclass_fields__) == 25
@@ -116,7 +116,7 @@ def test_an_adapter_is_refused_for_a_job_it_does_not_wrap_and_eval_for_a_job_wit
 
     cfg = load_config("bert_tiny", ["finetune.job=mtdnn", f"output_dir={tmp_path}"])
     with pytest.raises(ConfigError, match=r"ptm eval does not read the models of finetune.job='mtdnn'.*consert, "
-                                          r"features, task"):
+                                          r"cvt, features, task"):
         evaluate_task(cfg, str(tmp_path / "missing"))
     cfg = load_config("bert_tiny", ["finetune.job=features", f"output_dir={tmp_path}"])
     with pytest.raises(ConfigError, match=r"missing: no feature_model.json in it; a kept model of "

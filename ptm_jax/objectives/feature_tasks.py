@@ -364,13 +364,14 @@ def scalar_mix(params: Any) -> dict[str, Any] | None:
 
 class KeepBestFeatures(Hook):
     """After each evaluation: the best parameters by the task metric go to ``<stage>/best`` (``params/`` and
-    ``feature_model.json``), written in a staging folder and renamed into place (``export/params.py``)."""
+    ``feature_model.json``), written in a staging folder and renamed into place (``export/params.py``).
+    ``marker``: the record's file name (another job's word-feature model: its ``Job.model_marker``, ``cvt``)."""
 
-    def __init__(self, stage: Path, objective: Any, info: dict[str, Any]):
-        self.stage, self.objective, self.info = stage, objective, info
+    def __init__(self, stage: Path, objective: Any, info: dict[str, Any], marker: str = "feature_model.json"):
+        self.stage, self.objective, self.info, self.marker = stage, objective, info, marker
         self.sign = -1.0 if objective.primary_metric.endswith("loss") else 1.0
         self.best: dict[str, Any] = {"step": -1, "value": -math.inf, "metrics": {}}
-        if fs.exists(stage / "best.json") and fs.exists(stage / "best" / "feature_model.json"):
+        if fs.exists(stage / "best.json") and fs.exists(stage / "best" / marker):
             self.best = json.loads(fs.read_text(stage / "best.json"))
 
     def on_eval(self, run: Run, metrics: dict[str, float]) -> None:
@@ -389,7 +390,7 @@ class KeepBestFeatures(Hook):
         ocp.PyTreeCheckpointer().save(fs.absolute(tmp / "params"), tree)
         if jax.process_index() == 0:
             meta = {**self.info, "step": run.step, "metrics": metrics, "scalar_mix": scalar_mix(run.state.params)}
-            fs.write_text_atomic(tmp / "feature_model.json", json.dumps(meta, indent=2) + "\n")
+            fs.write_text_atomic(tmp / self.marker, json.dumps(meta, indent=2) + "\n")
         commit_dir(tmp, out, shared=True)
         if jax.process_index() == 0:
             fs.write_text_atomic(self.stage / "best.json", json.dumps(self.best, indent=2))
