@@ -82,16 +82,21 @@ def main() -> None:
     ap.add_argument("--alpha", type=float, default=0.7)
     ap.add_argument("--alphabet", type=int, default=4000, help="tokenizer.limit_alphabet (Chinese needs thousands)")
     ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--tokenizer-seed", type=int, default=None,
+                    help="the seed whose run trained the tokenizer the others reuse (default: the first of --seeds); "
+                         "to add a seed to a finished --out")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     corpora = {"multilingual": f"en={ENGLISH},zh={args.zh_corpus}", "english": ENGLISH}
-    results: dict = {}
+    done = args.out / "results.json"
+    results: dict = json.loads(done.read_text()) if done.exists() else {}
     t0 = time.perf_counter()
     seeds = [int(s) for s in args.seeds.split(",")]
     for seed in seeds:
         for name, corpus in corpora.items():
-            first = args.out / f"{name}-s{seeds[0]}" / "tokenizer" / "vocab.txt"
-            results[f"{name}-s{seed}"] = r = cell(args, name, corpus, seed, first if seed != seeds[0] else None)
+            owner = seeds[0] if args.tokenizer_seed is None else args.tokenizer_seed
+            first = args.out / f"{name}-s{owner}" / "tokenizer" / "vocab.txt"
+            results[f"{name}-s{seed}"] = r = cell(args, name, corpus, seed, first if seed != owner else None)
             print(name, seed, json.dumps({k: r[k] for k in ("mlm_accuracy", "sst2_dev", "zh_accuracy")}),
                   *r["shares"], sep="\n  " if r["shares"] else " ", flush=True)
             (args.out / "results.json").write_text(json.dumps(results, indent=1))

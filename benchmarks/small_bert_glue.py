@@ -53,6 +53,7 @@ def select(a) -> int:
     sel = copy.deepcopy(cmp)
     sel.update(output_dir=str(out), name=f"{cmp.get('name', 'compare')} on dev splits carved from train", entries=[])
     sel["glue"].update(data_dir=str(out / "glue"), seeds=[0])
+    sel["glue"].pop("scratch", None)  # each rate's from-scratch twin runs at that rate: chosen apart, below
     for entry in cmp["entries"]:
         if pretrain_entry(cmp, entry).get("stopped"):
             print(f"{entry['name']}: pretraining stopped; run again to continue")
