@@ -209,19 +209,25 @@ class FeatureInputs:
         if self.stats is not None:
             mean, scale = self.stats
             puts.update(feature_mean=("feature statistics", mean), feature_scale=("feature statistics", scale))
-        if not puts:
-            return None
+        return put_into_inputs(puts)
 
-        def merge(fresh):
-            fresh = jax.tree.map(lambda x: x, fresh)
-            inputs = fresh["params"]["inputs"]
-            for name, (what, value) in puts.items():
-                if tuple(inputs[name].shape) != value.shape:
-                    raise ConfigError(f"{what} {value.shape} does not fit the model's {tuple(inputs[name].shape)}")
-                inputs[name] = jax.device_put(value, inputs[name].sharding)
-            return fresh
 
-        return merge
+def put_into_inputs(puts: dict[str, tuple[str, Any]]):
+    """``fit``'s init_params that set the named leaves of the model's ``inputs`` module (``{leaf: (what, value)}``,
+    e.g. the word table's rows from static vectors) in the fresh initialisation; None when there is nothing to put."""
+    if not puts:
+        return None
+
+    def merge(fresh):
+        fresh = jax.tree.map(lambda x: x, fresh)
+        inputs = fresh["params"]["inputs"]
+        for name, (what, value) in puts.items():
+            if tuple(inputs[name].shape) != value.shape:
+                raise ConfigError(f"{what} {value.shape} does not fit the model's {tuple(inputs[name].shape)}")
+            inputs[name] = jax.device_put(value, inputs[name].sharding)
+        return fresh
+
+    return merge
 
 
 class FeatureData:

@@ -22,7 +22,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import jax
 
 from ptm_jax import config_loading as config_lib
 from ptm_jax import fs
@@ -34,7 +33,7 @@ from ptm_jax.errors import ConfigError
 from ptm_jax.jobs.cvt.data import check_labelled, read_unlabelled
 from ptm_jax.jobs.cvt.objective import CvtTaggingObjective
 from ptm_jax.objectives.feature_inputs import Source, WordTable, resolve_source, word_table
-from ptm_jax.objectives.feature_tasks import EMBEDDING_PATTERN, KeepBestFeatures
+from ptm_jax.objectives.feature_tasks import EMBEDDING_PATTERN, KeepBestFeatures, put_into_inputs
 from ptm_jax.train.finetune import finetune_train_config, run_stage
 from ptm_jax.train.param_groups import DEFAULT_RULES, Rule, rules_from_config
 
@@ -110,23 +109,6 @@ def build_cvt(cfg: RunConfig, eval_split: str = "dev") -> tuple[CvtTaggingObject
     return objective, source, desc
 
 
-def _put_table(table: WordTable):
-    """``fit``'s init_params: the static vectors into the embedding (None: random rows)."""
-    if table.matrix is None:
-        return None
-
-    def merge(fresh):
-        fresh = jax.tree.map(lambda x: x, fresh)
-        inputs = fresh["params"]["inputs"]
-        if tuple(inputs["embedding"].shape) != table.matrix.shape:
-            raise ConfigError(f"word table {table.matrix.shape} does not fit the model's "
-                              f"{tuple(inputs['embedding'].shape)}")
-        inputs["embedding"] = jax.device_put(table.matrix, inputs["embedding"].sharding)
-        return fresh
-
-    return merge
-
-
 def finetune_cvt(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     """``Job.run``: the objective, then the one finetuning stage into ``<output_dir>/finetune-cvt``."""
     f = cfg.finetune
@@ -152,8 +134,10 @@ def finetune_cvt(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, 
                         "unlabelled_sentences_read": objective.num_unlabelled}, "labelled_steps":
                 (tcfg.steps + 1) // 2 if objective.active else tcfg.steps}
 
+    table = objective.table
+    rows = {} if table.matrix is None else {"embedding": ("word table", table.matrix)}  # static vectors
     done = run_stage(cfg, stage=stage, objective=objective, task="conll2003", description=description,
-                     init=f.init, init_params=_put_table(objective.table), param_groups=rules, tcfg=tcfg,
+                     init=f.init, init_params=put_into_inputs(rows), param_groups=rules, tcfg=tcfg,
                      keepers=lambda obj: [KeepBestFeatures(stage, obj, info, marker=MARKER)],
                      stop_after=stop_after, summary_extra=extra)
     return done.summary
