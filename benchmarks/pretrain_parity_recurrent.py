@@ -17,6 +17,9 @@ For each objective, at a small shape:
    ptm's is of the reference's size, the gap between the two float32 runs is rounding that the training
    amplifies, not a different computation. ``--control ulp`` (ELMo) also runs ptm again from every initial
    parameter moved by one unit in the last place: ptm's own float32 run against a copy one rounding step away.
+   ELMo also runs ptm itself in float64 (``model.dtype='float64'`` in JAX's 64-bit mode) from the same start on the
+   same batches, against the reference's float64 run: the loss gap of the two computations with no float32
+   rounding left to amplify (its final parameters compare through bilm-tf's float32 files).
 2. dropout on (the preset's rates): ``--seeds`` seeds per side (the dropout masks; NNLM has no dropout, so its
    seeds draw the initialisation on each side): ptm's mean over seeds of the mean loss of the last 50 steps,
    against the reference's per-seed range.
@@ -176,17 +179,30 @@ def elmo(out: Path, corpus: Path, args, mesh) -> dict:
         return ours, theirs, model
 
     ours, theirs, model = one(cfg, 0)
-    exact = ref.train(ref.build(*files).double(), ours.batches, obj.char_table, cfg.train, cfg.model)
+    model64 = ref.build(*files).double()
+    exact = ref.train(model64, ours.batches, obj.char_table, cfg.train, cfg.model)
     _log("elmo: AllenNLP in float64")
+    with jax.enable_x64(True):  # ptm in float64 from the same start: the computation itself, without rounding
+        cfg64 = _config("elmo_tiny", out, corpus, args.vocab, args.steps, ELMO + ["model.dropout=0",
+                                                                                 "model.dtype=float64"])
+        ours64 = trajectory.run_ptm(build_objective(cfg64, corp), cfg64.train, mesh, args.steps,
+                                    {"params": jax.tree.map(lambda a: np.asarray(a, np.float64), tree)}, rules)
+    _log("elmo: ptm in float64")
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(ours.batches, ours64.batches) for k in a)
+    # bilm-tf's files and AllenNLP's loaders hold float32: the final parameters compare to float32 rounding
+    mine64 = ref.state_arrays(ref.build(*ref.write_bilm_tf(ours64.params["params"], cfg.model, out / "final64")))
     mine = ref.state_arrays(ref.build(*ref.write_bilm_tf(ours.params["params"], cfg.model, out / "final")))
     done = ref.state_arrays(model)
     gap = max((float(np.abs(mine[k] - done[k]).max()), k) for k in done)
     row = {"objective": "ELMo biLM", "reference": "AllenNLP 2.10.1 _ElmoCharacterEncoder + ElmoLstm cells, "
-           "bilm-tf's training graph, torch Adagrad",
+           "bilm-tf's training graph, torch Adagrad with TF's step (no epsilon) and TF's global-norm clip",
            "shape": f"V {args.vocab}, 3 char filters (64), 1 highway, 2 x LSTMP 128->32 per direction, batch 16, "
            "unroll 20", "steps": args.steps, "loss_gap": trajectory.loss_gap(ours.terms["lm_loss"], theirs),
            "param_gap": gap, "first_loss": float(theirs[0]), "last_loss": float(theirs[-1]),
-           **_float64(ours.terms["lm_loss"], theirs, exact)}
+           **_float64(ours.terms["lm_loss"], theirs, exact),
+           "float64_loss_gap": trajectory.loss_gap(ours64.terms["lm_loss"], exact),
+           "float64_param_gap": max((float(np.abs(mine64[k] - v).max()), k)
+                                    for k, v in ref.state_arrays(model64).items())}
     if args.control == "ulp":
         moved = jax.tree.map(lambda a: np.nextafter(np.asarray(a, np.float32), np.float32(np.inf)), tree)
         again = trajectory.run_ptm(build_objective(cfg, corp), cfg.train, mesh, args.steps, {"params": moved}, rules)

@@ -177,8 +177,9 @@ def train(model, batches: Sequence[dict[str, np.ndarray]], char_table: np.ndarra
 
     assert tcfg.optimizer == "adagrad" and tcfg.lr_decay == "constant" and tcfg.warmup_steps == 0
     assert tcfg.weight_decay == 0
+    # TensorFlow's ApplyAdagrad (bilm-tf): var -= lr * g / sqrt(accum), no epsilon
     opt = torch.optim.Adagrad(model.parameters(), lr=tcfg.learning_rate,
-                              initial_accumulator_value=tcfg.adagrad_initial_accumulator)
+                              initial_accumulator_value=tcfg.adagrad_initial_accumulator, eps=0.0)
     table = torch.from_numpy(np.asarray(char_table, np.int64))
     cells = {"fwd": model.lstm.forward_layers, "bwd": model.lstm.backward_layers}
     state: dict[str, Any] = {"fwd": None, "bwd": None}
@@ -195,8 +196,11 @@ def train(model, batches: Sequence[dict[str, np.ndarray]], char_table: np.ndarra
             w = torch.from_numpy(weights.reshape(-1))
             loss = loss + 0.5 * (ce * w).sum() / w.sum().clamp(min=1.0)
         (loss * b["target_weights"].shape[1]).backward()
-        if tcfg.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.clip_norm)
+        if tcfg.clip_norm > 0:  # tf.clip_by_global_norm: g * clip / max(norm, clip) (torch's adds 1e-6 to norm)
+            grads = [p.grad for p in model.parameters() if p.grad is not None]
+            norm = torch.nn.utils.get_total_norm(grads)
+            for g in grads:
+                g.mul_(tcfg.clip_norm / torch.clamp(norm, min=tcfg.clip_norm))
         opt.step()
         opt.zero_grad()
         losses.append(float(loss.detach()))

@@ -212,6 +212,29 @@ def test_wrong_hdf5_layout_and_mismatched_options_are_clear_errors(tmp_path):
         load_bilm(opts, tmp_path / "w.hdf5")
 
 
+def test_float64_dtype_needs_jax_64_bit_mode_and_then_keeps_every_parameter_and_state_float64():
+    """``model.dtype='float64'`` (for parity runs against a float64 reference) is refused in one line naming the
+    field without JAX's 64-bit mode; in it, the parameters, the carried LSTM state and the loss are float64."""
+    from ptm_jax.config_loading import load_config
+    from ptm_jax.families.elmo.model import ElmoLanguageModel, init_carry
+
+    with pytest.raises(ConfigError, match=r"model.dtype='float64' needs JAX's 64-bit mode: set JAX_ENABLE_X64=1"):
+        load_config("elmo_tiny", ["model.dtype=float64"])
+    with jax.enable_x64(True):
+        cfg = load_config("elmo_tiny", ["model.dtype=float64"]).model
+        chars = {d: jnp.ones((2, 3, cfg.max_characters_per_token), jnp.int32) for d in ("forward", "backward")}
+        mask = {d: jnp.ones((2, 3), bool) for d in ("forward", "backward")}
+        model = ElmoLanguageModel(cfg)
+        params = model.init(jax.random.key(0), chars, mask, init_carry(cfg, 2))
+        top, (w, b), carry = model.apply(params, chars, mask, init_carry(cfg, 2))
+        assert {str(a.dtype) for a in jax.tree.leaves((params, top, w, b, carry))} == {"float64"}
+        from ptm_jax.families.elmo.softmax import full_softmax_logits
+        from ptm_jax.objectives.language_model import lm_terms
+
+        terms = lm_terms(full_softmax_logits(top["forward"], w, b), jnp.zeros((2, 3), jnp.int32), jnp.ones((2, 3)))
+        assert terms["lm_loss"][0].dtype == jnp.float64
+
+
 def test_ptm_import_bilm_tf_then_embed_layers_and_scalar_mix_export_the_features(bilm, tmp_path, capsys):
     """`ptm import bilm-tf options.json weights.hdf5` writes a params directory whose `ptm embed --layers` features
     (hdf5 in AllenNLP's layout, npz) equal the imported model's; `--mix` is gamma * softmax(w) . layers; bad input

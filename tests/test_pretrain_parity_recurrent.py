@@ -83,34 +83,57 @@ def test_ulmfit_lm_trains_like_fastai_awd_lstm_with_stlr_and_discriminative_rate
     assert ours.losses[-1] < ours.losses[0] - 0.3, ours.losses.tolist()  # it trained
 
 
-def test_elmo_bilm_trains_like_allennlps_modules_in_bilm_tfs_training_graph(shakespeare, tmp_path):
-    """ptm's initialisation written as bilm-tf's weights.hdf5, read by ptm's import and AllenNLP's loaders;
-    Adagrad (accumulators from 1.0) on the gradients of loss x unroll steps, global-norm clip 10, the LSTM
-    states of both directions carried across batches, full softmax. Before ptm scaled its loss by the unroll
-    length as bilm-tf does, its steps were a different size from bilm-tf's."""
+def _elmo_against_allennlp(lines, out, dtype: str):
+    """ptm's ELMo and AllenNLP's modules, both in ``dtype``, from one start over ptm's batches: (ptm's trajectory,
+    the reference's per-step losses, the final parameters' largest gap and its leaf, the unroll length)."""
     import bilm_reference as ref
 
     if ref.load_allennlp_elmo() is None:
         pytest.skip(reference_libs.missing("allennlp"))
     from ptm_jax.families.elmo.weights import load_bilm
 
-    cfg, _, obj = _prepare("elmo_tiny", shakespeare[:1200], tmp_path, [
+    cfg, _, obj = _prepare("elmo_tiny", lines, out, [
         "model.max_characters_per_token=50", "model.num_sampled=0", "model.dropout=0", "model.lstm_dim=32",
-        "data.max_seq_length=8", "train.batch_size=8", "train.adagrad_initial_accumulator=1.0"])
+        "data.max_seq_length=8", "train.batch_size=8", "train.adagrad_initial_accumulator=1.0",
+        f"model.dtype={dtype}"])
     mesh = _one_device()
-    init = trajectory.initial_params(obj, cfg.train, mesh)
-    files = ref.write_bilm_tf(init["params"], cfg.model, tmp_path / "init")
+    init = jax.tree.map(lambda a: np.asarray(a, np.float32), trajectory.initial_params(obj, cfg.train, mesh))
+    files = ref.write_bilm_tf(init["params"], cfg.model, out / "init")  # bilm-tf's files hold float32
     tree, _ = load_bilm(*files)
     assert trajectory.param_gap(init["params"], tree) == (0.0, "")  # the bilm-tf layout round trip is exact
+    tree = jax.tree.map(lambda a: np.asarray(a, dtype), tree)
     ours = trajectory.run_ptm(obj, cfg.train, mesh, STEPS, {"params": tree}, pretrain_param_groups(cfg))
-    model = ref.build(*files)
+    model = ref.build(*files).to(getattr(torch, dtype))
     theirs = ref.train(model, ours.batches, obj.char_table, cfg.train, cfg.model)
-    np.testing.assert_allclose(ours.losses, ours.terms["lm_loss"] * 8, rtol=1e-6)  # the loss x unroll
-    assert trajectory.loss_gap(ours.terms["lm_loss"], theirs) < LOSS_TOL, np.abs(ours.terms["lm_loss"] - theirs)
-    mine = ref.state_arrays(ref.build(*ref.write_bilm_tf(ours.params["params"], cfg.model, tmp_path / "final")))
+    mine = ref.state_arrays(ref.build(*ref.write_bilm_tf(ours.params["params"], cfg.model, out / "final")))
     done = ref.state_arrays(model)
-    gap, where = max((float(np.abs(mine[k] - done[k]).max()), k) for k in done)
+    gap = max((float(np.abs(mine[k] - done[k]).max()), k) for k in done)
+    return ours, theirs, gap, cfg.data.max_seq_length
+
+
+def test_elmo_bilm_trains_like_allennlps_modules_in_bilm_tfs_training_graph(shakespeare, tmp_path):
+    """ptm's initialisation written as bilm-tf's weights.hdf5, read by ptm's import and AllenNLP's loaders;
+    AdaGrad as TensorFlow's ApplyAdagrad (accumulators from 1.0, no epsilon) on the gradients of loss x unroll
+    steps, global-norm clip 10 as tf.clip_by_global_norm, the LSTM states of both directions carried across
+    batches, full softmax. Before ptm scaled its loss by the unroll length as bilm-tf does, its steps were a
+    different size from bilm-tf's."""
+    ours, theirs, (gap, where), unroll = _elmo_against_allennlp(shakespeare[:1200], tmp_path, "float32")
+    np.testing.assert_allclose(ours.losses, ours.terms["lm_loss"] * unroll, rtol=1e-6)  # the loss x unroll
+    assert trajectory.loss_gap(ours.terms["lm_loss"], theirs) < LOSS_TOL, np.abs(ours.terms["lm_loss"] - theirs)
     assert gap < PARAM_TOL, (gap, where)
+    assert theirs[-1] < theirs[0] - 0.5
+
+
+def test_elmo_bilm_in_float64_trains_like_allennlp_in_float64_to_1e12(shakespeare, tmp_path):
+    """``model.dtype='float64'`` (JAX's 64-bit mode) against AllenNLP's modules in float64 on the same start and
+    batches: with no float32 rounding to amplify, every per-step loss agrees to 1e-12 (1.8e-15 when written;
+    an optimizer epsilon of 1e-7 inside AdaGrad's square root, or torch's 1e-6 in its clipping norm, showed here as
+    gaps of 1e-7 within 5 steps). The final parameters compare through bilm-tf's float32 files."""
+    with jax.enable_x64(True):
+        ours, theirs, (gap, where), _ = _elmo_against_allennlp(shakespeare[:1200], tmp_path, "float64")
+    assert {str(a.dtype) for a in jax.tree.leaves(ours.params)} == {"float64"}
+    assert trajectory.loss_gap(ours.terms["lm_loss"], theirs) < 1e-12, np.abs(ours.terms["lm_loss"] - theirs)
+    assert gap < 1e-6, (gap, where)  # float32 rounding of the files
     assert theirs[-1] < theirs[0] - 0.5
 
 

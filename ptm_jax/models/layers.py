@@ -20,10 +20,23 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 
 def dtype_of(name: str) -> Dtype:
     """``model.dtype`` -> the compute dtype. 'auto': bfloat16 when the model is traced for a GPU or TPU (the
-    mesh in context, else JAX's default backend), float32 on CPU; parameters stay float32 either way."""
+    mesh in context, else JAX's default backend), float32 on CPU; parameters stay float32 either way.
+    'float64' (a family that allows it, for parity checks against a float64 reference; JAX's 64-bit mode must be
+    on): parameters, compute and state all float64 (:func:`param_dtype_of`, :func:`accum_dtype`)."""
     if name == "auto":
         return _auto_dtype(backend_platform())
-    return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[name]
+    return {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float64": jnp.float64}[name]
+
+
+def accum_dtype(dtype: Dtype) -> Dtype:
+    """The dtype sums, states and losses are kept in for compute ``dtype``: float32 for float32 and bfloat16,
+    float64 for float64."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
+def param_dtype_of(dtype: Dtype) -> Dtype:
+    """The parameters' dtype for compute ``dtype``: float32 (bfloat16 compute too), float64 for float64."""
+    return accum_dtype(dtype)
 
 
 def backend_platform() -> str:

@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.errors import ConfigError
-from ptm_jax.models.layers import partitioned
+from ptm_jax.models.layers import accum_dtype, partitioned
 
 GATES = ("i", "f", "g", "o")
 """Order of the four gate blocks along the 4H axis (PyTorch's)."""
@@ -73,33 +73,35 @@ def lstm_scan(weights: dict, inputs: jax.Array, mask: jax.Array | None = None, c
               dtype: Any = jnp.float32) -> tuple[jax.Array, LstmCarry]:
     """Runs the LSTM over time. ``weights``: the dict of the layout above; ``inputs`` [B, T, D] batch-major;
     ``mask`` [B, T] (True/1 = a real step; None: all real); ``carry``: the initial state (None: zeros).
-    Returns (outputs [B, T, P] with zeros at masked steps, final carry). The carry stays float32."""
+    Returns (outputs [B, T, P] with zeros at masked steps, final carry). The gates and the carry stay float32
+    (float64 when ``dtype`` is float64: ``layers.accum_dtype``)."""
     kernel, recurrent, bias = weights["kernel"], weights["recurrent_kernel"], weights["bias"]
     if "recurrent_bias" in weights:
         bias = bias + weights["recurrent_bias"]
     projection = weights.get("projection")
     batch = inputs.shape[0]
     hidden = kernel.shape[-1] // 4
+    acc = accum_dtype(dtype)
     if carry is None:
-        carry = zero_carry(batch, hidden, None if projection is None else projection.shape[-1])
+        carry = zero_carry(batch, hidden, None if projection is None else projection.shape[-1], acc)
     if mask is None:
         mask = jnp.ones(inputs.shape[:2], bool)
     # the input projection of all steps at once (one large matmul); only h @ recurrent stays inside the scan
     x_proj = (jnp.einsum("btd,dg->btg", inputs.astype(dtype), kernel.astype(dtype))
-              + bias.astype(dtype)).astype(jnp.float32)
+              + bias.astype(dtype)).astype(acc)
     rec = recurrent.astype(dtype)
     proj = None if projection is None else projection.astype(dtype)
 
     def step(state: LstmCarry, xs):
         z_x, m = xs
-        z = z_x + jnp.dot(state.h.astype(dtype), rec).astype(jnp.float32)
+        z = z_x + jnp.dot(state.h.astype(dtype), rec).astype(acc)
         i, f, g, o = jnp.split(z, 4, axis=-1)
         c = jax.nn.sigmoid(f) * state.c + jax.nn.sigmoid(i) * jnp.tanh(g)
         if cell_clip is not None:
             c = jnp.clip(c, -cell_clip, cell_clip)
         h = jax.nn.sigmoid(o) * jnp.tanh(c)
         if proj is not None:
-            h = jnp.dot(h.astype(dtype), proj).astype(jnp.float32)
+            h = jnp.dot(h.astype(dtype), proj).astype(acc)
             if proj_clip is not None:
                 h = jnp.clip(h, -proj_clip, proj_clip)
         m = m[:, None]
@@ -107,7 +109,7 @@ def lstm_scan(weights: dict, inputs: jax.Array, mask: jax.Array | None = None, c
         return new, jnp.where(m, h, 0.0)
 
     xs = (jnp.swapaxes(x_proj, 0, 1), jnp.swapaxes(mask.astype(bool), 0, 1))
-    carry = LstmCarry(carry.c.astype(jnp.float32), carry.h.astype(jnp.float32))
+    carry = LstmCarry(carry.c.astype(acc), carry.h.astype(acc))
     final, outputs = jax.lax.scan(step, carry, xs, reverse=reverse)
     return jnp.swapaxes(outputs, 0, 1).astype(dtype), final
 
@@ -193,6 +195,7 @@ class LSTMWeights(nn.Module):
     init_scale: float | None = None
     recurrent_bias: bool = False
     dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
 
     def make_weights(self, in_dim: int) -> dict:
         hid, out = self.hidden_size, self.proj_size or self.hidden_size
@@ -202,15 +205,18 @@ class LSTMWeights(nn.Module):
             b = init(key, shape, dtype)
             return b.at[hid:2 * hid].add(self.forget_bias)
 
+        def param(name, fn, axes, shape):
+            return self.param(name, partitioned(fn, axes), shape, self.param_dtype)
+
         weights = {
-            "kernel": self.param("kernel", partitioned(init, ("embed", "mlp")), (in_dim, 4 * hid)),
-            "recurrent_kernel": self.param("recurrent_kernel", partitioned(init, ("embed", "mlp")), (out, 4 * hid)),
-            "bias": self.param("bias", partitioned(bias_init, ("mlp",)), (4 * hid,)),
+            "kernel": param("kernel", init, ("embed", "mlp"), (in_dim, 4 * hid)),
+            "recurrent_kernel": param("recurrent_kernel", init, ("embed", "mlp"), (out, 4 * hid)),
+            "bias": param("bias", bias_init, ("mlp",), (4 * hid,)),
         }
         if self.recurrent_bias:
-            weights["recurrent_bias"] = self.param("recurrent_bias", partitioned(init, ("mlp",)), (4 * hid,))
+            weights["recurrent_bias"] = param("recurrent_bias", init, ("mlp",), (4 * hid,))
         if self.proj_size:
-            weights["projection"] = self.param("projection", partitioned(init, ("mlp", "embed")), (hid, out))
+            weights["projection"] = param("projection", init, ("mlp", "embed"), (hid, out))
         return weights
 
     @nn.compact

@@ -11,12 +11,13 @@ import numpy as np
 import optax
 
 from ptm_jax.config import RunConfig
+from ptm_jax.models.layers import accum_dtype
 
 
 def lm_terms(logits: jax.Array, targets: jax.Array, weights: jax.Array) -> dict[str, tuple[jax.Array, jax.Array]]:
     """logits [..., V], targets/weights [...] -> {'lm_loss': (sum w*CE, sum w), 'lm_accuracy': (...)}."""
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
-    w = weights.astype(jnp.float32)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(accum_dtype(logits.dtype)), targets)
+    w = weights.astype(accum_dtype(logits.dtype))
     correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
     total = jnp.sum(w)
     return {"lm_loss": (jnp.sum(ce * w), total), "lm_accuracy": (jnp.sum(correct * w), total)}

@@ -7,7 +7,8 @@ decay as an L2 term added to the gradient (torch.optim.Adam's weight_decay). Whe
 applies (``adam_bias_correction``), ``1 - b ** t`` is taken to a few float32 ulps, as PyTorch's double-precision
 one. sgd: plain SGD (word2vec.c's update; its linear decay is ``lr_decay='bert'`` with no warmup), L2 as for
 adam. adagrad: AdaGrad (Duchi et al. 2011; GloVe, ELMo) with accumulators starting at
-``adagrad_initial_accumulator`` (glove.c: 1.0), L2 as for adam.
+``adagrad_initial_accumulator`` (glove.c: 1.0), L2 as for adam; the step is g / sqrt(sum of squares) with no
+epsilon, as glove.c and TensorFlow's ApplyAdagrad (bilm-tf) take it (a leaf whose sum is still 0 does not move).
 lamb: LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes", Alg. 2;
 optax's ``lamb`` chain): adamw's update (Adam moments with or without bias correction, decoupled decay on the
 decayed leaves) times the trust ratio |param| / |update| of each leaf (1 when either is 0), for the leaves that
@@ -108,9 +109,9 @@ def lr_schedule(cfg: TrainConfig) -> Callable[[jax.Array], jax.Array]:
     if cfg.lr_decay == "constant":
         peak, warmup = cfg.learning_rate, cfg.warmup_steps
 
-        def constant(step):
-            step = jnp.asarray(step, jnp.float32)
-            return jnp.where(step < warmup, peak * step / max(warmup, 1), jnp.float32(peak))
+        def constant(step):  # float32, float64 in JAX's 64-bit mode (a float64 parity run)
+            step = jnp.asarray(step, jnp.result_type(float))
+            return jnp.where(step < warmup, peak * step / max(warmup, 1), jnp.asarray(peak, step.dtype))
 
         return constant
     return bert_schedule(cfg.learning_rate, cfg.warmup_steps, cfg.steps, from_peak=cfg.lr_decay == "from_peak",
@@ -218,7 +219,7 @@ def make_optimizer(cfg: TrainConfig, rules: Sequence[pg.Rule] | None = None
         if cfg.optimizer == "adam":
             parts.append(adam())
         elif cfg.optimizer == "adagrad":
-            parts.append(optax.scale_by_rss(initial_accumulator_value=cfg.adagrad_initial_accumulator))
+            parts.append(optax.scale_by_rss(initial_accumulator_value=cfg.adagrad_initial_accumulator, eps=0.0))
     if any(r.lr != 1.0 for r in rules):
         parts.append(scale_per_leaf(lambda tree, step: pg.multipliers(rules, tree, "lr", step),
                                     pg.is_dynamic(rules, "lr")))

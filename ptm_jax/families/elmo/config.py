@@ -52,6 +52,8 @@ class ElmoConfig:
     init_std: float = 1.0
     """Scale of the character embeddings' uniform init, U(-1, 1) as bilm-tf."""
     dtype: str = "float32"
+    """Compute dtype: 'float32', 'bfloat16' (parameters float32), or 'float64' (parameters, compute and the
+    carried state; needs JAX's 64-bit mode, for parity runs against a float64 reference)."""
 
     @property
     def num_layers(self) -> int:
@@ -84,5 +86,11 @@ class ElmoConfig:
                 raise ConfigError(f"{where}.{name}={v!r} must be positive (or absent: no clipping)")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"{where}.dropout={self.dropout!r} must be in [0, 1)")
-        if self.dtype not in ("float32", "bfloat16"):
-            raise ConfigError(f"{where}.dtype={self.dtype!r} must be 'float32' or 'bfloat16'")
+        if self.dtype not in ("float32", "bfloat16", "float64"):
+            raise ConfigError(f"{where}.dtype={self.dtype!r} must be 'float32', 'bfloat16' or 'float64'")
+        if self.dtype == "float64":
+            import jax
+
+            if not jax.config.jax_enable_x64:
+                raise ConfigError(f"{where}.dtype='float64' needs JAX's 64-bit mode: set JAX_ENABLE_X64=1 (it is "
+                                  f"there for parity runs against a float64 reference; train in 'float32')")

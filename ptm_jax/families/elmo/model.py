@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from ptm_jax.families.elmo.config import ElmoConfig
-from ptm_jax.models.layers import dtype_of, partitioned
+from ptm_jax.models.layers import accum_dtype, dtype_of, param_dtype_of, partitioned
 from ptm_jax.models.lstm import LSTM, LstmCarry, uniform_init, zero_carry
 
 DIRECTIONS = ("forward", "backward")
@@ -42,7 +42,7 @@ class Highway(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         init = partitioned(nn.initializers.normal(stddev=(1.0 / self.dim) ** 0.5), ("embed", "mlp"))
         dense = lambda name, bias: nn.Dense(
-            self.dim, dtype=self.dtype, param_dtype=jnp.float32, kernel_init=init, name=name,
+            self.dim, dtype=self.dtype, param_dtype=param_dtype_of(self.dtype), kernel_init=init, name=name,
             bias_init=partitioned(nn.initializers.constant(bias), ("mlp",)))
         gate = jax.nn.sigmoid(dense("carry", -2.0)(x))
         transform = jax.nn.relu(dense("transform", 0.0)(x))
@@ -58,13 +58,14 @@ class CharEncoder(nn.Module):
     def __call__(self, chars: jax.Array) -> jax.Array:
         cfg = self.config
         dtype = dtype_of(cfg.dtype)
+        pdtype = param_dtype_of(dtype)
         scale = cfg.init_std
 
         def char_init(key, shape, dtype=jnp.float32):
             return jax.random.uniform(key, shape, dtype, -scale, scale).at[0].set(0.0)  # id 0: the mask
 
         table = self.param("char_embed", partitioned(char_init, ("vocab", "embed")),
-                           (cfg.n_characters, cfg.char_embed_dim))
+                           (cfg.n_characters, cfg.char_embed_dim), pdtype)
         B, T, C = chars.shape
         x = jnp.take(table, chars.reshape(B * T, C), axis=0).astype(dtype)        # [BT, C, E]
         act = jax.nn.relu if cfg.activation == "relu" else jnp.tanh
@@ -74,15 +75,15 @@ class CharEncoder(nn.Module):
             std = (1.0 / (width * cfg.char_embed_dim)) ** 0.5
             kinit = uniform_init(std) if cfg.activation == "relu" else nn.initializers.normal(std)
             w = self.param(f"cnn_{i}_kernel", partitioned(kinit, (None, "embed", "mlp")),
-                           (int(width), cfg.char_embed_dim, int(count)))
-            b = self.param(f"cnn_{i}_bias", partitioned(nn.initializers.zeros, ("mlp",)), (int(count),))
+                           (int(width), cfg.char_embed_dim, int(count)), pdtype)
+            b = self.param(f"cnn_{i}_bias", partitioned(nn.initializers.zeros, ("mlp",)), (int(count),), pdtype)
             conv = jax.lax.conv_general_dilated(x, w.astype(dtype), (1,), "VALID",
                                                 dimension_numbers=("NWC", "WIO", "NWC")) + b.astype(dtype)
             pooled.append(act(jnp.max(conv, axis=1)))                             # max over time, then act
         h = jnp.concatenate(pooled, axis=-1)
         for k in range(cfg.n_highway):
             h = Highway(cfg.n_filters, dtype, name=f"highway_{k}")(h)
-        h = nn.Dense(cfg.projection_dim, dtype=dtype, param_dtype=jnp.float32, name="projection",
+        h = nn.Dense(cfg.projection_dim, dtype=dtype, param_dtype=pdtype, name="projection",
                      kernel_init=partitioned(nn.initializers.normal((1.0 / cfg.n_filters) ** 0.5), ("mlp", "embed")),
                      bias_init=partitioned(nn.initializers.zeros, ("embed",)))(h)
         return h.reshape(B, T, cfg.projection_dim)
@@ -90,7 +91,8 @@ class CharEncoder(nn.Module):
 
 def init_carry(cfg: ElmoConfig, batch: int) -> dict:
     """Zero state of every layer of both directions: {'forward': [LstmCarry] * n_layers, 'backward': [...]}."""
-    return {d: [zero_carry(batch, cfg.lstm_dim, cfg.projection_dim) for _ in range(cfg.n_layers)]
+    acc = accum_dtype(dtype_of(cfg.dtype))
+    return {d: [zero_carry(batch, cfg.lstm_dim, cfg.projection_dim, acc) for _ in range(cfg.n_layers)]
             for d in DIRECTIONS}
 
 
@@ -110,6 +112,7 @@ class BiLM(nn.Module):
                 inp = nn.Dropout(cfg.dropout, deterministic=not train)(x)
                 y, c = LSTM(cfg.lstm_dim, cfg.projection_dim, cell_clip=cfg.cell_clip, proj_clip=cfg.proj_clip,
                             forget_bias=1.0, init_scale=None, dtype=dtype_of(cfg.dtype),
+                            param_dtype=param_dtype_of(dtype_of(cfg.dtype)),
                             name=f"{d}_{i}")(inp, mask[d], None if carry is None else carry[d][i])
                 if cfg.use_skip_connections and i > 0:
                     y = y + inp  # bilm-tf: ResidualWrapper inside DropoutWrapper adds the dropped input
@@ -141,9 +144,10 @@ class Softmax(nn.Module):
     @nn.compact
     def __call__(self) -> tuple[jax.Array, jax.Array]:
         cfg = self.config
+        pdtype = param_dtype_of(dtype_of(cfg.dtype))
         w = self.param("kernel", partitioned(nn.initializers.normal(1.0 / cfg.projection_dim ** 0.5),
-                                             ("vocab", "embed")), (cfg.vocab_size, cfg.projection_dim))
-        b = self.param("bias", partitioned(nn.initializers.zeros, ("vocab",)), (cfg.vocab_size,))
+                                             ("vocab", "embed")), (cfg.vocab_size, cfg.projection_dim), pdtype)
+        b = self.param("bias", partitioned(nn.initializers.zeros, ("vocab",)), (cfg.vocab_size,), pdtype)
         return w, b
 
 

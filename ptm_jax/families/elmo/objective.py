@@ -25,7 +25,7 @@ import numpy as np
 
 from ptm_jax.families.elmo.model import DIRECTIONS, ElmoLanguageModel, init_carry
 from ptm_jax.families.elmo.softmax import full_softmax_logits, sampled_softmax_ce
-from ptm_jax.models.layers import Partitioned
+from ptm_jax.models.layers import Partitioned, accum_dtype
 from ptm_jax.objectives.base import SourceStreams
 from ptm_jax.objectives.language_model import LanguageModelReport, lm_terms
 
@@ -97,7 +97,7 @@ class ElmoObjective(SourceStreams, LanguageModelReport):
         sampled = train and rng is not None and 0 < m.num_sampled < m.vocab_size
         terms, loss = {}, 0.0
         for k, d in enumerate(DIRECTIONS):
-            wt = weights[d].astype(jnp.float32)
+            wt = weights[d].astype(accum_dtype(top[d].dtype))
             if sampled:
                 ce = sampled_softmax_ce(top[d], targets[d], w, b, jax.random.fold_in(rng, k), m.num_sampled)
                 num = jnp.sum(ce * wt)

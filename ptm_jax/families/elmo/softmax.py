@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from ptm_jax.models.layers import accum_dtype
+
 
 def log_uniform_sample(rng: jax.Array, num_sampled: int, vocab_size: int) -> jax.Array:
     u = jax.random.uniform(rng, (num_sampled,))
@@ -40,7 +42,7 @@ def sampled_softmax_ce(hidden: jax.Array, targets: jax.Array, w: jax.Array, b: j
     vocab = w.shape[0]
     sampled = log_uniform_sample(rng, num_sampled, vocab)
     log_count = math.log(num_sampled)
-    h = hidden.astype(jnp.float32)
+    h = hidden.astype(accum_dtype(hidden.dtype))
     true_logit = (jnp.sum(h * jnp.take(w, targets, axis=0), -1) + jnp.take(b, targets)
                   - (log_uniform_log_q(targets, vocab) + log_count))
     s_logits = (h @ jnp.take(w, sampled, axis=0).T + jnp.take(b, sampled)
@@ -51,4 +53,4 @@ def sampled_softmax_ce(hidden: jax.Array, targets: jax.Array, w: jax.Array, b: j
 
 
 def full_softmax_logits(hidden: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
-    return hidden.astype(jnp.float32) @ w.T + b
+    return hidden.astype(accum_dtype(hidden.dtype)) @ w.T + b
