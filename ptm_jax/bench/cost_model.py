@@ -281,10 +281,15 @@ def schedule(comps: dict[str, list[Instr]], entry: str) -> tuple[list[Executed],
 
 MOVES = "copies, casts, transposes"
 OPTIMIZER = "optimizer update and gradient norms"
+PERMUTE_SUMS = "collective arithmetic (sums between collective-permutes)"
+"""The additions of a reduce-scatter the compiler decomposed into collective-permutes (FSDP's weight gradients):
+fusions of the backward pass that read a permute's result or feed the next permute (a last sum the compiler fused
+into the gradient norms stays with the optimizer). A native all-reduce's sums have no estimate of their own
+(inside "collectives"); these have, and are compute."""
 CATEGORIES = ("matmul: projections and FFN", "matmul: attention scores and values", "attention softmax, mask, dropout",
               "attention kernel (splash)", "layer norm", "dropout", "activation, residual, bias",
               "embedding and head (with loss)", "layer-stack loop (scan slices and updates)", OPTIMIZER, MOVES,
-              "collectives", "other")
+              PERMUTE_SUMS, "collectives", "other")
 _ATTN_PROJ = re.compile(r"/(query|key|value|output|qkv|q|k|v|o|r|pos_proj|c_attn|c_proj)/")
 
 
@@ -323,7 +328,7 @@ def categorize(op_name: str, opcode: str = "", is_matmul: bool | None = None) ->
         return "dropout"
     if head:
         return "embedding and head (with loss)"
-    if opcode in ("copy", "transpose", "broadcast") or name.endswith(("/transpose", "/copy")) or (
+    if opcode in ("copy", "transpose", "broadcast", "convert") or name.endswith(("/transpose", "/copy")) or (
             not name and opcode in ("convert", "fusion")):  # a stacked parameter's cast, hoisted out of the loop
         return MOVES
     if in_model:
@@ -402,6 +407,37 @@ def splash_flops(ins: Instr, fused_bwd: bool = True) -> tuple[float, int] | None
     return count * per_pair, h
 
 
+def permute_neighbours(comps: dict[str, list[Instr]]) -> set[str]:
+    """Names of the instructions that read a collective-permute's result or feed a collective-permute (through
+    get-tuple-element, bitcast and tuple): the arithmetic between the steps of a decomposed collective."""
+    out: set[str] = set()
+    for body in comps.values():
+        by_name = {i.name: i for i in body}
+        passes = ("get-tuple-element", "bitcast", "tuple")
+        done = {i.name for i in body if i.opcode == "collective-permute-done"}
+        for i in body:  # results of a permute, through get-tuple-element and bitcast
+            if i.opcode in passes[:2] and any(o in done for o in i.operands()):
+                done.add(i.name)
+        for i in body:
+            if i.opcode in passes or i.opcode.startswith("collective-permute"):
+                continue
+            if any(o in done for o in i.operands()):
+                out.add(i.name)
+        for i in body:  # producers of a permute's operand
+            if i.opcode != "collective-permute-start":
+                continue
+            todo = list(i.operands())
+            while todo:
+                src = by_name.get(todo.pop())
+                if src is None:
+                    continue
+                if src.opcode in passes:
+                    todo += src.operands()
+                elif not src.opcode.startswith("collective-permute"):
+                    out.add(src.name)
+    return out
+
+
 def _is_matmul(ins: Instr, comps: dict[str, list[Instr]]) -> bool:
     if ins.opcode in ("dot", "convolution"):
         return True
@@ -432,6 +468,7 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
     rows, missing, colls = [], {}, []
     comm_s = modelled = 0.0
     fused_bwd = "splash_mha_dq" not in hlo_text
+    permute_sums = permute_neighbours(comps) if "collective-permute-start" in hlo_text else set()
     for e in executed:
         ins = e.instr
         base = ins.opcode.replace("-start", "")
@@ -459,7 +496,9 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
                 missing[key] = missing.get(key, 0) + e.times
             continue
         secs = cycles * e.times / chip.clock_hz
-        cat = categorize(ins.op_name, ins.opcode, _is_matmul(ins, comps))
+        matmul = _is_matmul(ins, comps)
+        summed = ins.name in permute_sums and not matmul and "transpose(" in ins.op_name  # a gradient's sums
+        cat = PERMUTE_SUMS if summed else categorize(ins.op_name, ins.opcode, matmul)
         by_cat[cat] += secs
         rows.append((secs, ins, e, cat))
     compute_s = sum(r[0] for r in rows)
