@@ -13,8 +13,9 @@ The TPU compiler (libtpu) writes its estimate of every operation it schedules in
 - models the collectives, which carry no estimate, from the bytes each device sends over a ring
   (``2 (n-1)/n`` of the buffer for an all-reduce, ``(n-1)/n`` for an all-gather, reduce-scatter or all-to-all)
   at the bandwidth of the ICI links the compiler's ring strategy uses (one link for a one-directional 1D ring,
-  two otherwise), and reports the step fully exposed (compute + collectives) and fully overlapped (the larger
-  of the two);
+  two otherwise), each collective once, also where libtpu's async collective fusion puts it inside fusions
+  (FSDP's weight all-gathers), and reports the step fully exposed (compute + collectives) and fully overlapped
+  (the larger of the two);
 - groups the operations by what they do (``categorize``, from the ``op_name`` metadata JAX writes) and lists the
   costliest ones.
 
@@ -466,7 +467,8 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
     peak = chip.peak_tflops * 1e12 * cores / chip.cores
     by_cat: dict[str, float] = {c: 0.0 for c in CATEGORIES}
     rows, missing, colls = [], {}, []
-    comm_s = modelled = 0.0
+    comm_s = modelled = fused_s = 0.0
+    fused_seen: set[str] = set()
     fused_bwd = "splash_mha_dq" not in hlo_text
     permute_sums = permute_neighbours(comps) if "collective-permute-start" in hlo_text else set()
     for e in executed:
@@ -480,6 +482,19 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
             colls.append({"name": ins.name, "opcode": ins.opcode, "bytes": size, "group": n, "times": e.times,
                           "seconds": secs * e.times})
             continue
+        if ins.opcode == "fusion":  # libtpu's async collective fusion: a collective inside fusions, counted once
+            for inner in (i for c in ins.callees("calls") for i in comps.get(c, []) if i.opcode in COLLECTIVES):
+                channel = re.search(r"channel_id=(\d+)", inner.rest)
+                key = channel.group(1) if channel else f"{ins.name}/{inner.name}"
+                if key in fused_seen:
+                    continue
+                fused_seen.add(key)
+                secs, size, n = collective_seconds(inner, devices, chip, comps)
+                comm_s += secs * e.times
+                fused_s += secs * e.times
+                by_cat["collectives"] += secs * e.times
+                colls.append({"name": f"{ins.name}/{inner.name}", "opcode": inner.opcode, "bytes": size, "group": n,
+                              "times": e.times, "seconds": secs * e.times, "fused": True})
         cycles = ins.cycles
         kernel = splash_flops(ins, fused_bwd) if cycles is None and ins.opcode == "custom-call" else None
         if kernel is not None:
@@ -503,6 +518,9 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
         rows.append((secs, ins, e, cat))
     compute_s = sum(r[0] for r in rows)
     rows.sort(key=lambda r: -r[0])
+    if fused_s:
+        notes.append(f"collectives inside fusions (libtpu's async collective fusion; each counted once, by its "
+                     f"channel): {fused_s * 1e3:,.2f} ms of the collectives")
     if modelled:
         notes.append(f"splash-attention kernels carry no estimate: modelled as their matmul FLOPs at "
                      f"{KERNEL_EFFICIENCY:.0%} of the peak x head dim / MXU size ({modelled * 1e3:,.2f} ms)")
@@ -511,7 +529,8 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
                            "not a measurement",
         "chip": chip.name, "clock_hz": chip.clock_hz, "device_cores": cores,
         "peak_tflops_per_device": peak / 1e12, "ici_link_gbps": chip.link_gbps,
-        "compute_s": compute_s, "collectives_s": comm_s, "modelled_kernels_s": modelled,
+        "compute_s": compute_s, "collectives_s": comm_s, "collectives_in_fusions_s": fused_s,
+        "modelled_kernels_s": modelled,
         "step_s_exposed": compute_s + comm_s, "step_s_overlapped": max(compute_s, comm_s),
         "ops_estimated": len(rows),
         "ops_without_estimate": {k: v for k, v in sorted(missing.items(), key=lambda kv: -kv[1])},
