@@ -1,6 +1,7 @@
 """The pod presets' train steps compiled for a small TPU slice by the real TPU compiler (libtpu) on this CPU machine,
 and the step time the compiler's own cost model estimates for each variant (``ptm compile``'s ``compile_report``
-with ``bench/cost_model.py``): attention path, attention dropout, dropout bits, remat, scan, mesh, per-chip batch.
+with ``bench/cost_model.py``): attention path, attention dropout, dropout bits, remat, scan, mesh, per-chip batch,
+GELU.
 
 Every figure is an ESTIMATE of the compiler's cost model, not a measurement: no TPU has run these steps.
 
@@ -60,6 +61,9 @@ TOKENS = {
     "save_dots": (["model.remat='save_dots'"], None, 1),
     "full": (["model.remat='full'"], None, 1),
     "fsdp": (["mesh.data=1", "mesh.fsdp=-1"], None, 1),
+    # the tanh approximation of GELU (GPT's; transformers' gelu_new), not the exact erf GELU the released BERT
+    # weights were trained with (the BERT presets' default, kept)
+    "gelu_tanh": (["model.hidden_act='gelu_tanh'"], None, 1),
     "x2": ([], None, 2),
     "x4": ([], None, 4),
 }

@@ -3,8 +3,10 @@ must satisfy: a big matmul's estimate on each chip lies between its FLOPs at the
 it (which checks the clocks, FLOPs per cycle and TensorCores of the table), doubling the batch doubles the
 estimate, a while loop counts its trips, a conditional its costliest branch, an all-reduce costs its ring bytes
 at the ICI link bandwidth, a scanned layer stack costs its unrolled twin plus its stack loop, splash kernels
-(which carry no estimate) are modelled from their FLOPs, and a program without the compiler's estimates is refused
-in one line.
+(which carry no estimate) are modelled from their FLOPs, the sums between the collective-permutes of a
+decomposed reduce-scatter and the parameters' casts have categories of their own, a collective that libtpu's
+async collective fusion puts inside fusions is counted once, and a program without the compiler's estimates is
+refused in one line.
 
 The TPU programs are compiled by the real TPU compiler (libtpu) in one process of their own
 (tests/cost_model_worker.py, libtpu through PYTHONPATH as tests/libtpu_env.py sets it); those tests skip, saying
@@ -159,3 +161,63 @@ def test_chip_table_clock_times_mxu_flops_per_cycle_is_the_published_peak():
     assert [chip_of(k).name for k in ("TPU v4", "TPU v5 lite", "TPU v5", "TPU v5p", "TPU v6 lite")] == [
         "v4", "v5e", "v5p", "v5p", "v6e"]
     assert chip_of("NVIDIA H100 80GB HBM3") is None and chip_of("cpu") is None
+
+
+def test_reduce_scatter_sums_between_permutes_and_parameter_casts_have_their_own_categories():
+    from ptm_jax.bench.cost_model import MOVES, PERMUTE_SUMS, estimate
+
+    bwd = 'op_name="jit(wrapped)/transpose(jvp(Bert))/bert/encoder/layers_0/output/dense/dot_general"'
+    fwd = 'op_name="jit(wrapped)/jvp(Bert)/bert/encoder/layers_0/output/dense/convert_element_type"'
+
+    def cycles(n):
+        return f'backend_config={{"estimated_cycles":"{n}"}}'
+
+    text = "\n".join([
+        "%sum (p0: bf16[8,8], p1: bf16[8,8]) -> bf16[8,8] {",
+        "  %p0 = bf16[8,8]{1,0} parameter(0)",
+        "  %p1 = bf16[8,8]{1,0} parameter(1)",
+        "  ROOT %a = bf16[8,8]{1,0} add(%p0, %p1)",
+        "}",
+        "",
+        "ENTRY %main (w: f32[8,8], g: bf16[8,8]) -> bf16[8,8] {",
+        "  %w = f32[8,8]{1,0} parameter(0)",
+        "  %g = bf16[8,8]{1,0} parameter(1)",
+        f"  %cast = bf16[8,8]{{1,0}} convert(%w), metadata={{{fwd}}}, {cycles(300)}",
+        f"  %local = bf16[8,8]{{1,0}} fusion(%g, %cast), kind=kLoop, calls=%sum, metadata={{{bwd}}}, {cycles(1000)}",
+        f"  %cp = (bf16[8,8]{{1,0}}, bf16[8,8]{{1,0}}, u32[], u32[]) collective-permute-start(%local), "
+        f"source_target_pairs={{{{0,1}},{{1,0}}}}, metadata={{{bwd}}}",
+        f"  %got = bf16[8,8]{{1,0}} collective-permute-done(%cp), metadata={{{bwd}}}",
+        f"  %more = bf16[8,8]{{1,0}} fusion(%got, %g), kind=kLoop, calls=%sum, metadata={{{bwd}}}, {cycles(2000)}",
+        f"  ROOT %bias = bf16[8,8]{{1,0}} fusion(%g, %g), kind=kLoop, calls=%sum, metadata={{{bwd}}}, {cycles(4000)}",
+        "}",
+    ])
+    e = estimate(text, "TPU v5 lite", 2)
+    by = {k: round(v * 1.5e9) for k, v in e["breakdown_s"].items() if k != "collectives"}
+    # the sums before and after the permute (1000 + 2000 cycles), the parameter's cast (300), the rest (4000)
+    assert by == {PERMUTE_SUMS: 3000, MOVES: 300, "activation, residual, bias": 4000}
+    assert e["collectives_s"] > 0
+
+
+def test_a_collective_inside_fusions_is_counted_once_among_the_collectives():
+    # libtpu's async collective fusion puts one all-gather (one channel) into a start fusion, the compute fusions
+    # that overlap it and a done fusion; its bytes go over the ring once
+    from ptm_jax.bench.cost_model import CHIPS, estimate
+
+    ag = "bf16[32,64]{1,0} all-gather(%p), channel_id=7, replica_groups=[1,4]<=[4], dimensions={0}"
+    text = "\n".join([
+        "%start (p: bf16[8,64]) -> bf16[32,64] {", "  %p = bf16[8,64]{1,0} parameter(0)", f"  ROOT %ag = {ag}", "}",
+        "%mm (p: bf16[8,64], x: bf16[64,64]) -> bf16[64,64] {", "  %p = bf16[8,64]{1,0} parameter(0)",
+        "  %x = bf16[64,64]{1,0} parameter(1)", f"  %ag.1 = {ag}",
+        "  ROOT %d = bf16[64,64]{1,0} dot(%x, %x), lhs_contracting_dims={1}, rhs_contracting_dims={0}", "}",
+        "ENTRY %main (w: bf16[8,64], x: bf16[64,64]) -> bf16[64,64] {", "  %w = bf16[8,64]{1,0} parameter(0)",
+        "  %x = bf16[64,64]{1,0} parameter(1)",
+        "  %async-collective-start = bf16[32,64]{1,0} fusion(%w), kind=kCustom, calls=%start",
+        '  %fusion.1 = bf16[64,64]{1,0} fusion(%w, %x), kind=kOutput, calls=%mm, '
+        'backend_config={"estimated_cycles":"1500"}',
+        "  ROOT %async-collective-done = bf16[32,64]{1,0} fusion(%w), kind=kCustom, calls=%start", "}",
+    ])
+    e = estimate(text, "TPU v5 lite", 4)
+    ring = 3 / 4 * 32 * 64 * 2 / (2 * CHIPS["v5e"].link_gbps * 1e9)  # (n-1)/n of the gathered bytes, both ways
+    assert e["collectives_s"] == e["collectives_in_fusions_s"] == pytest.approx(ring)
+    assert e["compute_s"] == pytest.approx(1500 / 1.5e9)
+    assert any("collectives inside fusions" in note for note in e["notes"])

@@ -13,8 +13,9 @@ The TPU compiler (libtpu) writes its estimate of every operation it schedules in
 - models the collectives, which carry no estimate, from the bytes each device sends over a ring
   (``2 (n-1)/n`` of the buffer for an all-reduce, ``(n-1)/n`` for an all-gather, reduce-scatter or all-to-all)
   at the bandwidth of the ICI links the compiler's ring strategy uses (one link for a one-directional 1D ring,
-  two otherwise), and reports the step fully exposed (compute + collectives) and fully overlapped (the larger
-  of the two);
+  two otherwise), each collective once, also where libtpu's async collective fusion puts it inside fusions
+  (FSDP's weight all-gathers), and reports the step fully exposed (compute + collectives) and fully overlapped
+  (the larger of the two);
 - groups the operations by what they do (``categorize``, from the ``op_name`` metadata JAX writes) and lists the
   costliest ones.
 
@@ -281,10 +282,15 @@ def schedule(comps: dict[str, list[Instr]], entry: str) -> tuple[list[Executed],
 
 MOVES = "copies, casts, transposes"
 OPTIMIZER = "optimizer update and gradient norms"
+PERMUTE_SUMS = "collective arithmetic (sums between collective-permutes)"
+"""The additions of a reduce-scatter the compiler decomposed into collective-permutes (FSDP's weight gradients):
+fusions of the backward pass that read a permute's result or feed the next permute (a last sum the compiler fused
+into the gradient norms stays with the optimizer). A native all-reduce's sums have no estimate of their own
+(inside "collectives"); these have, and are compute."""
 CATEGORIES = ("matmul: projections and FFN", "matmul: attention scores and values", "attention softmax, mask, dropout",
               "attention kernel (splash)", "layer norm", "dropout", "activation, residual, bias",
               "embedding and head (with loss)", "layer-stack loop (scan slices and updates)", OPTIMIZER, MOVES,
-              "collectives", "other")
+              PERMUTE_SUMS, "collectives", "other")
 _ATTN_PROJ = re.compile(r"/(query|key|value|output|qkv|q|k|v|o|r|pos_proj|c_attn|c_proj)/")
 
 
@@ -323,7 +329,7 @@ def categorize(op_name: str, opcode: str = "", is_matmul: bool | None = None) ->
         return "dropout"
     if head:
         return "embedding and head (with loss)"
-    if opcode in ("copy", "transpose", "broadcast") or name.endswith(("/transpose", "/copy")) or (
+    if opcode in ("copy", "transpose", "broadcast", "convert") or name.endswith(("/transpose", "/copy")) or (
             not name and opcode in ("convert", "fusion")):  # a stacked parameter's cast, hoisted out of the loop
         return MOVES
     if in_model:
@@ -402,6 +408,37 @@ def splash_flops(ins: Instr, fused_bwd: bool = True) -> tuple[float, int] | None
     return count * per_pair, h
 
 
+def permute_neighbours(comps: dict[str, list[Instr]]) -> set[str]:
+    """Names of the instructions that read a collective-permute's result or feed a collective-permute (through
+    get-tuple-element, bitcast and tuple): the arithmetic between the steps of a decomposed collective."""
+    out: set[str] = set()
+    for body in comps.values():
+        by_name = {i.name: i for i in body}
+        passes = ("get-tuple-element", "bitcast", "tuple")
+        done = {i.name for i in body if i.opcode == "collective-permute-done"}
+        for i in body:  # results of a permute, through get-tuple-element and bitcast
+            if i.opcode in passes[:2] and any(o in done for o in i.operands()):
+                done.add(i.name)
+        for i in body:
+            if i.opcode in passes or i.opcode.startswith("collective-permute"):
+                continue
+            if any(o in done for o in i.operands()):
+                out.add(i.name)
+        for i in body:  # producers of a permute's operand
+            if i.opcode != "collective-permute-start":
+                continue
+            todo = list(i.operands())
+            while todo:
+                src = by_name.get(todo.pop())
+                if src is None:
+                    continue
+                if src.opcode in passes:
+                    todo += src.operands()
+                elif not src.opcode.startswith("collective-permute"):
+                    out.add(src.name)
+    return out
+
+
 def _is_matmul(ins: Instr, comps: dict[str, list[Instr]]) -> bool:
     if ins.opcode in ("dot", "convolution"):
         return True
@@ -430,8 +467,10 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
     peak = chip.peak_tflops * 1e12 * cores / chip.cores
     by_cat: dict[str, float] = {c: 0.0 for c in CATEGORIES}
     rows, missing, colls = [], {}, []
-    comm_s = modelled = 0.0
+    comm_s = modelled = fused_s = 0.0
+    fused_seen: set[str] = set()
     fused_bwd = "splash_mha_dq" not in hlo_text
+    permute_sums = permute_neighbours(comps) if "collective-permute-start" in hlo_text else set()
     for e in executed:
         ins = e.instr
         base = ins.opcode.replace("-start", "")
@@ -443,6 +482,19 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
             colls.append({"name": ins.name, "opcode": ins.opcode, "bytes": size, "group": n, "times": e.times,
                           "seconds": secs * e.times})
             continue
+        if ins.opcode == "fusion":  # libtpu's async collective fusion: a collective inside fusions, counted once
+            for inner in (i for c in ins.callees("calls") for i in comps.get(c, []) if i.opcode in COLLECTIVES):
+                channel = re.search(r"channel_id=(\d+)", inner.rest)
+                key = channel.group(1) if channel else f"{ins.name}/{inner.name}"
+                if key in fused_seen:
+                    continue
+                fused_seen.add(key)
+                secs, size, n = collective_seconds(inner, devices, chip, comps)
+                comm_s += secs * e.times
+                fused_s += secs * e.times
+                by_cat["collectives"] += secs * e.times
+                colls.append({"name": f"{ins.name}/{inner.name}", "opcode": inner.opcode, "bytes": size, "group": n,
+                              "times": e.times, "seconds": secs * e.times, "fused": True})
         cycles = ins.cycles
         kernel = splash_flops(ins, fused_bwd) if cycles is None and ins.opcode == "custom-call" else None
         if kernel is not None:
@@ -459,11 +511,16 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
                 missing[key] = missing.get(key, 0) + e.times
             continue
         secs = cycles * e.times / chip.clock_hz
-        cat = categorize(ins.op_name, ins.opcode, _is_matmul(ins, comps))
+        matmul = _is_matmul(ins, comps)
+        summed = ins.name in permute_sums and not matmul and "transpose(" in ins.op_name  # a gradient's sums
+        cat = PERMUTE_SUMS if summed else categorize(ins.op_name, ins.opcode, matmul)
         by_cat[cat] += secs
         rows.append((secs, ins, e, cat))
     compute_s = sum(r[0] for r in rows)
     rows.sort(key=lambda r: -r[0])
+    if fused_s:
+        notes.append(f"collectives inside fusions (libtpu's async collective fusion; each counted once, by its "
+                     f"channel): {fused_s * 1e3:,.2f} ms of the collectives")
     if modelled:
         notes.append(f"splash-attention kernels carry no estimate: modelled as their matmul FLOPs at "
                      f"{KERNEL_EFFICIENCY:.0%} of the peak x head dim / MXU size ({modelled * 1e3:,.2f} ms)")
@@ -472,7 +529,8 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
                            "not a measurement",
         "chip": chip.name, "clock_hz": chip.clock_hz, "device_cores": cores,
         "peak_tflops_per_device": peak / 1e12, "ici_link_gbps": chip.link_gbps,
-        "compute_s": compute_s, "collectives_s": comm_s, "modelled_kernels_s": modelled,
+        "compute_s": compute_s, "collectives_s": comm_s, "collectives_in_fusions_s": fused_s,
+        "modelled_kernels_s": modelled,
         "step_s_exposed": compute_s + comm_s, "step_s_overlapped": max(compute_s, comm_s),
         "ops_estimated": len(rows),
         "ops_without_estimate": {k: v for k, v in sorted(missing.items(), key=lambda kv: -kv[1])},
