@@ -268,30 +268,29 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
     fused_seen: set[str] = set()
     fused_bwd = "splash_mha_dq" not in hlo_text
     permute_sums = permute_neighbours(comps) if "collective-permute-start" in hlo_text else set()
+
+    def collective(ins: Instr, name: str, times: float, **extra) -> float:
+        secs, size, n = collective_seconds(ins, devices, chip, comps)
+        by_cat["collectives"] += secs * times
+        colls.append({"name": name, "opcode": ins.opcode, "bytes": size, "group": n, "times": times,
+                      "seconds": secs * times, **extra})
+        return secs * times
+
     for e in executed:
         ins = e.instr
         base = ins.opcode.replace("-start", "")
         if base in COLLECTIVES or (ins.opcode == "async-start" and any(
                 i.opcode in COLLECTIVES for c in ins.callees("calls") for i in comps.get(c, []))):
-            secs, size, n = collective_seconds(ins, devices, chip, comps)
-            comm_s += secs * e.times
-            by_cat["collectives"] += secs * e.times
-            colls.append({"name": ins.name, "opcode": ins.opcode, "bytes": size, "group": n, "times": e.times,
-                          "seconds": secs * e.times})
+            comm_s += collective(ins, ins.name, e.times)
             continue
         if ins.opcode == "fusion":  # libtpu's async collective fusion: a collective inside fusions, counted once
             for inner in (i for c in ins.callees("calls") for i in comps.get(c, []) if i.opcode in COLLECTIVES):
                 channel = re.search(r"channel_id=(\d+)", inner.rest)
                 key = channel.group(1) if channel else f"{ins.name}/{inner.name}"
-                if key in fused_seen:
-                    continue
-                fused_seen.add(key)
-                secs, size, n = collective_seconds(inner, devices, chip, comps)
-                comm_s += secs * e.times
-                fused_s += secs * e.times
-                by_cat["collectives"] += secs * e.times
-                colls.append({"name": f"{ins.name}/{inner.name}", "opcode": inner.opcode, "bytes": size, "group": n,
-                              "times": e.times, "seconds": secs * e.times, "fused": True})
+                if key not in fused_seen:
+                    fused_seen.add(key)
+                    secs = collective(inner, f"{ins.name}/{inner.name}", e.times, fused=True)
+                    comm_s, fused_s = comm_s + secs, fused_s + secs
         cycles = ins.cycles
         kernel = splash_flops(ins, fused_bwd) if cycles is None and ins.opcode == "custom-call" else None
         if kernel is not None:

@@ -39,6 +39,12 @@ from ptm_jax.config import TrainConfig
 from ptm_jax.train import param_groups as pg
 
 
+def _step_float(step) -> jax.Array:
+    """The step as the schedules compute with it: float32, float64 in JAX's 64-bit mode (a float64 parity run,
+    ``model.dtype='float64'``), so that the rate is not rounded to float32 there."""
+    return jnp.asarray(step, jnp.result_type(float))
+
+
 def bert_schedule(peak: float, warmup_steps: int, total_steps: int, from_peak: bool = False, power: float = 1.0
                   ) -> Callable[[jax.Array], jax.Array]:
     """Step k (0 = the first update) -> learning rate: ``peak * k / warmup_steps`` during warmup, then
@@ -46,7 +52,7 @@ def bert_schedule(peak: float, warmup_steps: int, total_steps: int, from_peak: b
     ``peak * ((total_steps - k) / (total_steps - warmup_steps)) ** power`` (``from_peak``), never below 0."""
 
     def schedule(step):
-        step = jnp.asarray(step, jnp.float32)
+        step = _step_float(step)
         if from_peak:
             left = jnp.maximum(0.0, (total_steps - step) / max(total_steps - warmup_steps, 1))
         else:
@@ -86,7 +92,7 @@ def slanted_triangular(peak: float, total_steps: int, cut: int, ratio: float = 3
     1 - (t - cut) / (T - cut); lr = peak (1 + p (ratio - 1)) / ratio: from peak/ratio up to peak and back."""
 
     def schedule(step):
-        t = jnp.asarray(step, jnp.float32)
+        t = _step_float(step)
         p = jnp.where(t < cut, t / max(cut, 1), 1.0 - (t - cut) / max(total_steps - cut, 1))
         return peak * (1.0 + jnp.clip(p, 0.0, 1.0) * (ratio - 1.0)) / ratio
 
@@ -109,8 +115,8 @@ def lr_schedule(cfg: TrainConfig) -> Callable[[jax.Array], jax.Array]:
     if cfg.lr_decay == "constant":
         peak, warmup = cfg.learning_rate, cfg.warmup_steps
 
-        def constant(step):  # float32, float64 in JAX's 64-bit mode (a float64 parity run)
-            step = jnp.asarray(step, jnp.result_type(float))
+        def constant(step):
+            step = _step_float(step)
             return jnp.where(step < warmup, peak * step / max(warmup, 1), jnp.asarray(peak, step.dtype))
 
         return constant
