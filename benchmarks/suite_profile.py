@@ -11,12 +11,24 @@ lowering. The compiles inside subprocesses are not counted (their CPU time is).
     python benchmarks/suite_profile.py /tmp/prof --tests 20  # the slowest 20 tests
 
 Each xdist worker writes ``<dir>/<worker>.jsonl``; a run's summary reads every file in the folder.
+
+With ``PTM_SUITE_PROFILE_PROGRAMS=1`` each worker also writes ``<dir>/<worker>.programs.jsonl``: one line per
+program handed to XLA (``jax._src.compiler.compile_or_get_cached``, so persistent-cache hits are included at their
+cost), with its name, seconds, the test, a hash of its StableHLO text and a hash of that text with every dense
+constant blanked. ``--programs`` then says how much of the compile time went to programs compiled before in the
+run (the same text: what a shared cache could still save) and to programs that differ from an earlier one only in
+their constants (what passing those constants as arguments could save: learning-rate schedules, dropout rates).
+
+    PTM_SUITE_PROFILE_PROGRAMS=1 PYTHONPATH=$PWD:benchmarks PTM_SUITE_PROFILE=/tmp/prof python -m pytest ...
+    python benchmarks/suite_profile.py /tmp/prof --programs
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -95,6 +107,39 @@ class SuiteProfile:
         self.out.write(json.dumps(row) + "\n")
 
 
+_DENSE = re.compile(r"dense<[^>]*>")
+
+
+def record_programs(path: Path):
+    """Wraps jax's one entry to XLA compilation (or its persistent cache) to write a line per program to ``path``.
+    Returns the function that undoes it."""
+    from jax._src import compiler
+
+    compile_or_get_cached = compiler.compile_or_get_cached
+    out = open(path, "a", buffering=1)
+
+    def recorded(backend, computation, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return compile_or_get_cached(backend, computation, *args, **kwargs)
+        finally:
+            seconds = time.perf_counter() - t0
+            text = computation.operation.get_asm(enable_debug_info=False)
+            out.write(json.dumps({
+                "name": str(computation.operation.attributes["sym_name"]).strip('"'), "s": seconds,
+                "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
+                "text": hashlib.sha1(text.encode()).hexdigest(),
+                "shape": hashlib.sha1(_DENSE.sub("C", text).encode()).hexdigest()}) + "\n")
+
+    compiler.compile_or_get_cached = recorded
+
+    def undo() -> None:
+        compiler.compile_or_get_cached = compile_or_get_cached
+        out.close()
+
+    return undo
+
+
 def pytest_configure(config):
     folder = os.environ.get("PTM_SUITE_PROFILE")
     if not folder:
@@ -102,12 +147,39 @@ def pytest_configure(config):
     subprocess.Popen.__init__ = _counting_popen_init
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
     config.pluginmanager.register(SuiteProfile(Path(folder), worker), "suite_profile_writer")
+    if os.environ.get("PTM_SUITE_PROFILE_PROGRAMS") == "1":
+        record_programs(Path(folder) / f"{worker}.programs.jsonl")
 
 
 # ---------------------------------------------------------------------------------------------- summary
 
-def read_rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for f in sorted(folder.glob("*.jsonl")) for line in f.read_text().splitlines()]
+def read_rows(folder: Path, suffix: str = ".jsonl") -> list[dict]:
+    """The per-test rows (``.jsonl``, not the programs files) or, with ``suffix=".programs.jsonl"``, the programs."""
+    files = [f for f in sorted(folder.glob("*" + suffix))
+             if suffix != ".jsonl" or not f.name.endswith(".programs.jsonl")]
+    return [json.loads(line) for f in files for line in f.read_text().splitlines()]
+
+
+def programs_summary(rows: list[dict], top: int = 12) -> str:
+    """Compile seconds of the run: in all, to programs whose text was compiled before (in either worker), and to
+    programs that match an earlier one once their constants are blanked; by program name."""
+    seen_text: set[str] = set()
+    seen_shape: set[str] = set()
+    by_name: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for r in rows:
+        kind = "again" if r["text"] in seen_text else "constants" if r["shape"] in seen_shape else "new"
+        seen_text.add(r["text"])
+        seen_shape.add(r["shape"])
+        for key in ("all", kind):
+            by_name[r["name"]][key + "_s"] += r["s"]
+            by_name[r["name"]][key + "_n"] += 1
+    total = {k: sum(v[k] for v in by_name.values()) for k in ("all_s", "all_n", "again_s", "again_n",
+                                                               "constants_s", "constants_n")}
+    lines = [f"{'programs':>8} {'seconds':>8} {'again':>13} {'constants only':>15}  name"]
+    for name, v in sorted(by_name.items(), key=lambda kv: -kv[1]["all_s"])[:top] + [("all", total)]:
+        lines.append(f"{v['all_n']:8.0f} {v['all_s']:8.1f} {v['again_n']:5.0f} {v['again_s']:7.1f} "
+                     f"{v['constants_n']:6.0f} {v['constants_s']:8.1f}  {name}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,7 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("folder", type=Path)
     ap.add_argument("--tests", type=int, default=0, help="list the N slowest tests instead of files")
     ap.add_argument("--files", type=int, default=40)
+    ap.add_argument("--programs", action="store_true",
+                    help="the compile seconds of repeated programs (PTM_SUITE_PROFILE_PROGRAMS=1 runs)")
     args = ap.parse_args(argv)
+    if args.programs:
+        print(programs_summary(read_rows(args.folder, ".programs.jsonl")))
+        return 0
     rows = read_rows(args.folder)
     keys = ["wall_s", "cpu_s", "children_cpu_s", "compile_s", "compiles", "cache_hits", "cache_misses", "trace_s",
             "lower_s", "subprocesses"]
