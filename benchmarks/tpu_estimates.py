@@ -43,6 +43,12 @@ ROWS = {
     "gpt2_124m_s1024": ("gpt2_124m", 1024, 2, []),
     "gpt2_355m_s1024": ("gpt2_355m", 1024, 2, []),
     "xlnet_base_s512": ("xlnet_base", 512, 8, []),
+    "xlnet_large_s512": ("xlnet_large", 512, 2, []),
+    "gpt2_774m_s1024": ("gpt2_774m", 1024, 2, []),
+    "gpt2_1558m_s1024": ("gpt2_1558m", 1024, 2, []),
+    # the LAMB phases at their v5p-128 rows a chip (the configs' comments): 1,024 as 8 microbatches, 512 as 16
+    "bert_large_lamb_phase1_s128": ("bert_large_lamb_phase1", 128, 1024, ["train.grad_accum_steps=8"]),
+    "bert_large_lamb_phase2_s512": ("bert_large_lamb_phase2", 512, 512, ["train.grad_accum_steps=16"]),
 }
 # variant token -> (overrides, dropout key implementation, per-chip batch factor); a variant is tokens joined by
 # '+' ("splash+unrolled"), "base" the preset as it is
@@ -66,6 +72,7 @@ TOKENS = {
     "gelu_tanh": (["model.hidden_act='gelu_tanh'"], None, 1),
     "x2": ([], None, 2),
     "x4": ([], None, 4),
+    "x8": ([], None, 8),
 }
 
 
