@@ -119,14 +119,14 @@ def record_programs(path: Path):
     out = open(path, "a", buffering=1)
 
     def recorded(backend, computation, *args, **kwargs):
-        t0 = time.perf_counter()
+        start, t0 = time.time(), time.perf_counter()
         try:
             return compile_or_get_cached(backend, computation, *args, **kwargs)
         finally:
             seconds = time.perf_counter() - t0
             text = computation.operation.get_asm(enable_debug_info=False)
             out.write(json.dumps({
-                "name": str(computation.operation.attributes["sym_name"]).strip('"'), "s": seconds,
+                "name": str(computation.operation.attributes["sym_name"]).strip('"'), "s": seconds, "t": start,
                 "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
                 "text": hashlib.sha1(text.encode()).hexdigest(),
                 "shape": hashlib.sha1(_DENSE.sub("C", text).encode()).hexdigest()}) + "\n")
@@ -162,7 +162,9 @@ def read_rows(folder: Path, suffix: str = ".jsonl") -> list[dict]:
 
 def programs_summary(rows: list[dict], top: int = 12) -> str:
     """Compile seconds of the run: in all, to programs whose text was compiled before (in either worker), and to
-    programs that match an earlier one once their constants are blanked; by program name."""
+    programs that match an earlier one once their constants are blanked; by program name. Rows are taken in the
+    order they started (``t``), so a program both workers compiled counts as new where it was compiled first."""
+    rows = sorted(rows, key=lambda r: r.get("t", 0.0))
     seen_text: set[str] = set()
     seen_shape: set[str] = set()
     by_name: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))

@@ -29,15 +29,15 @@ def test_recorded_programs_that_differ_only_in_a_constant_share_their_blanked_te
     assert [r["name"] for r in rows] == ["jit__lambda"] * 3
     assert rows[0]["text"] != rows[1]["text"] and rows[0]["shape"] == rows[1]["shape"]
     assert rows[2]["shape"] != rows[0]["shape"]
-    assert all(r["s"] > 0 for r in rows)
+    assert all(r["s"] > 0 for r in rows) and rows[0]["t"] <= rows[1]["t"] <= rows[2]["t"]
     assert suite_profile.read_rows(tmp_path) == []  # the per-test reader leaves the programs file alone
 
 
-def test_programs_summary_counts_repeats_and_constants_only_variants_with_their_seconds():
-    rows = [{"name": "jit_step", "s": 4.0, "text": "a", "shape": "A"},
-            {"name": "jit_step", "s": 3.0, "text": "b", "shape": "A"},   # constants only
-            {"name": "jit_step", "s": 0.5, "text": "a", "shape": "A"},   # again (a cache hit's cost)
-            {"name": "jit_init", "s": 2.0, "text": "c", "shape": "C"}]
+def test_programs_summary_counts_repeats_and_constants_only_variants_in_the_order_they_started():
+    rows = [{"name": "jit_step", "s": 0.5, "text": "a", "shape": "A", "t": 3.0},  # again: a cache hit's cost
+            {"name": "jit_step", "s": 4.0, "text": "a", "shape": "A", "t": 1.0},  # first (the other worker's file)
+            {"name": "jit_step", "s": 3.0, "text": "b", "shape": "A", "t": 2.0},  # constants only
+            {"name": "jit_init", "s": 2.0, "text": "c", "shape": "C", "t": 4.0}]
     lines = suite_profile.programs_summary(rows).splitlines()
     step = next(line for line in lines if line.endswith("jit_step")).split()
     assert [float(v) for v in step[:6]] == [3, 7.5, 1, 0.5, 1, 3.0]
