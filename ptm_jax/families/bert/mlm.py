@@ -9,14 +9,17 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from ptm_jax.objectives.language_model import target_is_top
+
 MLM_EPS = 1e-5
 
 
 def mlm_terms(logits: jax.Array, ids: jax.Array, weights: jax.Array) -> dict[str, tuple[jax.Array, jax.Array]]:
     """logits [B,P,V] float32, ids [B,P], weights [B,P] -> {'mlm_loss': (sum w*CE, sum w), 'mlm_accuracy': ...}."""
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), ids)
+    x = logits.astype(jnp.float32)
+    ce = optax.softmax_cross_entropy_with_integer_labels(x, ids)
     w = weights.astype(jnp.float32)
-    correct = (jnp.argmax(logits, axis=-1) == ids).astype(jnp.float32)
+    correct = target_is_top(x, ids)
     total = jnp.sum(w)
     return {"mlm_loss": (jnp.sum(ce * w), total), "mlm_accuracy": (jnp.sum(correct * w), total)}
 
