@@ -8,6 +8,7 @@ chip's HBM, which a third compile checks (the TPU compiler refuses a program tha
 refusal the batch steps down). When twice the batch is refused already, compiles bisect between the two. Prints one JSON line per compile and a Markdown table at the end.
 
   PYTHONPATH=.venv/libtpu JAX_PLATFORMS=cpu python benchmarks/pod_memory.py [--rows bert_base,...] [--slices v5e]
+      [--no-search] [--extra model.scan_layers=false ...]
 """
 from __future__ import annotations
 
@@ -71,9 +72,9 @@ def compile_at(preset: str, seq: int, batch: int, extra: list[str], topology: st
             "overrides": overrides}
 
 
-def row(preset: str, slice_name: str, search: bool = True) -> dict:
+def row(preset: str, slice_name: str, search: bool = True, more: list[str] | None = None) -> dict:
     seq, batch, extra = ROWS[preset]
-    extra = [*extra, *SLICE_OVERRIDES.get((preset, slice_name), [])]
+    extra = [*extra, *SLICE_OVERRIDES.get((preset, slice_name), []), *(more or [])]
     topology, chips, hbm = SLICES[slice_name]
     first = compile_at(preset, seq, batch, extra, topology)
     print(json.dumps({"preset": preset, "slice": slice_name, **first}), flush=True)
@@ -135,8 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"presets, comma-separated, of {', '.join(ROWS)}")
     ap.add_argument("--slices", default=",".join(SLICES), help="slices, comma-separated")
     ap.add_argument("--no-search", action="store_true", help="only the runbook's batch (one compile a row)")
+    ap.add_argument("--extra", action="append", default=[],
+                    help="an override added to every compile (e.g. model.scan_layers=false); repeatable")
     args = ap.parse_args(argv)
-    results = [row(p, s, not args.no_search) for s in args.slices.split(",") for p in args.rows.split(",")]
+    results = [row(p, s, not args.no_search, args.extra) for s in args.slices.split(",")
+               for p in args.rows.split(",")]
     print(table(results))
     return 0
 

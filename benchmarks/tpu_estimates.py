@@ -34,7 +34,9 @@ os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")  # no TPU host: qui
 os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # beside other compile processes (libtpu's lock file)
 
-SLICES = {"v5e": "v5e:2x2", "v5p": "v5p:2x2x1"}  # 4 chips each
+# slice -> (topology, chips): 4-chip slices, and a whole v5e-256 (the runbook's pod) where a per-chip cost
+# depends on the chip count (a state sharded by fsdp, the update it shards, the collectives' rings)
+SLICES = {"v5e": ("v5e:2x2", 4), "v5p": ("v5p:2x2x1", 4), "v5e-256": ("v5e:16x16", 256)}
 # row -> (preset, sequence length, the runbook's per-chip batch on v5e-256, overrides)
 ROWS = {
     "bert_base_s128": ("bert_base", 128, 16, []),
@@ -49,6 +51,9 @@ ROWS = {
     # the LAMB phases at their v5p-128 rows a chip (the configs' comments): 1,024 as 8 microbatches, 512 as 16
     "bert_large_lamb_phase1_s128": ("bert_large_lamb_phase1", 128, 1024, ["train.grad_accum_steps=8"]),
     "bert_large_lamb_phase2_s512": ("bert_large_lamb_phase2", 512, 512, ["train.grad_accum_steps=16"]),
+    # and at their v5e-256 rows a chip, as the configs run them: 256 as 8 microbatches of 32, 128 as 32 of 4
+    "bert_large_lamb_phase1_s128_v5e256": ("bert_large_lamb_phase1", 128, 256, ["train.grad_accum_steps=8"]),
+    "bert_large_lamb_phase2_s512_v5e256": ("bert_large_lamb_phase2", 512, 128, ["train.grad_accum_steps=32"]),
 }
 # variant token -> (overrides, dropout key implementation, per-chip batch factor); a variant is tokens joined by
 # '+' ("splash+unrolled"), "base" the preset as it is
@@ -88,10 +93,11 @@ KEEP = ("model", "mesh", "devices", "device_kind", "params", "state_bytes_per_de
         "model_flops_per_step", "compile_s", "notes", "estimate")
 
 
-def variant_overrides(row: str, variant: str, extra: list[str]) -> tuple[str, list[str], str | None, int]:
+def variant_overrides(row: str, variant: str, extra: list[str],
+                      chips: int = 4) -> tuple[str, list[str], str | None, int]:
     preset, seq, per_chip, row_extra = ROWS[row]
     overrides, prng, factor = variant_parts(variant)
-    batch = per_chip * factor * 4
+    batch = per_chip * factor * chips
     return preset, [f"data.max_seq_length={seq}", f"train.batch_size={batch}", "mesh.data=-1", *row_extra,
                     *overrides, *extra], prng, per_chip * factor
 
@@ -100,14 +106,14 @@ def compile_one(row: str, slice_name: str, variant: str, extra: list[str], out: 
     from ptm_jax.bench.aot import compile_report
     from ptm_jax.config_loading import load_config
 
-    preset, overrides, prng, per_chip = variant_overrides(row, variant, extra)
+    preset, overrides, prng, per_chip = variant_overrides(row, variant, extra, SLICES[slice_name][1])
     stem = out / f"{row}-{slice_name}-{variant}"
     cfg = load_config(preset, overrides)
     t0 = time.perf_counter()
     record = {"row": row, "slice": slice_name, "variant": variant, "preset": preset, "per_chip_batch": per_chip,
               "overrides": overrides, "prng": prng, "libtpu_init_args": os.environ.get("LIBTPU_INIT_ARGS", "")}
     try:
-        r = compile_report(cfg, None, SLICES[slice_name], estimate=True, hlo_path=f"{stem}.hlo", prng=prng)
+        r = compile_report(cfg, None, SLICES[slice_name][0], estimate=True, hlo_path=f"{stem}.hlo", prng=prng)
         record.update({k: r.get(k) for k in KEEP}, ok=True)
         with open(f"{stem}.hlo", "rb") as src, gzip.open(f"{stem}.hlo.gz", "wb") as dst:
             dst.write(src.read())
@@ -168,7 +174,8 @@ def table(out: Path, rows: list[str], slices: list[str], breakdown: str = "base"
             recs = [json.loads(p.read_text()) for p in sorted(out.glob(f"{row}-{s}-*.json"))]
             if not recs:
                 continue
-            print(f"\n{row} on {SLICES[s]} (4 chips); every time an ESTIMATE of the TPU compiler's cost model "
+            topology, chips = SLICES[s]
+            print(f"\n{row} on {topology} ({chips} chips); every time an ESTIMATE of the TPU compiler's cost model "
                   f"(libtpu {next((r['estimate'] or {}).get('libtpu') for r in recs if r.get('ok'))})\n")
             print("| variant | per chip | compute | collectives (exposed) | estimated step (exposed / overlapped) "
                   "| model FLOPs at peak | estimated MFU (exposed / overlapped) | peak GiB per chip | "

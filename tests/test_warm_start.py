@@ -70,6 +70,10 @@ def test_phase_presets_follow_the_lamb_recipe():
         assert (t.optimizer, t.adam_bias_correction, t.weight_decay, t.clip_norm, t.lr_decay_power) == \
             ("lamb", True, 0.01, 1.0, 0.5)
         assert cfg.model.num_layers == 24 and cfg.model.hidden_size == 1024
+        assert cfg.model.attention_dropout == 0.1  # the recipe's, where bert_large drops it
+    # phase 2 restores phase 1's parameter tree: a scanned stack's is [L, ...] leaves, an unrolled one's per layer
+    assert one.model.scan_layers is two.model.scan_layers is False
+    assert (one.model.remat, two.model.remat) == ("none", "none")
     assert (one.data.max_seq_length, one.train.batch_size, one.train.steps, one.train.learning_rate) == \
         (128, 65536, 7038, 6e-3)
     assert one.train.warmup_steps == round(0.2843 * 7038) and one.train.init_from == ""
