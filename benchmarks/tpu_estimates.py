@@ -1,7 +1,7 @@
-"""The pod presets' train steps compiled for a small TPU slice by the real TPU compiler (libtpu) on this CPU machine,
-and the step time the compiler's own cost model estimates for each variant (``ptm compile``'s ``compile_report``
-with ``bench/cost_model.py``): attention path, attention dropout, dropout bits, remat, scan, mesh, per-chip batch,
-GELU.
+"""The pod presets' train steps compiled for a small TPU slice (``--slices v5e`` or ``v5p``: 4 chips) or a whole
+v5e-256 (``--slices v5e-256``) by the real TPU compiler (libtpu) on this CPU machine, and the step time the
+compiler's own cost model estimates for each variant (``ptm compile``'s ``compile_report`` with
+``bench/cost_model.py``): attention path, attention dropout, dropout bits, remat, scan, mesh, per-chip batch, GELU.
 
 Every figure is an ESTIMATE of the compiler's cost model, not a measurement: no TPU has run these steps.
 
