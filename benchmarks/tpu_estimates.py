@@ -72,6 +72,8 @@ TOKENS = {
     "save_dots": (["model.remat='save_dots'"], None, 1),
     "full": (["model.remat='full'"], None, 1),
     "fsdp": (["mesh.data=1", "mesh.fsdp=-1"], None, 1),
+    # the state sharded over groups of 16 chips, the batch over the groups as well (a v5e-256: 16 x 16)
+    "fsdp16": (["mesh.data=-1", "mesh.fsdp=16"], None, 1),
     # the tanh approximation of GELU (GPT's; transformers' gelu_new), not the exact erf GELU the released BERT
     # weights were trained with (the BERT presets' default, kept)
     "gelu_tanh": (["model.hidden_act='gelu_tanh'"], None, 1),
