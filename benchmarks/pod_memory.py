@@ -42,7 +42,6 @@ ROWS = {
 DEFAULT_ROWS = ("bert_base", "bert_large", "gpt2_124m", "xlnet_large")
 # (preset, slice) -> overrides for that slice: microbatches sized to the chip's HBM
 SLICE_OVERRIDES = {
-    ("bert_large_lamb_phase1", "v5p-128"): ["train.grad_accum_steps=8"],
     ("bert_large_lamb_phase2", "v5p-128"): ["train.grad_accum_steps=16"],
 }
 

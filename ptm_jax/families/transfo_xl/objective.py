@@ -29,14 +29,14 @@ from ptm_jax.data.pretraining.contiguous_rows import LmBatches, eval_batches
 from ptm_jax.data.pretraining.source import DocumentSource
 from ptm_jax.errors import ConfigError
 from ptm_jax.models.layers import Partitioned, dtype_of
-from ptm_jax.objectives.language_model import LanguageModelReport
+from ptm_jax.objectives.language_model import LanguageModelReport, target_is_top
 
 
 def log_prob_terms(logp: jax.Array, targets: jax.Array, weights: jax.Array) -> dict[str, tuple[jax.Array, jax.Array]]:
     """log-probabilities [..., V], targets/weights [...] -> {'lm_loss': (sum w * NLL, sum w), 'lm_accuracy': ...}."""
     picked = jnp.take_along_axis(logp, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
     w = weights.astype(jnp.float32)
-    correct = (picked >= jnp.max(logp, axis=-1)).astype(jnp.float32)  # language_model.target_is_top, sharing the gather
+    correct = target_is_top(logp, targets)
     total = jnp.sum(w)
     return {"lm_loss": (-jnp.sum(picked * w), total), "lm_accuracy": (jnp.sum(correct * w), total)}
 
