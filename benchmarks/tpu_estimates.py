@@ -162,7 +162,10 @@ def table_row(r: dict) -> str:
     if not e:
         return f"{head} no estimate | | | | | | |"
     splash = e.get("modelled_kernels_s") or 0.0
-    compute = f"{e['compute_s'] * 1e3:,.1f} ms" + (f" (splash {splash * 1e3:.1f} modelled)" if splash else "")
+    shift = e.get("modelled_memory_bound_s") or 0.0
+    modelled = ([f"splash {splash * 1e3:.1f}"] if splash else []) + ([f"relative shift {shift * 1e3:.1f}"]
+                                                                       if shift else [])
+    compute = f"{e['compute_s'] * 1e3:,.1f} ms" + (f" ({', '.join(modelled)} modelled)" if modelled else "")
     peak = r["memory_per_device"]["peak_bytes"] / 2**30
     mfu = f"{100 * (e.get('mfu_exposed') or 0):.1f}% / {100 * (e.get('mfu_overlapped') or 0):.1f}%"
     return (f"{head} {compute} | {e['collectives_s'] * 1e3:,.1f} ms | {e['step_s_exposed'] * 1e3:,.1f} / "

@@ -12,6 +12,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental import topologies
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -71,7 +72,46 @@ def main() -> int:
         out[f"bert_scan_{scan}"] = step_estimate([f"model.scan_layers={str(scan).lower()}"])
     out["bert_splash"] = step_estimate(["model.attention_impl='splash'", "model.attention_dropout=0.0",
                                         "data.max_seq_length=256", "model.max_position_embeddings=256"])
+    for path in ("kernel", "xla"):
+        out[f"rel_shift_{path}"] = rel_shift_estimate(path)
     print(json.dumps(out, default=float))
+
+
+REL = (8, 4, 512, 384)
+"""(examples, heads, queries, memory) of the relative-shift check: XLNet's shapes at 512 tokens."""
+
+
+def rel_shift_estimate(path: str) -> dict:
+    """The gradient of a weighted sum of squared ``rel_shift``ed float32 scores (the shift forward, its transpose
+    backward) on v5e:2x2, examples over the 4 chips: ``path`` 'kernel' (what ``rel_shift`` takes on a TPU) or
+    'xla' (``rel_shift_xla``)."""
+    import flax.linen as nn
+
+    from ptm_jax.models.relative_attention import rel_shift, rel_shift_xla
+    from ptm_jax.parallel.rules import LOGICAL_RULES
+
+    b, n, i, m = REL
+    klen = m + i
+    mesh = Mesh(np.array(devices("v5e")).reshape(4, 1, 1), ("data", "fsdp", "tensor"))
+    sh = NamedSharding(mesh, P("data"))
+    x = jax.ShapeDtypeStruct((b, n, i, klen + i), jnp.float32, sharding=sh)
+    w = jax.ShapeDtypeStruct((b, n, i, klen), jnp.float32, sharding=sh)
+    shift = rel_shift if path == "kernel" else rel_shift_xla
+
+    def loss(v, u):  # the gradient is taken outside the mesh and axis-rule contexts, as jax.grad(loss) does
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(LOGICAL_RULES):
+            return jnp.sum(jnp.square(shift(v, klen)) * u)
+
+    text = jax.jit(jax.grad(loss)).lower(x, w).compile().as_text()
+    dev = devices("v5e")[0]
+    e = cost_model.estimate(text, dev.device_kind, 4, dev.num_cores, None, top=10_000)
+    kernels = [o for o in e["top_ops"] if o["opcode"] == "custom-call" and "rel_" in o["op_name"]]
+    return {"mosaic_calls": text.count("tpu_custom_call"), "compute_s": e["compute_s"],
+            "kernel_s": sum(o["seconds"] for o in kernels), "kernels": len(kernels),
+            "shift_s": e["breakdown_s"].get(cost_model.RELATIVE_SHIFT, 0.0),
+            "modelled_s": e["modelled_memory_bound_s"], "notes": e["notes"],
+            "without_estimate": e["ops_without_estimate"],
+            "all_gathers": text.count("all-gather")}
 
 
 def step_estimate(overrides: list[str]) -> dict:

@@ -1,17 +1,16 @@
-"""Checks of the estimated TPU step time (``bench/cost_model.py``, ``ptm compile --estimate``) against what it
-must satisfy: a big matmul's estimate on each chip lies between its FLOPs at the chip table's peak and 1.5x of
-it (which checks the clocks, FLOPs per cycle and TensorCores of the table), doubling the batch doubles the
-estimate, a while loop counts its trips, a conditional its costliest branch, an all-reduce costs its ring bytes
-at the ICI link bandwidth, a scanned layer stack costs its unrolled twin plus its stack loop, splash kernels
-(which carry no estimate) are modelled from their FLOPs, the sums between the collective-permutes of a
-decomposed reduce-scatter and the parameters' casts have categories of their own, a collective that libtpu's
-async collective fusion puts inside fusions is counted once, and a program without the compiler's estimates is
-refused in one line.
+"""Checks of the estimated TPU step time (``bench/cost_model.py``, ``ptm compile --estimate``) against what it must
+satisfy: a big matmul's estimate on each chip lies between its FLOPs at the chip table's peak and 1.5x of it (which
+checks the clocks, FLOPs per cycle and TensorCores of the table), doubling the batch doubles the estimate, a while
+loop counts its trips, a conditional its costliest branch, an all-reduce costs its ring bytes at the ICI link
+bandwidth, a scanned layer stack costs its unrolled twin plus its stack loop, splash kernels (which carry no
+estimate) are modelled from their FLOPs, the relative-shift kernels from the bytes they move, the sums between the
+collective-permutes of a decomposed reduce-scatter and the parameters' casts have categories of their own, a
+collective that libtpu's async collective fusion puts inside fusions is counted once, and a program without the
+compiler's estimates is refused in one line.
 
 The TPU programs are compiled by the real TPU compiler (libtpu) in one process of their own
-(tests/cost_model_worker.py, libtpu through PYTHONPATH as tests/libtpu_env.py sets it); those tests skip, saying
-so, only where libtpu is not installed. The others run here on the CPU.
-"""
+(tests/cost_model_worker.py, libtpu through PYTHONPATH as tests/libtpu_env.py sets it); those tests skip, saying so,
+only where libtpu is not installed. The others run here on the CPU."""
 from __future__ import annotations
 
 import json
@@ -109,6 +108,26 @@ def test_splash_kernels_are_modelled_from_their_flops(worker):
     assert any("splash-attention kernels carry no estimate" in note for note in e["notes"])
 
 
+@tpu_compiled
+def test_relative_shift_kernels_are_modelled_as_the_bytes_they_move(worker):
+    """The relative shift (models/rel_shift_kernel.py) forward and its transpose: two Mosaic kernels that carry no
+    estimate, priced as their operand and result bytes at the HBM bandwidth, as are XLA's row reversals around
+    the transpose; each device shifts its own examples, backward too (no all-gather); the program prices below
+    XLA's reshape path for the same gradient."""
+    from cost_model_worker import REL
+
+    kernel, xla = worker["rel_shift_kernel"], worker["rel_shift_xla"]
+    b, n, i, m = REL
+    per_kernel = (b // 4) * n * i * ((m + i) + (m + 2 * i)) * 4 / 819e9  # [I, klen] + [I, R] float32 a chip
+    assert kernel["mosaic_calls"] == 2 and kernel["kernels"] == 2 and xla["mosaic_calls"] == 0
+    assert kernel["all_gathers"] == 0
+    assert kernel["kernel_s"] == pytest.approx(2 * per_kernel, rel=1e-6)
+    assert kernel["kernel_s"] <= kernel["shift_s"] == pytest.approx(kernel["modelled_s"])
+    assert not any("Mosaic" in k or k == "reverse" for k in kernel["without_estimate"]), kernel["without_estimate"]
+    assert any("relative-shift kernels" in note for note in kernel["notes"])
+    assert kernel["compute_s"] < xla["compute_s"]
+
+
 def test_categories_follow_the_op_names():
     from ptm_jax.bench.cost_model import categorize
 
@@ -127,6 +146,8 @@ def test_categories_follow_the_op_names():
     assert categorize("jit(wrapped)/add", "fusion") == "optimizer update and gradient norms"
     assert categorize("", "convert") == "copies, casts, transposes"
     assert categorize("", "all-reduce-start") == "collectives"
+    xlnet = "jit(wrapped)/transpose(jvp(XLNetLMHeadModel))/xlnet/encoder/layers_3/attention/shard_map"
+    assert categorize(f"{xlnet}/rel_unshift/pallas_call", "custom-call") == "relative shift (kernel, row reversals)"
 
 
 def test_program_without_cost_model_estimates_is_refused_in_one_line():

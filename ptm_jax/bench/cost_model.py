@@ -78,6 +78,7 @@ def chip_of(device_kind: str | None) -> Chip | None:
 
 
 MOVES = "copies, casts, transposes"
+RELATIVE_SHIFT = "relative shift (kernel, row reversals)"
 OPTIMIZER = "optimizer update and gradient norms"
 PERMUTE_SUMS = "collective arithmetic (sums between collective-permutes)"
 """The additions of a reduce-scatter the compiler decomposed into collective-permutes (FSDP's weight gradients):
@@ -85,7 +86,7 @@ fusions of the backward pass that read a permute's result or feed the next permu
 into the gradient norms stays with the optimizer). A native all-reduce's sums have no estimate of their own
 (inside "collectives"); these have, and are compute."""
 CATEGORIES = ("matmul: projections and FFN", "matmul: attention scores and values", "attention softmax, mask, dropout",
-              "attention kernel (splash)", "layer norm", "dropout", "activation, residual, bias",
+              "attention kernel (splash)", RELATIVE_SHIFT, "layer norm", "dropout", "activation, residual, bias",
               "embedding and head (with loss)", "layer-stack loop (scan slices and updates)", OPTIMIZER, MOVES,
               PERMUTE_SUMS, "collectives", "other")
 _ATTN_PROJ = re.compile(r"/(query|key|value|output|qkv|q|k|v|o|r|pos_proj|c_attn|c_proj)/")
@@ -102,6 +103,8 @@ def categorize(op_name: str, opcode: str = "", is_matmul: bool | None = None) ->
         is_matmul = name.endswith("dot_general") or opcode in ("dot", "convolution")
     low = name.lower()
     in_model = "jvp(" in name or "transpose(" in name
+    if re.search(r"rel_(un)?shift", name):
+        return RELATIVE_SHIFT
     if "splash" in low or "pallas" in low or opcode == "custom-call" and "mosaic" in low:
         return "attention kernel (splash)"
     if "opt_state" in low or "adam" in low or "optax" in low or "cond/branch" in name:
@@ -205,6 +208,21 @@ def splash_flops(ins: Instr, fused_bwd: bool = True) -> tuple[float, int] | None
     return count * per_pair, h
 
 
+def memory_bound_bytes(ins: Instr) -> int | None:
+    """Bytes read and written by an operation that carries no estimate and only moves data: the relative-shift
+    kernels of ``models/rel_shift_kernel.py`` (Mosaic calls named ``rel_shift`` / ``rel_unshift``: their operand
+    from the layout constraint, their result) and XLA's ``reverse`` (which the compiler leaves unestimated).
+    None for anything else."""
+    if ins.opcode == "reverse":
+        return 2 * shape_bytes(ins.shape)
+    if ins.opcode != "custom-call" or not re.search(r"rel_(un)?shift", ins.op_name):
+        return None
+    constraints = re.search(r"operand_layout_constraints=\{(.*?)\}(?:, [a-z_]+=|$)", ins.rest, re.S)
+    if not constraints:
+        return None
+    return shape_bytes(constraints.group(1).split("{")[0]) + shape_bytes(ins.shape)
+
+
 def permute_neighbours(comps: dict[str, list[Instr]]) -> set[str]:
     """Names of the instructions that read a collective-permute's result or feed a collective-permute (through
     get-tuple-element, bitcast and tuple): the arithmetic between the steps of a decomposed collective."""
@@ -264,7 +282,7 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
     peak = chip.peak_tflops * 1e12 * cores / chip.cores
     by_cat: dict[str, float] = {c: 0.0 for c in CATEGORIES}
     rows, missing, colls = [], {}, []
-    comm_s = modelled = fused_s = 0.0
+    comm_s = modelled = memory_modelled = fused_s = 0.0
     fused_seen: set[str] = set()
     fused_bwd = "splash_mha_dq" not in hlo_text
     permute_sums = permute_neighbours(comps) if "collective-permute-start" in hlo_text else set()
@@ -293,6 +311,13 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
                     comm_s, fused_s = comm_s + secs, fused_s + secs
         cycles = ins.cycles
         kernel = splash_flops(ins, fused_bwd) if cycles is None and ins.opcode == "custom-call" else None
+        moved = memory_bound_bytes(ins) if cycles is None else None
+        if moved is not None:
+            secs = e.times * moved / (chip.hbm_gbps * 1e9)
+            by_cat[RELATIVE_SHIFT] += secs
+            memory_modelled += secs
+            rows.append((secs, ins, e, RELATIVE_SHIFT))
+            continue
         if kernel is not None:
             flops, head = kernel
             secs = e.times * flops / (peak * KERNEL_EFFICIENCY * min(1.0, head / chip.mxu_size))
@@ -320,13 +345,17 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
     if modelled:
         notes.append(f"splash-attention kernels carry no estimate: modelled as their matmul FLOPs at "
                      f"{KERNEL_EFFICIENCY:.0%} of the peak x head dim / MXU size ({modelled * 1e3:,.2f} ms)")
+    if memory_modelled:
+        notes.append(f"the relative-shift kernels and XLA's row reversals carry no estimate: modelled as the bytes "
+                     f"they read and write at the HBM bandwidth ({chip.hbm_gbps:,.0f} GB/s; "
+                     f"{memory_modelled * 1e3:,.2f} ms)")
     result: dict[str, Any] = {
         "estimate_source": "the TPU compiler's cost model (estimated_cycles in the compiled HLO); an estimate, "
                            "not a measurement",
         "chip": chip.name, "clock_hz": chip.clock_hz, "device_cores": cores,
         "peak_tflops_per_device": peak / 1e12, "ici_link_gbps": chip.link_gbps,
         "compute_s": compute_s, "collectives_s": comm_s, "collectives_in_fusions_s": fused_s,
-        "modelled_kernels_s": modelled,
+        "modelled_kernels_s": modelled, "modelled_memory_bound_s": memory_modelled,
         "step_s_exposed": compute_s + comm_s, "step_s_overlapped": max(compute_s, comm_s),
         "ops_estimated": len(rows),
         "ops_without_estimate": {k: v for k, v in sorted(missing.items(), key=lambda kv: -kv[1])},

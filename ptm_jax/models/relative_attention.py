@@ -43,7 +43,21 @@ class RelBiases(NamedTuple):
 
 def rel_shift(x_BNIR: jax.Array, klen: int) -> jax.Array:
     """[B, N, I, R] scores against relative encodings ordered from distance R - I down to -I + 1 ->
-    [B, N, I, klen] with out[i, j] = x[i, j + I - i] (the encoding of distance klen - I + i - j)."""
+    [B, N, I, klen] with out[i, j] = x[i, j + I - i] (the encoding of distance klen - I + i - j).
+
+    On a TPU, where the shapes allow (``rel_shift_kernel.kernel_fits``), the shift and its gradient are Pallas
+    kernels (``models/rel_shift_kernel.py``: one strided lane rotation per example and head, where XLA relayouts
+    the whole score array three times); elsewhere ``rel_shift_xla``. Both are exact."""
+    from ptm_jax.models.layers import backend_platform
+    from ptm_jax.models.rel_shift_kernel import kernel_fits, rel_shift_kernel
+
+    if backend_platform() == "tpu" and kernel_fits(x_BNIR.shape, klen, x_BNIR.dtype):
+        return rel_shift_kernel(x_BNIR, klen)
+    return rel_shift_xla(x_BNIR, klen)
+
+
+def rel_shift_xla(x_BNIR: jax.Array, klen: int) -> jax.Array:
+    """``rel_shift`` by reshapes: the [I, R] scores read as [R, I], the first row dropped, read as [I, R - 1]."""
     b, n, i, r = x_BNIR.shape
     x = x_BNIR.reshape(b, n, r, i)[:, :, 1:, :]
     return x.reshape(b, n, i, r - 1)[..., :klen]

@@ -51,7 +51,7 @@ def _kernel(heads: int, t: int, s: int, causal: bool, interpret: bool):
         return pool.submit(build).result()
 
 
-def _mesh_axes(logical: str, size: int, mesh) -> tuple[str, ...] | None:
+def mesh_axes(logical: str, size: int, mesh) -> tuple[str, ...] | None:
     """Mesh axes of a logical axis under the rules in context, kept only if they divide ``size``."""
     names = nn.logical_to_mesh_axes((logical,))[0] if nn.get_logical_axis_rules() else None
     axes = tuple(a for a in ((names,) if isinstance(names, str) else (names or ())) if mesh.shape.get(a, 1) > 1)
@@ -96,8 +96,8 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask) -> jax.Arra
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or mesh.size == 1:
         return run(q, k, v, q_seg, k_seg)
-    batch_axes = _mesh_axes("batch", b, mesh)
-    head_axes = _mesh_axes("act_heads", n, mesh)
+    batch_axes = mesh_axes("batch", b, mesh)
+    head_axes = mesh_axes("act_heads", n, mesh)
     qkv = P(batch_axes, None, head_axes, None)
     seg = P(batch_axes, None)
     if q_seg is None:
