@@ -79,3 +79,14 @@ def test_module_is_identity_when_deterministic_and_draws_from_the_dropout_stream
     y2 = m.apply({}, x, deterministic=False, rngs={"dropout": jax.random.key(1)})
     assert 0 < int((np.asarray(y1) == 0).sum()) < x.size
     assert not np.array_equal(np.asarray(y1), np.asarray(y2))
+
+
+@pytest.mark.parametrize("shape", [(37,), (3, 8), (4, 7), (2, 5, 66), (2, 3, 4, 13)], ids=str)
+def test_per_position_masks_of_tpus_equal_the_interleaved_masks_bit_for_bit(shape):
+    """On a TPU keep_mask hashes once per position (no interleave, which the TPU lays out as a relayout); the
+    masks must be the same ones, on any rank and any last-axis length."""
+    from ptm_jax.models.dropout import keep_mask_per_position
+
+    key = jax.random.key(11)
+    per_position = np.asarray(keep_mask_per_position(jax.random.key_data(key), shape, 0.3))
+    np.testing.assert_array_equal(per_position, np.asarray(keep_mask(key, shape, 0.3)))

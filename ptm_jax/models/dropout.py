@@ -12,6 +12,12 @@ gives four 16-bit uniforms, so the same masks cost a quarter of the hashes:
   keep probability, so ``E[dropout(x)] = x`` holds exactly.
 
 Keys of another PRNG implementation (``prng=rbg``) fall back to ``jax.random.bernoulli``.
+
+Two computations give the same masks: off a TPU, a quarter of the hashes, their four decisions interleaved along the
+last axis (a reshape, free in a row-major layout); on a TPU, where that interleave is a relayout of the whole mask
+(the TPU tiles the last two axes 8 x 128), every position hashes its own group's counter and takes its 16 bits
+(``keep_mask_per_position``: four times the hashes, no relayout; the TPU compiler's estimates in
+docs/benchmarks.md, "The relative shift as a kernel; dropout masks without a relayout").
 """
 from __future__ import annotations
 
@@ -49,6 +55,10 @@ def keep_mask(rng: jax.Array, shape: tuple[int, ...], rate: float) -> jax.Array:
     if not shape or not _is_threefry(rng):
         return jax.random.bernoulli(rng, keep_probability(rate), shape)
     data = jax.random.key_data(rng) if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key) else rng
+    from ptm_jax.models.layers import backend_platform
+
+    if backend_platform() == "tpu":
+        return keep_mask_per_position(data, shape, rate)
     lead, last = shape[:-1], shape[-1]
     hashes = lead + (-(-last // _DECISIONS_PER_HASH),)
     row = jnp.zeros(hashes, jnp.uint32)
@@ -61,6 +71,25 @@ def keep_mask(rng: jax.Array, shape: tuple[int, ...], rate: float) -> jax.Array:
     halves = (a & 0xFFFF, a >> 16, b & 0xFFFF, b >> 16)
     keep = jnp.stack([h >= t for h in halves], axis=-1).reshape(lead + (hashes[-1] * _DECISIONS_PER_HASH,))
     return keep[..., :last]
+
+
+def keep_mask_per_position(key_data: jax.Array, shape: tuple[int, ...], rate: float) -> jax.Array:
+    """``keep_mask``'s masks (threefry ``key_data``) with one hash per position: position e of the last axis
+    hashes the counter of its group of four, (flat leading index, e // 4), and keeps the 16 bits e % 4 of the
+    hash's two words (low half of the first word, high half, then the second's), so no decision is moved."""
+    lead = shape[:-1]
+    row = jnp.zeros(shape, jnp.uint32)
+    for axis, size in enumerate(lead):
+        row = row * jnp.uint32(size) + lax.broadcasted_iota(jnp.uint32, shape, axis)
+    e = lax.broadcasted_iota(jnp.uint32, shape, len(lead))
+    k1, k2 = (jnp.broadcast_to(key_data[i], shape) for i in range(2))
+    a, b = threefry2x32_p.bind(k1, k2, row, e // _DECISIONS_PER_HASH)
+    j = e % _DECISIONS_PER_HASH
+    word = jnp.where(j < 2, a, b)
+    keep = jnp.where(j % 2 == 0, word & 0xFFFF, word >> 16) >= jnp.uint32(drop_threshold(rate))
+    # written out once, as the interleaved mask is: fused into a consumer, the hashes would be recomputed there,
+    # inside a matmul's operand fusion too (the TPU compiler estimates bert_tiny's unrolled step 10% slower so)
+    return lax.optimization_barrier(keep)
 
 
 def dropout(x: jax.Array, rate: float, rng: jax.Array, broadcast_dims: tuple[int, ...] = ()) -> jax.Array:
