@@ -7,7 +7,7 @@ j < klen (Dai et al. 2019 Sec. 3.3, "efficient computation"; zihangdai/xlnet ``m
 Each row is a rotation of the lane axis by its own amount: on a TPU that is one ``pltpu.roll`` with a row stride
 (row i rotated by R - I + i), where XLA lowers the reshape trick into three relayouts of the whole score array
 forward and two pads backward (the largest cost of XLNet's train step by the TPU compiler's estimate,
-docs/benchmarks.md "The relative shift as a kernel").
+docs/benchmarks.md "The relative shift as a kernel; dropout masks without a relayout").
 
 The shift only moves values, so its transpose is the inverse rotation (row i by I - i) of the gradient padded
 with zeros to R lanes. Mosaic rotates with a non-negative row stride only, so the transpose (the ``custom_vjp``
