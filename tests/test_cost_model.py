@@ -124,7 +124,7 @@ def test_relative_shift_kernels_are_modelled_as_the_bytes_they_move(worker):
     assert kernel["kernel_s"] == pytest.approx(2 * per_kernel, rel=1e-6)
     assert kernel["kernel_s"] <= kernel["shift_s"] == pytest.approx(kernel["modelled_s"])
     assert not any("Mosaic" in k or k == "reverse" for k in kernel["without_estimate"]), kernel["without_estimate"]
-    assert any("relative-shift kernels" in note for note in kernel["notes"])
+    assert any("relative-shift kernels and XLA's reverses" in note for note in kernel["notes"])
     assert kernel["compute_s"] < xla["compute_s"]
 
 

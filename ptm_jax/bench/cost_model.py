@@ -211,8 +211,9 @@ def splash_flops(ins: Instr, fused_bwd: bool = True) -> tuple[float, int] | None
 def memory_bound_bytes(ins: Instr) -> int | None:
     """Bytes read and written by an operation that carries no estimate and only moves data: the relative-shift
     kernels of ``models/rel_shift_kernel.py`` (Mosaic calls named ``rel_shift`` / ``rel_unshift``: their operand
-    from the layout constraint, their result) and XLA's ``reverse`` (which the compiler leaves unestimated).
-    None for anything else."""
+    from the layout constraint, their result) and XLA's ``reverse`` (which the compiler leaves unestimated; its
+    category is its op_name's, "relative shift" for the reversals of the shift's transpose). None for anything
+    else."""
     if ins.opcode == "reverse":
         return 2 * shape_bytes(ins.shape)
     if ins.opcode != "custom-call" or not re.search(r"rel_(un)?shift", ins.op_name):
@@ -314,9 +315,10 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
         moved = memory_bound_bytes(ins) if cycles is None else None
         if moved is not None:
             secs = e.times * moved / (chip.hbm_gbps * 1e9)
-            by_cat[RELATIVE_SHIFT] += secs
+            cat = categorize(ins.op_name, ins.opcode, False)
+            by_cat[cat] += secs
             memory_modelled += secs
-            rows.append((secs, ins, e, RELATIVE_SHIFT))
+            rows.append((secs, ins, e, cat))
             continue
         if kernel is not None:
             flops, head = kernel
@@ -346,9 +348,8 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
         notes.append(f"splash-attention kernels carry no estimate: modelled as their matmul FLOPs at "
                      f"{KERNEL_EFFICIENCY:.0%} of the peak x head dim / MXU size ({modelled * 1e3:,.2f} ms)")
     if memory_modelled:
-        notes.append(f"the relative-shift kernels and XLA's row reversals carry no estimate: modelled as the bytes "
-                     f"they read and write at the HBM bandwidth ({chip.hbm_gbps:,.0f} GB/s; "
-                     f"{memory_modelled * 1e3:,.2f} ms)")
+        notes.append(f"the relative-shift kernels and XLA's reverses carry no estimate: modelled as the bytes they "
+                     f"read and write at the HBM bandwidth ({chip.hbm_gbps:,.0f} GB/s; {memory_modelled * 1e3:,.2f} ms)")
     result: dict[str, Any] = {
         "estimate_source": "the TPU compiler's cost model (estimated_cycles in the compiled HLO); an estimate, "
                            "not a measurement",
