@@ -61,29 +61,28 @@ def keep_mask(rng: jax.Array, shape: tuple[int, ...], rate: float) -> jax.Array:
         return keep_mask_per_position(data, shape, rate)
     lead, last = shape[:-1], shape[-1]
     hashes = lead + (-(-last // _DECISIONS_PER_HASH),)
-    row = jnp.zeros(hashes, jnp.uint32)
-    for axis, size in enumerate(lead):
-        row = row * jnp.uint32(size) + lax.broadcasted_iota(jnp.uint32, hashes, axis)
-    col = lax.broadcasted_iota(jnp.uint32, hashes, len(lead))
-    k1, k2 = (jnp.broadcast_to(data[i], hashes) for i in range(2))
-    a, b = threefry2x32_p.bind(k1, k2, row, col)
+    a, b = _hash(data, hashes, lax.broadcasted_iota(jnp.uint32, hashes, len(lead)))
     t = jnp.uint32(drop_threshold(rate))
     halves = (a & 0xFFFF, a >> 16, b & 0xFFFF, b >> 16)
     keep = jnp.stack([h >= t for h in halves], axis=-1).reshape(lead + (hashes[-1] * _DECISIONS_PER_HASH,))
     return keep[..., :last]
 
 
+def _hash(key_data: jax.Array, shape: tuple[int, ...], col: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The two Threefry-2x32 words of every entry of ``shape``: counter (flat index over the leading axes, ``col``)."""
+    row = jnp.zeros(shape, jnp.uint32)
+    for axis, size in enumerate(shape[:-1]):
+        row = row * jnp.uint32(size) + lax.broadcasted_iota(jnp.uint32, shape, axis)
+    k1, k2 = (jnp.broadcast_to(key_data[i], shape) for i in range(2))
+    return threefry2x32_p.bind(k1, k2, row, col)
+
+
 def keep_mask_per_position(key_data: jax.Array, shape: tuple[int, ...], rate: float) -> jax.Array:
     """``keep_mask``'s masks (threefry ``key_data``) with one hash per position: position e of the last axis
     hashes the counter of its group of four, (flat leading index, e // 4), and keeps the 16 bits e % 4 of the
     hash's two words (low half of the first word, high half, then the second's), so no decision is moved."""
-    lead = shape[:-1]
-    row = jnp.zeros(shape, jnp.uint32)
-    for axis, size in enumerate(lead):
-        row = row * jnp.uint32(size) + lax.broadcasted_iota(jnp.uint32, shape, axis)
-    e = lax.broadcasted_iota(jnp.uint32, shape, len(lead))
-    k1, k2 = (jnp.broadcast_to(key_data[i], shape) for i in range(2))
-    a, b = threefry2x32_p.bind(k1, k2, row, e // _DECISIONS_PER_HASH)
+    e = lax.broadcasted_iota(jnp.uint32, shape, len(shape) - 1)
+    a, b = _hash(key_data, shape, e // _DECISIONS_PER_HASH)
     j = e % _DECISIONS_PER_HASH
     word = jnp.where(j < 2, a, b)
     keep = jnp.where(j % 2 == 0, word & 0xFFFF, word >> 16) >= jnp.uint32(drop_threshold(rate))
