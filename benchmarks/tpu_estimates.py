@@ -163,8 +163,8 @@ def table_row(r: dict) -> str:
         return f"{head} no estimate | | | | | | |"
     splash = e.get("modelled_kernels_s") or 0.0
     shift = e.get("modelled_memory_bound_s") or 0.0
-    modelled = ([f"splash {splash * 1e3:.1f}"] if splash else []) + ([f"relative shift {shift * 1e3:.1f}"]
-                                                                       if shift else [])
+    modelled = [f"splash {splash * 1e3:.1f}"] if splash else []
+    modelled += [f"shift kernels and reverses {shift * 1e3:.1f}"] if shift else []
     compute = f"{e['compute_s'] * 1e3:,.1f} ms" + (f" ({', '.join(modelled)} modelled)" if modelled else "")
     peak = r["memory_per_device"]["peak_bytes"] / 2**30
     mfu = f"{100 * (e.get('mfu_exposed') or 0):.1f}% / {100 * (e.get('mfu_overlapped') or 0):.1f}%"

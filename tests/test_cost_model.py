@@ -166,6 +166,7 @@ def test_categories_follow_the_op_names():
     assert categorize("", "all-reduce-start") == "collectives"
     xlnet = "jit(wrapped)/transpose(jvp(XLNetLMHeadModel))/xlnet/encoder/layers_3/attention/shard_map"
     assert categorize(f"{xlnet}/rel_unshift/pallas_call", "custom-call") == "relative shift (kernel, row reversals)"
+    assert categorize("jit(wrapped)", "reverse", False) == "copies, casts, transposes"  # a reverse is a move
 
 
 def test_program_without_cost_model_estimates_is_refused_in_one_line():

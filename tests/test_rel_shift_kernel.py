@@ -69,6 +69,7 @@ def test_kernel_takes_float32_scores_of_tpu_aligned_shapes_that_fit_in_vmem():
     assert not kernel_fits((8, 12, 512, 1408), 896, jnp.bfloat16)   # float32 scores only
     assert not kernel_fits((8, 12, 512, 897), 385, jnp.float32)     # R and klen not multiples of 128
     assert not kernel_fits((8, 12, 100, 1408), 1308, jnp.float32)   # queries not a multiple of 8
+    assert not kernel_fits((1, 1, 128, 384), 384, jnp.float32)      # klen > R - I: a rotation would wrap around
     assert not kernel_fits((1, 1, 1024, 3072), 2048, jnp.float32)   # 2 x 4 x 1024 x 5120 B = 40 MiB of VMEM
 
 

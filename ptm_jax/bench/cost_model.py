@@ -129,7 +129,7 @@ def categorize(op_name: str, opcode: str = "", is_matmul: bool | None = None) ->
         return "dropout"
     if head:
         return "embedding and head (with loss)"
-    if opcode in ("copy", "transpose", "broadcast", "convert") or name.endswith(("/transpose", "/copy")) or (
+    if opcode in ("copy", "transpose", "broadcast", "convert", "reverse") or name.endswith(("/transpose", "/copy")) or (
             not name and opcode in ("convert", "fusion")):  # a stacked parameter's cast, hoisted out of the loop
         return MOVES
     if in_model:
@@ -189,17 +189,23 @@ An assumption, not the compiler's figure: docs/benchmarks.md gives the step at h
 _SPLASH_MATMULS = {"fwd": 2, "dkv": 4, "dq": 3}  # (batch, head, query, key) matmuls of H MACs per kernel
 
 
+def _operand_layouts(ins: Instr) -> str | None:
+    """The operand shapes of a Mosaic kernel's custom call (its ``operand_layout_constraints``), or None."""
+    m = re.search(r"operand_layout_constraints=\{(.*?)\}(?:, [a-z_]+=|$)", ins.rest, re.S)
+    return m.group(1) if m else None
+
+
 def splash_flops(ins: Instr, fused_bwd: bool = True) -> tuple[float, int] | None:
     """(matmul FLOPs, head dim) of one splash-attention kernel call from its operands' shapes: q [b, n, T, H] and
     k [b, n, S, H] (the first two 4-D float operands); the forward runs QK^T and PV, the fused backward (dkv)
     recomputes QK^T and runs dO V^T, P^T dO, dS^T Q and, ``fused_bwd`` (no separate dq kernel), dS K; causal
     blocks the kernel skips are counted, as the FLOPs formula counts them."""
     kind = re.search(r"splash_mha_(fwd|dkv|dq)", ins.op_name)
-    constraints = re.search(r"operand_layout_constraints=\{(.*?)\}(?:, [a-z_]+=|$)", ins.rest, re.S)
+    constraints = _operand_layouts(ins)
     if not kind or not constraints:
         return None
     dims = [[int(d) for d in m.split(",")] for m in re.findall(r"(?:bf16|f32|f16)\[(\d+,\d+,\d+,\d+)\]",
-                                                                 constraints.group(1))]
+                                                                 constraints)]
     if len(dims) < 2:
         return None
     (b, n, t, h), s = dims[0], dims[1][2]
@@ -218,10 +224,8 @@ def memory_bound_bytes(ins: Instr) -> int | None:
         return 2 * shape_bytes(ins.shape)
     if ins.opcode != "custom-call" or not re.search(r"rel_(un)?shift", ins.op_name):
         return None
-    constraints = re.search(r"operand_layout_constraints=\{(.*?)\}(?:, [a-z_]+=|$)", ins.rest, re.S)
-    if not constraints:
-        return None
-    return shape_bytes(constraints.group(1).split("{")[0]) + shape_bytes(ins.shape)
+    constraints = _operand_layouts(ins)
+    return None if constraints is None else shape_bytes(constraints) + shape_bytes(ins.shape)
 
 
 def permute_neighbours(comps: dict[str, list[Instr]]) -> set[str]:
@@ -349,7 +353,8 @@ def estimate(hlo_text: str, device_kind: str, devices: int, device_cores: int | 
                      f"{KERNEL_EFFICIENCY:.0%} of the peak x head dim / MXU size ({modelled * 1e3:,.2f} ms)")
     if memory_modelled:
         notes.append(f"the relative-shift kernels and XLA's reverses carry no estimate: modelled as the bytes they "
-                     f"read and write at the HBM bandwidth ({chip.hbm_gbps:,.0f} GB/s; {memory_modelled * 1e3:,.2f} ms)")
+                     f"read and write at the HBM bandwidth ({chip.hbm_gbps:,.0f} GB/s; "
+                     f"{memory_modelled * 1e3:,.2f} ms)")
     result: dict[str, Any] = {
         "estimate_source": "the TPU compiler's cost model (estimated_cycles in the compiled HLO); an estimate, "
                            "not a measurement",

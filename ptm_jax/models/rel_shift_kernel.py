@@ -37,7 +37,7 @@ def kernel_fits(shape: tuple[int, ...], klen: int, dtype) -> bool:
     *_, i, r = shape
     block = 2 * 4 * i * (r + klen)  # float32 in and out, double-buffered
     return (jnp.dtype(dtype) == jnp.float32 and i % 8 == 0 and r % 128 == 0 and klen % 128 == 0
-            and klen <= r - i + 1 and block <= VMEM_BUDGET)
+            and klen <= r - i and block <= VMEM_BUDGET)  # every key's score inside the row: no rotation wraps
 
 
 def _shift_kernel(x_ref, o_ref, *, i: int, r: int, klen: int):
