@@ -1,15 +1,33 @@
 """The XLA flags of the test run, in one place: conftest.py sets them for the pytest processes, and the tests
 that start ``ptm`` in subprocesses pass ``xla_flags(n)`` on.
 
-``--xla_backend_optimization_level=1`` (LLVM -O1 in place of -O2): the tiny models of the suite spend most of
-their time in compilation, not in running. Measured on tests/test_conformance.py's mlm runs: 37.8 s at the
-default level, 26.0 s at 1 (27.6 s at 0, where the MiniLM inference of tests/test_real_checkpoint.py slowed
-from 16.4 s to 21.6 s; at 1 it takes 17.3 s). Numerics are XLA's at either level: every comparison in the
-suite is between two runs under the same flags or against a reference with a tolerance.
+``--xla_backend_optimization_level=0`` (LLVM -O0 in place of XLA's default -O2): the tiny models of the suite spend
+most of their time in compilation, not in running. Paired runs of ``benchmarks/suite_flags.py --levels 1,0
+--pairs 2`` (A B B A, each run with an empty compilation cache): tests/test_conformance.py, test_one_row_shards.py
+and test_flops.py took a median 148.7 s at 0 against 181.7 s at 1 (both pairs 30-36 s apart); seven files of
+real-model runs (MiniLM inference, the pretraining, ULMFiT and ELMo parities, resume, mesh equivalence, the
+lineage jobs) 219.8 s against 238.6 s (15 and 23 s apart). Level 1 had replaced the default at 37.8 -> 26.0 s
+for the conformance ``mlm`` fixture. Numerics are XLA's at any level: every comparison in the suite is between
+two runs under the same flags or against a reference with a tolerance. A level already in ``XLA_FLAGS`` wins, for
+the pytest processes and the ``ptm`` processes they start alike.
 """
 from __future__ import annotations
 
-OPTIMIZATION = "--xla_backend_optimization_level=1"
+import os
+import re
+
+DEFAULT_OPTIMIZATION = "--xla_backend_optimization_level=0"
+
+
+def _optimization() -> str:
+    """The level the run was started with (a ``--xla_backend_optimization_level`` already in ``XLA_FLAGS``, as
+    benchmarks/suite_flags.py passes it), else the default: the pytest processes and their ``ptm``
+    subprocesses then compile at the same level."""
+    found = re.search(r"--xla_backend_optimization_level=\d+", os.environ.get("XLA_FLAGS", ""))
+    return found.group(0) if found else DEFAULT_OPTIMIZATION
+
+
+OPTIMIZATION = _optimization()
 
 
 def xla_flags(devices: int = 8) -> str:

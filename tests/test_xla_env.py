@@ -1,0 +1,27 @@
+"""tests/xla_env.py: the level the test processes compile at, and the level a run started with passed on to the
+``ptm`` processes its tests start (benchmarks/suite_flags.py relies on it)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).parent
+
+
+def _flags_in_a_fresh_process(xla_flags: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    if xla_flags is not None:
+        env["XLA_FLAGS"] = xla_flags
+    out = subprocess.run([sys.executable, "-c", "import xla_env; print(xla_env.xla_flags(4))"], cwd=TESTS, env=env,
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_without_a_level_in_xla_flags_the_tests_compile_at_llvm_level_0():
+    assert _flags_in_a_fresh_process(None) == (
+        "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0")
+
+
+def test_a_level_already_in_xla_flags_is_the_one_passed_to_subprocesses():
+    flags = _flags_in_a_fresh_process("--xla_dump_to=/nowhere --xla_backend_optimization_level=2")
+    assert flags == "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=2"
