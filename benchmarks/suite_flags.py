@@ -9,7 +9,8 @@ descendant) and pytest's summary line; then the median of each side and the pair
 
     python benchmarks/suite_flags.py --levels 1,0 --pairs 2 tests/test_resume.py tests/test_elmo.py
 
-The two sides must pass and skip the same tests; a run with a failure is reported and counts in no median.
+The two sides must pass and skip the same tests: a run with a failure counts in no median, and a failed run or
+passing runs with different summaries make the script exit with status 1.
 """
 from __future__ import annotations
 
@@ -88,6 +89,9 @@ def main() -> None:
         if all(r["exit"] == 0 for r in pair.values()):
             diffs.append(round(pair[a]["wall"] - pair[b]["wall"], 1))
     print(f"{args.pairs} pairs, {len(runs) - len(ok)} failed runs; wall of O{a} minus O{b}, pair by pair: {diffs}")
+    if len(ok) < len(runs) or len(summaries) > 1:
+        sys.exit(f"suite_flags: the runs are not comparable (logs in {logs})")
+
 
 if __name__ == "__main__":
     main()
