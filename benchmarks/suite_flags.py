@@ -1,13 +1,17 @@
-"""The test suite (or some of its files) under two XLA flag settings, in alternating paired runs.
+"""The test suite (or some of its files) under two settings, in alternating paired runs.
 
 Each run is the README's pytest invocation (``python -m pytest -n 2 --dist loadfile``) on the given test files in
 a fresh process tree with an empty compilation cache of its own (tests/conftest.py keys the cache folder by xdist's
-run id), with ``--xla_backend_optimization_level=<level>`` in ``XLA_FLAGS``: tests/xla_env.py passes that level on to
-every ``ptm`` process the tests start. The order is A B B A A B ... so that a drift of the machine's load falls on
-both sides alike. Per run: wall seconds, CPU seconds of the whole tree (user + system of every waited-for
-descendant) and pytest's summary line; then the median of each side and the paired differences.
+run id). A side is either an LLVM level (``--levels``: ``--xla_backend_optimization_level=<level>`` in
+``XLA_FLAGS``, which tests/xla_env.py passes on to every ``ptm`` process the tests start) or environment
+variables (``--env``: ``NAME=VALUE`` assignments separated by ``;``, which the pytest processes and every
+process they start inherit). The order is A B B A A B ... so that a drift of the machine's load falls on both
+sides alike. Per run: wall seconds, CPU seconds of the whole tree (user + system of every waited-for descendant)
+and pytest's summary line; then the median of each side and the paired differences.
 
     python benchmarks/suite_flags.py --levels 1,0 --pairs 2 tests/test_resume.py tests/test_elmo.py
+    python benchmarks/suite_flags.py --env JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=1 \
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 --pairs 2 tests/test_resume.py
 
 The two sides must pass and skip the same tests: a run with a failure counts in no median, and a failed run or
 passing runs with different summaries make the script exit with status 1.
@@ -28,11 +32,34 @@ ROOT = Path(__file__).resolve().parents[1]
 SUMMARY = re.compile(r"^=*\s*(\d+ (?:passed|failed).*?) in [\d.]+s", re.M)
 
 
-def run_once(level: int, files: list[str], log: Path) -> dict:
-    """One pytest run of ``files`` at LLVM level ``level``; its wall and CPU seconds and its summary."""
+def side_env(side: str, kind: str) -> dict:
+    """The environment of one side: this process's, with the level put into ``XLA_FLAGS`` (``kind`` "level") or
+    the ``NAME=VALUE;...`` assignments applied (``kind`` "env")."""
     env = dict(os.environ)
-    flags = re.sub(r"--xla_backend_optimization_level=\d+", "", env.get("XLA_FLAGS", ""))
-    env["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level={level}".strip()
+    if kind == "level":
+        flags = re.sub(r"--xla_backend_optimization_level=\d+", "", env.get("XLA_FLAGS", ""))
+        env["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level={side}".strip()
+    else:
+        env.update(assignments(side))
+    return env
+
+
+def assignments(side: str) -> dict:
+    """``NAME=VALUE;NAME=VALUE`` -> a dict; a clear exit on anything else."""
+    out = {}
+    for item in filter(None, (x.strip() for x in side.split(";"))):
+        name, eq, value = item.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            sys.exit(f"suite_flags: --env takes NAME=VALUE assignments separated by ';' (got {item!r} in {side!r})")
+        out[name] = value
+    if not out:
+        sys.exit(f"suite_flags: --env side {side!r} sets no variable")
+    return out
+
+
+def run_once(side: str, kind: str, files: list[str], log: Path) -> dict:
+    """One pytest run of ``files`` with one side's setting; its wall and CPU seconds and its summary."""
+    env = side_env(side, kind)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     with log.open("w") as out:
@@ -43,52 +70,61 @@ def run_once(level: int, files: list[str], log: Path) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     found = SUMMARY.findall(log.read_text(errors="replace"))
-    return {"level": level, "wall": wall, "cpu": cpu, "exit": code, "summary": found[-1] if found else "(none)"}
+    return {"side": side, "wall": wall, "cpu": cpu, "exit": code, "summary": found[-1] if found else "(none)"}
 
 
-def order(levels: tuple[int, int], pairs: int) -> list[int]:
+def order(sides: tuple[str, str], pairs: int) -> list[str]:
     """A B B A A B B A ...: each pair's first side alternates."""
-    a, b = levels
+    a, b = sides
     return [x for i in range(pairs) for x in ((a, b) if i % 2 == 0 else (b, a))]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--levels", default="1,0", help="the two LLVM levels, e.g. 1,0")
+    which = ap.add_mutually_exclusive_group(required=True)
+    which.add_argument("--levels", help="the two LLVM levels, e.g. 1,0")
+    which.add_argument("--env", nargs=2, metavar=("A", "B"),
+                       help="the two sides' environment variables, each NAME=VALUE[;NAME=VALUE...]")
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--logs", default="runs/suite_flags", help="folder for each run's pytest output")
     ap.add_argument("files", nargs="+", help="test files (paths from the repository root)")
     args = ap.parse_args()
-    try:
-        a, b = (int(x) for x in args.levels.split(","))
-    except ValueError:
-        sys.exit(f"suite_flags: --levels must be two integers separated by a comma, e.g. 1,0 (got {args.levels!r})")
+    if args.levels is not None:
+        kind, sides = "level", args.levels.split(",")
+        if len(sides) != 2 or not all(x.strip().isdigit() for x in sides):
+            sys.exit(f"suite_flags: --levels must be two integers separated by a comma, e.g. 1,0 (got {args.levels!r})")
+        a, b = (x.strip() for x in sides)
+    else:
+        kind, (a, b) = "env", args.env
+        assignments(a), assignments(b)  # checked before any run
+    label = {a: "A", b: "B"} if a != b else {a: "A"}
     missing = [f for f in args.files if not (ROOT / f).exists()]
     if missing:
         sys.exit(f"suite_flags: no such test file: {', '.join(missing)} (give paths from {ROOT})")
     logs = ROOT / args.logs
     logs.mkdir(parents=True, exist_ok=True)
     runs = []
-    for i, level in enumerate(order((a, b), args.pairs)):
-        r = run_once(level, args.files, logs / f"run{i}_O{level}.txt")
+    print(f"A: {a}\nB: {b}", flush=True)
+    for i, side in enumerate(order((a, b), args.pairs)):
+        r = run_once(side, kind, args.files, logs / f"run{i}_{label[side]}.txt")
         runs.append(r)
-        print(f"run {i}: O{level} wall {r['wall']:.1f} s, cpu {r['cpu']:.1f} s, exit {r['exit']}: {r['summary']}",
+        print(f"run {i}: {label[side]} wall {r['wall']:.1f} s, cpu {r['cpu']:.1f} s, exit {r['exit']}: {r['summary']}",
               flush=True)
     ok = [r for r in runs if r["exit"] == 0]
-    for level in (a, b):
-        side = [r for r in ok if r["level"] == level]
+    for name in (a, b):
+        side = [r for r in ok if r["side"] == name]
         if side:
-            print(f"O{level}: {len(side)} passing runs, median wall {statistics.median(r['wall'] for r in side):.1f} s,"
+            print(f"{label[name]}: {len(side)} passing runs, median wall {statistics.median(r['wall'] for r in side):.1f} s,"
                   f" median cpu {statistics.median(r['cpu'] for r in side):.1f} s")
     summaries = {r["summary"] for r in ok}
     if len(summaries) > 1:
         print(f"the passing runs' summaries differ: {sorted(summaries)}")
     diffs = []
     for i in range(args.pairs):
-        pair = {r["level"]: r for r in runs[2 * i:2 * i + 2]}
+        pair = {r["side"]: r for r in runs[2 * i:2 * i + 2]}
         if all(r["exit"] == 0 for r in pair.values()):
             diffs.append(round(pair[a]["wall"] - pair[b]["wall"], 1))
-    print(f"{args.pairs} pairs, {len(runs) - len(ok)} failed runs; wall of O{a} minus O{b}, pair by pair: {diffs}")
+    print(f"{args.pairs} pairs, {len(runs) - len(ok)} failed runs; wall of A minus B, pair by pair: {diffs}")
     if len(ok) < len(runs) or len(summaries) > 1:
         sys.exit(f"suite_flags: the runs are not comparable (logs in {logs})")
 
