@@ -50,9 +50,9 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ or "PTM_EMBEDDED_CACHE" not in 
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_RUN, "xla"))
     os.environ.setdefault("PTM_EMBEDDED_CACHE", os.path.join(_RUN, "embedded"))
     # only programs that took 1 s or more to compile (jax's default; the step functions). Caching every compile
-    # saved 2 of 15 CPU-s in a repeated `ptm pretrain` process (one pair on a loaded machine, docs/benchmarks.md):
-    # not yet decided. No size bound: a bound makes jax lock and scan the folder on every write, which cost more
-    # than the hits saved (a full run with one took 33 min against 29)
+    # (0) was slower in both alternating pairs of `benchmarks/suite_flags.py --env` over six compile- and
+    # subprocess-heavy files (median 230.2 s against 225.7 s; docs/benchmarks.md). No size bound: a bound makes jax
+    # lock and scan the folder on every write, which cost more than the hits saved (a full run took 33 min against 29)
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
 
 from pathlib import Path  # noqa: E402
