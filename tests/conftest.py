@@ -2,13 +2,12 @@
 hidden from any GPU, offline hubs."""
 import os
 
-from xla_env import OPTIMIZATION, xla_flags  # tests/ is on the path (pytest inserts a conftest's folder)
+from xla_env import TEST_FLAGS, xla_flags  # tests/ is on the path (pytest inserts a conftest's folder)
 
 os.environ.setdefault("XLA_FLAGS", xla_flags(8))
-if "--xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
-    os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
-if "--xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
-    os.environ["XLA_FLAGS"] += f" {OPTIMIZATION}"
+for _flag in ["--xla_force_host_platform_device_count=8", *TEST_FLAGS]:
+    if _flag.split("=")[0] + "=" not in os.environ["XLA_FLAGS"]:
+        os.environ["XLA_FLAGS"] += f" {_flag}"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("USE_TF", "0")

@@ -1,4 +1,4 @@
-"""tests/xla_env.py: the level the test processes compile at, and the level a run started with passed on to the
+"""tests/xla_env.py: the flags the test processes compile with, and a value a run started with passed on to the
 ``ptm`` processes its tests start (benchmarks/suite_flags.py relies on it)."""
 import os
 import subprocess
@@ -17,11 +17,18 @@ def _flags_in_a_fresh_process(xla_flags: str | None) -> str:
     return out.stdout.strip()
 
 
-def test_without_a_level_in_xla_flags_the_tests_compile_at_llvm_level_0():
-    assert _flags_in_a_fresh_process(None) == (
-        "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0")
+def test_without_xla_flags_the_tests_compile_at_llvm_level_0_with_the_loop_emitters():
+    assert _flags_in_a_fresh_process(None) == ("--xla_force_host_platform_device_count=4 "
+                                               "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false")
 
 
 def test_a_level_already_in_xla_flags_is_the_one_passed_to_subprocesses():
     flags = _flags_in_a_fresh_process("--xla_dump_to=/nowhere --xla_backend_optimization_level=2")
-    assert flags == "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=2"
+    assert flags == ("--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=2 "
+                     "--xla_cpu_use_fusion_emitters=false")
+
+
+def test_an_emitter_choice_already_in_xla_flags_is_the_one_passed_to_subprocesses():
+    flags = _flags_in_a_fresh_process("--xla_cpu_use_fusion_emitters=true")
+    assert flags == ("--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
+                     "--xla_cpu_use_fusion_emitters=true")
