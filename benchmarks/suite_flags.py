@@ -114,7 +114,8 @@ def main() -> None:
     for name in (a, b):
         side = [r for r in ok if r["side"] == name]
         if side:
-            print(f"{label[name]}: {len(side)} passing runs, median wall {statistics.median(r['wall'] for r in side):.1f} s,"
+            wall = statistics.median(r["wall"] for r in side)
+            print(f"{label[name]}: {len(side)} passing runs, median wall {wall:.1f} s,"
                   f" median cpu {statistics.median(r['cpu'] for r in side):.1f} s")
     summaries = {r["summary"] for r in ok}
     if len(summaries) > 1:

@@ -118,17 +118,28 @@ def test_ptm_pretrain_at_three_steps_a_call_ends_with_the_single_step_parameters
                                                                                  tmp_path):
     """The main job's command, 7 steps at 3 a call (calls of 3, 3, 1). fastText builds its groups in one go
     (``train_groups``); the NNLM has none, so the loop stacks its batches (``stacked_batches``); it trains with
-    Adam and evaluates (``eval_every`` 3: after the calls ending at 3 and 6, and at 7)."""
-    from ptm_jax.cli import main
+    Adam and evaluates (``eval_every`` 3: after the calls ending at 3 and 6, and at 7). Each run is a ``ptm``
+    process compiled with XLA CPU's default fusion emitters (a user's CPU run): the tests' elemental emitter
+    (tests/xla_env.py) rounds the loop's body and the single step differently in the last bits."""
+    import os
+    import subprocess
+    import sys
+
     from ptm_jax.export.params import load_params
+    from xla_env import xla_flags
 
     text = shared_data / "corpus/tinyshakespeare/input.txt"
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, XLA_FLAGS=xla_flags(8, fusion_emitters=True), PYTHONPATH=str(repo))
     params = {}
     for k in (1, 3):
         out = tmp_path / f"k{k}"
         corpus = [f"data.corpus={str(text)!r}"] if preset == "fasttext_tiny" else []
-        assert main(["pretrain", "-c", preset, f"output_dir={str(out)!r}", *corpus, *overrides, "train.steps=7",
-                     "train.log_every=2", "train.checkpoint_every=1000", f"train.steps_per_call={k}"]) == 0
+        done = subprocess.run([sys.executable, "-m", "ptm_jax.cli", "pretrain", "-c", preset,
+                               f"output_dir={str(out)!r}", *corpus, *overrides, "train.steps=7", "train.log_every=2",
+                               "train.checkpoint_every=1000", f"train.steps_per_call={k}"],
+                              env=env, cwd=repo, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
         params[k] = load_params(out)[0]
     for a, b in zip(jax.tree.leaves(params[1]), jax.tree.leaves(params[3])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

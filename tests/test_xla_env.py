@@ -32,3 +32,11 @@ def test_an_emitter_choice_already_in_xla_flags_is_the_one_passed_to_subprocesse
     flags = _flags_in_a_fresh_process("--xla_cpu_use_fusion_emitters=true")
     assert flags == ("--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
                      "--xla_cpu_use_fusion_emitters=true")
+
+
+def test_a_process_asked_for_the_default_fusion_emitters_gets_them_and_keeps_the_other_test_flags():
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-c", "import xla_env; print(xla_env.xla_flags(2, fusion_emitters=True))"],
+                         cwd=TESTS, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ("--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0 "
+                                  "--xla_cpu_use_fusion_emitters=true")
