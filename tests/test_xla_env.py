@@ -17,7 +17,7 @@ def _flags_in_a_fresh_process(xla_flags: str | None) -> str:
     return out.stdout.strip()
 
 
-def test_without_xla_flags_the_tests_compile_at_llvm_level_0_with_the_loop_emitters():
+def test_without_xla_flags_the_tests_compile_at_llvm_level_0_with_the_elemental_emitter():
     assert _flags_in_a_fresh_process(None) == ("--xla_force_host_platform_device_count=4 "
                                                "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false")
 

@@ -43,7 +43,7 @@ def xla_flags(devices: int = 8, fusion_emitters: bool | None = None) -> str:
     XLA CPU's default emitters, for the checks of bit-equality between differently structured programs that hold
     under jaxlib's default codegen (a user's CPU run) but not under the elemental emitter: tests/test_multi_step.py's
     ``ptm pretrain`` at 3 steps a call against 1 (fastText's groups, the NNLM with Adam) differed there in the last
-    bits of 0.08% and 30% of the parameters."""
+    bits (0.08% and 30% of the values of the first parameter array compared)."""
     flags = [f"--xla_force_host_platform_device_count={devices}", *TEST_FLAGS]
     if fusion_emitters is not None:
         flags = [f for f in flags if not f.startswith("--xla_cpu_use_fusion_emitters=")]
