@@ -165,6 +165,12 @@ class TrainConfig:
     log_every: int = 10
     eval_every: int = 200
     eval_batches: int = 8
+    """Held-out batches per evaluation of a pretraining stage, each of ``eval_batch_size`` rows."""
+    eval_batch_size: int = 0
+    """Global batch of the held-out evaluation; 0: ``batch_size``. Evaluation keeps no gradients, optimizer state or
+    backward activations, so several times the training batch usually fits, in fewer, larger steps; it must divide
+    over the mesh as ``batch_size`` does. A language model's held-out stream split into parallel rows
+    (AWD-LSTM, Transformer-XL) reads a different context with a different row count."""
     checkpoint_every: int = 200
     keep_checkpoints: int = 3
     async_checkpoints: bool = True
@@ -241,6 +247,10 @@ class FinetuneConfig:
     """Pretrained weights: a run output dir, params dir or Hugging Face folder. Empty: this run's pretraining."""
     max_seq_length: int = 128
     batch_size: int = 32
+    eval_batch_size: int = 0
+    """Global batch of the dev-set evaluations during finetuning and of ``ptm eval``; 0: ``batch_size``. Every
+    example is scored alone under its own mask, so the metrics do not depend on it beyond float rounding; larger
+    batches take fewer, larger steps. It must divide over the (finetuning) mesh as ``batch_size`` does."""
     devices_per_host: int = 0
     """Finetune (and evaluate) on a sub-mesh: this many devices of every host (process), 0 = all of them. A
     v5e-256 (64 hosts x 4 chips) that pretrains on 256 chips finetunes in the same ``ptm run`` on 64 with 1, where

@@ -261,6 +261,10 @@ def validate(cfg: RunConfig) -> None:
         (positions is None or d.max_seq_length <= positions, f"data.max_seq_length={d.max_seq_length} exceeds "
          f"model.max_position_embeddings={positions}"),
         (t.batch_size > 0, f"train.batch_size must be positive, got {t.batch_size}"),
+        (t.eval_batch_size >= 0, f"train.eval_batch_size must be >= 0 (0: train.batch_size), got "
+         f"{t.eval_batch_size}"),
+        (cfg.finetune.eval_batch_size >= 0, f"finetune.eval_batch_size must be >= 0 (0: finetune.batch_size), got "
+         f"{cfg.finetune.eval_batch_size}"),
         (t.steps >= 0, f"train.steps must be >= 0, got {t.steps}"),
         (t.grad_accum_steps >= 1 and t.batch_size % t.grad_accum_steps == 0,
          f"train.batch_size={t.batch_size} must be a multiple of train.grad_accum_steps={t.grad_accum_steps}"),

@@ -41,6 +41,19 @@ def test_run_checks_both_stages_and_pretrain_only_its_own():
         check_stage_batches(cfg, ["pretrain", "finetune"], num_devices=8)
 
 
+def test_evaluation_batches_are_checked_where_set_and_take_the_stage_batch_at_0():
+    cfg = load_config("bert_tiny", ["train.eval_batch_size=64", "finetune.eval_batch_size=40"])
+    check_stage_batches(cfg, ["pretrain", "finetune"], num_devices=8)
+    for field in ("train", "finetune"):
+        bad = load_config("bert_tiny", [f"{field}.eval_batch_size=20"])
+        with pytest.raises(ConfigError, match=rf"^{field}\.eval_batch_size=20 does not divide over the mesh.*"
+                                              r"\(nearest: 16 or 24\)"):
+            check_stage_batches(bad, ["pretrain", "finetune"], num_devices=8)
+    with pytest.raises(ConfigError, match=r"finetune\.eval_batch_size must be >= 0 \(0: finetune\.batch_size\), "
+                                          r"got -8"):
+        load_config("bert_tiny", ["finetune.eval_batch_size=-8"])
+
+
 def test_finetuning_on_a_sub_mesh_of_devices_per_host_divides_a_smaller_batch():
     """finetune.devices_per_host: the finetuning stage (and ptm eval) runs on that many devices of every host, so
     `ptm run` can pretrain on all of them and finetune with a batch the whole mesh cannot divide."""

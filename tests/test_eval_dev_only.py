@@ -4,8 +4,8 @@ For each task a tiny BERT with the task's head is initialised from the objective
 reads the training split: CoNLL's label list comes from it) and saved as `ptm finetune` saves its best model
 (``save_params`` with ``task`` / ``label_names`` / ``num_labels``). The loop's evaluation of that objective
 on the full folder gives the reference metrics and prediction files. Then ``evaluate_task`` (what `ptm eval`
-runs) scores the saved model from a temporary folder that holds only the evaluated split: the metrics and the
-prediction files must be identical.
+runs) scores the saved model from a temporary folder that holds only the evaluated split, at another evaluation
+batch (``finetune.eval_batch_size``): the metrics and the prediction files must be identical.
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def files_text(paths) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("task", ["rte", "squad", "squad_v2", "conll2003", "swag", "embedded"])
-def test_eval_with_only_the_dev_split_matches_the_full_folder(task, shared_data, minilm_tok, minilm_vocab, tmp_path):
+def test_eval_with_only_the_dev_split_at_another_eval_batch_matches_the_full_folder(task, shared_data, minilm_tok, minilm_vocab, tmp_path):
     full, dev_only, extra = task_folders(task, shared_data, tmp_path)
     plugins = {"squad": extra.pop("squad")} if "squad" in extra else {}
     fcfg = {"task": task, "max_seq_length": 64, "batch_size": 16, **extra}
@@ -131,8 +131,10 @@ def test_eval_with_only_the_dev_split_matches_the_full_folder(task, shared_data,
     want, outputs = evaluate(objective, compiled, params, mesh, tcfg.batch_size, return_outputs=True)
     want_files = files_text(objective.write_predictions(outputs, tmp_path / "want", "dev"))
 
-    # `ptm eval`: the folder holds the evaluated split alone
-    dev_cfg = RunConfig(finetune=FinetuneConfig(data_dir=str(dev_only) if dev_only else "", **fcfg), plugins=plugins)
+    # `ptm eval`: the folder holds the evaluated split alone, scored in batches of 40 (finetune.eval_batch_size;
+    # the loop above: 16), so the last batch is padded differently and the predictions must still line up
+    dev_cfg = RunConfig(finetune=FinetuneConfig(data_dir=str(dev_only) if dev_only else "", eval_batch_size=40,
+                                                **fcfg), plugins=plugins)
     got = evaluate_task(dev_cfg, str(model_dir), split="dev", out_dir=str(tmp_path / "got"))
     assert "train" not in got["description"]
     assert set(got["metrics"]) == set(want) and len(want) >= 2

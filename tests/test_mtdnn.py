@@ -100,6 +100,42 @@ def test_ranking_loss_is_softmax_cross_entropy_over_each_group(minilm_tok, glue_
     assert float(obj.normalizers(batch)["n"]) == 2.0  # examples of a ranking batch: its groups
 
 
+
+def test_every_tasks_dev_metrics_are_the_same_at_another_eval_batch(minilm_tok, glue_subset):
+    """finetune.eval_batch_size: each task's dev rows are padded to whole batches of that size, and score() must
+    find every task's predictions at the new offsets (at the training batch's offsets it scored other rows): RTE's 24 rows fill one padded batch of 40 where they filled
+    three of 8 (a ranking batch holds whole groups: 40 is a multiple of 4)."""
+    from ptm_jax.parallel.mesh import make_mesh
+    from ptm_jax.train.finetune import finetune_train_config
+    from ptm_jax.train.loop import compile_objective, evaluate
+
+    names = ["rte", "stsb", "mrpc_rank"]
+    mesh = make_mesh(RunConfig().mesh)
+    metrics, params = {}, None
+    for eval_batch in (0, 40):
+        cfg = run_cfg(minilm_tok, glue_subset, tasks=names, ranking_candidates=4, eval_batch_size=eval_batch)
+        obj = MultiTaskObjective(cfg.model, [read_task(cfg, n, minilm_tok) for n in names], [1.0] * 3, cfg.finetune,
+                                 cfg.plugins["mtdnn"])
+        tcfg = finetune_train_config(cfg, obj.num_train)
+        assert tcfg.eval_batch_size == eval_batch and tcfg.batch_size == 8
+        compiled = compile_objective(obj, tcfg, mesh)
+        if params is None:
+            params = compiled.init_fn(jax.random.key(0)).params
+        metrics[eval_batch] = evaluate(obj, compiled, params, mesh, tcfg.eval_batch_size or tcfg.batch_size)
+    want, got = metrics[0], metrics[40]
+    assert {"rte/accuracy", "stsb/pearson", "mrpc_rank/accuracy", "mean"} <= set(want) and set(got) == set(want)
+    # the same predictions up to the float rounding of another batch shape: accuracies exactly; losses and the
+    # correlations of a random model's near-constant STS-B scores (0.33542 against 0.33545) to 1e-3
+    for k, v in want.items():
+        assert math.isfinite(v) and got[k] == (v if k.endswith("accuracy") else pytest.approx(v, rel=1e-3)), \
+            (k, got[k], v)
+    bad = run_cfg(minilm_tok, glue_subset, tasks=["mrpc_rank"], ranking_candidates=4, eval_batch_size=42)
+    with pytest.raises(ConfigError, match=r"finetune\.eval_batch_size=42 is not a multiple of "
+                                          r"mtdnn\.ranking_candidates=4 \(task mrpc_rank\)"):
+        MultiTaskObjective(bad.model, [read_task(bad, "mrpc_rank", minilm_tok)], [1.0], bad.finetune,
+                           bad.plugins["mtdnn"])
+
+
 # ---------------------------------------------------------------------------------------------- a real job
 
 def tiny_bert(minilm_tok) -> BertConfig:

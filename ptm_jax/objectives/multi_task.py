@@ -301,11 +301,12 @@ class MultiTaskObjective:
 
         self.name, self.fcfg, self.tasks = name, fcfg, list(tasks)
         self.batch_size = fcfg.batch_size
+        self.eval_batch_size = fcfg.eval_batch_size or fcfg.batch_size  # the dev batches' rows (score's offsets)
         for t in self.tasks:
-            if self.batch_size % t.candidates:
-                raise ConfigError(f"finetune.batch_size={self.batch_size} is not a multiple of "
-                                  f"mtdnn.ranking_candidates={t.candidates} (task {t.name}): a batch holds whole "
-                                  "candidate groups")
+            for field, rows in (("batch_size", self.batch_size), ("eval_batch_size", self.eval_batch_size)):
+                if rows % t.candidates:
+                    raise ConfigError(f"finetune.{field}={rows} is not a multiple of mtdnn.ranking_candidates="
+                                      f"{t.candidates} (task {t.name}): a batch holds whole candidate groups")
         self.trunk = registry.get(model_cfg.family).layout.trunk
         san = san_settings(mcfg)
         self.answers = tuple(answer_of(t, mcfg) for t in self.tasks)
@@ -320,7 +321,7 @@ class MultiTaskObjective:
                                         [self.batch_size // t.candidates for t in self.tasks], self.weights, fcfg.seed)
         self.num_train = self.plan.length * self.batch_size  # rows per epoch of the plan: steps = epochs x L
         self.primary_metric = f"{self.tasks[0].name}/{self.tasks[0].primary}" if len(self.tasks) == 1 else "mean"
-        self.dev_batches = [math.ceil(len(t.dev["weights"]) / self.batch_size) for t in self.tasks]
+        self.dev_batches = [math.ceil(len(t.dev["weights"]) / self.eval_batch_size) for t in self.tasks]
 
     # ---- data
     def _fields(self, feats: dict[str, np.ndarray], idx: np.ndarray, task: int) -> dict[str, np.ndarray]:
@@ -430,7 +431,7 @@ class MultiTaskObjective:
         for t, nb in zip(self.tasks, self.dev_batches):
             n = len(t.dev["weights"])
             s = scores[start:start + n, : t.num_outputs]
-            start += nb * self.batch_size
+            start += nb * self.eval_batch_size
             base = t.name[: -len(RANK_SUFFIX)] if t.kind == "ranking" else t.name
             if t.kind == "ranking":
                 m = {"accuracy": float(np.mean(np.argmax(s[:, 0].reshape(-1, t.candidates), -1) == t.dev_labels))}

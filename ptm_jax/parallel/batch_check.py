@@ -6,7 +6,8 @@ does not divide fails deep inside JAX (``IndivisibleError``) when the first batc
 ``ptm run`` is after the whole pretraining stage. So every command checks, right after the distributed runtime
 starts and before any stage runs, every batch size its stages will use: ``train.batch_size`` for pretraining
 (and a family's own language-model stages), ``finetune.batch_size`` for every finetuning job (single task,
-MT-DNN, ConSERT, heads over features) and for ``ptm eval``.
+MT-DNN, ConSERT, heads over features) and for ``ptm eval``, and the evaluation batches ``train.eval_batch_size``
+and ``finetune.eval_batch_size`` where they are set.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any, Iterable
 from ptm_jax.errors import ConfigError
 
 STAGE_FIELDS = {"pretrain": "train.batch_size", "finetune": "finetune.batch_size"}
+EVAL_FIELDS = {"pretrain": "train.eval_batch_size", "finetune": "finetune.eval_batch_size"}
 
 
 def batch_shards(mesh_cfg: Any, num_devices: int) -> tuple[int, tuple[int, int, int]]:
@@ -62,12 +64,16 @@ def check_stage_batches(cfg: Any, stages: Iterable[str], num_devices: int | None
         if stage == "pretrain":
             check_batch(STAGE_FIELDS[stage], cfg.train.batch_size, cfg.mesh, num_devices,
                         accum=cfg.train.grad_accum_steps)
+            devices, eval_batch = num_devices, cfg.train.eval_batch_size
         elif stage == "finetune":  # on finetune.devices_per_host of every host when set (parallel/mesh.py)
             per_host = cfg.finetune.devices_per_host
-            check_batch(STAGE_FIELDS[stage], cfg.finetune.batch_size, cfg.mesh,
-                        num_devices if per_host <= 0 else _sub_mesh_devices(per_host, num_devices))
+            devices = num_devices if per_host <= 0 else _sub_mesh_devices(per_host, num_devices)
+            check_batch(STAGE_FIELDS[stage], cfg.finetune.batch_size, cfg.mesh, devices)
+            eval_batch = cfg.finetune.eval_batch_size
         else:
             raise ValueError(f"unknown stage {stage!r}; expected one of {sorted(STAGE_FIELDS)}")
+        if eval_batch:  # 0: the evaluation takes the stage's batch, checked above
+            check_batch(EVAL_FIELDS[stage], eval_batch, cfg.mesh, devices)
 
 
 

@@ -26,7 +26,7 @@ from ptm_jax.train.loop import compile_objective, evaluate
 
 
 def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str | None = None) -> dict[str, Any]:
-    check_stage_batches(cfg, ["finetune"])  # evaluation runs on finetune.batch_size rows
+    check_stage_batches(cfg, ["finetune"])  # evaluation runs on finetune.eval_batch_size (or batch_size) rows
     marked = [j for j in job_registry.jobs().values() if j.model_marker and fs.exists(fs.path(model) / j.model_marker)]
     job = marked[0] if marked else job_registry.get(cfg.finetune.job)
     if job.load_model is not None:  # a model that is not a params directory: the job restores it
@@ -50,7 +50,8 @@ def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str |
     mesh = make_mesh(cfg.mesh, finetune_devices(cfg))
     compiled = compile_objective(objective, tcfg, mesh)
     placed = jax.device_put(tree, compiled.state_shardings.params)
-    metrics, outputs = evaluate(objective, compiled, placed, mesh, tcfg.batch_size, return_outputs=True)
+    metrics, outputs = evaluate(objective, compiled, placed, mesh, tcfg.eval_batch_size or tcfg.batch_size,
+                                return_outputs=True)
     out = fs.path(out_dir or fs.path(model) / f"predictions-{split}")
     files = []
     if jax.process_index() == 0:  # every process holds all predictions (gathered); one writes them

@@ -132,7 +132,7 @@ def finetune_train_config(cfg: RunConfig, num_train: int) -> TrainConfig:
         cfg.train, batch_size=f.batch_size, steps=steps, learning_rate=f.learning_rate,
         warmup_steps=int(f.warmup_proportion * steps), weight_decay=f.weight_decay, clip_norm=f.clip_norm,
         grad_accum_steps=1, eval_every=every, checkpoint_every=every, log_every=min(cfg.train.log_every, every),
-        seed=f.seed, optimizer=f.optimizer, param_groups=[],
+        seed=f.seed, optimizer=f.optimizer, param_groups=[], eval_batch_size=f.eval_batch_size,
         init_from="", lr_decay_power=1.0)  # pretraining's: phase 2's start and LAMB's decay are not finetuning's
 
 
@@ -287,6 +287,6 @@ def check_job_family(cfg: RunConfig) -> None:
 
 def finetune(cfg: RunConfig, *, stop_after: int | None = None) -> dict[str, Any]:
     """Runs the finetuning job ``finetune.job`` (``ptm_jax/jobs``); returns its summary."""
-    check_stage_batches(cfg, ["finetune"])  # every job trains and evaluates on finetune.batch_size
+    check_stage_batches(cfg, ["finetune"])  # every job trains on finetune.batch_size, evaluates on eval_batch_size
     check_job_family(cfg)
     return job_registry.get(cfg.finetune.job).run(cfg, stop_after=stop_after)
