@@ -167,7 +167,8 @@ def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | 
                                "corpus": {"documents": corpus.cache.num_docs, "tokens": corpus.cache.num_tokens,
                                           "vocab_size": corpus.tokenizer.vocab_size}}
     if isinstance(objective, ReportsBaseline) and not result.preempted:
-        summary["baseline"] = objective.baseline(cfg.train.batch_size)
+        # over the held-out batches the evaluation read
+        summary["baseline"] = objective.baseline(cfg.train.eval_batch_size or cfg.train.batch_size)
     if jax.process_index() == 0:
         fs.write_text_atomic(fs.path(cfg.output_dir) / "pretrain" / "summary.json", json.dumps(summary, indent=2))
     return summary
