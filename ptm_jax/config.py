@@ -209,6 +209,10 @@ class TrainConfig:
     """'START:COUNT': a jax.profiler trace of COUNT steps from step START (1 = the first step, compilation
     included) into ``<stage dir>/profile``, for XProf / TensorBoard's profile plugin. Empty: none."""
 
+    def eval_rows(self) -> int:
+        """The held-out evaluation's global batch: ``eval_batch_size``, or ``batch_size`` where it is 0."""
+        return self.eval_batch_size or self.batch_size
+
 
 @dataclass
 class MeshConfig:
@@ -291,6 +295,10 @@ class FinetuneConfig:
     """`ptm run`: after the finetuning stage, the same stage from random initialisation (finetune.from_scratch),
     its figure printed beside the finetuned one and written to summary.json as ``from_scratch`` (on in the main
     job's preset, bert_small)."""
+
+    def eval_rows(self) -> int:
+        """The dev-set evaluation's global batch: ``eval_batch_size``, or ``batch_size`` where it is 0."""
+        return self.eval_batch_size or self.batch_size
 
 
 @dataclass

@@ -108,7 +108,8 @@ def files_text(paths) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("task", ["rte", "squad", "squad_v2", "conll2003", "swag", "embedded"])
-def test_eval_with_only_the_dev_split_at_another_eval_batch_matches_the_full_folder(task, shared_data, minilm_tok, minilm_vocab, tmp_path):
+def test_eval_with_only_the_dev_split_at_another_eval_batch_matches_the_full_folder(task, shared_data, minilm_tok,
+                                                                                   minilm_vocab, tmp_path):
     full, dev_only, extra = task_folders(task, shared_data, tmp_path)
     plugins = {"squad": extra.pop("squad")} if "squad" in extra else {}
     fcfg = {"task": task, "max_seq_length": 64, "batch_size": 16, **extra}

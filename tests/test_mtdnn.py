@@ -100,11 +100,11 @@ def test_ranking_loss_is_softmax_cross_entropy_over_each_group(minilm_tok, glue_
     assert float(obj.normalizers(batch)["n"]) == 2.0  # examples of a ranking batch: its groups
 
 
-
 def test_every_tasks_dev_metrics_are_the_same_at_another_eval_batch(minilm_tok, glue_subset):
     """finetune.eval_batch_size: each task's dev rows are padded to whole batches of that size, and score() must
-    find every task's predictions at the new offsets (at the training batch's offsets it scored other rows): RTE's 24 rows fill one padded batch of 40 where they filled
-    three of 8 (a ranking batch holds whole groups: 40 is a multiple of 4)."""
+    find every task's predictions at the new offsets (at the training batch's offsets it scored other rows): RTE's
+    24 rows fill one padded batch of 40 where they filled three of 8 (a ranking batch holds whole groups: 40 is a
+    multiple of 4)."""
     from ptm_jax.parallel.mesh import make_mesh
     from ptm_jax.train.finetune import finetune_train_config
     from ptm_jax.train.loop import compile_objective, evaluate
@@ -121,7 +121,7 @@ def test_every_tasks_dev_metrics_are_the_same_at_another_eval_batch(minilm_tok, 
         compiled = compile_objective(obj, tcfg, mesh)
         if params is None:
             params = compiled.init_fn(jax.random.key(0)).params
-        metrics[eval_batch] = evaluate(obj, compiled, params, mesh, tcfg.eval_batch_size or tcfg.batch_size)
+        metrics[eval_batch] = evaluate(obj, compiled, params, mesh, tcfg.eval_rows())
     want, got = metrics[0], metrics[40]
     assert {"rte/accuracy", "stsb/pearson", "mrpc_rank/accuracy", "mean"} <= set(want) and set(got) == set(want)
     # the same predictions up to the float rounding of another batch shape: accuracies exactly; losses and the

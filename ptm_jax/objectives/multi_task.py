@@ -301,7 +301,7 @@ class MultiTaskObjective:
 
         self.name, self.fcfg, self.tasks = name, fcfg, list(tasks)
         self.batch_size = fcfg.batch_size
-        self.eval_batch_size = fcfg.eval_batch_size or fcfg.batch_size  # the dev batches' rows (score's offsets)
+        self.eval_batch_size = fcfg.eval_rows()  # the dev batches' rows (score's offsets)
         for t in self.tasks:
             for field, rows in (("batch_size", self.batch_size), ("eval_batch_size", self.eval_batch_size)):
                 if rows % t.candidates:

@@ -50,8 +50,7 @@ def evaluate_task(cfg: RunConfig, model: str, split: str = "dev", out_dir: str |
     mesh = make_mesh(cfg.mesh, finetune_devices(cfg))
     compiled = compile_objective(objective, tcfg, mesh)
     placed = jax.device_put(tree, compiled.state_shardings.params)
-    metrics, outputs = evaluate(objective, compiled, placed, mesh, tcfg.eval_batch_size or tcfg.batch_size,
-                                return_outputs=True)
+    metrics, outputs = evaluate(objective, compiled, placed, mesh, tcfg.eval_rows(), return_outputs=True)
     out = fs.path(out_dir or fs.path(model) / f"predictions-{split}")
     files = []
     if jax.process_index() == 0:  # every process holds all predictions (gathered); one writes them

@@ -336,8 +336,7 @@ def fit(objective: Objective, tcfg: TrainConfig, mesh: Mesh, stage_dir: str | Pa
     with _Preemption() as preemption:
         run.hooks = [NonFiniteStreak(tcfg), SpikeRollback(tcfg),
                      MetricsLog(tcfg, tokens_per_step, start, flops_per_step, peak), Profile(tcfg, stage_dir, start),
-                     Evaluation(tcfg, lambda params: evaluate(objective, compiled, params, mesh,
-                                                              tcfg.eval_batch_size or global_batch,
+                     Evaluation(tcfg, lambda params: evaluate(objective, compiled, params, mesh, tcfg.eval_rows(),
                                                               tcfg.eval_batches)),
                      *hooks, Checkpointing(tcfg, preemption, stop_after)]
         # what exists before the loop (libraries, model, data tables) stays out of the cyclic collector's scans

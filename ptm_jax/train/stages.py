@@ -168,7 +168,7 @@ def pretrain(cfg: RunConfig, *, stop_after: int | None = None, corpus: Corpus | 
                                           "vocab_size": corpus.tokenizer.vocab_size}}
     if isinstance(objective, ReportsBaseline) and not result.preempted:
         # over the held-out batches the evaluation read
-        summary["baseline"] = objective.baseline(cfg.train.eval_batch_size or cfg.train.batch_size)
+        summary["baseline"] = objective.baseline(cfg.train.eval_rows())
     if jax.process_index() == 0:
         fs.write_text_atomic(fs.path(cfg.output_dir) / "pretrain" / "summary.json", json.dumps(summary, indent=2))
     return summary
