@@ -18,9 +18,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 def _run_dir() -> str:
     """One folder per test run, shared by both xdist workers (keyed by xdist's run id) and every subprocess they
-    start (the environment carries the paths below): it holds the run's persistent XLA compilation cache and its
-    embedded-corpus cache. Many tests compile the same tiny programs and read the same default corpus; a cache hit
-    skips a compile or a walk of the standard library, never a check. Each run starts empty, so a fresh CI clone
+    start (the environment carries the paths below): it holds the run's persistent XLA compilation cache, its
+    embedded-corpus cache and its trained-tokenizer cache. Many tests compile the same tiny programs, read the same
+    default corpus and train the same tokenizer on it; a cache hit skips a compile, a walk of the standard library
+    or a training, never a check. Each run starts empty, so a fresh CI clone
     measures only reuse within the run; an xdist run's folder is removed a day later (by the next run)."""
     import shutil
     import tempfile
@@ -44,10 +45,15 @@ def _run_dir() -> str:
     return path
 
 
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ or "PTM_EMBEDDED_CACHE" not in os.environ:
+if any(name not in os.environ for name in ("JAX_COMPILATION_CACHE_DIR", "PTM_EMBEDDED_CACHE", "PTM_TOKENIZER_CACHE")):
     _RUN = _run_dir()
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_RUN, "xla"))
     os.environ.setdefault("PTM_EMBEDDED_CACHE", os.path.join(_RUN, "embedded"))
+    # trained tokenizers by their sample and settings (ptm_jax/data/tokenizer_cache.py): a test that trains what an
+    # earlier test trained copies the same files. Trainers are checked where they are called directly
+    # (tests/test_tokenizer_determinism.py, test_tokenizers.py); a sample that changes with the host count or the
+    # run changes the entry's name, so a multi-process comparison still trains on each differing sample
+    os.environ.setdefault("PTM_TOKENIZER_CACHE", os.path.join(_RUN, "tokenizers"))
     # only programs that took 1 s or more to compile (jax's default; the step functions). Caching every compile
     # (0) was slower in both alternating pairs of `benchmarks/suite_flags.py --env` over six compile- and
     # subprocess-heavy files (median 230.2 s against 225.7 s; docs/benchmarks.md). No size bound: a bound makes jax

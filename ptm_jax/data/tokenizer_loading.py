@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ptm_jax.config import TokenizerConfig
+from ptm_jax.data import tokenizer_cache
 from ptm_jax.data.char_vocab import CHARS_FILE, CharVocab, build_char_vocab
 from ptm_jax.data.byte_bpe import ByteBPETokenizer, train_byte_bpe
 from ptm_jax.data.tokenizers import (SentencePieceTokenizer, Tokenizer, WordPieceTokenizer, _atomic_write, _sha256,
@@ -64,7 +65,8 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
     """``cfg.vocab_file`` set (local or gs://): load it (``cfg.kind`` picks the class). Otherwise train on
     ``train_texts()`` (the caller passes a bounded sample: ``chunks.sample_sentences``) into
     ``out_dir/tokenizer/`` on process 0, or reuse the one there when its settings (kind, vocab_size,
-    lower_case, train_sample_bytes, ``corpus_key``) are unchanged. The other processes wait at
+    lower_case, train_sample_bytes, ``corpus_key``) are unchanged; a tokenizer trained before on this machine
+    from the same sample and settings is copied from ``data/tokenizer_cache.py`` instead. The other processes wait at
     ``barrier(name, timeout_s)`` (a timeout that fits the training), then get it:
       - local out_dir on a shared disk: they read it there;
       - local out_dir on each host's own disk: process 0 also puts the files into the jax.distributed
@@ -105,8 +107,15 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
             tmp = base / f".tokenizer-tmp-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
             start = time.perf_counter()
+            cache_settings = {k: v for k, v in settings.items() if k != "corpus_key"}  # the sample stands for it
+            cache_key = tokenizer_cache.sample_key(cache_settings, train_texts()) if tokenizer_cache.root() else ""
+            cached = tokenizer_cache.lookup(cache_key, names) if cache_key else None
             try:
-                if cfg.kind == "byte_bpe":
+                if cached is not None:  # trained before from this very sample and settings: the same files
+                    tmp.mkdir(parents=True)
+                    for name in names:
+                        shutil.copyfile(cached / name, tmp / name)
+                elif cfg.kind == "byte_bpe":
                     train_byte_bpe(train_texts(), cfg.vocab_size, tmp)
                 elif cfg.kind == "word":  # counts over the sample; tokenizer.vocab_size caps the entries
                     build_word_vocab(train_texts(), tmp, min_count=cfg.min_count, max_vocab=cfg.vocab_size,
@@ -120,6 +129,8 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
                 else:
                     train_sentencepiece(train_texts(), cfg.vocab_size, tmp, cfg.kind.removeprefix("sentencepiece_"),
                                         lower_case=cfg.lower_case)
+                if cached is None and cache_key:
+                    tokenizer_cache.store(cache_key, tmp, names)
                 (tmp / "settings.json").write_text(json.dumps({"key": key, **settings}, indent=1))
                 if remote:
                     fs.rmtree(tok_dir)
@@ -130,8 +141,12 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
                     os.replace(tmp, local_dir)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-            log.info("tokenizer: %s trained on a sample of at most %d bytes in %.1f s -> %s", cfg.kind,
-                     cfg.train_sample_bytes, time.perf_counter() - start, tok_dir)
+            if cached is not None:
+                log.info("tokenizer: %s trained before on the same sample with the same settings; copied from %s "
+                         "in %.1f s -> %s", cfg.kind, cached, time.perf_counter() - start, tok_dir)
+            else:
+                log.info("tokenizer: %s trained on a sample of at most %d bytes in %.1f s -> %s", cfg.kind,
+                         cfg.train_sample_bytes, time.perf_counter() - start, tok_dir)
         if not remote:
             distributed.publish_files(f"tokenizer-{key}", {n: (tok_dir / n).read_bytes()
                                                            for n in names + ["settings.json"]})
