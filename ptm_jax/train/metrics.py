@@ -243,8 +243,15 @@ def plot_curves(jsonl: str | Path, out: str | Path) -> Path | None:
     keys = [k for k in ("loss", "mlm_loss", "mlm_accuracy", "nsp_accuracy", "accuracy") if any(k in r for r in rows)]
     if not keys:
         return None
-    fig = Figure(figsize=(4 * len(keys), 3.2))
+    width, height = 4.0 * len(keys), 3.2
+    fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
+    # fixed margins in inches (room for 7-character tick labels and the titles), not tight_layout: that lays the
+    # figure out by drawing it once more before the save draws it (0.25 against 0.16 CPU-s a plot)
+    gap = 0.9
+    axis_width = (width - 0.9 - gap * (len(keys) - 1)) / len(keys)
+    fig.subplots_adjust(left=0.75 / width, right=1 - 0.15 / width, bottom=0.5 / height, top=1 - 0.35 / height,
+                        wspace=gap / axis_width)
     axes = fig.subplots(1, len(keys), squeeze=False)
     for ax, key in zip(axes[0], keys):
         for split, style in (("train", "-"), ("eval", "o-")):
@@ -254,7 +261,6 @@ def plot_curves(jsonl: str | Path, out: str | Path) -> Path | None:
         ax.set_title(key)
         ax.set_xlabel("step")
         ax.legend()
-    fig.tight_layout()
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=90)
     fs.write_bytes_atomic(out, png.getvalue())
