@@ -18,13 +18,27 @@ XLA_FLAGS=--xla_cpu_use_fusion_emitters=false --pairs 2`` over the compile-heavy
 real-model files (78 passed in each run): a median 180.1 s with the flag against 251.8 s without (the pairs 74.4
 and 69.0 s apart); CPU 337.6 against 463.8 s. The same rule holds: a value already in ``XLA_FLAGS`` wins and is
 passed on.
+
+``--xla_cpu_parallel_codegen_split_count=1 --xla_cpu_use_xnnpack=false`` (jaxlib's defaults: 32 and true): XLA CPU
+emits each program as one LLVM module instead of splitting it into up to 32 compiled in parallel, and leaves dots
+to its own emitter instead of rewriting them into XNNPACK calls. On the suite's tiny programs each split module and
+each rewrite costs more compile time than it returns. Paired runs (70 passed in each; idle 2-core VM)::
+
+    python benchmarks/suite_flags.py --pairs 2 \
+        --env "XLA_FLAGS=--xla_cpu_parallel_codegen_split_count=32 --xla_cpu_use_xnnpack=true" \
+              "XLA_FLAGS=--xla_cpu_parallel_codegen_split_count=1 --xla_cpu_use_xnnpack=false" \
+        tests/test_conformance.py tests/test_one_row_shards.py tests/test_flops.py tests/test_resume.py \
+        tests/test_cli_e2e.py
+
+a median 159.3 s against 174.0 s of wall, both pairs in favour (by 22.9 and 6.6 s); CPU 298.5 against 315.4 s.
 """
 from __future__ import annotations
 
 import os
 import re
 
-DEFAULTS = {"--xla_backend_optimization_level": "0", "--xla_cpu_use_fusion_emitters": "false"}
+DEFAULTS = {"--xla_backend_optimization_level": "0", "--xla_cpu_use_fusion_emitters": "false",
+            "--xla_cpu_parallel_codegen_split_count": "1", "--xla_cpu_use_xnnpack": "false"}
 """The test processes' XLA flags and their values when ``XLA_FLAGS`` does not set them."""
 
 
