@@ -17,10 +17,11 @@ def _flags_in_a_fresh_process(xla_flags: str | None) -> str:
     return out.stdout.strip()
 
 
-SPLIT_XNN = "--xla_cpu_parallel_codegen_split_count=1 --xla_cpu_use_xnnpack=false"
+SPLIT_XNN = ("--xla_cpu_parallel_codegen_split_count=1 --xla_cpu_use_xnnpack=false "
+             "--xla_cpu_enable_concurrency_optimized_scheduler=false")
 
 
-def test_without_xla_flags_the_tests_compile_at_llvm_level_0_with_the_elemental_emitter_in_one_module_without_xnnpack():
+def test_without_xla_flags_the_tests_compile_at_llvm_level_0_with_the_elemental_emitter_and_the_other_test_flags():
     assert _flags_in_a_fresh_process(None) == ("--xla_force_host_platform_device_count=4 "
                                                "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false "
                                                + SPLIT_XNN)
@@ -42,7 +43,7 @@ def test_a_split_count_or_xnnpack_choice_already_in_xla_flags_is_the_one_passed_
     flags = _flags_in_a_fresh_process("--xla_cpu_use_xnnpack=true --xla_cpu_parallel_codegen_split_count=32")
     assert flags == ("--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
                      "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=32 "
-                     "--xla_cpu_use_xnnpack=true")
+                     "--xla_cpu_use_xnnpack=true --xla_cpu_enable_concurrency_optimized_scheduler=false")
 
 
 def test_a_process_asked_for_the_default_fusion_emitters_gets_them_and_keeps_the_other_test_flags():
