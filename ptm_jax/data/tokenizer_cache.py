@@ -11,9 +11,9 @@ write it), named by a digest of
 - the source of the trainer modules and the versions of the ``tokenizers`` and ``sentencepiece`` libraries.
 
 Another run on the same sample (another ``output_dir``, a rerun from scratch, the next stage of a sweep) copies the
-files instead of training again: seconds on a small corpus, minutes on the default 100 MB sample. Any change to the
-corpus sample, a setting or a trainer makes a new name, so a stale entry is never read; an entry missing a file is
-not a hit. Writing is best effort: a read-only or full disk only means the next run trains again.
+files instead of training again, a saving that grows with the sample (100 MB by default). Any change to the corpus
+sample, a setting or a trainer makes a new name, so a stale entry is never read; an entry missing a file is not a
+hit. Writing is best effort: a read-only or full disk only means the next run trains again.
 """
 from __future__ import annotations
 
