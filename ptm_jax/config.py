@@ -118,8 +118,18 @@ class ParamGroupConfig:
 OPTIMIZERS = Literal["adamw", "adam", "sgd", "adagrad", "lamb"]
 
 
+class _EvalRows:
+    """``eval_rows()`` of a stage's config (``TrainConfig``: held-out evaluation; ``FinetuneConfig``: the dev set)."""
+    eval_batch_size: int
+    batch_size: int
+
+    def eval_rows(self) -> int:
+        """The evaluation's global batch: ``eval_batch_size``, or ``batch_size`` where it is 0."""
+        return self.eval_batch_size or self.batch_size
+
+
 @dataclass
-class TrainConfig:
+class TrainConfig(_EvalRows):
     """Optimisation and loop. AdamW as in google-research/bert optimization.py."""
 
     batch_size: int = 32
@@ -209,10 +219,6 @@ class TrainConfig:
     """'START:COUNT': a jax.profiler trace of COUNT steps from step START (1 = the first step, compilation
     included) into ``<stage dir>/profile``, for XProf / TensorBoard's profile plugin. Empty: none."""
 
-    def eval_rows(self) -> int:
-        """The held-out evaluation's global batch: ``eval_batch_size``, or ``batch_size`` where it is 0."""
-        return self.eval_batch_size or self.batch_size
-
 
 @dataclass
 class MeshConfig:
@@ -228,7 +234,7 @@ class MeshConfig:
 
 
 @dataclass
-class FinetuneConfig:
+class FinetuneConfig(_EvalRows):
     """Task finetuning, what every job shares (google-research/bert run_classifier.py / run_squad.py defaults).
     What one task or one family reads is in a section of its own (``data/tasks/sections.py``: ``[squad]``,
     ``[packing]``, ``[gpt_finetune]``); a job's settings in the section of its name (``jobs/registry.py``)."""
@@ -295,10 +301,6 @@ class FinetuneConfig:
     """`ptm run`: after the finetuning stage, the same stage from random initialisation (finetune.from_scratch),
     its figure printed beside the finetuned one and written to summary.json as ``from_scratch`` (on in the main
     job's preset, bert_small)."""
-
-    def eval_rows(self) -> int:
-        """The dev-set evaluation's global batch: ``eval_batch_size``, or ``batch_size`` where it is 0."""
-        return self.eval_batch_size or self.batch_size
 
 
 @dataclass

@@ -248,9 +248,9 @@ def plot_curves(jsonl: str | Path, out: str | Path) -> Path | None:
     FigureCanvasAgg(fig)
     # fixed margins in inches (room for 7-character tick labels and the titles), not tight_layout: that lays the
     # figure out by drawing it once more before the save draws it (0.25 against 0.16 CPU-s a plot)
-    gap = 0.9
-    axis_width = (width - 0.9 - gap * (len(keys) - 1)) / len(keys)
-    fig.subplots_adjust(left=0.75 / width, right=1 - 0.15 / width, bottom=0.5 / height, top=1 - 0.35 / height,
+    left, right, gap = 0.75, 0.15, 0.9
+    axis_width = (width - left - right - gap * (len(keys) - 1)) / len(keys)
+    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=0.5 / height, top=1 - 0.35 / height,
                         wspace=gap / axis_width)
     axes = fig.subplots(1, len(keys), squeeze=False)
     for ax, key in zip(axes[0], keys):
