@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ptm_jax.data.tokenizers import RustTokenizer, _atomic_write, _nonempty, _sha256
+from ptm_jax import digest
+from ptm_jax.data.tokenizers import RustTokenizer, _atomic_write, _nonempty
 from ptm_jax.errors import ConfigError, DataError
 
 EOS, START, DELIM, EXTRACT = "<|endoftext|>", "<|start|>", "<|delim|>", "<|extract|>"
@@ -194,7 +195,7 @@ class ByteBPETokenizer(RustTokenizer):
         return [vocab, merges]
 
     def fingerprint(self) -> str:
-        return _sha256("byte_bpe-v1", _vocab_json(self._base_tokens), _merges_txt(self._merges),
+        return digest.sha256("byte_bpe-v1", _vocab_json(self._base_tokens), _merges_txt(self._merges),
                        str(self.add_prefix_space), "\n".join(self.appended))
 
 

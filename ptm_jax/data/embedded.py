@@ -30,7 +30,7 @@ import sysconfig
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ptm_jax import fs
+from ptm_jax import digest, fs
 from ptm_jax.data import corpus as _corpus_module
 from ptm_jax.data.corpus import Document, split_sentences
 
@@ -161,10 +161,12 @@ def _documents() -> tuple[list[Document], dict]:
 
 
 def document_digest(documents: Iterable[Document]) -> str:
-    """sha256 of documents (sentences joined by U+001F, documents by U+001E): equal digests, equal corpora."""
+    """sha256 of documents (each its sentence count, then its sentences, length-prefixed: ``ptm_jax/digest.py``):
+    equal digests, equal corpora."""
     h = hashlib.sha256()
     for doc in documents:
-        h.update(("\x1f".join(doc) + "\x1e").encode("utf-8"))
+        h.update(len(doc).to_bytes(8, "little"))
+        digest.update(h, doc)
     return h.hexdigest()
 
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from ptm_jax import fs
+from ptm_jax import digest, fs
 
 OFF = "off"
 TRAINER_MODULES = ("tokenizers", "wordpiece_training", "byte_bpe", "word_vocab", "char_vocab", "tokenizer_loading",
@@ -49,16 +49,15 @@ def _library(name: str) -> str:
 
 
 def sample_key(settings: dict, texts: Iterable[str]) -> str:
-    """The entry's name: a digest of the sample's sentences (each ended by U+001E), the settings and the trainers."""
+    """The entry's name: a digest of the sample's sentences (each preceded by its length in bytes, so no way of
+    splitting the same characters into sentences gives another sample's digest), the settings and the trainers."""
     h = hashlib.sha256()
     here = Path(__file__).parent
     for name in TRAINER_MODULES:
         h.update((here / f"{name}.py").read_bytes())
     libraries = {name: _library(name) for name in ("tokenizers", "sentencepiece")}
     h.update(json.dumps({"settings": settings, "libraries": libraries}, sort_keys=True).encode())
-    for text in texts:
-        h.update(text.encode("utf-8", errors="surrogatepass"))
-        h.update(b"\x1e")
+    digest.update(h, texts)
     return h.hexdigest()[:40]
 
 

@@ -15,11 +15,12 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from ptm_jax import digest
 from ptm_jax.config import TokenizerConfig
 from ptm_jax.data import tokenizer_cache
 from ptm_jax.data.char_vocab import CHARS_FILE, CharVocab, build_char_vocab
 from ptm_jax.data.byte_bpe import ByteBPETokenizer, train_byte_bpe
-from ptm_jax.data.tokenizers import (SentencePieceTokenizer, Tokenizer, WordPieceTokenizer, _atomic_write, _sha256,
+from ptm_jax.data.tokenizers import (SentencePieceTokenizer, Tokenizer, WordPieceTokenizer, _atomic_write,
                                      train_sentencepiece, train_wordpiece)
 from ptm_jax.data.word_vocab import WordVocab, build_word_vocab
 from ptm_jax.errors import ConfigError, DataError
@@ -33,7 +34,7 @@ def _load_file(cfg: TokenizerConfig) -> Tokenizer:
     vocab_file = cfg.vocab_file
     if fs.is_remote(vocab_file):  # the Rust/C++ libraries read local files: copy the file (and merges.txt)
         src = fs.path(vocab_file)
-        local = fs.scratch_dir() / f"vocab-{_sha256(str(src))[:16]}"
+        local = fs.scratch_dir() / f"vocab-{digest.sha256(str(src))[:16]}"
         local.mkdir(parents=True, exist_ok=True)
         names = [src.name] + (["merges.txt"] if cfg.kind == "byte_bpe" else [])
         for name in names:
@@ -87,7 +88,7 @@ def load_tokenizer(cfg: TokenizerConfig, train_texts: Callable[[], Iterable[str]
         settings["min_count"] = cfg.min_count
     if cfg.kind == "wordpiece" and cfg.limit_alphabet != 1000:  # (the default keeps earlier runs' keys)
         settings["limit_alphabet"] = cfg.limit_alphabet
-    key = _sha256(json.dumps(settings, sort_keys=True))
+    key = digest.sha256(json.dumps(settings, sort_keys=True))
     names = {"wordpiece": ["vocab.txt"], "byte_bpe": ["vocab.json", "merges.txt"],
              "word": ["vocab.tsv"], "char": [CHARS_FILE]}.get(cfg.kind, ["spm.model", "spm.vocab"])
 

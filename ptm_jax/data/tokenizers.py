@@ -17,7 +17,6 @@ user-defined symbols for SentencePiece.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
 import os
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ptm_jax import digest
 from ptm_jax.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -59,15 +59,6 @@ def bert_pre_tokenizer():
     from tokenizers import Regex, pre_tokenizers as P
 
     return P.Sequence([P.WhitespaceSplit(), P.Split(Regex(f"[{_CJK}{_PUNCT}]"), "isolated")])
-
-
-def _sha256(*parts: bytes | str) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        b = p.encode("utf-8") if isinstance(p, str) else p
-        h.update(len(b).to_bytes(8, "little"))
-        h.update(b)
-    return h.hexdigest()
 
 
 class Tokenizer:
@@ -242,7 +233,7 @@ class WordPieceTokenizer(RustTokenizer):
         return [out]
 
     def fingerprint(self) -> str:
-        return _sha256("wordpiece-v1", "\n".join(self._tokens), str(self.lower_case),
+        return digest.sha256("wordpiece-v1", "\n".join(self._tokens), str(self.lower_case),
                        str(self.max_input_chars_per_word))
 
 
@@ -328,7 +319,7 @@ class SentencePieceTokenizer(Tokenizer):
         return [model, vocab]
 
     def fingerprint(self) -> str:
-        return _sha256("sentencepiece-v1", self._proto)
+        return digest.sha256("sentencepiece-v1", self._proto)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ptm_jax import digest
 from ptm_jax.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -285,10 +286,11 @@ def cached_features(source: Source, sentences: Sequence[Sequence[str]], cache_di
     and these sentences were seen before, else computed and written there (atomically)."""
     from ptm_jax.evaluate.features import word_features
 
-    digest = hashlib.sha256(source.key.encode())
-    for s in sentences:
-        digest.update("\x1f".join(s).encode() + b"\x1e")
-    path = Path(cache_dir) / f"{digest.hexdigest()[:32]}.npz"
+    h = hashlib.sha256(source.key.encode())
+    for s in sentences:  # each sentence's word count, then its words, length-prefixed
+        h.update(len(s).to_bytes(8, "little"))
+        digest.update(h, s)
+    path = Path(cache_dir) / f"{h.hexdigest()[:32]}.npz"
     if path.is_file():
         with np.load(path) as z:
             store = FeatureStore(data=z["data"], offsets=z["offsets"])
