@@ -5,13 +5,15 @@ a fresh process tree with an empty compilation cache of its own (tests/conftest.
 run id). A side is either an LLVM level (``--levels``: ``--xla_backend_optimization_level=<level>`` in
 ``XLA_FLAGS``, which tests/xla_env.py passes on to every ``ptm`` process the tests start) or environment
 variables (``--env``: ``NAME=VALUE`` assignments separated by ``;``, which the pytest processes and every
-process they start inherit). The order is A B B A A B ... so that a drift of the machine's load falls on both
+process they start inherit) or the number of xdist workers (``--workers``: the ``-n`` of each side's runs, 2 in
+the others). The order is A B B A A B ... so that a drift of the machine's load falls on both
 sides alike. Per run: wall seconds, CPU seconds of the whole tree (user + system of every waited-for descendant)
 and pytest's summary line; then the median of each side and the paired differences.
 
     python benchmarks/suite_flags.py --levels 1,0 --pairs 2 tests/test_resume.py tests/test_elmo.py
     python benchmarks/suite_flags.py --env JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=1 \
         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 --pairs 2 tests/test_resume.py
+    python benchmarks/suite_flags.py --workers 2,3 --pairs 1 tests
 
 The two sides must pass and skip the same tests: a run with a failure counts in no median, and a failed run or
 passing runs with different summaries make the script exit with status 1.
@@ -34,12 +36,12 @@ SUMMARY = re.compile(r"^=*\s*(\d+ (?:passed|failed).*?) in [\d.]+s", re.M)
 
 def side_env(side: str, kind: str) -> dict:
     """The environment of one side: this process's, with the level put into ``XLA_FLAGS`` (``kind`` "level") or
-    the ``NAME=VALUE;...`` assignments applied (``kind`` "env")."""
+    the ``NAME=VALUE;...`` assignments applied (``kind`` "env"); unchanged for ``kind`` "workers"."""
     env = dict(os.environ)
     if kind == "level":
         flags = re.sub(r"--xla_backend_optimization_level=\d+", "", env.get("XLA_FLAGS", ""))
         env["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level={side}".strip()
-    else:
+    elif kind == "env":
         env.update(assignments(side))
     return env
 
@@ -57,14 +59,20 @@ def assignments(side: str) -> dict:
     return out
 
 
+def pytest_command(side: str, kind: str, files: list[str]) -> list[str]:
+    """The README's pytest invocation on ``files``, with the side's worker count (``kind`` "workers") or 2."""
+    workers = side if kind == "workers" else "2"
+    return [sys.executable, "-m", "pytest", "-q", "-n", workers, "--dist", "loadfile", "-p", "no:cacheprovider",
+            *files]
+
+
 def run_once(side: str, kind: str, files: list[str], log: Path) -> dict:
     """One pytest run of ``files`` with one side's setting; its wall and CPU seconds and its summary."""
     env = side_env(side, kind)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     with log.open("w") as out:
-        code = subprocess.call([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile",
-                                "-p", "no:cacheprovider", *files], cwd=ROOT, env=env, stdout=out,
+        code = subprocess.call(pytest_command(side, kind, files), cwd=ROOT, env=env, stdout=out,
                                stderr=subprocess.STDOUT)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -85,14 +93,21 @@ def main() -> None:
     which.add_argument("--levels", help="the two LLVM levels, e.g. 1,0")
     which.add_argument("--env", nargs=2, metavar=("A", "B"),
                        help="the two sides' environment variables, each NAME=VALUE[;NAME=VALUE...]")
+    which.add_argument("--workers", help="the two sides' numbers of xdist workers (pytest -n), e.g. 2,3")
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--logs", default="runs/suite_flags", help="folder for each run's pytest output")
-    ap.add_argument("files", nargs="+", help="test files (paths from the repository root)")
+    ap.add_argument("files", nargs="+", help="test files or folders (paths from the repository root)")
     args = ap.parse_args()
     if args.levels is not None:
         kind, sides = "level", args.levels.split(",")
         if len(sides) != 2 or not all(x.strip().isdigit() for x in sides):
             sys.exit(f"suite_flags: --levels must be two integers separated by a comma, e.g. 1,0 (got {args.levels!r})")
+        a, b = (x.strip() for x in sides)
+    elif args.workers is not None:
+        kind, sides = "workers", args.workers.split(",")
+        if len(sides) != 2 or not all(x.strip().isdigit() and int(x) > 0 for x in sides):
+            sys.exit(f"suite_flags: --workers must be two positive integers separated by a comma, e.g. 2,3 "
+                     f"(got {args.workers!r})")
         a, b = (x.strip() for x in sides)
     else:
         kind, (a, b) = "env", args.env
