@@ -196,7 +196,7 @@ class ByteBPETokenizer(RustTokenizer):
 
     def fingerprint(self) -> str:
         return digest.sha256("byte_bpe-v1", _vocab_json(self._base_tokens), _merges_txt(self._merges),
-                       str(self.add_prefix_space), "\n".join(self.appended))
+                             str(self.add_prefix_space), "\n".join(self.appended))
 
 
 def _vocab_json(tokens: list[str]) -> bytes:

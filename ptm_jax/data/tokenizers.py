@@ -234,7 +234,7 @@ class WordPieceTokenizer(RustTokenizer):
 
     def fingerprint(self) -> str:
         return digest.sha256("wordpiece-v1", "\n".join(self._tokens), str(self.lower_case),
-                       str(self.max_input_chars_per_word))
+                             str(self.max_input_chars_per_word))
 
 
 # ----------------------------------------------------------------------------------------------------
