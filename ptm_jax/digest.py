@@ -20,6 +20,15 @@ def update(h, parts: Iterable[bytes | str]) -> None:
         h.update(b)
 
 
+def update_nested(h, groups: Iterable[Iterable[bytes | str]]) -> None:
+    """Feeds each group of ``groups`` (a document's sentences, a sentence's words): its part count, then its parts
+    as :func:`update` does, so no regrouping of the same parts gives the same bytes."""
+    for group in groups:
+        parts = list(group)
+        h.update(len(parts).to_bytes(8, "little"))
+        update(h, parts)
+
+
 def sha256(*parts: bytes | str) -> str:
     """The hex sha256 of ``parts``, length-prefixed as :func:`update` feeds them."""
     h = hashlib.sha256()

@@ -34,3 +34,16 @@ def test_corpora_split_differently_into_sentences_or_documents_have_different_di
     assert document_digest([["a"], ["b"]]) != document_digest([["a", "b"]])
     assert document_digest([["a\x1e", "b"]]) != document_digest([["a"], ["b"]])
     assert document_digest([["a", "b"]]) == document_digest(iter([("a", "b")]))
+
+
+def test_regrouping_the_same_parts_gives_another_nested_digest_and_a_stream_digests_as_its_list():
+    def nested(groups):
+        h = hashlib.sha256()
+        digest.update_nested(h, groups)
+        return h.hexdigest()
+
+    assert nested([["a", "b"], ["c"]]) != nested([["a"], ["b", "c"]])
+    assert nested([["a", "b"]]) != nested([["a"], ["b"]])
+    assert nested([[], ["a"]]) != nested([["a"], []])
+    assert nested([("a", "b"), ("c",)]) == nested(iter([iter(["a", "b"]), ["c"]]))
+    assert nested([["x"]]) == hashlib.sha256(bytes([1]) + bytes(7) + bytes([1]) + bytes(7) + b"x").hexdigest()

@@ -161,12 +161,10 @@ def _documents() -> tuple[list[Document], dict]:
 
 
 def document_digest(documents: Iterable[Document]) -> str:
-    """sha256 of documents (each its sentence count, then its sentences, length-prefixed: ``ptm_jax/digest.py``):
+    """sha256 of documents (``digest.update_nested``: each its sentence count, then its sentences, length-prefixed):
     equal digests, equal corpora."""
     h = hashlib.sha256()
-    for doc in documents:
-        h.update(len(doc).to_bytes(8, "little"))
-        digest.update(h, doc)
+    digest.update_nested(h, documents)
     return h.hexdigest()
 
 

@@ -287,9 +287,7 @@ def cached_features(source: Source, sentences: Sequence[Sequence[str]], cache_di
     from ptm_jax.evaluate.features import word_features
 
     h = hashlib.sha256(source.key.encode())
-    for s in sentences:  # each sentence's word count, then its words, length-prefixed
-        h.update(len(s).to_bytes(8, "little"))
-        digest.update(h, s)
+    digest.update_nested(h, sentences)  # each sentence's word count, then its words, length-prefixed
     path = Path(cache_dir) / f"{h.hexdigest()[:32]}.npz"
     if path.is_file():
         with np.load(path) as z:

@@ -247,7 +247,7 @@ def plot_curves(jsonl: str | Path, out: str | Path) -> Path | None:
     fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
     # fixed margins in inches (room for 7-character tick labels and the titles), not tight_layout: that lays the
-    # figure out by drawing it once more before the save draws it (0.25 against 0.16 CPU-s a plot)
+    # figure out by drawing it once more before the save draws it
     left, right, gap = 0.75, 0.15, 0.9
     axis_width = (width - left - right - gap * (len(keys) - 1)) / len(keys)
     fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=0.5 / height, top=1 - 0.35 / height,
